@@ -1,0 +1,5 @@
+//! Machine definitions. (Being written.)
+#[derive(Debug, Clone)]
+pub struct Definition;
+#[derive(Debug, Clone)]
+pub struct CompiledMachine;

@@ -1,0 +1,1 @@
+//! Guard expression language. (Being written.)

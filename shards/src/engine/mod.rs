@@ -1,0 +1,25 @@
+//! The state-machine engine of one shard: machine definitions, the guard language, instances,
+//! and the decide/apply split.
+//!
+//! * `decide` reads state and returns what to log (`Decision::Write(Entry)`) or an answer that
+//!   needs no log write (`Decision::Answer`), or a `Rejection`. It never mutates.
+//! * `apply` mutates state from a logged entry. It never fails on an entry that `decide`
+//!   produced, never reads the clock, and is the only thing recovery and replicas call.
+//!
+//! The engine owns no I/O. The shard runtime (server crate) logs entries and releases answers
+//! once they are durable.
+
+mod command;
+mod entry;
+
+pub use command::Command;
+pub use entry::Entry;
+
+pub mod definition;
+pub mod guard;
+mod instance;
+mod state;
+
+pub use definition::{CompiledMachine, Definition};
+pub use instance::{HistoryItem, Instance};
+pub use state::{Decision, Engine, EngineStats, ListPage};

@@ -1,0 +1,12 @@
+//! What one smdb shard owns: the state-machine engine and (later) its write-ahead log.
+//!
+//! Nothing in this crate touches a socket. The engine is pure logic: `decide` reads state and
+//! returns an entry to log (or a rejection); `apply` mutates state from a logged entry and never
+//! fails. Time, ids and guard outcomes travel inside the entry, so recovery and replicas call only
+//! `apply` and reach the same state.
+
+pub mod codes;
+pub mod engine;
+pub mod routing;
+
+pub use codes::{ErrorCode, Rejection};
