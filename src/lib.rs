@@ -1,1 +1,18 @@
+//! smdb: a thread-per-core state-machine database server on glommio.
+//!
+//! Module map (see docs/architecture.md):
+//! * `protocol`: RCP1 frames, request/response envelopes, op names.
+//! * `ops`: params of each op family.
+//! * `server`: executors and wiring; fronts (accept, sessions, routing); control executor.
+//! * `shard`: the shard executor runtime around the engine of the `shards` crate.
+//! * `config`, `datadir`, `metrics`, `util`.
 
+pub mod client;
+pub mod config;
+pub mod datadir;
+pub mod metrics;
+pub mod ops;
+pub mod protocol;
+pub mod server;
+pub mod shard;
+pub mod util;

@@ -1,0 +1,139 @@
+//! The data directory as a whole: an exclusive lock (one server per directory) and a metadata
+//! file recording the format version and shard count it was written with.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// On-disk format version of the data directory layout.
+pub const FORMAT_VERSION: u32 = 1;
+const META_FILE: &str = "smdb.meta";
+const LOCK_FILE: &str = "LOCK";
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Meta {
+    format_version: u32,
+    shard_count: u32,
+}
+
+/// Holds the directory lock for the life of the process.
+#[derive(Debug)]
+pub struct DataDir {
+    pub path: PathBuf,
+    _lock: File,
+}
+
+impl DataDir {
+    /// Creates the directory if needed, takes the lock, and checks (or records) the shard count.
+    pub fn open(path: &Path, shard_count: u32) -> Result<DataDir, String> {
+        std::fs::create_dir_all(path)
+            .map_err(|e| format!("cannot create data dir {}: {e}", path.display()))?;
+        let lock = lock(path)?;
+        check_meta(path, shard_count)?;
+        Ok(DataDir {
+            path: path.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    /// `<data_dir>/shard-<n>`.
+    pub fn shard_dir(&self, shard: u32) -> PathBuf {
+        self.path.join(format!("shard-{shard}"))
+    }
+}
+
+fn lock(path: &Path) -> Result<File, String> {
+    let lock_path = path.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
+    // SAFETY: flock on a valid fd we own; no memory is passed.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(format!(
+            "data dir {} is locked by another smdb-server ({})",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(file)
+}
+
+fn check_meta(path: &Path, shard_count: u32) -> Result<(), String> {
+    let meta_path = path.join(META_FILE);
+    match std::fs::read(&meta_path) {
+        Ok(bytes) => {
+            let meta: Meta = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("{} is unreadable: {e}", meta_path.display()))?;
+            if meta.format_version != FORMAT_VERSION {
+                return Err(format!(
+                    "data dir {} has format version {}; this server reads version {FORMAT_VERSION}",
+                    path.display(),
+                    meta.format_version
+                ));
+            }
+            if meta.shard_count != shard_count {
+                return Err(format!(
+                    "data dir {} was written with {} shards but this server is configured with \
+                     {shard_count} shards (shards.count); the shard of an instance depends on \
+                     the count, so it must not change",
+                    path.display(),
+                    meta.shard_count
+                ));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_meta(
+            path,
+            &Meta {
+                format_version: FORMAT_VERSION,
+                shard_count,
+            },
+        ),
+        Err(e) => Err(format!("cannot read {}: {e}", meta_path.display())),
+    }
+}
+
+/// Writes the meta file durably: temp file, fsync, rename, fsync the directory.
+fn write_meta(path: &Path, meta: &Meta) -> Result<(), String> {
+    let tmp = path.join(format!("{META_FILE}.tmp"));
+    let io = |e: std::io::Error| format!("cannot write {}: {e}", tmp.display());
+    let bytes = serde_json::to_vec(meta).map_err(|e| e.to_string())?;
+    let mut f = File::create(&tmp).map_err(io)?;
+    f.write_all(&bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, path.join(META_FILE)).map_err(io)?;
+    File::open(path).and_then(|d| d.sync_all()).map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_count_change_is_refused_naming_both_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(DataDir::open(dir.path(), 2).unwrap());
+        let err = DataDir::open(dir.path(), 3).unwrap_err();
+        assert!(
+            err.contains("2 shards") && err.contains("3 shards"),
+            "{err}"
+        );
+        drop(DataDir::open(dir.path(), 2).unwrap());
+    }
+
+    #[test]
+    fn second_open_is_locked_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = DataDir::open(dir.path(), 1).unwrap();
+        let err = DataDir::open(dir.path(), 1).unwrap_err();
+        assert!(err.contains("locked"), "{err}");
+        drop(first);
+    }
+}

@@ -1,0 +1,14 @@
+//! What each operation does with its params, one file per op family.
+//!
+//! * HELLO, PING, BYE and INFO are answered on the front core (`server::session`).
+//! * `machines`: PUT_MACHINE, GET_MACHINE, LIST_MACHINES.
+//! * `instances`: CREATE_INSTANCE, GET_INSTANCE, LIST_INSTANCES, DELETE_INSTANCE.
+//! * `events`: APPLY_EVENT, GET_HISTORY.
+//!
+//! Param structs accept the spec's names and the aliases of CONTRACT §5 and reject unknown
+//! fields, so a typo is a `BAD_REQUEST` naming the field instead of a silently ignored option.
+
+pub mod events;
+pub mod instances;
+pub mod machines;
+pub mod params;

@@ -1,0 +1,70 @@
+//! The control executor (the "dedicated core" of the design): start-up work that spans shards
+//! (copying definitions, loading `storage.definitions_dir`), and later metrics and replication.
+
+use std::os::fd::{FromRawFd, RawFd};
+use std::path::{Path, PathBuf};
+
+use futures_lite::AsyncReadExt;
+use glommio::net::UnixStream;
+
+use super::fanout;
+use super::router::{Router, RouterChannels};
+
+pub struct ControlSetup {
+    pub channels: RouterChannels,
+    pub shutdown_fd: RawFd,
+    pub definitions_dir: Option<PathBuf>,
+    pub ready: std::sync::mpsc::Sender<Result<(), String>>,
+}
+
+pub async fn run(setup: ControlSetup) {
+    let router = Router::connect(setup.channels).await;
+    let started = start_up(&router, setup.definitions_dir.as_deref()).await;
+    let failed = started.is_err();
+    // main waits on this; if it is gone, start-up was abandoned and we just stop.
+    let _ = setup.ready.send(started);
+    if !failed {
+        // SAFETY: one end of a socketpair made in main for this executor alone.
+        let mut shutdown = unsafe { UnixStream::from_raw_fd(setup.shutdown_fd) };
+        let mut b = [0u8; 1];
+        let _ = shutdown.read(&mut b).await;
+    }
+    router.close();
+}
+
+async fn start_up(router: &Router, definitions_dir: Option<&Path>) -> Result<(), String> {
+    let n = fanout::reconcile_definitions(router)
+        .await
+        .map_err(|r| format!("copying machine definitions to shards: {}", r.message))?;
+    log::debug!("{n} machine definitions present on every shard");
+    if let Some(dir) = definitions_dir {
+        load_definitions(router, dir).await?;
+    }
+    Ok(())
+}
+
+/// Loads every `*.json` file of `dir` (sorted by name) as PUT_MACHINE params
+/// `{machine, version, definition}`. An invalid file stops start-up, naming the file.
+async fn load_definitions(router: &Router, dir: &Path) -> Result<(), String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("storage.definitions_dir {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    for path in files {
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        match fanout::put_machine(router, Some(bytes)).await {
+            Ok(_) => log::info!("loaded machine definition {}", path.display()),
+            Err(rej) => {
+                return Err(format!(
+                    "{}: {} {}",
+                    path.display(),
+                    rej.code.as_str(),
+                    rej.message
+                ))
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! Operations that involve more than one shard: PUT_MACHINE (decided on shard 0, then copied to
+//! every other shard before the client hears back), LIST_INSTANCES (a merge of per-shard pages),
+//! INFO (totals from every shard), and the start-up copy of definitions.
+
+use serde_json::{json, Value};
+use shards::engine::Entry;
+use shards::{ErrorCode, Rejection};
+
+use super::router::{Reply, Router};
+use crate::ops::instances::{encode_cursor, list_query};
+use crate::protocol::Op;
+use crate::shard::{ReplyBody, ShardCall};
+
+/// The shard that decides machine definitions, so two concurrent PUT_MACHINEs of one version
+/// cannot be accepted in different orders on different shards.
+pub const DEFINITIONS_SHARD: u32 = 0;
+
+/// PUT_MACHINE: decide and log on shard 0, then install on every other shard.
+pub async fn put_machine(router: &Router, params: Option<Vec<u8>>) -> Reply {
+    let call = ShardCall::Op {
+        op: Op::PutMachine,
+        params,
+    };
+    match router.call(DEFINITIONS_SHARD, call).await? {
+        ReplyBody::Machine { result, entry } => {
+            install_everywhere(router, vec![entry]).await?;
+            Ok(ReplyBody::Json(result))
+        }
+        _ => Err(unexpected()),
+    }
+}
+
+/// Copies definition entries to every shard but the deciding one; idempotent.
+pub async fn install_everywhere(router: &Router, entries: Vec<Entry>) -> Result<(), Rejection> {
+    for shard in 1..router.shard_count() {
+        router
+            .call(shard, ShardCall::InstallMachines(entries.clone()))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Start-up: every shard gets every definition shard 0 holds (a crash may have interrupted a
+/// PUT_MACHINE between shard 0 and the others).
+pub async fn reconcile_definitions(router: &Router) -> Result<usize, Rejection> {
+    match router
+        .call(DEFINITIONS_SHARD, ShardCall::MachineEntries)
+        .await?
+    {
+        ReplyBody::Entries(entries) => {
+            let n = entries.len();
+            if n > 0 {
+                install_everywhere(router, entries).await?;
+            }
+            Ok(n)
+        }
+        _ => Err(unexpected()),
+    }
+}
+
+/// LIST_INSTANCES: ask every shard for its first `limit` matches after the cursor, merge by id.
+pub async fn list_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
+    let q = list_query(params.as_deref())?;
+    let mut all = Vec::new();
+    let mut more = false;
+    for shard in 0..router.shard_count() {
+        let call = ShardCall::List {
+            machine: q.machine.clone(),
+            state: q.state.clone(),
+            after: q.after.clone(),
+            limit: q.limit,
+        };
+        match router.call(shard, call).await? {
+            ReplyBody::Page(page) => {
+                more |= page.more;
+                all.extend(page.instances);
+            }
+            _ => return Err(unexpected()),
+        }
+    }
+    all.sort_by(|a, b| id_of(a).cmp(id_of(b)));
+    if all.len() > q.limit {
+        all.truncate(q.limit);
+        more = true;
+    }
+    let next = match (more, all.last()) {
+        (true, Some(last)) => Value::String(encode_cursor(id_of(last))),
+        _ => Value::Null,
+    };
+    let body = json!({ "instances": all, "next_cursor": next });
+    Ok(ReplyBody::Json(
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
+}
+
+fn id_of(v: &Value) -> &str {
+    v.get("id").and_then(Value::as_str).unwrap_or("")
+}
+
+/// Per-shard INFO figures, in shard order.
+pub async fn shard_infos(router: &Router) -> Result<Vec<Value>, Rejection> {
+    let mut out = Vec::new();
+    for shard in 0..router.shard_count() {
+        match router.call(shard, ShardCall::Info).await? {
+            ReplyBody::Value(v) => out.push(v),
+            _ => return Err(unexpected()),
+        }
+    }
+    Ok(out)
+}
+
+fn unexpected() -> Rejection {
+    Rejection::new(ErrorCode::InternalError, "unexpected reply from shard")
+}

@@ -1,0 +1,160 @@
+//! A front executor: accepts connections on the shared listening socket, enforces the
+//! connection limit, serves each connection, and drains on shutdown.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream, UnixStream};
+use glommio::sync::Gate;
+use shards::{ErrorCode, Rejection};
+
+use super::connection;
+use super::router::{Router, RouterChannels};
+use crate::metrics::FrontStats;
+use crate::protocol::encode_error;
+
+/// How long shutdown waits for connections to finish their in-flight requests.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
+/// How long a rejected connection gets to receive its CONNECTION_LIMIT frame.
+const REJECT_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_frame_bytes: u32,
+    pub max_inflight: usize,
+    pub max_connections: u64,
+    pub idle_timeout: Option<Duration>,
+}
+
+/// Facts about the whole server, shared read-only by every executor.
+#[derive(Debug)]
+pub struct ServerInfo {
+    pub started: Instant,
+    pub role: &'static str,
+    pub acceptor_cores: u32,
+}
+
+pub struct FrontSetup {
+    pub index: u32,
+    /// A dup of the listening socket, owned by this executor.
+    pub listener_fd: RawFd,
+    pub shutdown_fd: RawFd,
+    pub channels: RouterChannels,
+    pub limits: Limits,
+    pub stats: Arc<FrontStats>,
+    /// Connections open across all fronts (the limit is global).
+    pub active: Arc<AtomicU64>,
+    pub info: Arc<ServerInfo>,
+}
+
+/// What every connection task on this executor shares.
+pub struct Front {
+    pub router: Rc<Router>,
+    pub limits: Limits,
+    pub stats: Arc<FrontStats>,
+    pub info: Arc<ServerInfo>,
+    active: Arc<AtomicU64>,
+    open: RefCell<HashMap<u64, RawFd>>,
+    next_conn: Cell<u64>,
+}
+
+pub async fn run(setup: FrontSetup) {
+    let router = Router::connect(setup.channels).await;
+    // SAFETY: main created this fd for this executor alone (a dup of the bound, listening,
+    // exclusive socket) and nothing else closes it; the listener takes ownership.
+    let listener = unsafe { TcpListener::from_raw_fd(setup.listener_fd) };
+    // SAFETY: one end of a socketpair made in main for this executor alone.
+    let mut shutdown = unsafe { UnixStream::from_raw_fd(setup.shutdown_fd) };
+    let front = Rc::new(Front {
+        router,
+        limits: setup.limits,
+        stats: setup.stats,
+        info: setup.info,
+        active: setup.active,
+        open: RefCell::new(HashMap::new()),
+        next_conn: Cell::new(0),
+    });
+    let gate = Gate::new();
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            let mut b = [0u8; 1];
+            let _ = shutdown.read(&mut b).await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(stream)) => admit(&front, &gate, stream),
+            Some(Err(e)) => {
+                log::warn!("front {}: accept failed: {e}", setup.index);
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    drop(listener);
+    drain(&front, &gate).await;
+    front.router.close();
+    log::debug!("front {} stopped", setup.index);
+}
+
+fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let now = front.active.fetch_add(1, Ordering::Relaxed) + 1;
+    if now > front.limits.max_connections {
+        front.active.fetch_sub(1, Ordering::Relaxed);
+        front.stats.connection_rejected();
+        glommio::spawn_local(reject(stream, front.limits.max_connections)).detach();
+        return;
+    }
+    if let Some(idle) = front.limits.idle_timeout {
+        let _ = stream.set_read_timeout(Some(idle));
+    }
+    front.stats.connection_opened();
+    let id = front.next_conn.get();
+    front.next_conn.set(id + 1);
+    front.open.borrow_mut().insert(id, stream.as_raw_fd());
+    let f = front.clone();
+    let spawned = gate.spawn(async move {
+        connection::serve(stream, f.clone()).await;
+        f.open.borrow_mut().remove(&id);
+        f.active.fetch_sub(1, Ordering::Relaxed);
+        f.stats.connection_closed();
+    });
+    match spawned {
+        Ok(task) => drop(task.detach()),
+        Err(e) => log::warn!("cannot serve connection during shutdown: {e}"),
+    }
+}
+
+/// Sends one CONNECTION_LIMIT error frame and closes.
+async fn reject(mut stream: TcpStream, limit: u64) {
+    let _ = stream.set_write_timeout(Some(REJECT_WRITE_TIMEOUT));
+    let rej = Rejection::new(ErrorCode::ConnectionLimit, "connection limit reached")
+        .with("max_connections", limit);
+    let mut out = Vec::new();
+    encode_error(&mut out, None, &rej);
+    let _ = stream.write_all(&out).await;
+    let _ = stream.close().await;
+}
+
+/// Stops reading on every connection (in-flight requests still get their responses), then
+/// waits for connection tasks to finish, at most `SHUTDOWN_DRAIN`.
+async fn drain(front: &Front, gate: &Gate) {
+    for fd in front.open.borrow().values() {
+        // SAFETY: fd belongs to a live connection on this executor (removed from `open` before
+        // its stream is dropped); shutdown(SHUT_RD) does not close it.
+        unsafe {
+            libc::shutdown(*fd, libc::SHUT_RD);
+        }
+    }
+    let closed = glommio::timer::timeout(SHUTDOWN_DRAIN, async { Ok(gate.close().await) }).await;
+    if closed.is_err() {
+        log::warn!("shutdown: connections still busy after {SHUTDOWN_DRAIN:?}; closing them");
+    }
+}

@@ -1,0 +1,256 @@
+//! Process wiring: executors, placement, channels, the listening socket, start-up order and
+//! shutdown. See docs/architecture.md.
+//!
+//! Executors: `S` shards (each owns its instances and log), `F` fronts (accept, decode, route),
+//! one control executor (start-up fan-out; metrics and replication later). Every front and the
+//! control executor hold one request/response channel pair per shard, created here.
+
+pub mod connection;
+pub mod control;
+pub mod fanout;
+pub mod front;
+pub mod router;
+pub mod session;
+
+use std::io::Write;
+use std::net::TcpListener as StdListener;
+use std::os::fd::{IntoRawFd, OwnedFd};
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::sync::atomic::AtomicU64;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use glommio::channels::shared_channel;
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::config::{Config, Role};
+use crate::datadir::DataDir;
+use crate::metrics::FrontStats;
+use crate::shard::runtime::{ClientChannels, ShardSetup};
+use crate::shard::SHARD_QUEUE_DEPTH_MAX;
+use front::{FrontSetup, Limits, ServerInfo};
+use router::RouterChannels;
+
+/// How long start-up waits for shards to recover and report ready.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Where each executor runs.
+#[derive(Debug, Clone)]
+pub struct Placements {
+    pub shards: Vec<usize>,
+    pub fronts: Vec<usize>,
+    pub control: usize,
+}
+
+/// Default placement: fronts and control from core 0 up, shards on the remaining cores (wrapping
+/// when there are more executors than cores). `shards.cores` overrides the shard cores.
+pub fn placements(config: &Config, cpus: usize) -> Placements {
+    let cpus = cpus.max(1);
+    let shard_count = config.shard_count(cpus) as usize;
+    let fronts_n = config.network.acceptor_cores as usize;
+    let fronts: Vec<usize> = (0..fronts_n).map(|i| i % cpus).collect();
+    let shards = match &config.shards.cores {
+        Some(c) => c.clone(),
+        None => (0..shard_count).map(|i| (fronts_n + i) % cpus).collect(),
+    };
+    Placements {
+        shards,
+        fronts,
+        control: 0,
+    }
+}
+
+/// Runs the server until SIGTERM/SIGINT. Returns a one-line error on start-up failure.
+pub fn run(config: Config) -> Result<(), String> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let place = placements(&config, cpus);
+    let shard_count = place.shards.len() as u32;
+    let data_dir = DataDir::open(&config.storage.data_dir, shard_count)?;
+    let listener = bind_exclusive(&config.network.bind_addr)?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let signals = Signals::install()?;
+
+    let clients = place.fronts.len() + 1;
+    let (shard_ends, mut client_ends) = make_channels(shard_count as usize, clients);
+    let io_memory = config.shards.io_memory_bytes;
+    let mut handles = Vec::new();
+
+    let (ready_tx, ready_rx) = mpsc::channel();
+    for (i, (cpu, ends)) in place.shards.iter().zip(shard_ends).enumerate() {
+        let setup = ShardSetup {
+            index: i as u32,
+            clients: ends,
+            ready: ready_tx.clone(),
+        };
+        let _dir = data_dir.shard_dir(i as u32);
+        handles.push(spawn(&format!("shard{i}"), *cpu, io_memory, move || {
+            crate::shard::runtime::run(setup)
+        })?);
+    }
+    wait_ready(&ready_rx, shard_count as usize, "shards")?;
+
+    let (ctl_shutdown, ctl_fd) = socket_pair()?;
+    let control = control::ControlSetup {
+        channels: client_ends.pop().unwrap_or_default(),
+        shutdown_fd: ctl_fd.into_raw_fd(),
+        definitions_dir: config.storage.definitions_dir.clone(),
+        ready: ready_tx.clone(),
+    };
+    handles.push(spawn("control", place.control, io_memory, move || {
+        control::run(control)
+    })?);
+    wait_ready(&ready_rx, 1, "control")?;
+
+    let info = Arc::new(ServerInfo {
+        started: Instant::now(),
+        role: role_name(config.replication.role),
+        acceptor_cores: place.fronts.len() as u32,
+    });
+    let limits = Limits {
+        max_frame_bytes: config.network.max_frame_bytes,
+        max_inflight: config.network.max_inflight_per_connection as usize,
+        max_connections: u64::from(config.network.max_connections),
+        idle_timeout: (config.network.idle_timeout_secs > 0)
+            .then(|| Duration::from_secs(config.network.idle_timeout_secs)),
+    };
+    let active = Arc::new(AtomicU64::new(0));
+    let mut shutdowns = vec![ctl_shutdown];
+    for (i, (cpu, channels)) in place.fronts.iter().zip(client_ends).enumerate() {
+        let fd = listener
+            .try_clone()
+            .map_err(|e| format!("dup listener: {e}"))?;
+        let (stop, stop_fd) = socket_pair()?;
+        shutdowns.push(stop);
+        let setup = FrontSetup {
+            index: i as u32,
+            listener_fd: fd.into_raw_fd(),
+            shutdown_fd: stop_fd.into_raw_fd(),
+            channels,
+            limits: limits.clone(),
+            stats: Arc::new(FrontStats::default()),
+            active: active.clone(),
+            info: info.clone(),
+        };
+        handles.push(spawn(&format!("front{i}"), *cpu, io_memory, move || {
+            front::run(setup)
+        })?);
+    }
+    drop(listener);
+    announce(&local, shard_count, &place);
+
+    signals.wait();
+    log::info!("shutting down: draining connections");
+    for mut s in shutdowns {
+        let _ = s.write_all(b"x");
+    }
+    for h in handles {
+        h.join().map_err(|e| format!("executor failed: {e}"))?;
+    }
+    drop(data_dir);
+    log::info!("stopped");
+    Ok(())
+}
+
+fn role_name(role: Option<Role>) -> &'static str {
+    match role {
+        None => "standalone",
+        Some(Role::Primary) => "primary",
+        Some(Role::Replica) => "replica",
+    }
+}
+
+/// Prints the bound address on stdout (tests and scripts read it when binding port 0).
+fn announce(addr: &std::net::SocketAddr, shards: u32, place: &Placements) {
+    println!("smdb-server listening on {addr} shards={shards}");
+    let _ = std::io::stdout().flush();
+    log::info!(
+        "listening on {addr}: {shards} shard(s) on cores {:?}, {} front(s) on cores {:?}",
+        place.shards,
+        place.fronts.len(),
+        place.fronts
+    );
+}
+
+/// Binds without SO_REUSEPORT (glommio's own bind sets it, letting a second server silently
+/// share the port: GLOMMIO.md pitfall 2), so a busy port fails with "address in use".
+fn bind_exclusive(addr: &str) -> Result<StdListener, String> {
+    let resolved = crate::config::resolve_addr("network.bind_addr", addr).map_err(|e| e.0)?;
+    StdListener::bind(resolved).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            format!("cannot listen on {addr}: address in use ({e})")
+        } else {
+            format!("cannot listen on {addr}: {e}")
+        }
+    })
+}
+
+type ShardEnds = Vec<Vec<ClientChannels>>;
+
+/// One bounded request channel and one bounded response channel per (client, shard).
+fn make_channels(shards: usize, clients: usize) -> (ShardEnds, Vec<RouterChannels>) {
+    let mut shard_ends: ShardEnds = (0..shards).map(|_| Vec::new()).collect();
+    let mut client_ends: Vec<RouterChannels> = (0..clients).map(|_| Vec::new()).collect();
+    for ends in client_ends.iter_mut() {
+        for shard in shard_ends.iter_mut() {
+            let (req_tx, req_rx) = shared_channel::new_bounded(SHARD_QUEUE_DEPTH_MAX);
+            let (resp_tx, resp_rx) = shared_channel::new_bounded(SHARD_QUEUE_DEPTH_MAX);
+            shard.push((req_rx, resp_tx));
+            ends.push((req_tx, resp_rx));
+        }
+    }
+    (shard_ends, client_ends)
+}
+
+fn spawn<G, F, T>(
+    name: &str,
+    cpu: usize,
+    io_memory: usize,
+    f: G,
+) -> Result<glommio::ExecutorJoinHandle<T>, String>
+where
+    G: FnOnce() -> F + Send + 'static,
+    F: std::future::Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    LocalExecutorBuilder::new(Placement::Fixed(cpu))
+        .name(name)
+        .io_memory(io_memory)
+        .spawn(f)
+        .map_err(|e| format!("cannot start executor {name} on cpu {cpu}: {e}"))
+}
+
+fn wait_ready(rx: &mpsc::Receiver<Result<(), String>>, n: usize, what: &str) -> Result<(), String> {
+    for _ in 0..n {
+        match rx.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(format!("{what} did not start within {STARTUP_TIMEOUT:?}")),
+        }
+    }
+    Ok(())
+}
+
+fn socket_pair() -> Result<(StdUnixStream, OwnedFd), String> {
+    let (a, b) = StdUnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    Ok((a, OwnedFd::from(b)))
+}
+
+/// SIGTERM/SIGINT delivery to the main thread.
+struct Signals(signal_hook::iterator::Signals);
+
+impl Signals {
+    fn install() -> Result<Signals, String> {
+        signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGINT,
+        ])
+        .map(Signals)
+        .map_err(|e| format!("cannot install signal handlers: {e}"))
+    }
+
+    fn wait(mut self) {
+        if let Some(sig) = self.0.forever().next() {
+            log::info!("received signal {sig}");
+        }
+    }
+}

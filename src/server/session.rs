@@ -1,0 +1,241 @@
+//! Per-connection session state and request dispatch (CONTRACT §3): HELLO first (PING and BYE
+//! allowed before it), then ops answered here, routed to the owning shard, or fanned out.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use shards::routing::shard_for;
+use shards::{ErrorCode, Rejection};
+
+use super::connection::{Conn, Pending};
+use super::fanout;
+use super::front::Front;
+use super::router::Reply;
+use crate::ops::params::{parse, route_key};
+use crate::protocol::{encode_error, encode_ok, parse_request, Op};
+use crate::shard::{ReplyBody, ShardCall};
+use crate::util::slot::Slot;
+
+/// The protocol versions this server speaks (spec §9: the present protocol is 1).
+pub const SUPPORTED_PROTOCOLS: [i64; 1] = [1];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Close,
+}
+
+#[derive(Default)]
+pub struct Session {
+    hello: bool,
+}
+
+impl Session {
+    /// Handles one request payload: queues its response (or a reply slot) on `conn`.
+    pub async fn handle(&mut self, payload: &[u8], conn: &Rc<Conn>, front: &Rc<Front>) -> Flow {
+        let started = Instant::now();
+        let req = match parse_request(payload) {
+            Ok(r) => r,
+            Err(bad) => {
+                let rej = Rejection::new(ErrorCode::BadRequest, bad.message);
+                respond_err(conn, front, bad.id, Op::Unknown, &rej, started);
+                return Flow::Continue;
+            }
+        };
+        let params = req.params.map(|p| p.get().as_bytes());
+        let Some(op) = Op::parse(&req.op) else {
+            let rej = Rejection::new(
+                ErrorCode::UnknownOperation,
+                format!("unknown op {:?}", req.op),
+            )
+            .with("op", req.op.as_ref());
+            respond_err(conn, front, Some(req.id), Op::Unknown, &rej, started);
+            return Flow::Continue;
+        };
+        if !self.hello && !op.allowed_before_hello() {
+            let rej = Rejection::new(ErrorCode::HelloRequired, "send HELLO first");
+            respond_err(conn, front, Some(req.id), op, &rej, started);
+            return Flow::Continue;
+        }
+        let local = match op {
+            Op::Hello => Some(self.hello(params, front)),
+            Op::Ping => Some(Ok(json!({"pong": true}))),
+            Op::Bye => Some(Ok(json!({}))),
+            _ => None,
+        };
+        if let Some(result) = local {
+            match result {
+                Ok(v) => respond_ok(conn, front, req.id, op, &v, started),
+                Err(rej) => respond_err(conn, front, Some(req.id), op, &rej, started),
+            }
+            if op == Op::Bye {
+                conn.push(Pending::Close);
+                return Flow::Close;
+            }
+            return Flow::Continue;
+        }
+        let slot = match dispatch(op, params, front).await {
+            Ok(slot) => slot,
+            Err(rej) => {
+                respond_err(conn, front, Some(req.id), op, &rej, started);
+                return Flow::Continue;
+            }
+        };
+        conn.push(Pending::Reply {
+            id: req.id.into(),
+            op,
+            started,
+            slot,
+        });
+        Flow::Continue
+    }
+
+    fn hello(&mut self, params: Option<&[u8]>, front: &Front) -> Result<Value, Rejection> {
+        #[derive(Deserialize)]
+        struct Hello {
+            protocol_version: i64,
+            #[serde(default)]
+            client_name: Option<String>,
+            #[serde(default)]
+            client_version: Option<String>,
+        }
+        let h: Hello = parse(params)?;
+        if !SUPPORTED_PROTOCOLS.contains(&h.protocol_version) {
+            return Err(Rejection::new(
+                ErrorCode::UnsupportedProtocol,
+                format!("protocol_version {} is not supported", h.protocol_version),
+            )
+            .with("supported", SUPPORTED_PROTOCOLS.to_vec()));
+        }
+        log::debug!(
+            "HELLO from {} {}",
+            h.client_name.as_deref().unwrap_or("?"),
+            h.client_version.as_deref().unwrap_or("?")
+        );
+        self.hello = true;
+        Ok(json!({
+            "protocol_version": 1,
+            "server_name": "smdb",
+            "server_version": env!("CARGO_PKG_VERSION"),
+            "auth_required": false,
+            "role": front.info.role,
+            "features": ["pipelining", "idempotency", "guards", "expectations"],
+        }))
+    }
+}
+
+/// Starts an op that a shard (or several) answers; returns the slot its reply lands in.
+async fn dispatch(
+    op: Op,
+    params: Option<&[u8]>,
+    front: &Rc<Front>,
+) -> Result<super::router::ReplySlot, Rejection> {
+    let router = &front.router;
+    let owned = || params.map(<[u8]>::to_vec);
+    match op {
+        Op::CreateInstance
+        | Op::GetInstance
+        | Op::DeleteInstance
+        | Op::ApplyEvent
+        | Op::GetHistory => {
+            let id = route_key(params)?;
+            let shard = shard_for(&id, router.shard_count());
+            Ok(router
+                .start(
+                    shard,
+                    ShardCall::Op {
+                        op,
+                        params: owned(),
+                    },
+                )
+                .await)
+        }
+        Op::GetMachine | Op::ListMachines => {
+            let call = ShardCall::Op {
+                op,
+                params: owned(),
+            };
+            Ok(router.start(fanout::DEFINITIONS_SHARD, call).await)
+        }
+        Op::PutMachine => Ok(spawn_fanout(front, owned(), |f, p| async move {
+            fanout::put_machine(&f.router, p).await
+        })),
+        Op::ListInstances => Ok(spawn_fanout(front, owned(), |f, p| async move {
+            fanout::list_instances(&f.router, p).await
+        })),
+        Op::Info => Ok(spawn_fanout(front, owned(), |f, _| async move {
+            info(&f).await
+        })),
+        _ => Err(Rejection::new(
+            ErrorCode::InternalError,
+            "op has no dispatcher",
+        )),
+    }
+}
+
+/// Runs a multi-shard op as its own task; its result lands in the returned slot.
+fn spawn_fanout<F, Fut>(
+    front: &Rc<Front>,
+    params: Option<Vec<u8>>,
+    f: F,
+) -> super::router::ReplySlot
+where
+    F: FnOnce(Rc<Front>, Option<Vec<u8>>) -> Fut,
+    Fut: std::future::Future<Output = Reply> + 'static,
+{
+    let slot = Slot::new();
+    let fill = slot.clone();
+    let fut = f(front.clone(), params);
+    glommio::spawn_local(async move { fill.fill(fut.await) }).detach();
+    slot
+}
+
+async fn info(front: &Front) -> Reply {
+    let shards = fanout::shard_infos(&front.router).await?;
+    let sum = |k: &str| shards.iter().filter_map(|s| s[k].as_u64()).sum::<u64>();
+    let l = &front.limits;
+    let body = json!({
+        "server_name": "smdb",
+        "server_version": env!("CARGO_PKG_VERSION"),
+        "uptime_seconds": front.info.started.elapsed().as_secs(),
+        "role": front.info.role,
+        "shards": front.router.shard_count(),
+        "acceptor_cores": front.info.acceptor_cores,
+        "limits": {
+            "max_connections": l.max_connections,
+            "max_frame_bytes": l.max_frame_bytes,
+            "max_inflight_per_connection": l.max_inflight,
+            "idle_timeout_secs": l.idle_timeout.map_or(0, |d| d.as_secs()),
+        },
+        "instances": sum("instances"),
+        "machines": shards.first().and_then(|s| s["machines"].as_u64()).unwrap_or(0),
+        "wal": { "offset": sum("wal_offset"), "durable_offset": sum("wal_durable_offset") },
+        "shard_details": shards,
+    });
+    Ok(ReplyBody::Json(
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
+}
+
+fn respond_ok(conn: &Conn, front: &Front, id: &str, op: Op, v: &Value, started: Instant) {
+    let mut out = Vec::new();
+    encode_ok(&mut out, id, &serde_json::to_vec(v).unwrap_or_default());
+    front.stats.record_ok(op, started.elapsed());
+    conn.push(Pending::Frame(out));
+}
+
+fn respond_err(
+    conn: &Conn,
+    front: &Front,
+    id: Option<&str>,
+    op: Op,
+    rej: &Rejection,
+    started: Instant,
+) {
+    let mut out = Vec::new();
+    encode_error(&mut out, id, rej);
+    front.stats.record_failure(op, rej.code, started.elapsed());
+    conn.push(Pending::Frame(out));
+}

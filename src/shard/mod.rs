@@ -1,0 +1,17 @@
+//! The shard executor: receives requests from front and control executors over bounded
+//! channels, runs them against its engine, logs writes, and answers once they are durable.
+//!
+//! A shard alone owns its engine and log; nothing else touches them. Cross-core traffic is
+//! messages only (`message.rs`).
+
+pub mod durability;
+pub mod message;
+pub mod runtime;
+
+pub use message::{ReplyBody, ShardCall, ShardRequest, ShardResponse};
+
+/// Depth of each front→shard request channel and shard→front response channel.
+/// Policy when full: the sender waits (a front stops reading that connection's socket, so the
+/// client sees TCP backpressure); nothing is dropped. GLOMMIO.md measured that capacities below
+/// ~1024 spend their time in sleep/wake.
+pub const SHARD_QUEUE_DEPTH_MAX: usize = 1024;

@@ -1,0 +1,396 @@
+//! The shard executor's main loop: one task per client channel (each front executor and the
+//! control executor), an outbox per channel that releases replies once their log offset is
+//! durable, in arrival order.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use glommio::channels::shared_channel::{
+    ConnectedReceiver, ConnectedSender, SharedReceiver, SharedSender,
+};
+use serde_json::{json, Value};
+use shards::engine::{Command, Decision, Engine, Entry};
+use shards::{ErrorCode, Rejection};
+
+use super::durability::Durability;
+use super::message::{ReplyBody, ShardCall, ShardRequest, ShardResponse};
+use crate::ops;
+use crate::protocol::Op;
+use crate::util::notify::Notify;
+use crate::util::time::now_ms;
+
+/// One client's channel pair, created in `main` and moved into the shard executor.
+pub type ClientChannels = (SharedReceiver<ShardRequest>, SharedSender<ShardResponse>);
+
+pub struct ShardSetup {
+    pub index: u32,
+    pub clients: Vec<ClientChannels>,
+    pub ready: std::sync::mpsc::Sender<Result<(), String>>,
+}
+
+/// What one shard owns.
+pub struct Shard {
+    pub index: u32,
+    engine: RefCell<Engine>,
+    log: Durability,
+}
+
+/// Runs a shard until every client has hung up.
+pub async fn run(setup: ShardSetup) {
+    let shard = Rc::new(Shard {
+        index: setup.index,
+        engine: RefCell::new(Engine::new()),
+        log: Durability::memory(),
+    });
+    // The receiver may be gone if start-up already failed elsewhere; nothing to do then.
+    let _ = setup.ready.send(Ok(()));
+    let tasks: Vec<_> = setup
+        .clients
+        .into_iter()
+        .map(|(rx, tx)| glommio::spawn_local(serve_client(shard.clone(), rx, tx)))
+        .collect();
+    for t in tasks {
+        t.await;
+    }
+    log::debug!("shard {} stopped", shard.index);
+}
+
+async fn serve_client(
+    shard: Rc<Shard>,
+    rx: SharedReceiver<ShardRequest>,
+    tx: SharedSender<ShardResponse>,
+) {
+    // Connect both ends concurrently: sequential connects can deadlock (GLOMMIO.md pitfall 6).
+    let (rx, tx) = futures_lite::future::zip(rx.connect(), tx.connect()).await;
+    let outbox = Rc::new(Outbox::default());
+    let pump = glommio::spawn_local(outbox.clone().run(shard.clone(), tx));
+    receive(&shard, &rx, &outbox).await;
+    outbox.close();
+    pump.await;
+}
+
+async fn receive(shard: &Shard, rx: &ConnectedReceiver<ShardRequest>, outbox: &Outbox) {
+    while let Some(req) = rx.recv().await {
+        let (result, needs) = shard.execute(req.call);
+        outbox.push(
+            needs,
+            ShardResponse {
+                token: req.token,
+                result,
+            },
+        );
+    }
+}
+
+/// Replies waiting for the log to become durable up to their offset.
+///
+/// Bound: at most the number of requests the client executor has outstanding on this shard,
+/// which its own per-connection in-flight limits bound; the client waits on the request
+/// channel when that is full, so this queue cannot grow without bound.
+#[derive(Default)]
+struct Outbox {
+    queue: RefCell<VecDeque<(u64, ShardResponse)>>,
+    wake: Notify,
+    closed: std::cell::Cell<bool>,
+}
+
+impl Outbox {
+    fn push(&self, needs: u64, resp: ShardResponse) {
+        self.queue.borrow_mut().push_back((needs, resp));
+        self.wake.notify();
+    }
+
+    fn close(&self) {
+        self.closed.set(true);
+        self.wake.notify();
+    }
+
+    async fn run(self: Rc<Self>, shard: Rc<Shard>, tx: ConnectedSender<ShardResponse>) {
+        loop {
+            let front = self.queue.borrow().front().map(|(n, _)| *n);
+            let Some(needs) = front else {
+                if self.closed.get() {
+                    return;
+                }
+                self.wake.wait().await;
+                continue;
+            };
+            let failure = shard.log.wait_durable(needs).await.err();
+            let durable = shard.log.durable();
+            loop {
+                let next = {
+                    let mut q = self.queue.borrow_mut();
+                    match q.front() {
+                        Some((n, _)) if *n <= durable || failure.is_some() => q.pop_front(),
+                        _ => None,
+                    }
+                };
+                let Some((n, mut resp)) = next else { break };
+                if n > durable {
+                    if let Some(f) = &failure {
+                        resp.result = Err(f.clone());
+                    }
+                }
+                if tx.send(resp).await.is_err() {
+                    return; // the client executor is gone: nobody to answer
+                }
+            }
+        }
+    }
+}
+
+type Outcome = (Result<ReplyBody, Rejection>, u64);
+
+impl Shard {
+    /// Executes one call. Returns the reply and the log offset that must be durable first.
+    fn execute(&self, call: ShardCall) -> Outcome {
+        match call {
+            ShardCall::Op { op, params } => self.execute_op(op, params.as_deref()),
+            ShardCall::InstallMachines(entries) => self.install_machines(entries),
+            ShardCall::MachineEntries => (
+                Ok(ReplyBody::Entries(self.engine.borrow().machine_entries())),
+                0,
+            ),
+            ShardCall::List {
+                machine,
+                state,
+                after,
+                limit,
+            } => {
+                let page = self.engine.borrow().list_instances(
+                    machine.as_deref(),
+                    state.as_deref(),
+                    after.as_deref(),
+                    limit,
+                );
+                (Ok(ReplyBody::Page(page)), self.log.head())
+            }
+            ShardCall::Info => (Ok(ReplyBody::Value(self.info())), 0),
+        }
+    }
+
+    fn execute_op(&self, op: Op, params: Option<&[u8]>) -> Outcome {
+        let head = self.log.head();
+        let result = match op {
+            Op::PutMachine => return self.put_machine(params),
+            Op::CreateInstance => ops::instances::create_command(params),
+            Op::ApplyEvent => ops::events::apply_command(params),
+            Op::DeleteInstance => ops::instances::delete_command(params),
+            Op::GetInstance => return self.get_instance(params),
+            Op::GetHistory => return self.get_history(params),
+            Op::GetMachine => return (self.get_machine(params), head),
+            Op::ListMachines => return (self.list_machines(params), head),
+            _ => Err(Rejection::new(
+                ErrorCode::InternalError,
+                "op not served by a shard",
+            )),
+        };
+        match result {
+            Ok(cmd) => self.write(&cmd),
+            Err(rej) => (Err(rej), 0),
+        }
+    }
+
+    /// decide → log → apply for one write command.
+    fn write(&self, cmd: &Command) -> Outcome {
+        let decision = self.engine.borrow().decide(cmd, now_ms());
+        match decision {
+            Err(rej) => (Err(rej), 0),
+            Ok(Decision::Answer(v)) => {
+                let needs = self.instance_offset(cmd).unwrap_or_else(|| self.log.head());
+                (Ok(ReplyBody::Json(to_json(&v))), needs)
+            }
+            Ok(Decision::Write(entry)) => match self.log_and_apply(entry) {
+                Ok((v, offset)) => (Ok(ReplyBody::Json(to_json(&v))), offset),
+                Err(rej) => (Err(rej), 0),
+            },
+        }
+    }
+
+    fn log_and_apply(&self, entry: Entry) -> Result<(Value, u64), Rejection> {
+        let bytes = serde_json::to_vec(&entry).map_err(|e| {
+            Rejection::new(
+                ErrorCode::InternalError,
+                format!("cannot encode log entry: {e}"),
+            )
+        })?;
+        let offset = self.log.append(&bytes)?;
+        let result = self
+            .engine
+            .borrow_mut()
+            .apply(entry, offset, true)
+            .unwrap_or(Value::Null);
+        Ok((result, offset))
+    }
+
+    fn instance_offset(&self, cmd: &Command) -> Option<u64> {
+        let id = match cmd {
+            Command::CreateInstance { id, .. } => id,
+            Command::ApplyEvent { instance_id, .. } => instance_id,
+            _ => return None,
+        };
+        self.engine.borrow().instance(id).map(|i| i.wal_offset)
+    }
+
+    fn put_machine(&self, params: Option<&[u8]>) -> Outcome {
+        let cmd = match ops::machines::put_command(params) {
+            Ok(c) => c,
+            Err(rej) => return (Err(rej), 0),
+        };
+        let decision = self.engine.borrow().decide(&cmd, now_ms());
+        match decision {
+            Err(rej) => (Err(rej), 0),
+            Ok(Decision::Write(entry)) => match self.log_and_apply(entry.clone()) {
+                Ok((v, offset)) => (
+                    Ok(ReplyBody::Machine {
+                        result: to_json(&v),
+                        entry,
+                    }),
+                    offset,
+                ),
+                Err(rej) => (Err(rej), 0),
+            },
+            Ok(Decision::Answer(v)) => {
+                let Command::PutMachine {
+                    machine, version, ..
+                } = &cmd
+                else {
+                    return (Err(internal("put_command built another command")), 0);
+                };
+                let entry = self
+                    .engine
+                    .borrow()
+                    .machine_entries()
+                    .into_iter()
+                    .find(|e| {
+                        matches!(e, Entry::PutMachine { machine: m, version: ver, .. }
+                        if m == machine && ver == version)
+                    });
+                match entry {
+                    Some(entry) => (
+                        Ok(ReplyBody::Machine {
+                            result: to_json(&v),
+                            entry,
+                        }),
+                        self.log.head(),
+                    ),
+                    None => (Err(internal("identical machine version not found")), 0),
+                }
+            }
+        }
+    }
+
+    fn install_machines(&self, entries: Vec<Entry>) -> Outcome {
+        for entry in entries {
+            let Entry::PutMachine {
+                machine,
+                version,
+                definition,
+                ..
+            } = entry
+            else {
+                continue;
+            };
+            let cmd = Command::PutMachine {
+                machine,
+                version,
+                definition,
+            };
+            let decision = self.engine.borrow().decide(&cmd, now_ms());
+            match decision {
+                Ok(Decision::Answer(_)) => {}
+                Ok(Decision::Write(e)) => {
+                    if let Err(rej) = self.log_and_apply(e) {
+                        return (Err(rej), 0);
+                    }
+                }
+                Err(rej) => {
+                    log::error!(
+                        "shard {}: cannot install definition: {}",
+                        self.index,
+                        rej.message
+                    );
+                    return (Err(rej), 0);
+                }
+            }
+        }
+        (Ok(ReplyBody::Json(b"{}".to_vec())), self.log.head())
+    }
+
+    fn get_instance(&self, params: Option<&[u8]>) -> Outcome {
+        let id = match ops::instances::id_param(params) {
+            Ok(id) => id,
+            Err(rej) => return (Err(rej), 0),
+        };
+        let engine = self.engine.borrow();
+        match (engine.instance_json(&id), engine.instance(&id)) {
+            (Some(v), Some(i)) => (Ok(ReplyBody::Json(to_json(&v))), i.wal_offset),
+            // "Not found" may stem from a delete that is not durable yet: wait for the head.
+            _ => (Err(not_found(&id)), self.log.head()),
+        }
+    }
+
+    fn get_history(&self, params: Option<&[u8]>) -> Outcome {
+        let (id, from, limit) = match ops::events::history_query(params) {
+            Ok(q) => q,
+            Err(rej) => return (Err(rej), 0),
+        };
+        let engine = self.engine.borrow();
+        let needs = engine
+            .instance(&id)
+            .map_or(self.log.head(), |i| i.wal_offset);
+        (
+            engine
+                .history(&id, from, limit)
+                .map(|v| ReplyBody::Json(to_json(&v))),
+            needs,
+        )
+    }
+
+    fn get_machine(&self, params: Option<&[u8]>) -> Result<ReplyBody, Rejection> {
+        let (name, version) = ops::machines::get_query(params)?;
+        let v = self.engine.borrow().machine(&name, version)?;
+        Ok(ReplyBody::Json(to_json(&v)))
+    }
+
+    fn list_machines(&self, params: Option<&[u8]>) -> Result<ReplyBody, Rejection> {
+        ops::machines::list_query(params)?;
+        let machines: Vec<Value> = self
+            .engine
+            .borrow()
+            .machines()
+            .into_iter()
+            .map(|(m, versions)| json!({"machine": m, "versions": versions}))
+            .collect();
+        Ok(ReplyBody::Json(to_json(&json!({ "machines": machines }))))
+    }
+
+    fn info(&self) -> Value {
+        let engine = self.engine.borrow();
+        json!({
+            "shard": self.index,
+            "instances": engine.instance_count(),
+            "machines": engine.machine_count(),
+            "wal_offset": self.log.head(),
+            "wal_durable_offset": self.log.durable(),
+        })
+    }
+}
+
+fn to_json(v: &Value) -> Vec<u8> {
+    // Serialising a Value into a Vec cannot fail: no I/O and every map key is a string.
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+fn internal(msg: &str) -> Rejection {
+    Rejection::new(ErrorCode::InternalError, msg)
+}
+
+fn not_found(id: &str) -> Rejection {
+    Rejection::new(
+        ErrorCode::InstanceNotFound,
+        format!("no instance with id {id:?}"),
+    )
+    .with("id", id)
+}

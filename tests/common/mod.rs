@@ -1,0 +1,259 @@
+//! Test harness: starts the real `smdb-server` binary on a free port with a temp data dir,
+//! speaks the wire protocol through the project's client, kills and restarts it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+pub use smdb::client::{Client, ClientError};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_smdb-server");
+
+pub struct Server {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub dir: PathBuf,
+    config: String,
+}
+
+/// A fresh temp directory under /tmp (a real filesystem: tmpfs would hide O_DIRECT bugs).
+pub fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("smdb-test-")
+        .tempdir_in("/tmp")
+        .expect("temp dir")
+}
+
+/// The base config every test server gets: ephemeral port, data under `dir`, metrics off
+/// unless a test turns them on.
+pub fn base_config(dir: &Path, extra: &str) -> String {
+    let mut cfg = format!(
+        "[network]\nbind_addr = \"127.0.0.1:0\"\n[storage]\ndata_dir = \"{}\"\n",
+        dir.join("data").display()
+    );
+    if !extra.contains("[metrics]") {
+        cfg.push_str("[metrics]\nenabled = false\n");
+    }
+    merge_sections(&cfg, extra)
+}
+
+/// Merges `extra` TOML into `base` by section, later keys replacing earlier ones, so a test can
+/// override e.g. `[storage] fsync` without duplicating the table.
+fn merge_sections(base: &str, extra: &str) -> String {
+    let mut sections: Vec<(String, Vec<String>)> = vec![(String::new(), vec![])];
+    let mut cur = 0;
+    for line in base
+        .lines()
+        .chain(extra.lines())
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+    {
+        if line.starts_with('[') {
+            cur = match sections.iter().position(|(n, _)| n == line) {
+                Some(i) => i,
+                None => {
+                    sections.push((line.to_string(), vec![]));
+                    sections.len() - 1
+                }
+            };
+            continue;
+        }
+        let key = |l: &str| l.split('=').next().unwrap_or("").trim().to_string();
+        let k = key(line);
+        sections[cur].1.retain(|l| key(l) != k);
+        sections[cur].1.push(line.to_string());
+    }
+    let mut out = String::new();
+    for (name, lines) in sections {
+        if !name.is_empty() {
+            out.push_str(&name);
+            out.push('\n');
+        }
+        for l in lines {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+impl Server {
+    /// Starts a server in a new temp dir with `extra` config. The dir lives as long as the
+    /// returned guard.
+    pub fn start(extra: &str) -> (Server, tempfile::TempDir) {
+        let dir = temp_dir();
+        let s = Server::start_in(dir.path(), extra).unwrap_or_else(|e| panic!("start: {e}"));
+        (s, dir)
+    }
+
+    /// Starts a server using (and keeping) `dir` for config, data and logs.
+    pub fn start_in(dir: &Path, extra: &str) -> Result<Server, String> {
+        let config = base_config(dir, extra);
+        let mut s = Server {
+            child: None,
+            addr: "127.0.0.1:0".parse().unwrap(),
+            dir: dir.into(),
+            config,
+        };
+        s.launch()?;
+        Ok(s)
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
+        let cfg_path = self.dir.join("smdb.toml");
+        std::fs::write(&cfg_path, &self.config).map_err(|e| e.to_string())?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("server.log"))
+            .map_err(|e| e.to_string())?;
+        let mut child = Command::new(BIN)
+            .arg("--config")
+            .arg(&cfg_path)
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) = line.strip_prefix("smdb-server listening on ") {
+                    let addr = rest.split_whitespace().next().unwrap_or("").to_string();
+                    let _ = tx.send(addr);
+                }
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(addr) => {
+                self.addr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
+                self.child = Some(child);
+                Ok(())
+            }
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                Err(format!(
+                    "server did not start ({status:?}); log:\n{}",
+                    self.log()
+                ))
+            }
+        }
+    }
+
+    /// The server's stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// A connected client that has done HELLO.
+    pub fn client(&self) -> Client {
+        let c = Client::connect_hello(self.addr, "smdb-tests").expect("connect + HELLO");
+        c.set_timeout(Some(Duration::from_secs(30))).unwrap();
+        c
+    }
+
+    /// A connected client without HELLO.
+    pub fn raw_client(&self) -> Client {
+        let c = Client::connect(self.addr).expect("connect");
+        c.set_timeout(Some(Duration::from_secs(30))).unwrap();
+        c
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut c = self.child.take().expect("server running");
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        wait_timeout(&mut c, Duration::from_secs(30)).expect("server exits after SIGTERM")
+    }
+
+    /// Kills (SIGKILL) and starts again on the same dir and config, on a new port.
+    pub fn restart_after_kill(&mut self) {
+        self.kill();
+        self.launch().unwrap_or_else(|e| panic!("restart: {e}"));
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn wait_timeout(c: &mut Child, t: Duration) -> Option<ExitStatus> {
+    let deadline = std::time::Instant::now() + t;
+    loop {
+        if let Ok(Some(s)) = c.try_wait() {
+            return Some(s);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = c.kill();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs the binary with `args` expecting it to exit by itself; returns (code, stderr).
+pub fn run_to_exit(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run smdb-server");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// An order workflow used across tests: guarded payment, final states.
+pub fn order_definition() -> Value {
+    json!({
+        "states": ["new", "paid", "shipped", "cancelled"],
+        "initial": "new",
+        "final": ["shipped", "cancelled"],
+        "transitions": [
+            {"from": "new", "event": "pay", "to": "paid", "guard": "payload.amount >= ctx.total"},
+            {"from": "paid", "event": "ship", "to": "shipped"},
+            {"from": ["new", "paid"], "event": "cancel", "to": "cancelled"},
+            {"from": "paid", "event": "touch", "to": "paid"}
+        ]
+    })
+}
+
+/// Defines the `order` machine, version 1.
+pub fn put_order_machine(c: &mut Client) {
+    let def = order_definition();
+    c.call(
+        "PUT_MACHINE",
+        json!({"machine": "order", "version": 1, "definition": def}),
+    )
+    .expect("PUT_MACHINE order");
+}
+
+/// The error code of a failed call (panics on success).
+pub fn err_code(r: Result<Value, ClientError>) -> String {
+    match r {
+        Ok(v) => panic!("expected an error, got {v}"),
+        Err(e) => e.code().unwrap_or("not a server error").to_string(),
+    }
+}
