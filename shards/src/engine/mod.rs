@@ -17,6 +17,7 @@ pub use entry::Entry;
 
 pub mod definition;
 pub mod guard;
+pub mod limits;
 mod instance;
 mod state;
 
