@@ -32,3 +32,6 @@ mod stats;
 pub use definition::{CompiledMachine, Definition};
 pub use instance::{HistoryItem, Instance};
 pub use state::{Decision, Engine, EngineStats, ListPage};
+
+#[cfg(test)]
+mod tests;
