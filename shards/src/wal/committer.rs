@@ -13,6 +13,7 @@ use super::error::WalError;
 use super::limits::MARKER_BYTES;
 use super::record::encode_marker;
 use super::shared::{Batch, Shared};
+use super::spare::Spare;
 use super::writer::SegmentWriter;
 
 struct Committer {
@@ -22,24 +23,35 @@ struct Committer {
     marked: u64,
     last_sync: Instant,
     /// The previous batch's buffers, reused for the next one.
-    spare: Batch,
+    recycled: Batch,
+    /// The pre-zeroed file for the next segment.
+    spare: Spare,
 }
 
 /// Runs until `close`, the `Wal` being dropped, or the first I/O error.
 pub(crate) async fn run(shared: Rc<Shared>, w: SegmentWriter) {
+    let mut spare = Spare::new(&shared.wal_dir, shared.cfg.segment_bytes);
+    spare.start();
     let mut c = Committer {
         shared,
         w,
         marked: 0,
         last_sync: Instant::now(),
-        spare: Batch::default(),
+        recycled: Batch::default(),
+        spare,
     };
     if let Err(e) = c.run_loop().await {
         c.shared.poison(&e);
     }
-    let Committer { shared, w, .. } = c;
+    let Committer {
+        shared,
+        w,
+        mut spare,
+        ..
+    } = c;
     shared.stop();
     w.close().await;
+    spare.discard().await;
 }
 
 impl Committer {
@@ -50,7 +62,7 @@ impl Committer {
             }
             let batch = self.take_pending();
             if batch.ends.is_empty() {
-                self.spare = batch;
+                self.recycled = batch;
                 if self.shared.closing.get() {
                     return self.finish().await;
                 }
@@ -58,14 +70,14 @@ impl Committer {
                 continue;
             }
             self.commit(&batch).await?;
-            self.spare = batch;
-            self.spare.clear();
+            self.recycled = batch;
+            self.recycled.clear();
         }
     }
 
     fn take_pending(&mut self) -> Batch {
-        let spare = std::mem::take(&mut self.spare);
-        std::mem::replace(&mut *self.shared.pending.borrow_mut(), spare)
+        let empty = std::mem::take(&mut self.recycled);
+        std::mem::replace(&mut *self.shared.pending.borrow_mut(), empty)
     }
 
     /// Waits for appends; under `Interval`, syncs when the interval is up.
@@ -191,9 +203,19 @@ impl Committer {
             written + 1
         );
         self.sync_all().await?;
-        let new = SegmentWriter::create(&self.shared, first).await?;
+        let spare = self.spare.take_ready().await;
+        let prezeroed = spare.is_some();
+        let spare_path = self.spare.path().to_path_buf();
+        let spare = spare.map(|file| (file, spare_path.as_path()));
+        let new = SegmentWriter::create(&self.shared, first, spare).await?;
+        {
+            let mut c = self.shared.counters.borrow_mut();
+            c.rotations_total += 1;
+            c.rotations_prezeroed_total += u64::from(prezeroed);
+        }
         let old = std::mem::replace(&mut self.w, new);
         old.close().await;
+        self.spare.start();
         Ok(())
     }
 

@@ -19,6 +19,7 @@ mod scan;
 pub mod segment;
 mod shared;
 pub mod snapshot;
+mod spare;
 mod stats;
 mod waiters;
 mod writer;
@@ -79,7 +80,7 @@ impl Wal {
         let shared = Rc::new(Shared::new(cfg, out.head, out.segments, out.snapshots));
         let writer = match out.tail {
             Some(t) => SegmentWriter::resume(&shared, t.path, t.first, t.pos).await?,
-            None => SegmentWriter::create(&shared, out.head + 1).await?,
+            None => SegmentWriter::create(&shared, out.head + 1, None).await?,
         };
         log::info!(
             "wal: shard {shard}: recovered through offset {} ({} segment(s), oldest offset {})",
@@ -198,6 +199,8 @@ impl Wal {
             entries_total: c.entries_total,
             batches_total: c.batches_total,
             fsyncs_total: c.fsyncs_total,
+            rotations_total: c.rotations_total,
+            rotations_prezeroed_total: c.rotations_prezeroed_total,
             write_seconds: c.write_seconds,
             fsync_seconds: c.fsync_seconds,
             batch_entries: c.batch_entries,

@@ -213,6 +213,9 @@ impl Shared {
         len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<(), WalError> {
+        if self.poisoned.get() {
+            return Err(WalError::Poisoned);
+        }
         #[cfg(test)]
         {
             let f = &self.faults;

@@ -88,6 +88,9 @@ pub struct WalStats {
     pub batches_total: u64,
     /// fdatasync calls on segments that completed successfully.
     pub fsyncs_total: u64,
+    /// Segments started by rotation, and how many of them were pre-zeroed spares.
+    pub rotations_total: u64,
+    pub rotations_prezeroed_total: u64,
     pub write_seconds: Histogram,
     pub fsync_seconds: Histogram,
     pub batch_entries: Histogram,
@@ -102,6 +105,8 @@ pub(crate) struct Counters {
     pub entries_total: u64,
     pub batches_total: u64,
     pub fsyncs_total: u64,
+    pub rotations_total: u64,
+    pub rotations_prezeroed_total: u64,
     pub write_seconds: Histogram,
     pub fsync_seconds: Histogram,
     pub batch_entries: Histogram,
@@ -115,6 +120,8 @@ impl Default for Counters {
             entries_total: 0,
             batches_total: 0,
             fsyncs_total: 0,
+            rotations_total: 0,
+            rotations_prezeroed_total: 0,
             write_seconds: Histogram::new(&DURATION_BOUNDS_SECONDS),
             fsync_seconds: Histogram::new(&DURATION_BOUNDS_SECONDS),
             batch_entries: Histogram::new(&BATCH_BOUNDS_ENTRIES),

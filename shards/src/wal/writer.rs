@@ -3,7 +3,7 @@
 //!
 //! Owned by the committer task; nothing else writes segments.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use glommio::io::DmaFile;
@@ -49,11 +49,16 @@ impl Parts<'_> {
 }
 
 impl SegmentWriter {
-    /// Creates segment `first` durably (temp file with header, preallocated, fdatasync,
-    /// rename, directory fsync), registers it and makes it the current one.
-    pub async fn create(shared: &Shared, first: u64) -> Result<SegmentWriter, WalError> {
+    /// Creates segment `first` durably (header, fdatasync, rename into place, directory
+    /// fsync), registers it and makes it the current one. Uses `spare` (a pre-zeroed file at
+    /// `spare_path`) if given, else a new preallocated file.
+    pub async fn create(
+        shared: &Shared,
+        first: u64,
+        spare: Option<(DmaFile, &Path)>,
+    ) -> Result<SegmentWriter, WalError> {
         let path = segment_path(&shared.wal_dir, first);
-        let file = create_segment_file(shared, &path, first).await?;
+        let file = create_segment_file(shared, &path, first, spare).await?;
         shared
             .segments
             .borrow_mut()
@@ -162,11 +167,17 @@ impl SegmentWriter {
 
 async fn create_segment_file(
     shared: &Shared,
-    path: &std::path::Path,
+    path: &Path,
     first: u64,
+    spare: Option<(DmaFile, &Path)>,
 ) -> Result<DmaFile, WalError> {
-    let tmp = PathBuf::from(format!("{}{TMP_SUFFIX}", path.display()));
-    let file = files::create_rw(&tmp).await?;
+    let (file, tmp, fresh) = match spare {
+        Some((file, spare_path)) => (file, spare_path.to_path_buf(), false),
+        None => {
+            let tmp = PathBuf::from(format!("{}{TMP_SUFFIX}", path.display()));
+            (files::create_rw(&tmp).await?, tmp, true)
+        }
+    };
     let header = SegmentHeader {
         shard: shared.cfg.shard,
         first_offset: first,
@@ -176,7 +187,9 @@ async fn create_segment_file(
             encode_header(header, b)
         })
         .await?;
-        preallocate(&file, &tmp, shared.cfg.segment_bytes).await?;
+        if fresh {
+            preallocate(&file, &tmp, shared.cfg.segment_bytes).await?;
+        }
         shared.fdatasync(&file, &tmp).await?;
         file.rename(path)
             .await
@@ -193,7 +206,7 @@ async fn create_segment_file(
 
 /// Reserves the whole segment (unwritten extents read as zeros), so appends do not extend the
 /// file. Filesystems without fallocate just skip it.
-async fn preallocate(file: &DmaFile, path: &std::path::Path, bytes: u64) -> Result<(), WalError> {
+pub(crate) async fn preallocate(file: &DmaFile, path: &Path, bytes: u64) -> Result<(), WalError> {
     match file.pre_allocate(bytes, false).await {
         Ok(()) => Ok(()),
         Err(e) => {

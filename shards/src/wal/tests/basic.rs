@@ -208,3 +208,33 @@ fn dropped_wait_leaves_no_waiter_behind() {
         wal.close().await.expect("close");
     });
 }
+
+#[test]
+fn rotation_uses_the_prepared_spare_segment() {
+    let dir = tmpdir();
+    let cfg = cfg(dir.path(), 32 << 10);
+    let c = cfg.clone();
+    run(move || async move {
+        let (wal, _) = open_collect(c.clone()).await.expect("open");
+        let mut next = 1;
+        for _ in 0..3 {
+            // Give the background task time to zero the spare, then fill a segment.
+            glommio::timer::sleep(Duration::from_millis(30)).await;
+            append_range(&wal, next, next + 199).await;
+            next += 200;
+        }
+        let st = wal.stats();
+        assert!(st.rotations_total >= 3, "{} rotations", st.rotations_total);
+        assert!(st.rotations_prezeroed_total >= 1, "no spare was ever used");
+        assert!(c.dir.join("wal/spare.seg.tmp").exists());
+        wal.close().await.expect("close");
+    });
+    assert!(
+        !cfg.dir.join("wal/spare.seg.tmp").exists(),
+        "close removes the spare"
+    );
+    run(move || async move {
+        let (_wal, got) = open_collect(cfg).await.expect("reopen");
+        assert_records(&got, 1, 600);
+    });
+}
