@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::config::FsyncPolicy;
 use super::error::WalError;
-use super::limits::MARKER_BYTES;
+use super::limits::{BATCH_REUSE_BYTES_MAX, MARKER_BYTES};
 use super::record::encode_marker;
 use super::shared::{Batch, Shared};
 use super::spare::Spare;
@@ -70,8 +70,10 @@ impl Committer {
                 continue;
             }
             self.commit(&batch).await?;
-            self.recycled = batch;
-            self.recycled.clear();
+            if batch.bytes.capacity() <= BATCH_REUSE_BYTES_MAX {
+                self.recycled = batch;
+                self.recycled.clear();
+            }
         }
     }
 

@@ -31,6 +31,10 @@ pub const MARKER_BYTES: usize = RECORD_HEADER_BYTES + MARKER_PAYLOAD_BYTES;
 /// one fdatasync, which bounds the DMA buffer a batch needs.
 pub const WRITE_BYTES_MAX: usize = 4 << 20;
 
+/// Bytes. A batch buffer larger than this is freed after its commit instead of being reused,
+/// so one burst does not pin its memory for the life of the shard.
+pub const BATCH_REUSE_BYTES_MAX: usize = 4 << 20;
+
 /// Bytes. Smallest segment accepted: header plus a few blocks (tests use small segments to
 /// exercise rotation).
 pub const SEGMENT_BYTES_MIN: u64 = 16 << 10;
