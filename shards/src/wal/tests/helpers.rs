@@ -103,13 +103,15 @@ pub fn segment_files(cfg: &WalConfig) -> Vec<PathBuf> {
     v
 }
 
-/// One past the last non-zero byte of a file.
+/// Where the valid records of a segment end (parsing them, as recovery does).
 pub fn data_end(path: &Path) -> u64 {
+    use crate::wal::record::{decode, Decoded};
     let bytes = std::fs::read(path).expect("read segment");
-    bytes
-        .iter()
-        .rposition(|&b| b != 0)
-        .map_or(0, |i| i as u64 + 1)
+    let mut pos = 4096;
+    while let Decoded::Record(h) = decode(&bytes[pos..]) {
+        pos += h.size;
+    }
+    pos as u64
 }
 
 /// Overwrites bytes of a file at `pos` (through the page cache; the WAL is closed).

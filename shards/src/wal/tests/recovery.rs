@@ -174,3 +174,66 @@ fn leftover_temp_segment_is_removed() {
     });
     assert!(!tmp.exists());
 }
+
+#[test]
+fn unvouched_records_after_a_torn_record_are_discarded() {
+    let dir = tmpdir();
+    let cfg = cfg(dir.path(), 1 << 20);
+    build_log(&cfg, 100, 10);
+    let seg = segment_files(&cfg).remove(0);
+    let end = data_end(&seg);
+    // An unsynced batch the device persisted out of order: a marker that vouches only for
+    // what is already there, a torn record 101, then an intact record 102.
+    let mut tail = crate::wal::record::encode_marker(101, 100).to_vec();
+    let mut r101 = Vec::new();
+    encode(&mut r101, 101, KIND_ENTRY, &payload(101));
+    r101[20] ^= 0xFF;
+    tail.extend_from_slice(&r101);
+    encode(&mut tail, 102, KIND_ENTRY, &payload(102));
+    write_bytes(&seg, end, &tail);
+    let c = cfg.clone();
+    run(move || async move {
+        let (wal, got) = open_collect(c)
+            .await
+            .expect("a torn tail is not corruption");
+        assert_records(&got, 1, 100);
+        wal.close().await.expect("close");
+    });
+    // After reopen and close: the injected marker stays, the close marker follows it, and
+    // everything after is zero.
+    let bytes = std::fs::read(&seg).expect("read");
+    let markers_end = end as usize + 2 * crate::wal::limits::MARKER_BYTES;
+    assert_eq!(data_end(&seg) as usize, markers_end);
+    assert!(
+        bytes[markers_end..].iter().all(|&b| b == 0),
+        "the discarded records are zeroed"
+    );
+}
+
+#[test]
+fn callback_error_aborts_open() {
+    let dir = tmpdir();
+    let cfg = cfg(dir.path(), 1 << 20);
+    build_log(&cfg, 5, 5);
+    run(move || async move {
+        let res = crate::wal::Wal::open(cfg, &mut |r| match r {
+            crate::wal::Recovered::Record { offset: 3, .. } => Err("boom".into()),
+            _ => Ok(()),
+        })
+        .await;
+        match res {
+            Err(WalError::Apply { offset: 3, reason }) => assert_eq!(reason, "boom"),
+            Err(e) => panic!("expected Apply, got {e}"),
+            Ok(_) => panic!("expected Apply, got a log"),
+        }
+    });
+}
+
+#[test]
+fn bad_segment_size_is_a_config_error() {
+    let dir = tmpdir();
+    let cfg = cfg(dir.path(), 5000);
+    run(move || async move {
+        assert!(matches!(open_collect(cfg).await, Err(WalError::Config(_))));
+    });
+}
