@@ -3,16 +3,39 @@
 //! Reads only up to the durable offset, so it never decodes bytes the committer may be
 //! writing; anything undecodable before that point is corruption.
 
+use std::path::{Path, PathBuf};
+
 use super::error::WalError;
 use super::record::KIND_ENTRY;
 use super::scan::{SegmentScan, Step};
 use super::shared::Shared;
 
-enum Stop {
-    /// Limits or the durable offset reached.
-    Done,
-    /// The segment ended; continue with `next`.
-    SegmentEnd,
+/// What one call collects, and its limits.
+struct Collector {
+    out: Vec<(u64, Vec<u8>)>,
+    bytes: usize,
+    max_records: usize,
+    max_bytes: usize,
+    /// Next offset wanted.
+    next: u64,
+    durable: u64,
+}
+
+impl Collector {
+    /// Takes the entry if the limits allow; false once nothing more should be read.
+    fn take(&mut self, offset: u64, payload: &[u8]) -> bool {
+        if !self.out.is_empty() && self.bytes + payload.len() > self.max_bytes {
+            return false;
+        }
+        self.bytes += payload.len();
+        self.out.push((offset, payload.to_vec()));
+        self.next = offset + 1;
+        self.out.len() < self.max_records && offset < self.durable
+    }
+
+    fn wants_more(&self) -> bool {
+        self.next <= self.durable && self.out.len() < self.max_records
+    }
 }
 
 pub(crate) async fn read_from(
@@ -30,84 +53,93 @@ pub(crate) async fn read_from(
         });
     }
     let durable = shared.durable.get();
-    let mut out = Vec::new();
-    let mut bytes = 0usize;
-    let mut next = from;
-    while next <= durable && max_records > 0 {
-        let located = {
-            let segs = shared.segments.borrow();
-            let i = segs.partition_point(|s| s.first <= next);
-            i.checked_sub(1)
-                .map(|i| (segs[i].path.clone(), segs[i].start_for(next)))
-        };
-        let Some((path, (mut expected, start))) = located else {
+    let mut c = Collector {
+        out: Vec::new(),
+        bytes: 0,
+        max_records,
+        max_bytes,
+        next: from,
+        durable,
+    };
+    while c.wants_more() {
+        let (path, start_offset, start_pos) = locate(shared, c.next)?;
+        let ended_at = read_segment(shared, &path, start_offset, start_pos, &mut c).await?;
+        let Some(expected) = ended_at else { break };
+        // The segment ended: the next one must continue it, unless nothing more is durable.
+        let continues = shared.segments.borrow().iter().any(|s| s.first == expected);
+        if !continues && expected <= durable {
+            let reason = format!("segment ends before the durable offset {durable}");
+            return Err(WalError::corrupt(&path, 0, reason));
+        }
+        c.next = c.next.max(expected);
+    }
+    Ok(c.out)
+}
+
+/// The segment holding `offset`, and the `(offset, byte)` to start scanning from.
+fn locate(shared: &Shared, offset: u64) -> Result<(PathBuf, u64, u64), WalError> {
+    let segs = shared.segments.borrow();
+    let i = segs.partition_point(|s| s.first <= offset);
+    match i.checked_sub(1) {
+        Some(i) => {
+            let (o, pos) = segs[i].start_for(offset);
+            Ok((segs[i].path.clone(), o, pos))
+        }
+        None => Err(WalError::Trimmed {
+            requested: offset,
+            oldest: shared.oldest(),
+        }),
+    }
+}
+
+/// Collects entries from one segment, starting at byte `pos` where entry `expected` is.
+/// Returns `Some(next expected offset)` if the segment ended, `None` if the collector is done.
+async fn read_segment(
+    shared: &Shared,
+    path: &Path,
+    mut expected: u64,
+    pos: u64,
+    c: &mut Collector,
+) -> Result<Option<u64>, WalError> {
+    let mut scan = match SegmentScan::open(path, pos).await {
+        Ok(s) => s,
+        // Compaction deleted it between the lookup and the open.
+        Err(_) if c.next < shared.oldest() => {
             return Err(WalError::Trimmed {
-                requested: next,
+                requested: c.next,
                 oldest: shared.oldest(),
-            });
-        };
-        let mut scan = match SegmentScan::open(&path, start).await {
-            Ok(s) => s,
-            // Compaction deleted it between the lookup and the open.
-            Err(_) if next < shared.oldest() => {
-                return Err(WalError::Trimmed {
-                    requested: next,
-                    oldest: shared.oldest(),
-                })
-            }
-            Err(e) => return Err(e),
-        };
-        let stop = loop {
-            match scan.next().await? {
-                Step::Record {
-                    pos,
-                    offset,
-                    kind,
-                    payload,
-                } => {
-                    if offset != expected {
-                        let reason = format!(
-                            "offsets must be contiguous: expected {expected}, got {offset}"
-                        );
-                        return Err(WalError::corrupt(&path, pos, reason));
-                    }
-                    if kind != KIND_ENTRY {
-                        continue;
-                    }
-                    expected += 1;
-                    if offset < next {
-                        continue;
-                    }
-                    let p = scan.bytes(payload);
-                    if !out.is_empty() && bytes + p.len() > max_bytes {
-                        break Stop::Done;
-                    }
-                    bytes += p.len();
-                    out.push((offset, p.to_vec()));
-                    next = offset + 1;
-                    if out.len() >= max_records || offset >= durable {
-                        break Stop::Done;
-                    }
+            })
+        }
+        Err(e) => return Err(e),
+    };
+    let res = loop {
+        match scan.next().await? {
+            Step::Record {
+                pos,
+                offset,
+                kind,
+                payload,
+            } => {
+                if offset != expected {
+                    let reason =
+                        format!("offsets must be contiguous: expected {expected}, got {offset}");
+                    break Err(WalError::corrupt(path, pos, reason));
                 }
-                Step::End { .. } => break Stop::SegmentEnd,
-                Step::Bad { pos, reason } => {
-                    let reason = format!("{reason} (before the durable offset {durable})");
-                    return Err(WalError::corrupt(&path, pos, reason));
+                if kind != KIND_ENTRY {
+                    continue;
+                }
+                expected += 1;
+                if offset >= c.next && !c.take(offset, scan.bytes(payload)) {
+                    break Ok(None);
                 }
             }
-        };
-        scan.close().await?;
-        match stop {
-            Stop::Done => break,
-            Stop::SegmentEnd => {
-                let continues = shared.segments.borrow().iter().any(|s| s.first == expected);
-                if !continues && expected <= durable {
-                    let reason = format!("segment ends before the durable offset {durable}");
-                    return Err(WalError::corrupt(&path, 0, reason));
-                }
-                next = next.max(expected);
+            Step::End { .. } => break Ok(Some(expected)),
+            Step::Bad { pos, reason } => {
+                let reason = format!("{reason} (before the durable offset {})", c.durable);
+                break Err(WalError::corrupt(path, pos, reason));
             }
         }
-    }
-    Ok(out)
+    };
+    scan.close().await?;
+    res
 }

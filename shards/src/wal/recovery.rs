@@ -261,16 +261,30 @@ async fn scan_segment(
         }
         return Ok((meta, end));
     }
-    let rest = scan.scan_rest().await?;
+    settle_newest_tail(&s.path, scan, end, bad, *expected).await?;
+    Ok((meta, end))
+}
+
+/// Decides what the bytes after the valid data of the newest segment are (see the module
+/// docs): lost synced data (`Corrupt`) or a torn tail, which is zeroed.
+async fn settle_newest_tail(
+    path: &Path,
+    mut scan: SegmentScan,
+    end: u64,
+    bad: Option<String>,
+    expected: u64,
+) -> Result<(), WalError> {
+    let rest = scan.scan_rest().await;
     scan.close().await?;
+    let rest = rest?;
     if let Some((at, synced)) = rest.marker {
-        if synced >= *expected {
+        if synced >= expected {
             let what = bad.as_deref().unwrap_or("the data ends");
             let reason = format!(
                 "{what} where offset {expected} should be, but a sync marker at byte {at} says \
                  offsets through {synced} were synced"
             );
-            return Err(WalError::corrupt(&s.path, end, reason));
+            return Err(WalError::corrupt(path, end, reason));
         }
     }
     if let Some(nonzero_end) = rest.nonzero_end.filter(|&e| e > end) {
@@ -279,12 +293,12 @@ async fn scan_segment(
             .unwrap_or("zero length followed by stale data");
         log::warn!(
             "wal: {}: truncating a torn tail of {} bytes at byte {end} (offset {expected}): {cause}",
-            s.path.display(),
+            path.display(),
             nonzero_end - end
         );
-        truncate_tail(&s.path, end, nonzero_end).await?;
+        truncate_tail(path, end, nonzero_end).await?;
     }
-    Ok((meta, end))
+    Ok(())
 }
 
 /// Zeroes `[end, nonzero_end)`: rewrites the block holding `end` keeping its valid prefix, and
