@@ -16,9 +16,9 @@ mod reader;
 pub mod record;
 mod recovery;
 mod scan;
-pub mod segment;
+mod segment;
 mod shared;
-pub mod snapshot;
+mod snapshot;
 mod spare;
 mod stats;
 mod waiters;
@@ -80,7 +80,12 @@ impl Wal {
         let shared = Rc::new(Shared::new(cfg, out.head, out.segments, out.snapshots));
         let writer = match out.tail {
             Some(t) => SegmentWriter::resume(&shared, t.path, t.first, t.pos).await?,
-            None => SegmentWriter::create(&shared, out.head + 1, None).await?,
+            None => {
+                // A brand-new log: zero its first segment now, like every later one.
+                let spare = spare::Spare::new(&shared.wal_dir, shared.cfg.segment_bytes);
+                let file = spare.prepare_now().await?;
+                SegmentWriter::create(&shared, out.head + 1, Some((file, spare.path()))).await?
+            }
         };
         log::info!(
             "wal: shard {shard}: recovered through offset {} ({} segment(s), oldest offset {})",

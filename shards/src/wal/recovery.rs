@@ -201,6 +201,13 @@ async fn list_checked_segments(cfg: &WalConfig) -> Result<Vec<SegmentFile>, WalE
             let reason = format!("segment belongs to shard {}, not {}", h.shard, cfg.shard);
             return Err(WalError::corrupt(&path, 0, reason));
         }
+        if first == 0 {
+            return Err(WalError::corrupt(
+                &path,
+                0,
+                "offsets start at 1; segment 0 is invalid",
+            ));
+        }
         if h.first_offset != first {
             let reason = format!(
                 "header says first offset {}, name says {first}",

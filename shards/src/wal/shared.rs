@@ -66,6 +66,10 @@ impl SegmentMeta {
 }
 
 /// Entries appended since the committer last took a batch.
+///
+/// Bound: none by design: `append` never blocks or refuses for space, so callers bound their
+/// own in-flight entries (the server's per-connection limits). Gauge: `WalStats::pending_entries`.
+/// A buffer that grew past `BATCH_REUSE_BYTES_MAX` is freed after its commit.
 #[derive(Debug, Default)]
 pub(crate) struct Batch {
     /// Offset of the first entry (meaningless while empty).

@@ -59,6 +59,11 @@ impl Spare {
         self.task = Some(glommio::spawn_local(fut));
     }
 
+    /// Prepares a spare now and returns it (used for a brand-new log's first segment).
+    pub async fn prepare_now(&self) -> Result<DmaFile, WalError> {
+        zeroed_file(&self.path, self.bytes).await
+    }
+
     /// The prepared spare, if it is ready (without waiting).
     pub async fn take_ready(&mut self) -> Option<DmaFile> {
         if !self.finished.get() {

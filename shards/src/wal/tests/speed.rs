@@ -59,3 +59,36 @@ fn recovery_speed_million_records() {
         wal.close().await.expect("close");
     });
 }
+
+#[test]
+#[ignore]
+fn commit_latency_single_appender() {
+    let dir = tmpdir();
+    let cfg = cfg(dir.path(), 64 << 20);
+    run(move || async move {
+        let (wal, _) = open_collect(cfg).await.expect("open");
+        // Let the spare segment's zeroing finish so it does not share the device.
+        glommio::timer::sleep(std::time::Duration::from_millis(200)).await;
+        let mut lat = Vec::with_capacity(2000);
+        for _ in 0..2000 {
+            let t = Instant::now();
+            let off = wal.append(&[1u8; 150]).expect("append");
+            wal.wait_durable(off).await.expect("durable");
+            lat.push(t.elapsed().as_micros() as u64);
+        }
+        lat.sort_unstable();
+        let st = wal.stats();
+        println!(
+            "append+wait_durable, 1 appender, 150 B: p50 {} us, p99 {} us, max {} us; \
+             write mean {:.1} us, fdatasync mean {:.1} us",
+            lat[lat.len() / 2],
+            lat[lat.len() * 99 / 100],
+            lat[lat.len() - 1],
+            st.write_seconds.sum / st.write_seconds.count as f64 * 1e6,
+            st.fsync_seconds.sum / st.fsync_seconds.count as f64 * 1e6,
+        );
+        println!("fsync buckets {:?}", st.fsync_seconds.buckets);
+        println!("write buckets {:?}", st.write_seconds.buckets);
+        wal.close().await.expect("close");
+    });
+}
