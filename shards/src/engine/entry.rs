@@ -42,6 +42,13 @@ pub enum Entry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         idempotency_key: Option<String>,
         at_ms: u64,
+        /// The instance's machine and version, so a log reader (subscription replay) can
+        /// describe the event without engine state. Absent in entries written before they
+        /// were added; `apply` does not use them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        machine: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<u32>,
     },
     #[serde(rename = "delete")]
     Delete { id: String, at_ms: u64 },

@@ -105,6 +105,8 @@ impl Engine {
             payload: payload.clone(),
             idempotency_key: idempotency_key.clone(),
             at_ms: now_ms,
+            machine: Some(instance.machine.clone()),
+            version: Some(instance.version),
         }))
     }
 
@@ -161,6 +163,7 @@ impl Engine {
             payload,
             idempotency_key,
             at_ms,
+            ..
         } = entry
         else {
             return None; // `Engine::apply` routes only Apply entries here.

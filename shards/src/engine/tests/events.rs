@@ -46,6 +46,8 @@ fn apply_entry_carries_from_to_and_payload() {
         payload: Some(obj(json!({"amount": 1}))),
         idempotency_key: None,
         at_ms: 77,
+        machine: Some("order".into()),
+        version: Some(1),
     };
     assert_eq!(decision, Ok(Decision::Write(expected)));
 }
@@ -239,4 +241,23 @@ fn replayed_log_without_results_still_records_keys() {
     assert_eq!(replay["applied"], json!(false));
     assert_eq!(replay["to_state"], json!("paid"));
     assert_eq!(replay["wal_offset"], json!(3));
+}
+
+#[test]
+fn apply_entries_written_before_machine_and_version_still_decode() {
+    let old =
+        br#"{"k":"apply","instance_id":"o1","event":"pay","from":"new","to":"paid","at_ms":5}"#;
+    let entry: Entry = serde_json::from_slice(old).unwrap();
+    let Entry::Apply {
+        machine, version, ..
+    } = &entry
+    else {
+        panic!("not an apply entry: {entry:?}");
+    };
+    assert_eq!((machine, version), (&None, &None));
+    let text = serde_json::to_string(&entry).unwrap();
+    assert!(
+        !text.contains("machine"),
+        "absent fields are not written: {text}"
+    );
 }

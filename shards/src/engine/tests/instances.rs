@@ -163,6 +163,8 @@ fn entries_that_do_not_fit_are_skipped_on_apply() {
             payload: None,
             idempotency_key: None,
             at_ms: 1,
+            machine: None,
+            version: None,
         },
         Entry::Apply {
             instance_id: "o1".into(),
@@ -172,6 +174,8 @@ fn entries_that_do_not_fit_are_skipped_on_apply() {
             payload: None,
             idempotency_key: None,
             at_ms: 1,
+            machine: None,
+            version: None,
         },
         Entry::Create {
             id: "o1".into(),
