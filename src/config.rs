@@ -19,6 +19,8 @@ const FRAME_PAYLOAD_BYTES_MIN: u32 = 4096;
 const SHARDS_COUNT_MAX: u32 = 256;
 /// Largest `network.max_inflight_per_connection`: bounds one connection's pending responses.
 const INFLIGHT_PER_CONNECTION_MAX: u32 = 65_536;
+/// Largest `subscriptions.queue_max`: bounds the pushes one subscription may hold in memory.
+const SUBSCRIPTION_QUEUE_MAX: u32 = 1 << 20;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -315,6 +317,12 @@ impl Config {
         }
         self.validate_shards()?;
         self.validate_storage()?;
+        let queue = self.subscriptions.queue_max;
+        if queue == 0 || queue > SUBSCRIPTION_QUEUE_MAX {
+            return err(format!(
+                "subscriptions.queue_max must be in 1..={SUBSCRIPTION_QUEUE_MAX}"
+            ));
+        }
         if !matches!(
             self.logging.level.as_str(),
             "error" | "warn" | "info" | "debug" | "trace"

@@ -5,6 +5,7 @@
 //! * `ops`: params of each op family.
 //! * `server`: executors and wiring; fronts (accept, sessions, routing); control executor.
 //! * `shard`: the shard executor runtime around the engine of the `shards` crate.
+//! * `subscriptions`: WATCH_* and UNWATCH on the front, pushes to subscribers.
 //! * `config`, `datadir`, `metrics`, `util`.
 
 pub mod client;
@@ -15,4 +16,5 @@ pub mod ops;
 pub mod protocol;
 pub mod server;
 pub mod shard;
+pub mod subscriptions;
 pub mod util;

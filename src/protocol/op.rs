@@ -20,13 +20,16 @@ pub enum Op {
     DeleteInstance,
     ApplyEvent,
     GetHistory,
+    WatchInstance,
+    WatchAll,
+    Unwatch,
     Frame,
     Unknown,
 }
 
 impl Op {
     /// All ops in declaration order (sizes per-op metric arrays).
-    pub const ALL: [Op; 16] = [
+    pub const ALL: [Op; 19] = [
         Op::Hello,
         Op::Ping,
         Op::Bye,
@@ -41,6 +44,9 @@ impl Op {
         Op::DeleteInstance,
         Op::ApplyEvent,
         Op::GetHistory,
+        Op::WatchInstance,
+        Op::WatchAll,
+        Op::Unwatch,
         Op::Frame,
         Op::Unknown,
     ];
@@ -61,6 +67,9 @@ impl Op {
             Op::DeleteInstance => "DELETE_INSTANCE",
             Op::ApplyEvent => "APPLY_EVENT",
             Op::GetHistory => "GET_HISTORY",
+            Op::WatchInstance => "WATCH_INSTANCE",
+            Op::WatchAll => "WATCH_ALL",
+            Op::Unwatch => "UNWATCH",
             Op::Frame => "FRAME",
             Op::Unknown => "UNKNOWN",
         }

@@ -1,6 +1,7 @@
 //! One client connection: a reader task that decodes frames and dispatches requests, and a
 //! writer task that sends responses in request order, coalescing every ready response into one
-//! write. Generic over the byte stream so TLS can wrap it later.
+//! write, with subscription pushes interleaved between responses. Generic over the byte stream
+//! so TLS can wrap it later.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -16,6 +17,7 @@ use super::session::{Flow, Session};
 use crate::protocol::frame::{decode_frame, FrameError};
 use crate::protocol::{encode_error, encode_ok, Op};
 use crate::shard::ReplyBody;
+use crate::subscriptions::ConnSubs;
 use crate::util::notify::Notify;
 
 /// Initial read buffer; grows to fit one maximal frame only when such a frame arrives.
@@ -44,6 +46,8 @@ pub struct Conn {
     space: Notify,
     reader_done: Cell<bool>,
     writer_done: Cell<bool>,
+    /// This connection's subscriptions (their frames go out between responses).
+    pub subs: Rc<ConnSubs>,
 }
 
 impl Conn {
@@ -68,6 +72,7 @@ where
     read_loop(reader, &conn, &front).await;
     conn.reader_done.set(true);
     conn.writer_wake.notify();
+    conn.subs.close(&front.router.subs).await;
     writer_task.await;
 }
 
@@ -101,6 +106,8 @@ async fn read_loop<R: AsyncRead + Unpin>(mut r: R, conn: &Rc<Conn>, front: &Rc<F
             return;
         }
         match r.read(&mut buf[hi..]).await {
+            // A subscriber may send nothing for long: the idle timeout spares it.
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut && conn.subs.any_active() => {}
             Ok(0) | Err(_) => return, // peer closed (maybe mid-frame) or idle timeout: quietly
             Ok(n) => hi += n,
         }
@@ -145,15 +152,7 @@ fn frame_error(conn: &Conn, front: &Front, e: &FrameError) {
 async fn write_loop<W: AsyncWrite + Unpin>(mut w: W, conn: Rc<Conn>, front: Rc<Front>) {
     let mut out = Vec::with_capacity(READ_BUFFER_BYTES);
     loop {
-        let first = conn.queue.borrow_mut().pop_front();
-        let Some(first) = first else {
-            if conn.reader_done.get() {
-                break;
-            }
-            conn.writer_wake.wait().await;
-            continue;
-        };
-        let mut close = render(first, &mut out, &front).await;
+        let mut close = false;
         while !close && front_is_ready(&conn) {
             let next = conn.queue.borrow_mut().pop_front();
             match next {
@@ -161,11 +160,21 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut w: W, conn: Rc<Conn>, front: Rc<F
                 None => break,
             }
         }
-        conn.space.notify();
-        if !out.is_empty() && w.write_all(&out).await.is_err() {
-            break;
+        if !close {
+            conn.subs.drain_into(&mut out, &front.router.subs);
         }
-        out.clear();
+        conn.space.notify();
+        if !out.is_empty() {
+            if w.write_all(&out).await.is_err() {
+                break;
+            }
+            out.clear();
+        } else if !close {
+            if conn.reader_done.get() && conn.len() == 0 {
+                break;
+            }
+            wait_for_work(&conn).await;
+        }
         if close {
             break;
         }
@@ -174,6 +183,22 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut w: W, conn: Rc<Conn>, front: Rc<F
     let _ = w.close().await;
     conn.writer_done.set(true);
     conn.space.notify();
+}
+
+/// Waits for a new response, a filled reply at the head of the queue, or a subscription frame.
+async fn wait_for_work(conn: &Conn) {
+    let head = match conn.queue.borrow().front() {
+        Some(Pending::Reply { slot, .. }) => Some(slot.clone()),
+        _ => None,
+    };
+    let head_filled = async {
+        match head {
+            Some(slot) => slot.filled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let wake = futures_lite::future::or(conn.writer_wake.wait(), conn.subs.ready.wait());
+    futures_lite::future::or(wake, head_filled).await;
 }
 
 fn front_is_ready(conn: &Conn) -> bool {
@@ -203,6 +228,15 @@ async fn render(p: Pending, out: &mut Vec<u8>, front: &Front) -> bool {
                 Ok(ReplyBody::Json(result)) | Ok(ReplyBody::Machine { result, .. }) => {
                     encode_ok(out, &id, &result);
                     front.stats.record_ok(op, started.elapsed());
+                }
+                Ok(ReplyBody::Watch {
+                    result,
+                    subscription,
+                }) => {
+                    encode_ok(out, &id, &result);
+                    front.stats.record_ok(op, started.elapsed());
+                    // Its pushes may follow now: they never precede this response.
+                    front.router.subs.announce(subscription);
                 }
                 Ok(_) => {
                     let rej = shards::Rejection::new(ErrorCode::InternalError, "bad reply");

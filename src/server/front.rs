@@ -16,7 +16,7 @@ use shards::{ErrorCode, Rejection};
 
 use super::connection;
 use super::router::{Router, RouterChannels};
-use crate::metrics::FrontStats;
+use crate::metrics::{FrontStats, SubsStats};
 use crate::protocol::encode_error;
 
 /// How long shutdown waits for connections to finish their in-flight requests.
@@ -30,6 +30,8 @@ pub struct Limits {
     pub max_inflight: usize,
     pub max_connections: u64,
     pub idle_timeout: Option<Duration>,
+    /// `subscriptions.queue_max`: pushes one subscription may have queued.
+    pub subscription_queue_max: usize,
 }
 
 /// Facts about the whole server, shared read-only by every executor.
@@ -59,6 +61,8 @@ pub struct Front {
     pub limits: Limits,
     pub stats: Arc<FrontStats>,
     pub info: Arc<ServerInfo>,
+    /// Subscription counters of this front (`metrics::subs`).
+    pub subs_stats: Arc<SubsStats>,
     active: Arc<AtomicU64>,
     open: RefCell<HashMap<u64, RawFd>>,
     next_conn: Cell<u64>,
@@ -66,6 +70,7 @@ pub struct Front {
 
 pub async fn run(setup: FrontSetup) {
     let router = Router::connect(setup.channels).await;
+    let subs_stats = Arc::new(SubsStats::new(router.shard_count()));
     // SAFETY: main created this fd for this executor alone (a dup of the bound, listening,
     // exclusive socket) and nothing else closes it; the listener takes ownership.
     let listener = unsafe { TcpListener::from_raw_fd(setup.listener_fd) };
@@ -76,6 +81,7 @@ pub async fn run(setup: FrontSetup) {
         limits: setup.limits,
         stats: setup.stats,
         info: setup.info,
+        subs_stats,
         active: setup.active,
         open: RefCell::new(HashMap::new()),
         next_conn: Cell::new(0),

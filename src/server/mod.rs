@@ -114,6 +114,7 @@ pub fn run(config: Config) -> Result<(), String> {
         max_connections: u64::from(config.network.max_connections),
         idle_timeout: (config.network.idle_timeout_secs > 0)
             .then(|| Duration::from_secs(config.network.idle_timeout_secs)),
+        subscription_queue_max: config.subscriptions.queue_max as usize,
     };
     let active = Arc::new(AtomicU64::new(0));
     let mut shutdowns = vec![ctl_shutdown];

@@ -11,18 +11,21 @@ use glommio::channels::shared_channel::{
 };
 use shards::{ErrorCode, Rejection};
 
-use crate::shard::{ReplyBody, ShardCall, ShardRequest, ShardResponse};
+use crate::shard::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
+use crate::subscriptions;
 use crate::util::slot::Slot;
 
 pub type Reply = Result<ReplyBody, Rejection>;
 pub type ReplySlot = Rc<Slot<Reply>>;
 
 /// One executor's half of the channels to each shard, created in `main`.
-pub type RouterChannels = Vec<(SharedSender<ShardRequest>, SharedReceiver<ShardResponse>)>;
+pub type RouterChannels = Vec<(SharedSender<ShardRequest>, SharedReceiver<ShardMessage>)>;
 
 pub struct Router {
     senders: Vec<ConnectedSender<ShardRequest>>,
     pending: RefCell<Tokens>,
+    /// This executor's subscriptions, for the pumps to deliver pushes to.
+    pub subs: subscriptions::Table,
 }
 
 /// Reply slots by token; freed tokens are reused so the table stays as large as the peak
@@ -55,6 +58,7 @@ impl Router {
         let router = Rc::new(Router {
             senders,
             pending: RefCell::new(Tokens::default()),
+            subs: subscriptions::Table::default(),
         });
         for rx in receivers {
             glommio::spawn_local(pump(Rc::downgrade(&router), rx)).detach();
@@ -131,11 +135,14 @@ impl Tokens {
     }
 }
 
-async fn pump(router: std::rc::Weak<Router>, rx: ConnectedReceiver<ShardResponse>) {
-    while let Some(resp) = rx.recv().await {
-        match router.upgrade() {
-            Some(r) => r.complete(resp),
-            None => return,
+/// Drains one shard's messages; never waits on anything but the channel (a push goes to its
+/// subscription's bounded queue or ends it), so a slow subscriber cannot stall replies.
+async fn pump(router: std::rc::Weak<Router>, rx: ConnectedReceiver<ShardMessage>) {
+    while let Some(msg) = rx.recv().await {
+        let Some(r) = router.upgrade() else { return };
+        match msg {
+            ShardMessage::Reply(resp) => r.complete(resp),
+            ShardMessage::Push(push) => r.subs.deliver(push),
         }
     }
 }

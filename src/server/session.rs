@@ -76,6 +76,15 @@ impl Session {
             }
             return Flow::Continue;
         }
+        if let Some(slot) = crate::subscriptions::dispatch(op, params, &conn.subs, front) {
+            conn.push(Pending::Reply {
+                id: req.id.into(),
+                op,
+                started,
+                slot,
+            });
+            return Flow::Continue;
+        }
         let slot = match dispatch(op, params, front).await {
             Ok(slot) => slot,
             Err(rej) => {

@@ -4,6 +4,7 @@ use serde_json::Value;
 use shards::engine::{Entry, ListPage};
 use shards::Rejection;
 
+use super::subs::{Filter, PushMsg};
 use crate::protocol::Op;
 
 /// A request to one shard. `token` names the caller's reply slot on the sending executor.
@@ -28,6 +29,19 @@ pub enum ShardCall {
     },
     /// Counts and log position for INFO.
     Info,
+    /// Subscriptions (`subs.rs`): register `sub` of this client at the current head; pushes
+    /// follow for later entries. Answered with `Watching`.
+    Subscribe { sub: u64, filter: Filter },
+    /// End `sub` of this client; answered `{"removed": bool}`.
+    Unsubscribe { sub: u64 },
+    /// Replay: matching events among the records `from..=to` (at most `max` records read),
+    /// once durable. Answered with `Events`.
+    ReadEvents {
+        filter: Filter,
+        from: u64,
+        to: u64,
+        max: usize,
+    },
 }
 
 pub enum ReplyBody {
@@ -41,9 +55,31 @@ pub enum ReplyBody {
     Entries(Vec<Entry>),
     Page(ListPage),
     Value(Value),
+    /// `Subscribe`: pushes follow for offsets above `head`; `oldest` is the oldest offset a
+    /// replay can read.
+    Watching {
+        head: u64,
+        oldest: u64,
+    },
+    /// `ReadEvents`: (offset, push body) of the matching events; `next` is where to go on.
+    Events {
+        events: Vec<(u64, Vec<u8>)>,
+        next: u64,
+    },
+    /// A WATCH result made on the front: once written, the subscription's pushes may follow.
+    Watch {
+        result: Vec<u8>,
+        subscription: u64,
+    },
 }
 
 pub struct ShardResponse {
     pub token: u32,
     pub result: Result<ReplyBody, Rejection>,
+}
+
+/// What a shard sends a client executor: replies to its requests, and subscription pushes.
+pub enum ShardMessage {
+    Reply(ShardResponse),
+    Push(PushMsg),
 }

@@ -7,11 +7,14 @@
 pub mod durability;
 pub mod message;
 pub mod runtime;
+pub mod subs;
 
-pub use message::{ReplyBody, ShardCall, ShardRequest, ShardResponse};
+pub use message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
 
-/// Depth of each front→shard request channel and shard→front response channel.
-/// Policy when full: the sender waits (a front stops reading that connection's socket, so the
-/// client sees TCP backpressure); nothing is dropped. GLOMMIO.md measured that capacities below
+/// Depth of each front→shard request channel and shard→front response channel (replies and
+/// subscription pushes). Policy when full: the sender waits (a front stops reading that
+/// connection's socket, so the client sees TCP backpressure; a shard's outbox holds its
+/// replies and pushes); nothing is dropped. The front drains responses without ever waiting
+/// for a subscriber (`subscriptions`), so a slow subscriber cannot fill this channel. GLOMMIO.md measured that capacities below
 /// ~1024 spend their time in sleep/wake.
 pub const SHARD_QUEUE_DEPTH_MAX: usize = 1024;

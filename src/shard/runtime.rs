@@ -15,14 +15,15 @@ use shards::wal::WalConfig;
 use shards::{ErrorCode, Rejection};
 
 use super::durability::Durability;
-use super::message::{ReplyBody, ShardCall, ShardRequest, ShardResponse};
+use super::message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
+use super::subs::{self, Registry};
 use crate::ops;
 use crate::protocol::Op;
 use crate::util::notify::Notify;
 use crate::util::time::now_ms;
 
 /// One client's channel pair, created in `main` and moved into the shard executor.
-pub type ClientChannels = (SharedReceiver<ShardRequest>, SharedSender<ShardResponse>);
+pub type ClientChannels = (SharedReceiver<ShardRequest>, SharedSender<ShardMessage>);
 
 pub struct ShardSetup {
     pub index: u32,
@@ -37,8 +38,9 @@ pub struct ShardSetup {
 pub struct Shard {
     pub index: u32,
     engine: RefCell<Engine>,
-    log: Durability,
+    pub(super) log: Durability,
     snapshots: Snapshots,
+    pub(super) subs: Registry,
 }
 
 /// Snapshot scheduling: after `every` entries, serialise the engine and let the log write it
@@ -69,38 +71,52 @@ pub async fn run(setup: ShardSetup) {
             last_offset: Cell::new(head),
             running: Cell::new(false),
         },
+        subs: Registry::start(),
     });
     // The receiver may be gone if start-up already failed elsewhere; nothing to do then.
     let _ = setup.ready.send(Ok(()));
     let tasks: Vec<_> = setup
         .clients
         .into_iter()
-        .map(|(rx, tx)| glommio::spawn_local(serve_client(shard.clone(), rx, tx)))
+        .enumerate()
+        .map(|(i, (rx, tx))| glommio::spawn_local(serve_client(shard.clone(), i, rx, tx)))
         .collect();
     for t in tasks {
         t.await;
     }
+    shard.subs.close().await;
     shard.log.close().await;
     log::debug!("shard {} stopped", shard.index);
 }
 
 async fn serve_client(
     shard: Rc<Shard>,
+    client: usize,
     rx: SharedReceiver<ShardRequest>,
-    tx: SharedSender<ShardResponse>,
+    tx: SharedSender<ShardMessage>,
 ) {
     // Connect both ends concurrently: sequential connects can deadlock (GLOMMIO.md pitfall 6).
     let (rx, tx) = futures_lite::future::zip(rx.connect(), tx.connect()).await;
     let outbox = Rc::new(Outbox::default());
+    shard.subs.attach(client, outbox.clone());
     let pump = glommio::spawn_local(outbox.clone().run(shard.clone(), tx));
-    receive(&shard, &rx, &outbox).await;
+    receive(&shard, client, &rx, &outbox).await;
+    shard.subs.detach(client);
     outbox.close();
     pump.await;
 }
 
-async fn receive(shard: &Rc<Shard>, rx: &ConnectedReceiver<ShardRequest>, outbox: &Outbox) {
+async fn receive(
+    shard: &Rc<Shard>,
+    client: usize,
+    rx: &ConnectedReceiver<ShardRequest>,
+    outbox: &Rc<Outbox>,
+) {
     while let Some(req) = rx.recv().await {
-        let (result, needs) = shard.execute(req.call);
+        let Some(call) = subs::intercept(shard, client, req.token, req.call, outbox) else {
+            continue;
+        };
+        let (result, needs) = shard.execute(call);
         outbox.push(
             needs,
             ShardResponse {
@@ -112,21 +128,28 @@ async fn receive(shard: &Rc<Shard>, rx: &ConnectedReceiver<ShardRequest>, outbox
     }
 }
 
-/// Replies waiting for the log to become durable up to their offset.
+/// Replies and subscription pushes waiting for the log to become durable up to their offset.
 ///
-/// Bound: at most the number of requests the client executor has outstanding on this shard,
-/// which its own per-connection in-flight limits bound; the client waits on the request
-/// channel when that is full, so this queue cannot grow without bound.
+/// Bound: replies, at most the number of requests the client executor has outstanding on this
+/// shard, which its own per-connection in-flight limits bound (the client waits on the request
+/// channel when that is full); pushes, the entries not yet durable times the subscriptions
+/// they match (`subs::Registry::pending`, a gauge in INFO). So it cannot grow without bound.
 #[derive(Default)]
-struct Outbox {
-    queue: RefCell<VecDeque<(u64, ShardResponse)>>,
+pub(super) struct Outbox {
+    queue: RefCell<VecDeque<(u64, ShardMessage)>>,
     wake: Notify,
     closed: std::cell::Cell<bool>,
 }
 
 impl Outbox {
     fn push(&self, needs: u64, resp: ShardResponse) {
-        self.queue.borrow_mut().push_back((needs, resp));
+        self.push_message(needs, ShardMessage::Reply(resp));
+    }
+
+    /// Queues `msg` to leave once the log is durable through `needs`, after everything
+    /// queued before it.
+    pub(super) fn push_message(&self, needs: u64, msg: ShardMessage) {
+        self.queue.borrow_mut().push_back((needs, msg));
         self.wake.notify();
     }
 
@@ -135,7 +158,7 @@ impl Outbox {
         self.wake.notify();
     }
 
-    async fn run(self: Rc<Self>, shard: Rc<Shard>, tx: ConnectedSender<ShardResponse>) {
+    async fn run(self: Rc<Self>, shard: Rc<Shard>, tx: ConnectedSender<ShardMessage>) {
         loop {
             let front = self.queue.borrow().front().map(|(n, _)| *n);
             let Some(needs) = front else {
@@ -155,13 +178,22 @@ impl Outbox {
                         _ => None,
                     }
                 };
-                let Some((n, mut resp)) = next else { break };
-                if n > durable {
-                    if let Some(f) = &failure {
-                        resp.result = Err(f.clone());
+                let Some((n, mut msg)) = next else { break };
+                match &mut msg {
+                    ShardMessage::Reply(resp) if n > durable => {
+                        if let Some(f) = &failure {
+                            resp.result = Err(f.clone());
+                        }
+                    }
+                    ShardMessage::Reply(_) => {}
+                    ShardMessage::Push(_) => {
+                        shard.subs.push_left();
+                        if n > durable {
+                            continue; // never durable: the event did not happen
+                        }
                     }
                 }
-                if tx.send(resp).await.is_err() {
+                if tx.send(msg).await.is_err() {
                     return; // the client executor is gone: nobody to answer
                 }
             }
@@ -231,6 +263,11 @@ impl Shard {
                 (Ok(ReplyBody::Page(page)), self.log.head())
             }
             ShardCall::Info => (Ok(ReplyBody::Value(self.info())), 0),
+            ShardCall::Subscribe { .. }
+            | ShardCall::Unsubscribe { .. }
+            | ShardCall::ReadEvents { .. } => {
+                (Err(internal("subscription call not intercepted")), 0)
+            }
         }
     }
 
@@ -280,11 +317,16 @@ impl Shard {
             )
         })?;
         let offset = self.log.append(&bytes)?;
+        let published = self.subs.is_watched(&entry).then(|| entry.clone());
         let result = self
             .engine
             .borrow_mut()
             .apply(entry, offset, true)
             .unwrap_or(Value::Null);
+        if let Some(entry) = published {
+            let engine = self.engine.borrow();
+            self.subs.publish(self.index, &entry, offset, &engine);
+        }
         Ok((result, offset))
     }
 
@@ -438,6 +480,8 @@ impl Shard {
             "machines": engine.machine_count(),
             "wal_offset": self.log.head(),
             "wal_durable_offset": self.log.durable(),
+            "subscriptions": self.subs.count(),
+            "pushes_pending": self.subs.pending_pushes(),
         })
     }
 }

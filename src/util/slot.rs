@@ -45,6 +45,28 @@ impl<T> Slot<T> {
     pub fn wait(self: &Rc<Self>) -> SlotWait<T> {
         SlotWait { slot: self.clone() }
     }
+
+    /// Resolves once the slot is filled, leaving the value in it.
+    pub fn filled(self: &Rc<Self>) -> SlotFilled<T> {
+        SlotFilled { slot: self.clone() }
+    }
+}
+
+pub struct SlotFilled<T> {
+    slot: Rc<Slot<T>>,
+}
+
+impl<T> Future for SlotFilled<T> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.slot.is_filled() {
+            Poll::Ready(())
+        } else {
+            self.slot.waker.set(Some(cx.waker().clone()));
+            Poll::Pending
+        }
+    }
 }
 
 pub struct SlotWait<T> {

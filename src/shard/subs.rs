@@ -1,0 +1,496 @@
+//! Subscriptions, shard side: which client subscriptions want which events, the push of every
+//! applied event through the subscriber's outbox (so it leaves only once durable, in log
+//! order), and replay reads from the log.
+//!
+//! Owns the registry of live subscriptions (per client channel: front-local subscription id and
+//! filter) and the replay task queue. Filters are evaluated here, so unwanted events never cross
+//! cores. It never touches engine state: the runtime hands it each applied entry, and replay
+//! decodes entries from the log alone (an Apply entry names its machine and version).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use glommio::sync::Gate;
+use glommio::{Latency, Shares, TaskQueueHandle};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use shards::engine::{Engine, Entry};
+use shards::wal::WalError;
+use shards::{ErrorCode, Rejection};
+
+use super::message::{ReplyBody, ShardCall, ShardMessage, ShardResponse};
+use super::runtime::{Outbox, Shard};
+
+/// Records scanned by one `ReadEvents` call at most: bounds the reply and the CPU time of one
+/// replay step, so replay interleaves with writes.
+pub const REPLAY_CHUNK_RECORDS_MAX: usize = 1024;
+/// Payload bytes one `ReadEvents` call reads at most (the first record always comes back).
+const REPLAY_CHUNK_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Records decoded between two `yield_if_needed` checks during a replay read.
+const REPLAY_YIELD_EVERY: usize = 128;
+/// CPU shares of the replay task queue (the default queue, where writes run, has 1000): replay
+/// reads get what writes leave.
+const REPLAY_SHARES: usize = 100;
+
+/// Every Apply entry serialises with its tag first (serde's internally tagged enum), so replay
+/// skips other entries without decoding them.
+const APPLY_PREFIX: &[u8] = br#"{"k":"apply""#;
+
+/// What a subscription wants. Empty lists mean "any". Sent from the front with `Subscribe` and
+/// `ReadEvents`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Filter {
+    /// WATCH_INSTANCE: only this instance.
+    pub instance_id: Option<String>,
+    pub machines: Vec<String>,
+    pub from_states: Vec<String>,
+    pub to_states: Vec<String>,
+    pub events: Vec<String>,
+    /// Live pushes carry the context after the event (replayed ones cannot: the log does not
+    /// hold historical contexts).
+    pub include_context: bool,
+}
+
+/// One event on its way to one subscription: `body` is the push's fields from `instance_id`
+/// to `payload` (and `context`/`replayed`), as JSON object members without braces; the front
+/// adds `type`, `subscription_id`, `shard`, `wal_offset` and `cursor`.
+#[derive(Debug)]
+pub struct PushMsg {
+    pub sub: u64,
+    pub shard: u32,
+    pub offset: u64,
+    pub body: Vec<u8>,
+}
+
+/// The fields of an applied event, borrowed from its log entry.
+pub struct EventView<'a> {
+    pub instance_id: &'a str,
+    pub machine: Option<&'a str>,
+    pub version: Option<u32>,
+    pub event: &'a str,
+    pub from: &'a str,
+    pub to: &'a str,
+    pub payload: Option<&'a Map<String, Value>>,
+}
+
+impl<'a> EventView<'a> {
+    /// The event an entry records; `None` for entries that are not events.
+    pub fn of(entry: &'a Entry) -> Option<EventView<'a>> {
+        match entry {
+            Entry::Apply {
+                instance_id,
+                event,
+                from,
+                to,
+                payload,
+                machine,
+                version,
+                ..
+            } => Some(EventView {
+                instance_id,
+                machine: machine.as_deref(),
+                version: *version,
+                event,
+                from,
+                to,
+                payload: payload.as_ref(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The push body (see `PushMsg`). Replayed events say so and carry no context.
+    pub fn body(&self, context: Option<&Map<String, Value>>, replayed: bool) -> Vec<u8> {
+        let empty = Map::new();
+        let mut out = Vec::with_capacity(160);
+        member(&mut out, "instance_id", &self.instance_id, false);
+        member(&mut out, "machine", &self.machine, true);
+        member(&mut out, "version", &self.version, true);
+        member(&mut out, "event", &self.event, true);
+        member(&mut out, "from_state", &self.from, true);
+        member(&mut out, "to_state", &self.to, true);
+        member(&mut out, "payload", &self.payload.unwrap_or(&empty), true);
+        if let Some(ctx) = context {
+            member(&mut out, "context", ctx, true);
+        }
+        if replayed {
+            out.extend_from_slice(br#","replayed":true"#);
+        }
+        out
+    }
+}
+
+/// Appends `"key":value` (with a leading comma unless `first`).
+fn member<T: Serialize + ?Sized>(out: &mut Vec<u8>, key: &str, value: &T, comma: bool) {
+    if comma {
+        out.push(b',');
+    }
+    out.push(b'"');
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
+    // Serialising strings, numbers and JSON maps into a Vec cannot fail (no I/O, string keys).
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
+impl Filter {
+    pub fn matches(&self, ev: &EventView<'_>) -> bool {
+        let any = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
+        self.instance_id
+            .as_deref()
+            .map_or(true, |id| id == ev.instance_id)
+            && (self.machines.is_empty() || ev.machine.is_some_and(|m| any(&self.machines, m)))
+            && any(&self.from_states, ev.from)
+            && any(&self.to_states, ev.to)
+            && any(&self.events, ev.event)
+    }
+}
+
+/// The live subscriptions of one client channel (one front executor).
+struct ClientSubs {
+    outbox: Rc<Outbox>,
+    subs: Vec<(u64, Filter)>,
+}
+
+/// Live subscriptions of every client of this shard, and the replay readers.
+pub struct Registry {
+    /// By client index (fixed at start-up); `None` once that client has hung up.
+    clients: RefCell<Vec<Option<ClientSubs>>>,
+    /// Registered subscriptions, all clients together.
+    count: Cell<usize>,
+    /// Pushes sitting in outboxes, waiting for durability or room on the channel (a gauge).
+    /// Bound: entries not yet durable (bounded by the clients' in-flight requests) times the
+    /// subscriptions they match; the outbox waits for channel room, which the front's pump
+    /// frees without ever waiting for a subscriber.
+    pending: Cell<u64>,
+    replay_queue: TaskQueueHandle,
+    readers: Gate,
+}
+
+impl Registry {
+    /// Must run on the shard's executor (creates the replay task queue there).
+    pub fn start() -> Registry {
+        let replay_queue = glommio::executor().create_task_queue(
+            Shares::Static(REPLAY_SHARES),
+            Latency::NotImportant,
+            "replay",
+        );
+        Registry {
+            clients: RefCell::new(Vec::new()),
+            count: Cell::new(0),
+            pending: Cell::new(0),
+            replay_queue,
+            readers: Gate::new(),
+        }
+    }
+
+    /// Client `client` connected; pushes for its subscriptions go to `outbox`.
+    pub(super) fn attach(&self, client: usize, outbox: Rc<Outbox>) {
+        let mut clients = self.clients.borrow_mut();
+        if clients.len() <= client {
+            clients.resize_with(client + 1, || None);
+        }
+        clients[client] = Some(ClientSubs {
+            outbox,
+            subs: Vec::new(),
+        });
+    }
+
+    /// Client `client` hung up: its subscriptions end.
+    pub fn detach(&self, client: usize) {
+        let gone = self
+            .clients
+            .borrow_mut()
+            .get_mut(client)
+            .and_then(Option::take);
+        if let Some(c) = gone {
+            self.count.set(self.count.get() - c.subs.len());
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.count.get()
+    }
+
+    pub fn pending_pushes(&self) -> u64 {
+        self.pending.get()
+    }
+
+    /// An outbox sent (or dropped) one push.
+    pub fn push_left(&self) {
+        self.pending.set(self.pending.get().saturating_sub(1));
+    }
+
+    /// Whether an entry about to be applied must be published (decided before `apply`
+    /// consumes it, so the entry is cloned only when someone listens).
+    pub fn is_watched(&self, entry: &Entry) -> bool {
+        self.count.get() > 0 && matches!(entry, Entry::Apply { .. })
+    }
+
+    /// Queues a push of the applied `entry` at `offset` for every matching subscription, on
+    /// its client's outbox, released once `offset` is durable. `engine` has applied the entry
+    /// (the context after the event comes from there).
+    pub fn publish(&self, shard: u32, entry: &Entry, offset: u64, engine: &Engine) {
+        let Some(ev) = EventView::of(entry) else {
+            return;
+        };
+        let mut plain: Option<Vec<u8>> = None;
+        let mut with_context: Option<Vec<u8>> = None;
+        for client in self.clients.borrow().iter().flatten() {
+            for (sub, filter) in client.subs.iter().filter(|(_, f)| f.matches(&ev)) {
+                let body = if filter.include_context {
+                    with_context.get_or_insert_with(|| {
+                        let ctx = engine.instance(ev.instance_id).map(|i| &i.context);
+                        ev.body(ctx, false)
+                    })
+                } else {
+                    plain.get_or_insert_with(|| ev.body(None, false))
+                };
+                let push = PushMsg {
+                    sub: *sub,
+                    shard,
+                    offset,
+                    body: body.clone(),
+                };
+                self.pending.set(self.pending.get() + 1);
+                client.outbox.push_message(offset, ShardMessage::Push(push));
+            }
+        }
+    }
+
+    fn subscribe(&self, client: usize, sub: u64, filter: Filter) {
+        let mut clients = self.clients.borrow_mut();
+        if let Some(Some(c)) = clients.get_mut(client) {
+            c.subs.retain(|(s, _)| *s != sub);
+            c.subs.push((sub, filter));
+            self.count.set(self.count.get() + 1);
+        }
+    }
+
+    fn unsubscribe(&self, client: usize, sub: u64) -> bool {
+        let mut clients = self.clients.borrow_mut();
+        let Some(Some(c)) = clients.get_mut(client) else {
+            return false;
+        };
+        let before = c.subs.len();
+        c.subs.retain(|(s, _)| *s != sub);
+        let removed = before - c.subs.len();
+        self.count.set(self.count.get() - removed);
+        removed > 0
+    }
+
+    /// Waits for replay reads in flight (shutdown).
+    pub async fn close(&self) {
+        let _ = self.readers.close().await;
+    }
+}
+
+/// Serves the subscription calls of client `client` (answering through its outbox); gives
+/// every other call back.
+pub(super) fn intercept(
+    shard: &Rc<Shard>,
+    client: usize,
+    token: u32,
+    call: ShardCall,
+    outbox: &Rc<Outbox>,
+) -> Option<ShardCall> {
+    let reply = |result| ShardMessage::Reply(ShardResponse { token, result });
+    match call {
+        ShardCall::Subscribe { sub, filter } => {
+            // Registered at `head`: every entry appended from now on (offset > head) is
+            // published to it; replay covers the rest. No await between the two: no gap.
+            shard.subs.subscribe(client, sub, filter);
+            let head = shard.log.head();
+            let oldest = shard.log.wal().oldest_offset();
+            outbox.push_message(0, reply(Ok(ReplyBody::Watching { head, oldest })));
+            None
+        }
+        ShardCall::Unsubscribe { sub } => {
+            let removed = shard.subs.unsubscribe(client, sub);
+            let body = ReplyBody::Json(json!({ "removed": removed }).to_string().into_bytes());
+            outbox.push_message(0, reply(Ok(body)));
+            None
+        }
+        ShardCall::ReadEvents {
+            filter,
+            from,
+            to,
+            max,
+        } => {
+            let (s, out) = (shard.clone(), outbox.clone());
+            let task = async move {
+                let result = read_events(&s, &filter, from, to, max).await;
+                out.push_message(0, ShardMessage::Reply(ShardResponse { token, result }));
+            };
+            let spawned = shard.subs.readers.spawn_into(task, shard.subs.replay_queue);
+            match spawned {
+                Ok(t) => drop(t.detach()),
+                Err(_) => {
+                    let rej = Rejection::new(ErrorCode::ShuttingDown, "the shard is stopping");
+                    outbox.push_message(0, reply(Err(rej)));
+                }
+            }
+            None
+        }
+        other => Some(other),
+    }
+}
+
+/// Reads up to `max` log records from `from` (no further than `to`), once durable, and returns
+/// the events that pass `filter` as replayed push bodies, with the offset to continue from.
+async fn read_events(
+    shard: &Shard,
+    filter: &Filter,
+    from: u64,
+    to: u64,
+    max: usize,
+) -> Result<ReplyBody, Rejection> {
+    let from = from.max(1);
+    let max = max.clamp(1, REPLAY_CHUNK_RECORDS_MAX);
+    if from > to {
+        return Ok(ReplyBody::Events {
+            events: Vec::new(),
+            next: from,
+        });
+    }
+    let last = to.min(from + max as u64 - 1);
+    shard.log.wait_durable(last).await?;
+    let records = shard
+        .log
+        .wal()
+        .read_from(from, max, REPLAY_CHUNK_BYTES_MAX)
+        .await
+        .map_err(|e| read_failure(shard.index, e))?;
+    if records.is_empty() {
+        let msg = format!("no durable log records at offset {from} (durable through {last})");
+        return Err(Rejection::new(ErrorCode::InternalError, msg));
+    }
+    let mut events = Vec::new();
+    let mut next = from;
+    for (i, (offset, payload)) in records.iter().enumerate() {
+        if *offset > to {
+            break;
+        }
+        next = offset + 1;
+        if i % REPLAY_YIELD_EVERY == REPLAY_YIELD_EVERY - 1 {
+            glommio::yield_if_needed().await;
+        }
+        if !payload.starts_with(APPLY_PREFIX) {
+            continue;
+        }
+        let entry: Entry = serde_json::from_slice(payload).map_err(|e| {
+            let msg = format!("log entry at offset {offset} does not decode: {e}");
+            Rejection::new(ErrorCode::InternalError, msg)
+        })?;
+        if let Some(ev) = EventView::of(&entry).filter(|ev| filter.matches(ev)) {
+            events.push((*offset, ev.body(None, true)));
+        }
+    }
+    Ok(ReplyBody::Events { events, next })
+}
+
+/// How a failed replay read reaches the front. A trimmed offset names the oldest one left.
+fn read_failure(shard: u32, e: WalError) -> Rejection {
+    match e {
+        WalError::Trimmed { requested, oldest } => trimmed(shard, requested, oldest),
+        other => {
+            log::error!("shard {shard}: replay read failed: {other}");
+            Rejection::new(ErrorCode::InternalError, "reading the log failed")
+        }
+    }
+}
+
+/// The error for a replay that starts before the oldest retained log offset.
+pub fn trimmed(shard: u32, requested: u64, oldest: u64) -> Rejection {
+    Rejection::new(
+        ErrorCode::BadRequest,
+        format!(
+            "offset {requested} of shard {shard} is no longer retained; \
+             the oldest available offset of shard {shard} is {oldest}"
+        ),
+    )
+    .with("shard", shard)
+    .with("requested_offset", requested)
+    .with("oldest_offset", oldest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apply(machine: Option<&str>) -> Entry {
+        Entry::Apply {
+            instance_id: "o1".into(),
+            event: "pay".into(),
+            from: "new".into(),
+            to: "paid".into(),
+            payload: serde_json::from_value(json!({"amount": 3})).ok(),
+            idempotency_key: None,
+            at_ms: 1,
+            machine: machine.map(str::to_string),
+            version: machine.map(|_| 2),
+        }
+    }
+
+    #[test]
+    fn body_is_object_members_in_push_order() {
+        let entry = apply(Some("order"));
+        let ev = EventView::of(&entry).unwrap();
+        let body = String::from_utf8(ev.body(None, true)).unwrap();
+        assert_eq!(
+            body,
+            r#""instance_id":"o1","machine":"order","version":2,"event":"pay","from_state":"new","to_state":"paid","payload":{"amount":3},"replayed":true"#
+        );
+        let ctx: Map<String, Value> = serde_json::from_value(json!({"a": 1})).unwrap();
+        let v: Value =
+            serde_json::from_slice(&[b"{", &ev.body(Some(&ctx), false)[..], b"}"].concat())
+                .unwrap();
+        assert_eq!(v["context"], json!({"a": 1}));
+        assert!(v.get("replayed").is_none());
+    }
+
+    #[test]
+    fn filters_match_every_given_list() {
+        let entry = apply(Some("order"));
+        let ev = EventView::of(&entry).unwrap();
+        let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(Filter::default().matches(&ev));
+        let f = Filter {
+            machines: strs(&["order", "x"]),
+            from_states: strs(&["new"]),
+            to_states: strs(&["paid"]),
+            events: strs(&["pay"]),
+            ..Filter::default()
+        };
+        assert!(f.matches(&ev));
+        assert!(!Filter {
+            events: strs(&["ship"]),
+            ..f.clone()
+        }
+        .matches(&ev));
+        assert!(!Filter {
+            to_states: strs(&["new"]),
+            ..f.clone()
+        }
+        .matches(&ev));
+        let other = Filter {
+            instance_id: Some("o2".into()),
+            ..Filter::default()
+        };
+        assert!(!other.matches(&ev));
+        // An entry from before machines were recorded matches no machine filter.
+        let old = apply(None);
+        assert!(!f.matches(&EventView::of(&old).unwrap()));
+    }
+
+    #[test]
+    fn apply_entries_start_with_the_prefix_replay_checks() {
+        let bytes = serde_json::to_vec(&apply(Some("m"))).unwrap();
+        assert!(bytes.starts_with(APPLY_PREFIX));
+        let del = serde_json::to_vec(&Entry::Delete {
+            id: "x".into(),
+            at_ms: 1,
+        })
+        .unwrap();
+        assert!(!del.starts_with(APPLY_PREFIX));
+    }
+}

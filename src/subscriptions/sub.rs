@@ -1,0 +1,405 @@
+//! One subscription on the front: its cursor positions, the live pushes it holds per shard
+//! while that shard is being set up or replayed, and its bounded queue of encoded frames.
+//!
+//! Everything here is synchronous (no await), so the pump delivering live pushes, the driver
+//! replaying and the connection writer taking frames never see each other half-way.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+
+use glommio::task::JoinHandle;
+
+use super::conn::ConnSubs;
+use super::cursor;
+use crate::metrics::SubsStats;
+use crate::protocol::frame::{begin_frame, finish_frame};
+use crate::shard::subs::PushMsg;
+use crate::util::notify::Notify;
+
+/// Why a subscription ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Its queue (or a held buffer) was full, or replay failed: a `subscription_lagged` notice
+    /// with the resume cursor is its last frame.
+    Lagged,
+    /// UNWATCH: nothing more is written.
+    Unwatched,
+    /// The connection closed.
+    Closed,
+    /// Set-up failed; the WATCH response carries the error.
+    Failed,
+}
+
+/// A frame waiting for the connection writer; `shard` is `None` for the lag notice.
+struct Queued {
+    shard: Option<u32>,
+    frame: Vec<u8>,
+}
+
+struct Inner {
+    /// Last delivered (or starting) offset per shard: the cursor.
+    positions: Vec<u64>,
+    /// Per shard: live pushes held while the shard is set up or replayed (`None` once live).
+    held: Vec<Option<VecDeque<PushMsg>>>,
+    watched: Vec<bool>,
+    queue: VecDeque<Queued>,
+}
+
+pub struct Sub {
+    pub id: u64,
+    /// `subscriptions.queue_max`: frames queued (and pushes held per shard) at most. Policy
+    /// when full: the subscription ends with a lag notice; writers never wait.
+    queue_max: usize,
+    stats: Arc<SubsStats>,
+    conn: Weak<ConnSubs>,
+    inner: RefCell<Inner>,
+    ended: Cell<Option<End>>,
+    setup_done: Cell<bool>,
+    /// The WATCH response was written: frames may follow it.
+    announced: Cell<bool>,
+    /// Counted in `SubsStats::active`.
+    counted: Cell<bool>,
+    /// Wakes the driver when the queue drains below half or the subscription ends.
+    pub(super) space: Notify,
+    /// The task that sets up, replays and finally unsubscribes.
+    pub(super) driver: RefCell<Option<JoinHandle<()>>>,
+}
+
+impl Sub {
+    pub fn new(
+        id: u64,
+        watched: Vec<bool>,
+        queue_max: usize,
+        stats: Arc<SubsStats>,
+        conn: Weak<ConnSubs>,
+    ) -> Rc<Sub> {
+        let n = watched.len();
+        let held = watched.iter().map(|w| w.then(VecDeque::new)).collect();
+        Rc::new(Sub {
+            id,
+            queue_max: queue_max.max(1),
+            stats,
+            conn,
+            inner: RefCell::new(Inner {
+                positions: vec![0; n],
+                held,
+                watched,
+                queue: VecDeque::new(),
+            }),
+            ended: Cell::new(None),
+            setup_done: Cell::new(false),
+            announced: Cell::new(false),
+            counted: Cell::new(false),
+            space: Notify::default(),
+            driver: RefCell::new(None),
+        })
+    }
+
+    pub fn is_ended(&self) -> bool {
+        self.ended.get().is_some()
+    }
+
+    pub fn ended(&self) -> Option<End> {
+        self.ended.get()
+    }
+
+    pub fn queue_len(&self) -> usize {
+        self.inner.borrow().queue.len()
+    }
+
+    pub fn queue_max(&self) -> usize {
+        self.queue_max
+    }
+
+    pub fn cursor(&self) -> String {
+        cursor::encode(&self.inner.borrow().positions)
+    }
+
+    /// A live push from the pump: held while its shard is not live yet, else queued.
+    pub fn deliver(&self, p: PushMsg) {
+        if self.is_ended() {
+            return;
+        }
+        let k = p.shard as usize;
+        {
+            let mut inner = self.inner.borrow_mut();
+            if !inner.watched.get(k).copied().unwrap_or(false) {
+                return;
+            }
+            if let Some(held) = inner.held[k].as_mut() {
+                if held.len() < self.queue_max {
+                    held.push_back(p);
+                    return;
+                }
+                drop(inner);
+                self.end(End::Lagged);
+                return;
+            }
+        }
+        self.enqueue(p.shard, p.offset, &p.body);
+    }
+
+    /// Queues the push of event `offset` of `shard`; false if the subscription ended (now or
+    /// before).
+    pub fn enqueue(&self, shard: u32, offset: u64, body: &[u8]) -> bool {
+        if self.is_ended() {
+            return false;
+        }
+        {
+            let mut inner = self.inner.borrow_mut();
+            if inner.queue.len() < self.queue_max {
+                inner.positions[shard as usize] = offset;
+                let cursor = cursor::encode(&inner.positions);
+                let frame = push_frame(self.id, shard, offset, body, &cursor);
+                inner.queue.push_back(Queued {
+                    shard: Some(shard),
+                    frame,
+                });
+                self.stats.queued_add(shard, 1);
+                drop(inner);
+                self.wake_writer();
+                return true;
+            }
+        }
+        self.end(End::Lagged);
+        false
+    }
+
+    /// `shard` caught up: queue what was held for it, then take its pushes live. False if the
+    /// subscription ended.
+    pub fn go_live(&self, shard: u32) -> bool {
+        let held = self.inner.borrow_mut().held[shard as usize].take();
+        for p in held.into_iter().flatten() {
+            if !self.enqueue(p.shard, p.offset, &p.body) {
+                return false;
+            }
+        }
+        !self.is_ended()
+    }
+
+    /// Set-up is over: `positions` are the starting cursor.
+    pub fn finish_setup(&self, positions: Vec<u64>) {
+        self.inner.borrow_mut().positions = positions;
+        self.setup_done.set(true);
+        match self.ended.get() {
+            Some(End::Lagged) => self.queue_lag_notice(),
+            Some(_) => {}
+            None => {
+                self.counted.set(true);
+                SubsStats::add(&self.stats.active, 1);
+            }
+        }
+    }
+
+    /// The WATCH response has been written.
+    pub fn announce(&self) {
+        self.announced.set(true);
+        self.wake_writer();
+    }
+
+    /// Ended with nothing left to write (a lag notice still to come counts as something).
+    pub fn is_finished(&self) -> bool {
+        match self.ended.get() {
+            None => false,
+            Some(End::Lagged) if !self.setup_done.get() => false,
+            Some(_) => self.inner.borrow().queue.is_empty(),
+        }
+    }
+
+    pub fn is_announced(&self) -> bool {
+        self.announced.get()
+    }
+
+    /// Ends the subscription (first reason wins).
+    pub fn end(&self, why: End) {
+        if self.is_ended() {
+            return;
+        }
+        self.ended.set(Some(why));
+        {
+            let mut inner = self.inner.borrow_mut();
+            inner.held.iter_mut().for_each(|h| *h = None);
+            if why != End::Lagged {
+                for q in inner.queue.drain(..) {
+                    if let Some(k) = q.shard {
+                        self.stats.queued_sub(k, 1);
+                    }
+                }
+            }
+        }
+        if why == End::Lagged {
+            SubsStats::add(&self.stats.lagged, 1);
+            if self.setup_done.get() {
+                self.queue_lag_notice();
+            }
+        }
+        if self.counted.replace(false) {
+            SubsStats::sub(&self.stats.active, 1);
+        }
+        self.space.notify();
+        self.wake_writer();
+    }
+
+    /// The last frame of a lagged subscription: resume after the last push queued.
+    fn queue_lag_notice(&self) {
+        let mut inner = self.inner.borrow_mut();
+        let cursor = cursor::encode(&inner.positions);
+        let frame = lagged_frame(self.id, &cursor);
+        inner.queue.push_back(Queued { shard: None, frame });
+        drop(inner);
+        self.wake_writer();
+    }
+
+    /// Moves queued frames into `out` until it reaches `limit` bytes; true if some are left.
+    pub fn take_frames(&self, out: &mut Vec<u8>, limit: usize) -> bool {
+        let mut inner = self.inner.borrow_mut();
+        let mut sent = 0;
+        while out.len() < limit {
+            let Some(q) = inner.queue.pop_front() else {
+                break;
+            };
+            out.extend_from_slice(&q.frame);
+            if let Some(k) = q.shard {
+                self.stats.queued_sub(k, 1);
+                sent += 1;
+            }
+        }
+        SubsStats::add(&self.stats.broadcast, sent);
+        let left = inner.queue.len();
+        drop(inner);
+        if left <= self.queue_max / 2 {
+            self.space.notify();
+        }
+        left > 0
+    }
+
+    fn wake_writer(&self) {
+        if let Some(c) = self.conn.upgrade() {
+            c.ready.notify();
+        }
+    }
+}
+
+/// `{"type":"event","subscription_id":S,<body>,"shard":K,"wal_offset":N,"cursor":"C"}`.
+fn push_frame(sub: u64, shard: u32, offset: u64, body: &[u8], cursor: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + cursor.len() + 112);
+    let start = begin_frame(&mut out);
+    out.extend_from_slice(br#"{"type":"event","subscription_id":"#);
+    out.extend_from_slice(sub.to_string().as_bytes());
+    out.push(b',');
+    out.extend_from_slice(body);
+    out.extend_from_slice(br#","shard":"#);
+    out.extend_from_slice(shard.to_string().as_bytes());
+    out.extend_from_slice(br#","wal_offset":"#);
+    out.extend_from_slice(offset.to_string().as_bytes());
+    // A cursor is ASCII digits, letters and dashes: no escaping needed.
+    out.extend_from_slice(br#","cursor":""#);
+    out.extend_from_slice(cursor.as_bytes());
+    out.extend_from_slice(b"\"}");
+    finish_frame(&mut out, start);
+    out
+}
+
+/// `{"type":"subscription_lagged","subscription_id":S,"resume_cursor":"C"}`.
+fn lagged_frame(sub: u64, cursor: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(96 + cursor.len());
+    let start = begin_frame(&mut out);
+    out.extend_from_slice(br#"{"type":"subscription_lagged","subscription_id":"#);
+    out.extend_from_slice(sub.to_string().as_bytes());
+    out.extend_from_slice(br#","resume_cursor":""#);
+    out.extend_from_slice(cursor.as_bytes());
+    out.extend_from_slice(b"\"}");
+    finish_frame(&mut out, start);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::frame::{decode_frame, FRAME_PAYLOAD_BYTES_DEFAULT};
+    use serde_json::{json, Value};
+
+    fn frames(mut bytes: &[u8]) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some((range, used)) = decode_frame(bytes, FRAME_PAYLOAD_BYTES_DEFAULT).unwrap() {
+            out.push(serde_json::from_slice(&bytes[range]).unwrap());
+            bytes = &bytes[used..];
+        }
+        out
+    }
+
+    fn sub(queue_max: usize) -> Rc<Sub> {
+        let stats = Arc::new(SubsStats::new(2));
+        Sub::new(7, vec![true, true], queue_max, stats, Weak::new())
+    }
+
+    fn push(shard: u32, offset: u64) -> PushMsg {
+        PushMsg {
+            sub: 7,
+            shard,
+            offset,
+            body: br#""instance_id":"a""#.to_vec(),
+        }
+    }
+
+    #[test]
+    fn held_pushes_follow_replay_and_cursors_track_every_shard() {
+        let s = sub(8);
+        s.finish_setup(vec![3, 10]);
+        s.deliver(push(0, 5)); // shard 0 is replaying: held
+        assert!(s.enqueue(0, 4, br#""instance_id":"r""#)); // replayed
+        assert!(s.go_live(0));
+        assert!(s.go_live(1));
+        s.deliver(push(1, 11));
+        let mut out = Vec::new();
+        assert!(!s.take_frames(&mut out, usize::MAX));
+        let got = frames(&out);
+        let seen: Vec<_> = got.iter().map(|v| (v["wal_offset"].clone(), v["cursor"].clone())).collect();
+        assert_eq!(
+            seen,
+            vec![
+                (json!(4), json!("c1-4-10")),
+                (json!(5), json!("c1-5-10")),
+                (json!(11), json!("c1-5-11")),
+            ]
+        );
+        assert_eq!(got[0]["type"], "event");
+        assert_eq!(got[0]["subscription_id"], 7);
+        assert_eq!(got[0]["shard"], 0);
+    }
+
+    #[test]
+    fn a_full_queue_ends_with_a_lag_notice_naming_the_last_queued_push() {
+        let s = sub(2);
+        s.finish_setup(vec![0, 0]);
+        assert!(s.go_live(0) && s.go_live(1));
+        s.deliver(push(0, 1));
+        s.deliver(push(1, 1));
+        s.deliver(push(0, 2)); // full
+        s.deliver(push(0, 3)); // dropped: ended
+        assert_eq!(s.ended(), Some(End::Lagged));
+        let mut out = Vec::new();
+        s.take_frames(&mut out, usize::MAX);
+        let got = frames(&out);
+        assert_eq!(got.len(), 3);
+        assert_eq!(
+            got[2],
+            json!({"type": "subscription_lagged", "subscription_id": 7, "resume_cursor": "c1-1-1"})
+        );
+    }
+
+    #[test]
+    fn unwatch_drops_what_is_queued() {
+        let s = sub(4);
+        s.finish_setup(vec![0, 0]);
+        assert!(s.go_live(0));
+        s.deliver(push(0, 1));
+        s.end(End::Unwatched);
+        let mut out = Vec::new();
+        assert!(!s.take_frames(&mut out, usize::MAX));
+        assert!(out.is_empty());
+        assert_eq!(s.stats.queued[0].load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+}

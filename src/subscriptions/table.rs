@@ -1,0 +1,59 @@
+//! The subscriptions of one front executor by id, so the router's pump can hand each push to
+//! its subscription without waiting for anything.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use super::sub::Sub;
+use crate::shard::subs::PushMsg;
+
+/// Owned by the front's `Router`. A subscription is in here from its WATCH until the connection
+/// writer has written its last frame (or the connection closed).
+#[derive(Default)]
+pub struct Table {
+    subs: RefCell<HashMap<u64, Rc<Sub>>>,
+    next_id: Cell<u64>,
+}
+
+impl Table {
+    /// A new subscription id, unique on this front executor.
+    pub fn next_id(&self) -> u64 {
+        let id = self.next_id.get() + 1;
+        self.next_id.set(id);
+        id
+    }
+
+    pub fn insert(&self, sub: Rc<Sub>) {
+        self.subs.borrow_mut().insert(sub.id, sub);
+    }
+
+    pub fn remove(&self, id: u64) {
+        self.subs.borrow_mut().remove(&id);
+    }
+
+    /// A push from a shard. Never waits: a full subscription ends with a lag notice; a push
+    /// for a subscription that has ended is dropped.
+    pub fn deliver(&self, p: PushMsg) {
+        let sub = self.subs.borrow().get(&p.sub).cloned();
+        if let Some(sub) = sub {
+            sub.deliver(p);
+        }
+    }
+
+    /// The WATCH response of `id` was written: its pushes may follow.
+    pub fn announce(&self, id: u64) {
+        let sub = self.subs.borrow().get(&id).cloned();
+        if let Some(sub) = sub {
+            sub.announce();
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.subs.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
