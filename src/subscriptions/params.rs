@@ -97,7 +97,10 @@ pub fn watch_all(raw: Option<&[u8]>, shards: u32) -> Result<WatchSpec, Rejection
         if list.len() > FILTER_VALUES_MAX {
             return Err(Rejection::new(
                 ErrorCode::BadRequest,
-                format!("{name} has {} values; the limit is {FILTER_VALUES_MAX}", list.len()),
+                format!(
+                    "{name} has {} values; the limit is {FILTER_VALUES_MAX}",
+                    list.len()
+                ),
             ));
         }
     }

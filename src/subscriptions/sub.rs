@@ -356,7 +356,10 @@ mod tests {
         let mut out = Vec::new();
         assert!(!s.take_frames(&mut out, usize::MAX));
         let got = frames(&out);
-        let seen: Vec<_> = got.iter().map(|v| (v["wal_offset"].clone(), v["cursor"].clone())).collect();
+        let seen: Vec<_> = got
+            .iter()
+            .map(|v| (v["wal_offset"].clone(), v["cursor"].clone()))
+            .collect();
         assert_eq!(
             seen,
             vec![
@@ -400,6 +403,9 @@ mod tests {
         let mut out = Vec::new();
         assert!(!s.take_frames(&mut out, usize::MAX));
         assert!(out.is_empty());
-        assert_eq!(s.stats.queued[0].load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(
+            s.stats.queued[0].load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
     }
 }

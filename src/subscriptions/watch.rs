@@ -54,7 +54,13 @@ fn watch(spec: Result<WatchSpec, Rejection>, conn: &Rc<ConnSubs>, front: &Rc<Fro
     let watched = spec.from.iter().map(Option::is_some).collect();
     let queue_max = front.limits.subscription_queue_max;
     let stats = front.subs_stats.clone();
-    let sub = Sub::new(table.next_id(), watched, queue_max, stats, Rc::downgrade(conn));
+    let sub = Sub::new(
+        table.next_id(),
+        watched,
+        queue_max,
+        stats,
+        Rc::downgrade(conn),
+    );
     // In the table before any shard knows it: pushes that overtake the set-up are held.
     table.insert(sub.clone());
     conn.add(sub.clone());
@@ -84,7 +90,10 @@ async fn drive(front: Rc<Front>, sub: Rc<Sub>, spec: WatchSpec, reply: ReplySlot
             return;
         }
     };
-    let positions: Vec<u64> = plan.iter().map(|p| p.map_or(0, |(start, _)| start)).collect();
+    let positions: Vec<u64> = plan
+        .iter()
+        .map(|p| p.map_or(0, |(start, _)| start))
+        .collect();
     let result = json!({ "subscription_id": sub.id, "cursor": cursor::encode(&positions) });
     sub.finish_setup(positions);
     reply.fill(Ok(ReplyBody::Watch {
@@ -147,13 +156,20 @@ fn resolve(spec: &WatchSpec, logs: &Logs) -> Result<Plan, Rejection> {
             From::At(o) => o - 1,
         };
         if after > head {
-            let msg = format!("offset {} of shard {k} is beyond its log (head {head})", after + 1);
+            let msg = format!(
+                "offset {} of shard {k} is beyond its log (head {head})",
+                after + 1
+            );
             return Err(Rejection::new(ErrorCode::BadRequest, msg)
                 .with("shard", k)
                 .with("head_offset", head));
         }
         if after < head && after + 1 < oldest {
-            return Err(with_oldest_cursor(trimmed(k as u32, after + 1, oldest), spec, logs));
+            return Err(with_oldest_cursor(
+                trimmed(k as u32, after + 1, oldest),
+                spec,
+                logs,
+            ));
         }
         plan[k] = Some((after, head));
     }
@@ -256,7 +272,11 @@ fn unwatch(params: Option<&[u8]>, conn: &Rc<ConnSubs>) -> ReplySlot {
             return slot;
         }
     };
-    let removed = |b: bool| Ok(ReplyBody::Json(json!({ "removed": b }).to_string().into_bytes()));
+    let removed = |b: bool| {
+        Ok(ReplyBody::Json(
+            json!({ "removed": b }).to_string().into_bytes(),
+        ))
+    };
     let Some(sub) = conn.find(id).filter(|s| !s.is_ended()) else {
         slot.fill(removed(false));
         return slot;
