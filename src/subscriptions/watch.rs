@@ -212,6 +212,9 @@ async fn replay(router: &Router, sub: &Sub, filter: &Filter, plan: &Plan) {
             while !sub.is_ended() && sub.queue_len() > sub.queue_max() / 2 {
                 sub.space.wait().await;
             }
+            if sub.is_ended() {
+                return;
+            }
             let (k, from, head) = todo[i];
             let room = sub.queue_max().saturating_sub(sub.queue_len());
             let call = ShardCall::ReadEvents {
