@@ -7,6 +7,8 @@ use std::cell::Cell;
 
 use shards::{ErrorCode, Rejection};
 
+use crate::metrics::LogStats;
+
 pub struct Durability {
     head: Cell<u64>,
 }
@@ -29,6 +31,16 @@ impl Durability {
 
     pub fn durable(&self) -> u64 {
         self.head.get()
+    }
+
+    /// Figures for metrics: a memory log has offsets and entries, no bytes, segments or I/O.
+    pub fn stats(&self) -> LogStats {
+        LogStats {
+            offset: self.head(),
+            durable: self.durable(),
+            entries_total: self.head(),
+            ..LogStats::default()
+        }
     }
 
     pub async fn wait_durable(&self, offset: u64) -> Result<(), Rejection> {

@@ -4,6 +4,7 @@ use serde_json::Value;
 use shards::engine::{Entry, ListPage};
 use shards::Rejection;
 
+use crate::metrics::ShardStats;
 use crate::protocol::Op;
 
 /// A request to one shard. `token` names the caller's reply slot on the sending executor.
@@ -28,6 +29,8 @@ pub enum ShardCall {
     },
     /// Counts and log position for INFO.
     Info,
+    /// Figures for a metrics scrape or health check.
+    Stats,
 }
 
 pub enum ReplyBody {
@@ -41,6 +44,7 @@ pub enum ReplyBody {
     Entries(Vec<Entry>),
     Page(ListPage),
     Value(Value),
+    Stats(Box<ShardStats>),
 }
 
 pub struct ShardResponse {

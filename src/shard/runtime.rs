@@ -2,7 +2,7 @@
 //! control executor), an outbox per channel that releases replies once their log offset is
 //! durable, in arrival order.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
 
@@ -15,6 +15,7 @@ use shards::{ErrorCode, Rejection};
 
 use super::durability::Durability;
 use super::message::{ReplyBody, ShardCall, ShardRequest, ShardResponse};
+use crate::metrics::ShardStats;
 use crate::ops;
 use crate::protocol::Op;
 use crate::util::notify::Notify;
@@ -34,6 +35,8 @@ pub struct Shard {
     pub index: u32,
     engine: RefCell<Engine>,
     log: Durability,
+    /// Replies waiting in this shard's outboxes (a metrics gauge).
+    queued: Cell<u64>,
 }
 
 /// Runs a shard until every client has hung up.
@@ -42,6 +45,7 @@ pub async fn run(setup: ShardSetup) {
         index: setup.index,
         engine: RefCell::new(Engine::new()),
         log: Durability::memory(),
+        queued: Cell::new(0),
     });
     // The receiver may be gone if start-up already failed elsewhere; nothing to do then.
     let _ = setup.ready.send(Ok(()));
@@ -73,6 +77,7 @@ async fn serve_client(
 async fn receive(shard: &Shard, rx: &ConnectedReceiver<ShardRequest>, outbox: &Outbox) {
     while let Some(req) = rx.recv().await {
         let (result, needs) = shard.execute(req.call);
+        shard.queued.set(shard.queued.get() + 1);
         outbox.push(
             needs,
             ShardResponse {
@@ -127,6 +132,7 @@ impl Outbox {
                     }
                 };
                 let Some((n, mut resp)) = next else { break };
+                shard.queued.set(shard.queued.get().saturating_sub(1));
                 if n > durable {
                     if let Some(f) = &failure {
                         resp.result = Err(f.clone());
@@ -167,6 +173,7 @@ impl Shard {
                 (Ok(ReplyBody::Page(page)), self.log.head())
             }
             ShardCall::Info => (Ok(ReplyBody::Value(self.info())), 0),
+            ShardCall::Stats => (Ok(ReplyBody::Stats(Box::new(self.stats()))), 0),
         }
     }
 
@@ -375,6 +382,20 @@ impl Shard {
             "wal_offset": self.log.head(),
             "wal_durable_offset": self.log.durable(),
         })
+    }
+}
+
+impl Shard {
+    fn stats(&self) -> ShardStats {
+        let engine = self.engine.borrow();
+        ShardStats {
+            shard: self.index,
+            engine: engine.stats().clone(),
+            instances: engine.instance_count() as u64,
+            machines: engine.machine_count() as u64,
+            queue_depth: self.queued.get(),
+            log: self.log.stats(),
+        }
     }
 }
 
