@@ -3,8 +3,9 @@
 //!
 //! The crate encodes OpenMetrics only, whose counter samples always end in `_total`. The
 //! Prometheus text is derived from that output by `openmetrics_to_prometheus`: counter family
-//! names become the spec names (`svc_requests_total`), `svc_connections_rejected` loses the
-//! `_total` OpenMetrics gave its samples, and `# UNIT`/`# EOF` lines go.
+//! names become the spec names (`svc_requests_total`), the suffix-less counters that
+//! OpenMetrics can only carry as `unknown` are declared `counter` again, and `# UNIT`/`# EOF`
+//! lines go. Sample lines are never changed.
 
 use std::collections::HashSet;
 
@@ -79,31 +80,26 @@ pub fn openmetrics_to_prometheus(om: &str) -> String {
         if line == "# EOF" || line.starts_with("# UNIT ") {
             continue;
         }
-        let (prefix, rest) = match line.strip_prefix("# HELP ") {
-            Some(rest) => ("# HELP ", rest),
-            None => match line.strip_prefix("# TYPE ") {
-                Some(rest) => ("# TYPE ", rest),
-                None => ("", line),
-            },
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        let Some((prefix, rest)) = meta else {
+            out.push_str(line); // a sample
+            out.push('\n');
+            continue;
         };
-        let end = rest.find([' ', '{']).unwrap_or(rest.len());
-        let (name, tail) = rest.split_at(end);
+        let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
         out.push_str(prefix);
-        if prefix.is_empty() {
-            // A sample: only counters listed as suffix-less drop the OpenMetrics `_total`.
-            match name.strip_suffix("_total") {
-                Some(base) if counters.contains(base) && COUNTERS_WITHOUT_TOTAL.contains(&base) => {
-                    out.push_str(base)
-                }
-                _ => out.push_str(name),
-            }
-        } else {
-            out.push_str(name);
-            if counters.contains(name) && !COUNTERS_WITHOUT_TOTAL.contains(&name) {
-                out.push_str("_total");
-            }
+        out.push_str(name);
+        if counters.contains(name) {
+            out.push_str("_total");
         }
-        out.push_str(tail);
+        out.push(' ');
+        if prefix == "# TYPE " && tail == "unknown" && COUNTERS_WITHOUT_TOTAL.contains(&name) {
+            out.push_str("counter");
+        } else {
+            out.push_str(tail);
+        }
         out.push('\n');
     }
     out
@@ -133,8 +129,8 @@ mod tests {
                   # TYPE svc_requests counter\n\
                   svc_requests_total{op=\"PING\"} 2\n\
                   # HELP svc_connections_rejected Rejected.\n\
-                  # TYPE svc_connections_rejected counter\n\
-                  svc_connections_rejected_total 1\n\
+                  # TYPE svc_connections_rejected unknown\n\
+                  svc_connections_rejected 1\n\
                   # HELP svc_instances_total Instances.\n\
                   # TYPE svc_instances_total gauge\n\
                   svc_instances_total 3\n\

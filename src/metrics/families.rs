@@ -23,8 +23,11 @@ use super::shard::ShardStats;
 use crate::protocol::Op;
 
 /// Counters whose spec name has no `_total` suffix. Every other counter's spec name ends in
-/// `_total`; OpenMetrics appends `_total` to every counter sample, so the registry holds each
-/// counter under its spec name less `_total` (see `exposition.rs` for the Prometheus text).
+/// `_total`, and OpenMetrics appends `_total` to every counter sample, so the registry holds
+/// those under their spec name less `_total`. OpenMetrics has no counter whose sample lacks
+/// `_total`, so these are registered as type `unknown` with the spec name as sample name: the
+/// stored series keeps the spec's name whichever format a scraper negotiates. The Prometheus
+/// text declares them `counter` again (`exposition.rs`).
 pub const COUNTERS_WITHOUT_TOTAL: [&str; 1] = ["svc_connections_rejected"];
 
 /// Builds the registry for one scrape.
@@ -323,19 +326,35 @@ fn gauge(r: &mut Registry, name: &str, help: &str, v: u64) {
 }
 
 fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
-    register_counter(r, name, help, ConstCounter::new(v));
+    if COUNTERS_WITHOUT_TOTAL.contains(&name) {
+        r.register(name, help, SuffixlessCounter(v));
+    } else {
+        register_counter(r, name, help, ConstCounter::new(v));
+    }
 }
 
 /// Registers a counter under its spec name less `_total` (OpenMetrics adds it back).
 fn register_counter(r: &mut Registry, spec_name: &str, help: &str, m: impl Metric) {
-    let base = match spec_name.strip_suffix("_total") {
-        Some(base) => base,
-        None => {
-            debug_assert!(COUNTERS_WITHOUT_TOTAL.contains(&spec_name), "{spec_name}");
-            spec_name
-        }
-    };
+    debug_assert!(
+        spec_name.ends_with("_total"),
+        "{spec_name}: see COUNTERS_WITHOUT_TOTAL"
+    );
+    let base = spec_name.strip_suffix("_total").unwrap_or(spec_name);
     r.register(base, help, m);
+}
+
+/// A counter whose spec name lacks `_total` (see `COUNTERS_WITHOUT_TOTAL`).
+#[derive(Debug)]
+struct SuffixlessCounter(u64);
+
+impl EncodeMetric for SuffixlessCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
+        encoder.encode_gauge(&self.0) // a bare `name value` sample
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Unknown
+    }
 }
 
 /// A label set; values are escaped when encoded.
@@ -627,7 +646,7 @@ mod tests {
         assert!(text.ends_with("# EOF\n"));
         assert!(text.contains("# TYPE svc_requests counter\n"));
         assert!(text.contains("svc_requests_total{op=\"PING\"} 1\n"));
-        assert!(text.contains("# TYPE svc_connections_rejected counter\n"));
-        assert!(text.contains("svc_connections_rejected_total 1\n"));
+        assert!(text.contains("# TYPE svc_connections_rejected unknown\n"));
+        assert!(text.contains("svc_connections_rejected 1\n"));
     }
 }
