@@ -102,7 +102,8 @@ impl Server {
         Server::start_in_with_env(dir, extra, &[])
     }
 
-    /// `start`, with extra environment variables for the server process (e.g. `RUST_LOG`).
+    /// `start`, with extra environment variables for the server process (e.g. `RUST_LOG`); an
+    /// empty value removes the variable from the inherited environment.
     pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> (Server, tempfile::TempDir) {
         let dir = temp_dir();
         let s = Server::start_in_with_env(dir.path(), extra, env)
@@ -140,10 +141,16 @@ impl Server {
             .append(true)
             .open(self.dir.join("server.log"))
             .map_err(|e| e.to_string())?;
-        let mut child = Command::new(BIN)
+        let mut cmd = Command::new(BIN);
+        for (k, v) in &self.env {
+            match v.is_empty() {
+                true => cmd.env_remove(k),
+                false => cmd.env(k, v),
+            };
+        }
+        let mut child = cmd
             .arg("--config")
             .arg(&cfg_path)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
