@@ -2,8 +2,8 @@
 //! shutdown. See docs/architecture.md.
 //!
 //! Executors: `S` shards (each owns its instances and log), `F` fronts (accept, decode, route),
-//! one control executor (start-up fan-out, the metrics listener; replication later). Every front and the
-//! control executor hold one request/response channel pair per shard, created here.
+//! one control executor (start-up fan-out, the metrics listener; replication later). Every front
+//! and the control executor hold one request/response channel pair per shard, created here.
 
 pub mod connection;
 pub mod control;
@@ -77,10 +77,11 @@ pub fn run(config: Config) -> Result<(), String> {
         )?),
         false => None,
     };
-    let metrics_addr = match &metrics_listener {
-        Some(l) => Some(l.local_addr().map_err(|e| e.to_string())?),
-        None => None,
-    };
+    let metrics_addr = metrics_listener
+        .as_ref()
+        .map(StdListener::local_addr)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let signals = Signals::install()?;
 
     let clients = place.fronts.len() + 1;
