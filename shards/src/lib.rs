@@ -8,5 +8,6 @@
 pub mod codes;
 pub mod engine;
 pub mod routing;
+pub mod wal;
 
 pub use codes::{ErrorCode, Rejection};

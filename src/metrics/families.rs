@@ -15,9 +15,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Metric, Registry};
+use shards::wal::{BATCH_BOUNDS_ENTRIES, DURATION_BOUNDS_SECONDS};
 use shards::ErrorCode;
 
-use super::histogram::{HistogramSnapshot, BATCH_SIZE_BUCKETS, WAL_WRITE_SECONDS_BUCKETS};
+use super::histogram::HistogramSnapshot;
 use super::scrape::{PrimaryStats, ReplicaStats, ReplicationStats, Scrape};
 use super::shard::ShardStats;
 use crate::protocol::Op;
@@ -208,15 +209,12 @@ fn wal(r: &mut Registry, shards: &[ShardStats]) {
         "Log writes (one per group commit)",
         sum(|s| s.log.writes_total),
     );
-    let mut write = HistogramSnapshot::empty(&WAL_WRITE_SECONDS_BUCKETS);
-    let mut batch = HistogramSnapshot::empty(&BATCH_SIZE_BUCKETS);
-    for s in shards {
-        write.merge(&s.log.write_duration);
-        batch.merge(&s.log.batch_size);
-    }
+    let write = merged(shards, |s| &s.log.write_duration, &DURATION_BOUNDS_SECONDS);
+    let fsync = merged(shards, |s| &s.log.fsync_duration, &DURATION_BOUNDS_SECONDS);
+    let batch = merged(shards, |s| &s.log.batch_size, &BATCH_BOUNDS_ENTRIES);
     r.register(
         "svc_wal_write_duration_seconds",
-        "Log write duration in seconds",
+        "Log segment write duration in seconds (fdatasync excluded)",
         Hist(write),
     );
     counter(
@@ -243,6 +241,11 @@ fn wal(r: &mut Registry, shards: &[ShardStats]) {
         "Log entries per group-commit write",
         Hist(batch),
     );
+    r.register(
+        "svc_wal_fsync_duration_seconds",
+        "Log fdatasync duration in seconds",
+        Hist(fsync),
+    );
     let poisoned = shards.iter().filter(|s| s.log.poisoned).count() as u64;
     gauge(
         r,
@@ -260,6 +263,22 @@ fn wal(r: &mut Registry, shards: &[ShardStats]) {
         "Replies waiting for the log per shard",
         depth,
     );
+}
+
+/// Every shard's histogram added up, on the first shard's bounds (all shards use the same).
+fn merged(
+    shards: &[ShardStats],
+    of: fn(&ShardStats) -> &HistogramSnapshot,
+    fallback: &[f64],
+) -> HistogramSnapshot {
+    let mut total = HistogramSnapshot::default();
+    for s in shards {
+        total.merge(of(s));
+    }
+    if total.buckets.is_empty() {
+        total = HistogramSnapshot::empty(fallback);
+    }
+    total
 }
 
 fn primary(r: &mut Registry, p: &PrimaryStats) {
@@ -505,7 +524,7 @@ mod tests {
         s.log.offset = 5;
         s.log.segments = 1;
         s.log.writes_total = 4;
-        s.log.write_duration.buckets[3].1 = 4;
+        s.log.write_duration.buckets[1].1 = 4; // <= 100 µs
         s
     }
 

@@ -1,20 +1,5 @@
-//! Histogram figures as plain data: what an executor hands over when scraped, and what the
-//! exposition encodes. `LocalHistogram` is the executor-local recorder (no atomics: only its
-//! own executor touches it, the snapshot crosses cores inside a message).
-
-use std::cell::{Cell, RefCell};
-
-/// Upper bounds (seconds) for log write and fsync latencies: 10 µs to 5 s. A DMA write plus
-/// fdatasync costs 30–150 µs on a VM and 0.5–5 ms on an SSD without power-loss protection.
-pub const WAL_WRITE_SECONDS_BUCKETS: [f64; 16] = [
-    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3,
-    250e-3, 1.0, 5.0,
-];
-
-/// Upper bounds for log entries per group commit: powers of two up to 4096.
-pub const BATCH_SIZE_BUCKETS: [f64; 13] = [
-    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
-];
+//! Histogram figures as plain data: what an executor hands over when scraped (inside a
+//! message or read from its atomics), and what the exposition encodes.
 
 /// A histogram read at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -58,66 +43,9 @@ impl HistogramSnapshot {
     }
 }
 
-/// An executor-local histogram with fixed bounds.
-pub struct LocalHistogram {
-    bounds: &'static [f64],
-    counts: RefCell<Vec<u64>>,
-    sum: Cell<f64>,
-}
-
-impl LocalHistogram {
-    pub fn new(bounds: &'static [f64]) -> Self {
-        LocalHistogram {
-            bounds,
-            counts: RefCell::new(vec![0; bounds.len() + 1]),
-            sum: Cell::new(0.0),
-        }
-    }
-
-    pub fn observe(&self, v: f64) {
-        let i = self
-            .bounds
-            .iter()
-            .position(|b| v <= *b)
-            .unwrap_or(self.bounds.len());
-        self.counts.borrow_mut()[i] += 1;
-        self.sum.set(self.sum.get() + v);
-    }
-
-    pub fn snapshot(&self) -> HistogramSnapshot {
-        let counts = self.counts.borrow();
-        let mut buckets: Vec<(f64, u64)> = self
-            .bounds
-            .iter()
-            .copied()
-            .zip(counts.iter().copied())
-            .collect();
-        buckets.push((f64::INFINITY, counts[self.bounds.len()]));
-        HistogramSnapshot {
-            buckets,
-            sum: self.sum.get(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn local_histogram_counts_each_value_in_its_bucket() {
-        let h = LocalHistogram::new(&BATCH_SIZE_BUCKETS);
-        for v in [1.0, 1.0, 3.0, 5000.0] {
-            h.observe(v);
-        }
-        let s = h.snapshot();
-        assert_eq!(s.count(), 4);
-        assert_eq!(s.sum, 5005.0);
-        assert_eq!(s.buckets[0], (1.0, 2));
-        assert_eq!(s.buckets[2], (4.0, 1));
-        assert_eq!(s.buckets.last(), Some(&(f64::INFINITY, 1)));
-        assert_eq!(s.buckets.len(), BATCH_SIZE_BUCKETS.len() + 1);
-    }
 
     #[test]
     fn merge_adds_matching_buckets_and_rebuckets_others_upwards() {

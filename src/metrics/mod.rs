@@ -2,7 +2,7 @@
 //!
 //! * `front`: per-front request and connection counters (single-writer atomics).
 //! * `shard`: what a shard reports when asked (`ShardCall::Stats`), log figures included.
-//! * `histogram`: histogram figures as plain data, and an executor-local recorder.
+//! * `histogram`: histogram figures as plain data.
 //! * `scrape`: gathering one scrape on the control executor.
 //! * `families`: the spec's metric families, built into a `prometheus_client` registry.
 //! * `exposition`: Prometheus text 0.0.4 (the spec's names) or OpenMetrics, by `Accept`.
@@ -20,5 +20,5 @@ pub mod scrape;
 pub mod shard;
 
 pub use front::FrontStats;
-pub use histogram::{HistogramSnapshot, LocalHistogram};
+pub use histogram::HistogramSnapshot;
 pub use shard::{LogStats, ShardStats};

@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use glommio::channels::shared_channel;
 use glommio::{LocalExecutorBuilder, Placement};
+use shards::wal::{FsyncPolicy, WalConfig};
 
-use crate::config::{Config, Role};
+use crate::config::{Config, FsyncMode, Role};
 use crate::datadir::DataDir;
 use crate::metrics::http::MetricsSetup;
 use crate::metrics::scrape::Sources;
@@ -94,9 +95,10 @@ pub fn run(config: Config) -> Result<(), String> {
         let setup = ShardSetup {
             index: i as u32,
             clients: ends,
+            wal: wal_config(&config, data_dir.shard_dir(i as u32), i as u32),
+            snapshot_every: config.storage.snapshot_every_entries,
             ready: ready_tx.clone(),
         };
-        let _dir = data_dir.shard_dir(i as u32);
         handles.push(spawn(&format!("shard{i}"), *cpu, io_memory, move || {
             crate::shard::runtime::run(setup)
         })?);
@@ -179,6 +181,23 @@ pub fn run(config: Config) -> Result<(), String> {
     drop(data_dir);
     log::info!("stopped");
     Ok(())
+}
+
+/// The log configuration of shard `shard` from `storage.*`.
+fn wal_config(config: &Config, dir: std::path::PathBuf, shard: u32) -> WalConfig {
+    let st = &config.storage;
+    let fsync = match st.fsync {
+        FsyncMode::Always => FsyncPolicy::Always,
+        FsyncMode::Interval => FsyncPolicy::Interval(Duration::from_millis(st.fsync_interval_ms)),
+        FsyncMode::Never => FsyncPolicy::Never,
+    };
+    WalConfig {
+        dir,
+        shard,
+        segment_bytes: st.segment_bytes,
+        fsync,
+        retain_bytes: st.retain_bytes,
+    }
 }
 
 fn role_name(role: Option<Role>) -> &'static str {

@@ -1,56 +1,95 @@
-//! The shard's log position: where entries get offsets and when they count as durable.
-//!
-//! Until the WAL lands this is memory only: an entry is "durable" as soon as it has an offset.
-//! The runtime already waits on `wait_durable`, so the WAL replaces this without touching ops.
+//! The shard's log: where entries get offsets and when they count as durable. A thin layer over
+//! `shards::wal::Wal` that recovers the engine at open and turns log failures into wire codes.
 
-use std::cell::Cell;
+use std::rc::Rc;
 
+use shards::engine::{Engine, Entry};
+use shards::wal::{Recovered, Wal, WalConfig, WalError, WalStats};
 use shards::{ErrorCode, Rejection};
 
-use crate::metrics::LogStats;
-
 pub struct Durability {
-    head: Cell<u64>,
+    wal: Rc<Wal>,
 }
 
 impl Durability {
-    pub fn memory() -> Self {
-        Durability { head: Cell::new(0) }
+    /// Opens the shard's log and rebuilds `engine` from the newest snapshot and the entries
+    /// after it. A corrupt log (anything but a torn tail) is an error naming file and offset.
+    pub async fn open(cfg: WalConfig, engine: &mut Engine) -> Result<Durability, String> {
+        let started = std::time::Instant::now();
+        let mut entries = 0u64;
+        let mut on = |rec: Recovered<'_>| -> Result<(), String> {
+            match rec {
+                Recovered::Snapshot { offset, bytes } => {
+                    *engine = Engine::restore(bytes)
+                        .map_err(|e| format!("snapshot at offset {offset}: {e}"))?;
+                }
+                Recovered::Record { offset, payload } => {
+                    let entry: Entry = serde_json::from_slice(payload)
+                        .map_err(|e| format!("log entry at offset {offset}: {e}"))?;
+                    engine.apply(entry, offset, false);
+                    entries += 1;
+                }
+            }
+            Ok(())
+        };
+        let wal = Wal::open(cfg, &mut on).await.map_err(|e| e.to_string())?;
+        log::info!(
+            "shard recovered {entries} log entries in {:?}: {} instances, head offset {}",
+            started.elapsed(),
+            engine.instance_count(),
+            wal.head_offset()
+        );
+        Ok(Durability { wal })
     }
 
-    /// Records one entry and returns its offset (contiguous from 1).
-    pub fn append(&self, _payload: &[u8]) -> Result<u64, Rejection> {
-        let next = self.head.get() + 1;
-        self.head.set(next);
-        Ok(next)
+    /// Buffers one entry for the next group commit and returns its offset.
+    pub fn append(&self, payload: &[u8]) -> Result<u64, Rejection> {
+        self.wal.append(payload).map_err(rejection)
     }
 
     pub fn head(&self) -> u64 {
-        self.head.get()
+        self.wal.head_offset()
     }
 
     pub fn durable(&self) -> u64 {
-        self.head.get()
-    }
-
-    /// Figures for metrics: a memory log has offsets and entries, no bytes, segments or I/O.
-    pub fn stats(&self) -> LogStats {
-        LogStats {
-            offset: self.head(),
-            durable: self.durable(),
-            entries_total: self.head(),
-            ..LogStats::default()
-        }
+        self.wal.durable_offset()
     }
 
     pub async fn wait_durable(&self, offset: u64) -> Result<(), Rejection> {
-        if offset <= self.durable() {
-            Ok(())
-        } else {
-            Err(Rejection::new(
-                ErrorCode::InternalError,
-                "offset beyond the log head",
-            ))
+        if offset <= self.wal.durable_offset() {
+            return Ok(());
         }
+        self.wal.wait_durable(offset).await.map_err(rejection)
+    }
+
+    pub fn stats(&self) -> WalStats {
+        self.wal.stats()
+    }
+
+    pub fn wal(&self) -> &Rc<Wal> {
+        &self.wal
+    }
+
+    /// Flushes and syncs what is pending (graceful shutdown).
+    pub async fn close(&self) {
+        if let Err(e) = self.wal.close().await {
+            log::error!("closing the log: {e}");
+        }
+    }
+}
+
+/// How a log failure reaches a client.
+fn rejection(e: WalError) -> Rejection {
+    match e {
+        WalError::TooLarge { len, max } => Rejection::new(
+            ErrorCode::BadRequest,
+            format!("the log entry would be {len} bytes; the limit is {max}"),
+        ),
+        WalError::Closed => Rejection::new(ErrorCode::ShuttingDown, "the shard is shutting down"),
+        WalError::Poisoned | WalError::Io { .. } => Rejection::new(
+            ErrorCode::WalIoError,
+            "the shard's log failed a write or sync; it refuses writes until restarted",
+        ),
+        other => Rejection::new(ErrorCode::InternalError, format!("log: {other}")),
     }
 }

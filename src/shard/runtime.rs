@@ -11,11 +11,12 @@ use glommio::channels::shared_channel::{
 };
 use serde_json::{json, Value};
 use shards::engine::{Command, Decision, Engine, Entry};
+use shards::wal::WalConfig;
 use shards::{ErrorCode, Rejection};
 
 use super::durability::Durability;
 use super::message::{ReplyBody, ShardCall, ShardRequest, ShardResponse};
-use crate::metrics::ShardStats;
+use crate::metrics::{LogStats, ShardStats};
 use crate::ops;
 use crate::protocol::Op;
 use crate::util::notify::Notify;
@@ -27,6 +28,9 @@ pub type ClientChannels = (SharedReceiver<ShardRequest>, SharedSender<ShardRespo
 pub struct ShardSetup {
     pub index: u32,
     pub clients: Vec<ClientChannels>,
+    pub wal: WalConfig,
+    /// Entries between snapshots (`storage.snapshot_every_entries`).
+    pub snapshot_every: u64,
     pub ready: std::sync::mpsc::Sender<Result<(), String>>,
 }
 
@@ -35,16 +39,39 @@ pub struct Shard {
     pub index: u32,
     engine: RefCell<Engine>,
     log: Durability,
+    snapshots: Snapshots,
     /// Replies waiting in this shard's outboxes (a metrics gauge).
     queued: Cell<u64>,
 }
 
+/// Snapshot scheduling: after `every` entries, serialise the engine and let the log write it
+/// (and compact) in the background; one at a time.
+struct Snapshots {
+    every: u64,
+    last_offset: Cell<u64>,
+    running: Cell<bool>,
+}
+
 /// Runs a shard until every client has hung up.
 pub async fn run(setup: ShardSetup) {
+    let mut engine = Engine::new();
+    let log = match Durability::open(setup.wal, &mut engine).await {
+        Ok(log) => log,
+        Err(e) => {
+            let _ = setup.ready.send(Err(format!("shard {}: {e}", setup.index)));
+            return;
+        }
+    };
+    let head = log.head();
     let shard = Rc::new(Shard {
         index: setup.index,
-        engine: RefCell::new(Engine::new()),
-        log: Durability::memory(),
+        engine: RefCell::new(engine),
+        log,
+        snapshots: Snapshots {
+            every: setup.snapshot_every,
+            last_offset: Cell::new(head),
+            running: Cell::new(false),
+        },
         queued: Cell::new(0),
     });
     // The receiver may be gone if start-up already failed elsewhere; nothing to do then.
@@ -57,6 +84,7 @@ pub async fn run(setup: ShardSetup) {
     for t in tasks {
         t.await;
     }
+    shard.log.close().await;
     log::debug!("shard {} stopped", shard.index);
 }
 
@@ -74,7 +102,7 @@ async fn serve_client(
     pump.await;
 }
 
-async fn receive(shard: &Shard, rx: &ConnectedReceiver<ShardRequest>, outbox: &Outbox) {
+async fn receive(shard: &Rc<Shard>, rx: &ConnectedReceiver<ShardRequest>, outbox: &Outbox) {
     while let Some(req) = rx.recv().await {
         let (result, needs) = shard.execute(req.call);
         shard.queued.set(shard.queued.get() + 1);
@@ -85,6 +113,7 @@ async fn receive(shard: &Shard, rx: &ConnectedReceiver<ShardRequest>, outbox: &O
                 result,
             },
         );
+        shard.maybe_snapshot();
     }
 }
 
@@ -149,6 +178,41 @@ impl Outbox {
 type Outcome = (Result<ReplyBody, Rejection>, u64);
 
 impl Shard {
+    /// Starts a background snapshot when enough entries have accumulated. Serialising the
+    /// engine happens here, synchronously (the state must not move under it); writing, syncing
+    /// and compacting happen in a task that waits for the offset to be durable first.
+    fn maybe_snapshot(self: &Rc<Self>) {
+        let s = &self.snapshots;
+        let head = self.log.head();
+        if s.running.get() || head < s.last_offset.get() + s.every {
+            return;
+        }
+        s.running.set(true);
+        s.last_offset.set(head);
+        let bytes = self.engine.borrow().snapshot();
+        let shard = self.clone();
+        glommio::spawn_local(async move {
+            let written = match shard.log.wait_durable(head).await {
+                Ok(()) => shard
+                    .log
+                    .wal()
+                    .write_snapshot(head, &bytes)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(r) => Err(r.message),
+            };
+            match written {
+                Ok(()) => log::info!("shard {}: snapshot at offset {head}", shard.index),
+                Err(e) => log::error!(
+                    "shard {}: snapshot at offset {head} failed: {e}",
+                    shard.index
+                ),
+            }
+            shard.snapshots.running.set(false);
+        })
+        .detach();
+    }
+
     /// Executes one call. Returns the reply and the log offset that must be durable first.
     fn execute(&self, call: ShardCall) -> Outcome {
         match call {
@@ -394,7 +458,7 @@ impl Shard {
             instances: engine.instance_count() as u64,
             machines: engine.machine_count() as u64,
             queue_depth: self.queued.get(),
-            log: self.log.stats(),
+            log: LogStats::from(&self.log.stats()),
         }
     }
 }

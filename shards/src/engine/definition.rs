@@ -1,5 +1,211 @@
-//! Machine definitions. (Being written.)
+//! Machine definitions: the serde form a client sends, its normalised and canonical JSON, its
+//! checksum, and (in `compile`) validation into a `CompiledMachine`.
+//!
+//! Definition object: `{"states":[..], "initial":S, "final":[..]?, "transitions":[{"from":
+//! S | [S,..] | "*", "event":E, "to":S, "guard":EXPR?}]}`. Unknown fields are refused.
+//!
+//! The normalised form always has `final` (possibly empty) and omits absent guards, so two
+//! definitions that differ only in those spellings are the same version. The canonical JSON is
+//! the normalised form with object keys sorted and no whitespace; its CRC32C is the checksum.
+
+mod compile;
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+pub use compile::{CompiledMachine, Resolution};
+
+/// The definition object as sent by a client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Definition {
+    #[serde(default)]
+    pub states: Vec<String>,
+    #[serde(default)]
+    pub initial: Option<String>,
+    #[serde(default, rename = "final")]
+    pub finals: Vec<String>,
+    #[serde(default)]
+    pub transitions: Vec<TransitionDef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransitionDef {
+    pub from: FromSpec,
+    pub event: String,
+    pub to: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<String>,
+}
+
+/// The `from` of a transition: one state, a list of states, or `"*"` (every non-final state).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum FromSpec {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl FromSpec {
+    /// The wildcard spelling.
+    pub const ANY: &'static str = "*";
+}
+
+impl<'de> Deserialize<'de> for FromSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let shape = "`from` must be a state, a list of states or \"*\"";
+        match Value::deserialize(d)? {
+            Value::String(s) => Ok(FromSpec::One(s)),
+            Value::Array(items) => items
+                .into_iter()
+                .map(|item| match item {
+                    Value::String(s) => Ok(s),
+                    _ => Err(D::Error::custom(shape)),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(FromSpec::Many),
+            _ => Err(D::Error::custom(shape)),
+        }
+    }
+}
+
+/// Why a definition was refused; becomes `INVALID_DEFINITION` with `details.reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefinitionError {
+    pub reason: String,
+}
+
+impl DefinitionError {
+    pub fn new(reason: impl Into<String>) -> Self {
+        DefinitionError {
+            reason: reason.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for DefinitionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// A validated definition in every form the engine stores or logs.
 #[derive(Debug, Clone)]
-pub struct Definition;
-#[derive(Debug, Clone)]
-pub struct CompiledMachine;
+pub struct Prepared {
+    /// The normalised definition object (what `Entry::PutMachine` carries).
+    pub normalised: Value,
+    /// Lowercase hex CRC32C of the canonical JSON, 8 digits.
+    pub checksum: String,
+    pub compiled: CompiledMachine,
+}
+
+impl Definition {
+    /// Reads the definition object, refusing unknown fields and wrong types.
+    pub fn from_value(raw: &Value) -> Result<Definition, DefinitionError> {
+        Definition::deserialize(raw).map_err(|e| DefinitionError::new(e.to_string()))
+    }
+
+    /// The normalised object: `final` always present, absent guards omitted.
+    pub fn to_value(&self) -> Value {
+        let transitions = self
+            .transitions
+            .iter()
+            .map(TransitionDef::to_value)
+            .collect();
+        let mut map = Map::new();
+        map.insert("states".into(), strings(&self.states));
+        map.insert(
+            "initial".into(),
+            self.initial.clone().map_or(Value::Null, Value::String),
+        );
+        map.insert("final".into(), strings(&self.finals));
+        map.insert("transitions".into(), Value::Array(transitions));
+        Value::Object(map)
+    }
+
+    /// Validates and compiles the definition.
+    pub fn compile(&self) -> Result<CompiledMachine, DefinitionError> {
+        CompiledMachine::compile(self)
+    }
+}
+
+impl TransitionDef {
+    fn to_value(&self) -> Value {
+        let from = match &self.from {
+            FromSpec::One(s) => Value::String(s.clone()),
+            FromSpec::Many(list) => strings(list),
+        };
+        let mut map = Map::new();
+        map.insert("from".into(), from);
+        map.insert("event".into(), Value::String(self.event.clone()));
+        map.insert("to".into(), Value::String(self.to.clone()));
+        if let Some(guard) = &self.guard {
+            map.insert("guard".into(), Value::String(guard.clone()));
+        }
+        Value::Object(map)
+    }
+}
+
+fn strings(items: &[String]) -> Value {
+    Value::Array(items.iter().cloned().map(Value::String).collect())
+}
+
+/// Reads, validates, normalises and checksums a raw definition object.
+pub fn prepare(raw: &Value) -> Result<Prepared, DefinitionError> {
+    let definition = Definition::from_value(raw)?;
+    let compiled = definition.compile()?;
+    let normalised = definition.to_value();
+    let checksum = checksum(&canonical_json(&normalised));
+    Ok(Prepared {
+        normalised,
+        checksum,
+        compiled,
+    })
+}
+
+/// JSON with object keys sorted (byte order) and no whitespace, whatever the map type's order.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::from(key.as_str()).to_string());
+                out.push(':');
+                write_canonical(item, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// Lowercase 8-digit hex CRC32C (Castagnoli) of `canonical`.
+pub fn checksum(canonical: &str) -> String {
+    format!("{:08x}", crc32c::crc32c(canonical.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,17 @@
-//! Instances and their history. (Being written.)
-use serde_json::{Map, Value};
+//! Instances: the record of one running machine, its recent history and the idempotency keys
+//! it has seen, and the JSON shapes GET_INSTANCE and GET_HISTORY return.
+//!
+//! Nothing here reads definitions: an instance and its history are self-contained, so `apply`
+//! can rebuild them from log entries alone.
 
-#[derive(Debug, Clone, PartialEq)]
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use super::history::History;
+use super::idempotency::IdempotencyStore;
+use super::rfc3339::format_ms;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Instance {
     pub id: String,
     pub machine: String,
@@ -15,13 +25,131 @@ pub struct Instance {
     pub wal_offset: u64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryItem {
     pub seq: u64,
     pub event: String,
     pub from_state: String,
     pub to_state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Map<String, Value>>,
     pub at_ms: u64,
     pub wal_offset: u64,
+}
+
+impl Instance {
+    /// The GET_INSTANCE result (also each item of LIST_INSTANCES).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "machine": self.machine,
+            "version": self.version,
+            "state": self.state,
+            "context": self.context,
+            "created_at": format_ms(self.created_at_ms),
+            "updated_at": format_ms(self.updated_at_ms),
+            "event_count": self.event_count,
+            "wal_offset": self.wal_offset,
+        })
+    }
+
+    /// The CREATE_INSTANCE result.
+    pub fn create_result(&self) -> Value {
+        json!({
+            "id": self.id,
+            "machine": self.machine,
+            "version": self.version,
+            "state": self.state,
+            "context": self.context,
+            "wal_offset": self.wal_offset,
+            "applied": true,
+        })
+    }
+}
+
+impl HistoryItem {
+    /// One item of GET_HISTORY's `events`; an absent payload shows as `{}`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "seq": self.seq,
+            "event": self.event,
+            "from_state": self.from_state,
+            "to_state": self.to_state,
+            "payload": self.payload.clone().unwrap_or_default(),
+            "at": format_ms(self.at_ms),
+            "wal_offset": self.wal_offset,
+        })
+    }
+}
+
+/// The creation result kept when CREATE_INSTANCE carried an idempotency key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct CreatedWithKey {
+    pub(crate) key: String,
+    pub(crate) result: Value,
+}
+
+/// Everything the engine keeps about one instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct InstanceRecord {
+    pub(crate) instance: Instance,
+    #[serde(default)]
+    pub(crate) history: History,
+    /// APPLY_EVENT idempotency keys and their first results.
+    #[serde(default)]
+    pub(crate) keys: IdempotencyStore,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) created: Option<CreatedWithKey>,
+}
+
+impl InstanceRecord {
+    pub(crate) fn new(instance: Instance) -> Self {
+        InstanceRecord {
+            instance,
+            history: History::default(),
+            keys: IdempotencyStore::default(),
+            created: None,
+        }
+    }
+
+    /// Applies a logged event described by `item` (whose seq is the next event number):
+    /// merges the payload into the context (top-level keys overwrite), moves the state,
+    /// counts the event and appends it to the history.
+    pub(crate) fn advance(&mut self, item: HistoryItem) {
+        let instance = &mut self.instance;
+        if let Some(payload) = &item.payload {
+            let merged = payload.iter().map(|(k, v)| (k.clone(), v.clone()));
+            instance.context.extend(merged);
+        }
+        instance.state.clone_from(&item.to_state);
+        instance.event_count = item.seq;
+        instance.updated_at_ms = item.at_ms;
+        instance.wal_offset = item.wal_offset;
+        self.history.push(item);
+    }
+
+    /// The APPLY_EVENT result for the event just applied (None before any event).
+    pub(crate) fn last_event_result(&self) -> Option<Value> {
+        let last = self.history.last()?;
+        Some(json!({
+            "instance_id": self.instance.id,
+            "from_state": last.from_state,
+            "to_state": last.to_state,
+            "context": self.instance.context,
+            "wal_offset": last.wal_offset,
+            "applied": true,
+        }))
+    }
+
+    /// The GET_HISTORY result for `from` (first seq wanted, 1-based) and `limit` items.
+    pub(crate) fn history_json(&self, from: u64, limit: usize) -> Value {
+        let (items, next) = self.history.page(from, limit);
+        let events: Vec<Value> = items.map(HistoryItem::to_json).collect();
+        json!({
+            "id": self.instance.id,
+            "events": events,
+            "next": next,
+            "oldest_seq": self.history.oldest_seq().unwrap_or(self.instance.event_count + 1),
+        })
+    }
 }

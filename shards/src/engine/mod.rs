@@ -15,11 +15,23 @@ mod entry;
 pub use command::Command;
 pub use entry::Entry;
 
+mod catalog;
 pub mod definition;
 pub mod guard;
+mod history;
+mod idempotency;
 mod instance;
+pub mod limits;
+mod listing;
+mod ops;
+pub mod rfc3339;
+mod snapshot;
 mod state;
+mod stats;
 
 pub use definition::{CompiledMachine, Definition};
 pub use instance::{HistoryItem, Instance};
 pub use state::{Decision, Engine, EngineStats, ListPage};
+
+#[cfg(test)]
+mod tests;

@@ -1,10 +1,15 @@
-//! The engine proper: the state of one shard and the decide/apply split. (API fixed; bodies
-//! are being written.)
+//! The engine proper: the state of one shard and the decide/apply split.
+//!
+//! `decide` and `apply` only dispatch here; each op family lives in `ops/` (PUT_MACHINE,
+//! CREATE_INSTANCE, APPLY_EVENT, DELETE_INSTANCE). Reads are small and sit at the end.
 
 use std::collections::HashMap;
 
 use serde_json::Value;
 
+use super::catalog::Catalog;
+use super::instance::InstanceRecord;
+use super::ops::rejections;
 use super::{Command, Entry, Instance};
 use crate::Rejection;
 
@@ -33,66 +38,98 @@ pub struct EngineStats {
     pub events_applied: HashMap<String, u64>,
     /// (machine, from, to) -> transitions that changed state.
     pub transitions: HashMap<(String, String, String), u64>,
-    /// (machine, state) -> current instances in that state.
+    /// (machine, state) -> current instances in that state (entries stay at 0 once seen).
     pub by_state: HashMap<(String, String), u64>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Engine {
-    _private: (),
+    pub(super) catalog: Catalog,
+    /// The primary index: id -> instance record.
+    pub(super) instances: HashMap<String, InstanceRecord>,
+    pub(super) stats: EngineStats,
 }
 
-#[allow(unused_variables, clippy::todo)]
 impl Engine {
     pub fn new() -> Self {
-        todo!()
+        Engine::default()
     }
+
+    /// Reads state and returns what to log, an answer that needs no log write, or a rejection.
+    /// Never mutates; `now_ms` becomes the entry's timestamp.
     pub fn decide(&self, cmd: &Command, now_ms: u64) -> Result<Decision, Rejection> {
-        todo!()
+        match cmd {
+            Command::PutMachine { .. } => self.decide_put_machine(cmd, now_ms),
+            Command::CreateInstance { .. } => self.decide_create(cmd, now_ms),
+            Command::ApplyEvent { .. } => self.decide_apply_event(cmd, now_ms),
+            Command::DeleteInstance { .. } => self.decide_delete(cmd, now_ms),
+        }
     }
+
+    /// Mutates state from a logged entry at WAL `offset`. Returns the response `result` when
+    /// `want_result`. An entry that does not fit the current state (replayed out of place) is
+    /// skipped with a warning and returns None.
     pub fn apply(&mut self, entry: Entry, offset: u64, want_result: bool) -> Option<Value> {
-        todo!()
+        let result = match entry {
+            Entry::PutMachine { .. } => self.apply_put_machine(entry),
+            Entry::Create { .. } => self.apply_create(entry, offset, want_result),
+            Entry::Apply { .. } => self.apply_event(entry, offset, want_result),
+            Entry::Delete { .. } => self.apply_delete(entry, offset),
+        };
+        result.filter(|_| want_result)
     }
+
     pub fn instance(&self, id: &str) -> Option<&Instance> {
-        todo!()
+        self.instances.get(id).map(|record| &record.instance)
     }
+
+    /// The GET_INSTANCE result.
     pub fn instance_json(&self, id: &str) -> Option<Value> {
-        todo!()
+        self.instance(id).map(Instance::to_json)
     }
+
+    /// The GET_HISTORY result: events with seq >= `from` (1-based; 0 acts as 1), at most
+    /// `limit` of them.
     pub fn history(&self, id: &str, from: u64, limit: usize) -> Result<Value, Rejection> {
-        todo!()
+        let record = self
+            .instances
+            .get(id)
+            .ok_or_else(|| rejections::instance_not_found(id))?;
+        Ok(record.history_json(from, limit))
     }
-    pub fn list_instances(
-        &self,
-        machine: Option<&str>,
-        state: Option<&str>,
-        after: Option<&str>,
-        limit: usize,
-    ) -> ListPage {
-        todo!()
-    }
+
+    /// The GET_MACHINE result for `version`, or for the latest version when None.
     pub fn machine(&self, name: &str, version: Option<u32>) -> Result<Value, Rejection> {
-        todo!()
+        let found = match version {
+            Some(v) => self.catalog.get(name, v).map(|stored| (v, stored)),
+            None => self.catalog.latest(name),
+        };
+        match found {
+            Some((v, stored)) => Ok(stored.to_json(name, v)),
+            None => Err(rejections::machine_not_found(name, version)),
+        }
     }
+
+    /// Every machine name with its versions ascending, sorted by name.
     pub fn machines(&self) -> Vec<(String, Vec<u32>)> {
-        todo!()
+        self.catalog.list()
     }
+
+    /// One `Entry::PutMachine` per stored version, to copy definitions to another engine.
     pub fn machine_entries(&self) -> Vec<Entry> {
-        todo!()
+        self.catalog.entries()
     }
+
+    /// Number of machine versions stored.
     pub fn machine_count(&self) -> usize {
-        todo!()
+        self.catalog.count()
     }
+
     pub fn instance_count(&self) -> usize {
-        todo!()
+        self.instances.len()
     }
+
     pub fn stats(&self) -> &EngineStats {
-        todo!()
-    }
-    pub fn snapshot(&self) -> Vec<u8> {
-        todo!()
-    }
-    pub fn restore(bytes: &[u8]) -> Result<Engine, String> {
-        todo!()
+        &self.stats
     }
 }

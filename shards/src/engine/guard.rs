@@ -1,1 +1,0 @@
-//! Guard expression language. (Being written.)

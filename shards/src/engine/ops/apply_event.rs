@@ -1,0 +1,187 @@
+//! APPLY_EVENT: move an instance along a transition of its machine.
+//!
+//! decide order: idempotency key replay (before expectations, so a retried request that
+//! already moved the instance still gets its first answer), `expected_state`,
+//! `expected_wal_offset`, then the first transition for (state, event) whose guard holds.
+//! Guards see the context before the merge and the payload (`{}` when absent).
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::rejections::{check_idempotency_key, instance_not_found, machine_not_found};
+use super::rejections::{misrouted, replayed};
+use crate::engine::definition::Resolution;
+use crate::engine::instance::InstanceRecord;
+use crate::engine::{Command, Decision, Engine, Entry, HistoryItem, Instance};
+use crate::{ErrorCode, Rejection};
+
+fn check_expectations(
+    instance: &Instance,
+    expected_state: Option<&str>,
+    expected_wal_offset: Option<u64>,
+) -> Result<(), Rejection> {
+    if let Some(expected) = expected_state.filter(|s| *s != instance.state) {
+        let message = format!(
+            "expected state `{expected}`, instance is in `{}`",
+            instance.state
+        );
+        return Err(Rejection::new(ErrorCode::Conflict, message)
+            .with("expected_state", expected)
+            .with("actual_state", instance.state.as_str()));
+    }
+    if let Some(expected) = expected_wal_offset.filter(|o| *o != instance.wal_offset) {
+        let message = format!(
+            "expected wal_offset {expected}, instance is at {}",
+            instance.wal_offset
+        );
+        return Err(Rejection::new(ErrorCode::Conflict, message)
+            .with("expected_wal_offset", expected)
+            .with("actual_wal_offset", instance.wal_offset));
+    }
+    Ok(())
+}
+
+/// The record an Apply entry can be applied to: it exists and is in the entry's `from` state.
+fn fitting_record<'a>(
+    instances: &'a mut HashMap<String, InstanceRecord>,
+    id: &str,
+    from: &str,
+    event: &str,
+    offset: u64,
+) -> Option<&'a mut InstanceRecord> {
+    let Some(record) = instances.get_mut(id) else {
+        log::warn!("skipping event `{event}` for unknown instance `{id}` at offset {offset}");
+        return None;
+    };
+    if record.instance.state != from {
+        let state = &record.instance.state;
+        log::warn!(
+            "skipping event `{event}` for `{id}` at offset {offset}: entry leaves `{from}`, \
+             instance is in `{state}`"
+        );
+        return None;
+    }
+    Some(record)
+}
+
+fn refused(code: ErrorCode, message: String, state: &str, event: &str) -> Rejection {
+    Rejection::new(code, message)
+        .with("state", state)
+        .with("event", event)
+}
+
+impl Engine {
+    pub(crate) fn decide_apply_event(
+        &self,
+        cmd: &Command,
+        now_ms: u64,
+    ) -> Result<Decision, Rejection> {
+        let Command::ApplyEvent {
+            instance_id,
+            event,
+            payload,
+            expected_state,
+            expected_wal_offset,
+            idempotency_key,
+        } = cmd
+        else {
+            return Err(misrouted("APPLY_EVENT"));
+        };
+        check_idempotency_key(idempotency_key.as_deref())?;
+        let record =
+            (self.instances.get(instance_id)).ok_or_else(|| instance_not_found(instance_id))?;
+        if let Some(first) = idempotency_key.as_deref().and_then(|k| record.keys.get(k)) {
+            return Ok(Decision::Answer(replayed(first)));
+        }
+        let instance = &record.instance;
+        check_expectations(instance, expected_state.as_deref(), *expected_wal_offset)?;
+        let to = self.resolve(instance, event, payload.as_ref())?;
+        Ok(Decision::Write(Entry::Apply {
+            instance_id: instance_id.clone(),
+            event: event.clone(),
+            from: instance.state.clone(),
+            to: to.to_string(),
+            payload: payload.clone(),
+            idempotency_key: idempotency_key.clone(),
+            at_ms: now_ms,
+        }))
+    }
+
+    /// The state `event` moves `instance` to, or why it cannot move.
+    fn resolve(
+        &self,
+        instance: &Instance,
+        event: &str,
+        payload: Option<&Map<String, Value>>,
+    ) -> Result<&str, Rejection> {
+        let stored = (self.catalog.get(&instance.machine, instance.version))
+            .ok_or_else(|| machine_not_found(&instance.machine, Some(instance.version)))?;
+        let empty = Map::new();
+        let payload = payload.unwrap_or(&empty);
+        let compiled = &stored.compiled;
+        let state = instance.state.as_str();
+        match compiled.resolve(state, event, &instance.context, payload) {
+            Resolution::Move(to) => Ok(to),
+            Resolution::GuardFailed => Err(refused(
+                ErrorCode::GuardFailed,
+                format!("no guard held for event `{event}` in state `{state}`"),
+                state,
+                event,
+            )),
+            Resolution::NoTransition if compiled.is_final(state) => Err(refused(
+                ErrorCode::InvalidTransition,
+                format!("instance is in final state `{state}`"),
+                state,
+                event,
+            )),
+            Resolution::NoTransition => Err(refused(
+                ErrorCode::InvalidTransition,
+                format!("no transition for event `{event}` in state `{state}`"),
+                state,
+                event,
+            )),
+        }
+    }
+
+    /// Merges the payload, moves the state, appends history, counts, and records the result
+    /// under the idempotency key. An unknown instance, or one not in `from`, is skipped with a
+    /// warning.
+    pub(crate) fn apply_event(
+        &mut self,
+        entry: Entry,
+        offset: u64,
+        want_result: bool,
+    ) -> Option<Value> {
+        let Entry::Apply {
+            instance_id,
+            event,
+            from,
+            to,
+            payload,
+            idempotency_key,
+            at_ms,
+        } = entry
+        else {
+            return None; // `Engine::apply` routes only Apply entries here.
+        };
+        let record = fitting_record(&mut self.instances, &instance_id, &from, &event, offset)?;
+        self.stats.count_event(&record.instance.machine, &from, &to);
+        record.advance(HistoryItem {
+            seq: record.instance.event_count + 1,
+            event,
+            from_state: from,
+            to_state: to,
+            payload,
+            at_ms,
+            wal_offset: offset,
+        });
+        let result = (want_result || idempotency_key.is_some())
+            .then(|| record.last_event_result())
+            .flatten();
+        if let (Some(key), Some(result)) = (idempotency_key, &result) {
+            record.keys.insert(key, result.clone());
+        }
+        result
+    }
+}

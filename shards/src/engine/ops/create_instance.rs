@@ -1,0 +1,115 @@
+//! CREATE_INSTANCE: a new instance of a stored machine version, in its initial state.
+//!
+//! An existing id is `INSTANCE_EXISTS`, unless the request repeats the idempotency key the
+//! instance was created with: then the first result comes back with `applied:false`.
+
+use serde_json::Value;
+
+use super::rejections::{bad_field, check_idempotency_key, machine_not_found, misrouted, replayed};
+use crate::engine::instance::{CreatedWithKey, InstanceRecord};
+use crate::engine::limits::INSTANCE_ID_BYTES_MAX;
+use crate::engine::{Command, Decision, Engine, Entry, Instance};
+use crate::{ErrorCode, Rejection};
+
+/// Checks an instance id: non-empty, at most `INSTANCE_ID_BYTES_MAX` bytes.
+pub(crate) fn check_instance_id(id: &str) -> Result<(), Rejection> {
+    if id.is_empty() {
+        return Err(bad_field("id", "must not be empty"));
+    }
+    if id.len() > INSTANCE_ID_BYTES_MAX {
+        let reason = format!("is longer than {INSTANCE_ID_BYTES_MAX} bytes");
+        return Err(bad_field("id", &reason));
+    }
+    Ok(())
+}
+
+impl Engine {
+    pub(crate) fn decide_create(&self, cmd: &Command, now_ms: u64) -> Result<Decision, Rejection> {
+        let Command::CreateInstance {
+            id,
+            machine,
+            version,
+            context,
+            idempotency_key,
+        } = cmd
+        else {
+            return Err(misrouted("CREATE_INSTANCE"));
+        };
+        check_instance_id(id)?;
+        check_idempotency_key(idempotency_key.as_deref())?;
+        let stored = (self.catalog.get(machine, *version))
+            .ok_or_else(|| machine_not_found(machine, Some(*version)))?;
+        if let Some(record) = self.instances.get(id) {
+            return match (idempotency_key, &record.created) {
+                (Some(key), Some(created)) if created.key == *key => {
+                    Ok(Decision::Answer(replayed(&created.result)))
+                }
+                _ => Err(Rejection::new(
+                    ErrorCode::InstanceExists,
+                    format!("instance `{id}` already exists"),
+                )
+                .with("id", id.as_str())),
+            };
+        }
+        Ok(Decision::Write(Entry::Create {
+            id: id.clone(),
+            machine: machine.clone(),
+            version: *version,
+            state: stored.compiled.initial().to_string(),
+            context: context.clone(),
+            idempotency_key: idempotency_key.clone(),
+            at_ms: now_ms,
+        }))
+    }
+
+    /// Inserts the instance. An id already present is skipped with a warning. An unknown
+    /// machine is only warned about: the entry is self-contained, and during recovery the
+    /// definition may arrive from another log.
+    pub(crate) fn apply_create(
+        &mut self,
+        entry: Entry,
+        offset: u64,
+        want_result: bool,
+    ) -> Option<Value> {
+        let Entry::Create {
+            id,
+            machine,
+            version,
+            state,
+            context,
+            idempotency_key,
+            at_ms,
+        } = entry
+        else {
+            return None; // `Engine::apply` routes only Create entries here.
+        };
+        if self.instances.contains_key(&id) {
+            log::warn!("skipping create of existing instance `{id}` at offset {offset}");
+            return None;
+        }
+        if self.catalog.get(&machine, version).is_none() {
+            log::warn!("instance `{id}` created for unknown machine `{machine}` v{version}");
+        }
+        let instance = Instance {
+            id: id.clone(),
+            machine,
+            version,
+            state,
+            context,
+            created_at_ms: at_ms,
+            updated_at_ms: at_ms,
+            event_count: 0,
+            wal_offset: offset,
+        };
+        self.stats.count_create(&instance.machine, &instance.state);
+        let mut record = InstanceRecord::new(instance);
+        let result =
+            (want_result || idempotency_key.is_some()).then(|| record.instance.create_result());
+        if let (Some(key), Some(result)) = (idempotency_key, &result) {
+            let result = result.clone();
+            record.created = Some(CreatedWithKey { key, result });
+        }
+        self.instances.insert(id, record);
+        result
+    }
+}

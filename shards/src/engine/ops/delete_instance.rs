@@ -1,0 +1,36 @@
+//! DELETE_INSTANCE: remove an instance with its history and idempotency records.
+
+use serde_json::{json, Value};
+
+use super::rejections::{instance_not_found, misrouted};
+use crate::engine::{Command, Decision, Engine, Entry};
+use crate::Rejection;
+
+impl Engine {
+    pub(crate) fn decide_delete(&self, cmd: &Command, now_ms: u64) -> Result<Decision, Rejection> {
+        let Command::DeleteInstance { id } = cmd else {
+            return Err(misrouted("DELETE_INSTANCE"));
+        };
+        if !self.instances.contains_key(id) {
+            return Err(instance_not_found(id));
+        }
+        Ok(Decision::Write(Entry::Delete {
+            id: id.clone(),
+            at_ms: now_ms,
+        }))
+    }
+
+    /// Removes the instance; an unknown id is skipped with a warning.
+    pub(crate) fn apply_delete(&mut self, entry: Entry, offset: u64) -> Option<Value> {
+        let Entry::Delete { id, .. } = entry else {
+            return None; // `Engine::apply` routes only Delete entries here.
+        };
+        let Some(record) = self.instances.remove(&id) else {
+            log::warn!("skipping delete of unknown instance `{id}` at offset {offset}");
+            return None;
+        };
+        let instance = &record.instance;
+        self.stats.count_delete(&instance.machine, &instance.state);
+        Some(json!({"id": id, "deleted": true, "wal_offset": offset}))
+    }
+}

@@ -1,0 +1,87 @@
+//! Snapshots: the whole engine (definitions, instances with histories and idempotency records,
+//! counters) as one JSON document, and back.
+//!
+//! Form: `{"v":1, "machines":[<PutMachine entry>..], "instances":[<record>..], "stats":{..}}`,
+//! machines by name and version, instances by id, so equal engines give equal bytes.
+//! Definitions are recompiled on restore, the same path `apply` takes.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::instance::InstanceRecord;
+use super::stats::StatsForm;
+use super::{Engine, Entry};
+
+/// Snapshot format version; restore refuses others.
+const SNAPSHOT_VERSION: u32 = 1;
+
+#[derive(Serialize)]
+struct SnapshotOut<'a> {
+    v: u32,
+    machines: Vec<Entry>,
+    instances: Vec<&'a InstanceRecord>,
+    stats: StatsForm,
+}
+
+#[derive(Deserialize)]
+struct SnapshotIn {
+    v: u32,
+    machines: Vec<Entry>,
+    instances: Vec<InstanceRecord>,
+    stats: StatsForm,
+}
+
+impl Engine {
+    /// The full state as bytes, for `Engine::restore`.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut instances: Vec<&InstanceRecord> = self.instances.values().collect();
+        instances.sort_by(|a, b| a.instance.id.cmp(&b.instance.id));
+        let snapshot = SnapshotOut {
+            v: SNAPSHOT_VERSION,
+            machines: self.machine_entries(),
+            instances,
+            stats: StatsForm::from(&self.stats),
+        };
+        // Cannot fail: every map in the snapshot has string keys and no Serialize impl here
+        // returns an error, which are serde_json's only failure causes when writing to a Vec.
+        #[allow(clippy::expect_used)]
+        serde_json::to_vec(&snapshot).expect("snapshot serializes")
+    }
+
+    /// Rebuilds an engine from `snapshot` bytes.
+    pub fn restore(bytes: &[u8]) -> Result<Engine, String> {
+        let snapshot: SnapshotIn =
+            serde_json::from_slice(bytes).map_err(|e| format!("snapshot does not parse: {e}"))?;
+        if snapshot.v != SNAPSHOT_VERSION {
+            return Err(format!(
+                "snapshot version {} is not {SNAPSHOT_VERSION}",
+                snapshot.v
+            ));
+        }
+        let mut engine = Engine::new();
+        for entry in snapshot.machines {
+            let (name, version) = match &entry {
+                Entry::PutMachine {
+                    machine, version, ..
+                } => (machine.clone(), *version),
+                _ => return Err("snapshot machine list holds a non-machine entry".into()),
+            };
+            if engine.apply_put_machine(entry).is_none() {
+                return Err(format!(
+                    "snapshot machine `{name}` v{version} does not compile"
+                ));
+            }
+        }
+        let mut instances = HashMap::with_capacity(snapshot.instances.len());
+        for record in snapshot.instances {
+            let id = record.instance.id.clone();
+            if instances.insert(id.clone(), record).is_some() {
+                return Err(format!("snapshot holds instance `{id}` twice"));
+            }
+        }
+        engine.instances = instances;
+        engine.stats = snapshot.stats.into();
+        Ok(engine)
+    }
+}

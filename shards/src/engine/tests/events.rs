@@ -1,0 +1,242 @@
+//! APPLY_EVENT: transitions, guards, expectations, idempotency and final states.
+
+use serde_json::json;
+
+use super::*;
+use crate::engine::limits::IDEMPOTENCY_KEYS_PER_INSTANCE_MAX;
+use crate::engine::Entry;
+
+fn expect(id: &str, name: &str, state: Option<&str>, offset: Option<u64>) -> Command {
+    Command::ApplyEvent {
+        instance_id: id.into(),
+        event: name.into(),
+        payload: None,
+        expected_state: state.map(str::to_string),
+        expected_wal_offset: offset,
+        idempotency_key: None,
+    }
+}
+
+#[test]
+fn apply_event_moves_state_and_merges_payload() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 10));
+    let result = shard.ok(event("o1", "pay", Some(json!({"amount": 10, "total": 12}))));
+    assert_eq!(
+        result,
+        json!({"instance_id": "o1", "from_state": "new", "to_state": "paid",
+               "context": {"total": 12, "amount": 10}, "wal_offset": 3, "applied": true})
+    );
+    let instance = shard.engine.instance("o1").unwrap();
+    assert_eq!((instance.event_count, instance.wal_offset), (1, 3));
+}
+
+#[test]
+fn apply_entry_carries_from_to_and_payload() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 1));
+    let decision = shard
+        .engine
+        .decide(&event("o1", "pay", Some(json!({"amount": 1}))), 77);
+    let expected = Entry::Apply {
+        instance_id: "o1".into(),
+        event: "pay".into(),
+        from: "new".into(),
+        to: "paid".into(),
+        payload: Some(obj(json!({"amount": 1}))),
+        idempotency_key: None,
+        at_ms: 77,
+    };
+    assert_eq!(decision, Ok(Decision::Write(expected)));
+}
+
+#[test]
+fn guards_see_the_context_before_the_merge() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 10));
+    // `total` in the payload would make the first guard hold after a merge; before it, the
+    // partial-payment guard (5 < 10) wins.
+    let result = shard.ok(event("o1", "pay", Some(json!({"amount": 5, "total": 1}))));
+    assert_eq!(result["to_state"], json!("new"));
+    assert_eq!(result["context"]["total"], json!(1));
+}
+
+#[test]
+fn first_holding_guard_in_definition_order_wins() {
+    let mut shard = Shard::new();
+    shard.ok(put(
+        "m",
+        1,
+        json!({"states": ["a", "b", "c"], "initial": "a", "transitions": [
+            {"from": "a", "event": "go", "to": "b", "guard": "payload.n > 1"},
+            {"from": "a", "event": "go", "to": "c", "guard": "payload.n > 0"},
+            {"from": "a", "event": "go", "to": "a"}
+        ]}),
+    ));
+    let mk = |id: &str| Command::CreateInstance {
+        id: id.into(),
+        machine: "m".into(),
+        version: 1,
+        context: obj(json!({})),
+        idempotency_key: None,
+    };
+    for (id, n, to) in [("x", 2, "b"), ("y", 1, "c"), ("z", 0, "a")] {
+        shard.ok(mk(id));
+        let result = shard.ok(event(id, "go", Some(json!({"n": n}))));
+        assert_eq!(result["to_state"], json!(to), "n = {n}");
+    }
+}
+
+#[test]
+fn apply_event_to_unknown_instance_is_instance_not_found() {
+    let mut shard = Shard::with_order();
+    assert_eq!(
+        shard.code(event("ghost", "pay", None)),
+        ErrorCode::InstanceNotFound
+    );
+}
+
+#[test]
+fn event_with_no_transition_is_invalid_transition() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 1));
+    let err = shard.exec(event("o1", "ship", None)).unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidTransition);
+    assert_eq!(err.details["state"], json!("new"));
+    assert_eq!(err.details["event"], json!("ship"));
+    assert_eq!(
+        shard.code(event("o1", "unheard-of", None)),
+        ErrorCode::InvalidTransition
+    );
+}
+
+#[test]
+fn event_whose_guards_all_fail_is_guard_failed() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 1));
+    // No amount: both `pay` guards compare null with a number, which is false.
+    let err = shard.exec(event("o1", "pay", None)).unwrap_err();
+    assert_eq!(err.code, ErrorCode::GuardFailed);
+    assert_eq!(err.details["state"], json!("new"));
+    assert_eq!(err.details["event"], json!("pay"));
+    assert_eq!(shard.engine.instance("o1").unwrap().event_count, 0);
+}
+
+#[test]
+fn event_in_a_final_state_is_invalid_transition() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 1));
+    shard.ok(event("o1", "cancel", None));
+    for name in ["cancel", "pay", "ship"] {
+        let err = shard.exec(event("o1", name, None)).unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidTransition);
+        assert!(err.message.contains("final"), "{}", err.message);
+    }
+}
+
+#[test]
+fn self_loop_counts_as_an_event_and_keeps_the_state() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 1));
+    shard.ok(event("o1", "pay", Some(json!({"amount": 1}))));
+    let result = shard.ok(event("o1", "note", Some(json!({"note": "hi"}))));
+    assert_eq!(
+        (result["from_state"].clone(), result["to_state"].clone()),
+        (json!("paid"), json!("paid"))
+    );
+    assert_eq!(shard.engine.instance("o1").unwrap().event_count, 2);
+}
+
+#[test]
+fn expected_state_mismatch_is_conflict_with_details() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 1));
+    let err = shard
+        .exec(expect("o1", "cancel", Some("paid"), None))
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::Conflict);
+    assert_eq!(err.details["expected_state"], json!("paid"));
+    assert_eq!(err.details["actual_state"], json!("new"));
+}
+
+#[test]
+fn expected_wal_offset_mismatch_is_conflict_with_details() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 1));
+    let err = shard
+        .exec(expect("o1", "cancel", None, Some(1)))
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::Conflict);
+    assert_eq!(err.details["expected_wal_offset"], json!(1));
+    assert_eq!(err.details["actual_wal_offset"], json!(2));
+}
+
+#[test]
+fn met_expectations_let_the_event_through() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 1));
+    let result = shard.ok(expect("o1", "cancel", Some("new"), Some(2)));
+    assert_eq!(result["to_state"], json!("cancelled"));
+}
+
+#[test]
+fn repeated_idempotency_key_replays_the_first_result_before_expectations() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 1));
+    let first = shard.ok(keyed_event("o1", "pay", Some(json!({"amount": 1})), "k"));
+    shard.ok(event("o1", "note", Some(json!({"more": true}))));
+    let mut retry = keyed_event("o1", "pay", Some(json!({"amount": 1})), "k");
+    if let Command::ApplyEvent { expected_state, .. } = &mut retry {
+        *expected_state = Some("new".into());
+    }
+    let replay = shard.ok(retry);
+    let mut expected = first;
+    expected["applied"] = json!(false);
+    assert_eq!(replay, expected);
+    assert_eq!(shard.engine.instance("o1").unwrap().event_count, 2);
+    // Even a different event with the same key gets the first answer.
+    assert_eq!(shard.ok(keyed_event("o1", "ship", None, "k")), expected);
+}
+
+#[test]
+fn idempotency_keys_are_per_instance() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("a", 1));
+    shard.ok(create("b", 1));
+    shard.ok(keyed_event("a", "cancel", None, "k"));
+    let other = shard.ok(keyed_event("b", "cancel", None, "k"));
+    assert_eq!(other["applied"], json!(true));
+}
+
+#[test]
+fn oldest_idempotency_key_is_forgotten_beyond_the_cap() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 1));
+    shard.ok(event("o1", "pay", Some(json!({"amount": 1}))));
+    for i in 0..=IDEMPOTENCY_KEYS_PER_INSTANCE_MAX {
+        shard.ok(keyed_event("o1", "note", None, &format!("k{i}")));
+    }
+    assert_eq!(
+        shard.ok(keyed_event("o1", "note", None, "k1"))["applied"],
+        json!(false)
+    );
+    assert_eq!(
+        shard.ok(keyed_event("o1", "note", None, "k0"))["applied"],
+        json!(true)
+    );
+}
+
+#[test]
+fn replayed_log_without_results_still_records_keys() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 1));
+    let cmd = keyed_event("o1", "pay", Some(json!({"amount": 1})), "k");
+    let Ok(Decision::Write(entry)) = shard.engine.decide(&cmd, 5) else {
+        panic!("expected a write");
+    };
+    assert_eq!(shard.engine.apply(entry, 3, false), None);
+    let replay = shard.ok(cmd);
+    assert_eq!(replay["applied"], json!(false));
+    assert_eq!(replay["to_state"], json!("paid"));
+    assert_eq!(replay["wal_offset"], json!(3));
+}

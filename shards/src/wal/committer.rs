@@ -1,0 +1,240 @@
+//! The committer task: the one writer of a shard's log.
+//!
+//! Loop: take everything appended so far (swap buffers), write it with as few block-aligned
+//! writes as possible, issue ONE fdatasync (policy `Always`), then publish the new durable
+//! offset and wake its waiters. While a batch is being written and synced, appends accumulate
+//! for the next one. The first I/O error poisons the log and ends the task; nothing is retried.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use super::config::FsyncPolicy;
+use super::error::WalError;
+use super::limits::{BATCH_REUSE_BYTES_MAX, MARKER_BYTES};
+use super::record::encode_marker;
+use super::shared::{Batch, Shared};
+use super::spare::Spare;
+use super::writer::SegmentWriter;
+
+struct Committer {
+    shared: Rc<Shared>,
+    w: SegmentWriter,
+    /// The `synced_through` value of the last sync marker written.
+    marked: u64,
+    last_sync: Instant,
+    /// The previous batch's buffers, reused for the next one.
+    recycled: Batch,
+    /// The pre-zeroed file for the next segment.
+    spare: Spare,
+}
+
+/// Runs until `close`, the `Wal` being dropped, or the first I/O error.
+pub(crate) async fn run(shared: Rc<Shared>, w: SegmentWriter) {
+    let mut spare = Spare::new(&shared.wal_dir, shared.cfg.segment_bytes);
+    spare.start();
+    let mut c = Committer {
+        shared,
+        w,
+        marked: 0,
+        last_sync: Instant::now(),
+        recycled: Batch::default(),
+        spare,
+    };
+    if let Err(e) = c.run_loop().await {
+        c.shared.poison(&e);
+    }
+    let Committer {
+        shared,
+        w,
+        mut spare,
+        ..
+    } = c;
+    shared.stop();
+    w.close().await;
+    spare.discard().await;
+}
+
+impl Committer {
+    async fn run_loop(&mut self) -> Result<(), WalError> {
+        loop {
+            if self.shared.poisoned.get() {
+                return Ok(());
+            }
+            let batch = self.take_pending();
+            if batch.ends.is_empty() {
+                self.recycled = batch;
+                if self.shared.closing.get() {
+                    return self.finish().await;
+                }
+                self.idle().await?;
+                continue;
+            }
+            self.commit(&batch).await?;
+            if batch.bytes.capacity() <= BATCH_REUSE_BYTES_MAX {
+                self.recycled = batch;
+                self.recycled.clear();
+            }
+        }
+    }
+
+    fn take_pending(&mut self) -> Batch {
+        let empty = std::mem::take(&mut self.recycled);
+        std::mem::replace(&mut *self.shared.pending.borrow_mut(), empty)
+    }
+
+    /// Waits for appends; under `Interval`, syncs when the interval is up.
+    async fn idle(&mut self) -> Result<(), WalError> {
+        let s = &self.shared;
+        match s.policy() {
+            FsyncPolicy::Interval(every) if s.synced.get() < s.written.get() => {
+                let due = self.last_sync + every;
+                let now = Instant::now();
+                if now >= due {
+                    return self.sync_all().await;
+                }
+                let sleep = async { glommio::timer::sleep(due - now).await };
+                futures_lite::future::or(s.doorbell.wait(), sleep).await;
+            }
+            _ => s.doorbell.wait().await,
+        }
+        Ok(())
+    }
+
+    /// Syncs the current segment; everything written is then synced.
+    async fn sync_all(&mut self) -> Result<(), WalError> {
+        let written = self.shared.written.get();
+        self.w.sync(&self.shared).await?;
+        let s = &self.shared;
+        s.synced.set(s.synced.get().max(written));
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    async fn commit(&mut self, batch: &Batch) -> Result<(), WalError> {
+        let n = batch.ends.len();
+        let written = self.shared.written.get();
+        assert_eq!(
+            batch.first,
+            written + 1,
+            "batches must continue the log: expected offset {}, got {}",
+            written + 1,
+            batch.first
+        );
+        let mut i = 0;
+        while i < n {
+            i = self.write_run(batch, i).await?;
+        }
+        let last = batch.first + n as u64 - 1;
+        {
+            let mut c = self.shared.counters.borrow_mut();
+            c.batches_total += 1;
+            c.entries_total += n as u64;
+            c.batch_entries.observe(n as f64);
+        }
+        match self.shared.policy() {
+            FsyncPolicy::Always => {
+                self.sync_all().await?;
+                self.shared.publish_durable(last);
+            }
+            FsyncPolicy::Interval(every) => {
+                self.shared.publish_durable(last);
+                if self.last_sync.elapsed() >= every {
+                    self.sync_all().await?;
+                }
+            }
+            FsyncPolicy::Never => self.shared.publish_durable(last),
+        }
+        Ok(())
+    }
+
+    /// Writes records `i..j` (as many as fit in the current segment, preceded by a sync marker
+    /// if `synced` moved since the last one) and returns `j`; rotates first if none fits.
+    async fn write_run(&mut self, batch: &Batch, i: usize) -> Result<usize, WalError> {
+        let segment_bytes = self.shared.cfg.segment_bytes;
+        let next = batch.first + i as u64;
+        let synced = self.shared.synced.get();
+        let marker = (synced > self.marked).then(|| encode_marker(next, synced));
+        let marker_len = marker.as_ref().map_or(0, |m| m.len()) as u64;
+        let room = self.w.room(segment_bytes).saturating_sub(marker_len);
+        let start = batch.start_of(i);
+        let j = i + batch.ends[i..].partition_point(|&e| (e - start) as u64 <= room);
+        if j == i {
+            // Proof that this terminates: `append` limits a record to a size that fits, with a
+            // marker, in an empty segment.
+            assert!(
+                self.w.pos > super::limits::SEGMENT_HEADER_BYTES,
+                "a record of {} bytes does not fit in an empty segment",
+                batch.ends[i] - start
+            );
+            self.rotate(next).await?;
+            return Ok(i);
+        }
+        let records = &batch.bytes[start..batch.ends[j - 1]];
+        let run_pos = self.w.pos + marker_len;
+        match &marker {
+            Some(m) => self.w.append(&self.shared, &[m, records]).await?,
+            None => self.w.append(&self.shared, &[records]).await?,
+        }
+        if marker.is_some() {
+            self.marked = synced;
+        }
+        let last = batch.first + j as u64 - 1;
+        self.shared.written.set(last);
+        let mut segs = self.shared.segments.borrow_mut();
+        if let Some(meta) = segs.last_mut() {
+            debug_assert_eq!(meta.first, self.w.first);
+            for k in i..j {
+                meta.note_entry(
+                    batch.first + k as u64,
+                    run_pos + (batch.start_of(k) - start) as u64,
+                );
+            }
+            meta.last = last;
+            meta.end = self.w.pos;
+        }
+        Ok(j)
+    }
+
+    /// Seals the current segment (fdatasync, whatever the policy) and starts segment `first`.
+    async fn rotate(&mut self, first: u64) -> Result<(), WalError> {
+        let written = self.shared.written.get();
+        assert_eq!(
+            first,
+            written + 1,
+            "a new segment must start at offset {}",
+            written + 1
+        );
+        self.sync_all().await?;
+        let spare = self.spare.take_ready().await;
+        let prezeroed = spare.is_some();
+        let spare_path = self.spare.path().to_path_buf();
+        let spare = spare.map(|file| (file, spare_path.as_path()));
+        let new = SegmentWriter::create(&self.shared, first, spare).await?;
+        {
+            let mut c = self.shared.counters.borrow_mut();
+            c.rotations_total += 1;
+            c.rotations_prezeroed_total += u64::from(prezeroed);
+        }
+        let old = std::mem::replace(&mut self.w, new);
+        old.close().await;
+        self.spare.start();
+        Ok(())
+    }
+
+    /// Graceful stop: sync what was written, then leave a sync marker saying so, so that
+    /// recovery can tell later damage to these records from a torn tail.
+    async fn finish(&mut self) -> Result<(), WalError> {
+        let s = self.shared.clone();
+        if s.synced.get() < s.written.get() {
+            self.sync_all().await?;
+        }
+        let synced = s.synced.get();
+        if synced > self.marked && self.w.room(s.cfg.segment_bytes) >= MARKER_BYTES as u64 {
+            let m = encode_marker(s.written.get() + 1, synced);
+            self.w.append(&s, &[&m]).await?;
+            self.w.sync(&s).await?;
+            self.marked = synced;
+        }
+        Ok(())
+    }
+}

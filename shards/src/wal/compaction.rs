@@ -1,0 +1,73 @@
+//! Deciding which segments a snapshot makes unnecessary, and deleting them.
+//!
+//! A segment goes only when all three hold: it is not the newest; every offset in it is
+//! covered by the OLDEST retained snapshot (so falling back to that snapshot still finds the
+//! log after it); and the segments after it hold at least `retain_bytes` for readers.
+
+use super::error::WalError;
+use super::files;
+use super::shared::Shared;
+
+/// How many of the oldest segments may go. `segs` is `(first offset, bytes)` oldest first.
+pub(crate) fn deletable(segs: &[(u64, u64)], covered_through: u64, retain_bytes: u64) -> usize {
+    let mut after: u64 = segs.iter().skip(1).map(|s| s.1).sum();
+    let mut n = 0;
+    for i in 0..segs.len().saturating_sub(1) {
+        let wholly_covered = segs[i + 1].0 <= covered_through + 1;
+        if !wholly_covered || after < retain_bytes {
+            break;
+        }
+        n = i + 1;
+        after -= segs[i + 1].1;
+    }
+    n
+}
+
+/// Deletes the segments the retained snapshots make unnecessary.
+pub(crate) async fn compact(shared: &Shared) -> Result<(), WalError> {
+    let Some(&covered) = shared.snapshots.borrow().first() else {
+        return Ok(());
+    };
+    let victims: Vec<_> = {
+        let mut segs = shared.segments.borrow_mut();
+        let sizes: Vec<(u64, u64)> = segs.iter().map(|s| (s.first, s.end)).collect();
+        let n = deletable(&sizes, covered, shared.cfg.retain_bytes);
+        // Out of the list first, so readers see the new oldest offset at once.
+        segs.drain(..n).map(|s| s.path).collect()
+    };
+    if victims.is_empty() {
+        return Ok(());
+    }
+    for path in &victims {
+        files::remove(path).await?;
+    }
+    files::sync_dir(&shared.wal_dir).await?;
+    log::info!(
+        "wal: shard {}: deleted {} segment(s) covered by the snapshot at {covered}; oldest offset \
+         now {}",
+        shared.cfg.shard,
+        victims.len(),
+        shared.oldest()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deletable;
+
+    #[test]
+    fn wal_compaction_needs_coverage_and_retention() {
+        let segs = [(1, 100), (11, 100), (21, 100), (31, 50)];
+        // Snapshot at 25: segments 1 and 11 are wholly covered, 21 is not.
+        assert_eq!(deletable(&segs, 25, 0), 2);
+        assert_eq!(deletable(&segs, 20, 0), 2);
+        assert_eq!(deletable(&segs, 19, 0), 1);
+        // Retention: after deleting segment 1, 250 bytes remain; after 11, 150.
+        assert_eq!(deletable(&segs, 25, 200), 1);
+        assert_eq!(deletable(&segs, 25, 300), 0);
+        // Never the newest, even when covered.
+        assert_eq!(deletable(&segs, 1000, 0), 3);
+        assert_eq!(deletable(&[(1, 100)], 1000, 0), 0);
+    }
+}

@@ -1,0 +1,73 @@
+//! WAL configuration: where the log lives, how big segments get, when to fdatasync.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::error::WalError;
+use super::limits::{
+    BLOCK_BYTES, RETAIN_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
+};
+
+/// When appended entries count as durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    /// Group commit: one fdatasync per batch, before any waiter is released.
+    Always,
+    /// Waiters are released after the write; fdatasync at most once per interval.
+    Interval(Duration),
+    /// Waiters are released after the write; fdatasync only at rotation, snapshot and close.
+    Never,
+}
+
+/// Configuration of one shard's log.
+#[derive(Debug, Clone)]
+pub struct WalConfig {
+    /// `<data_dir>/shard-<n>`; the log uses `wal/` and `snapshots/` inside it.
+    pub dir: PathBuf,
+    /// Shard number, stored in every segment and snapshot header and checked on open.
+    pub shard: u32,
+    /// Segment size in bytes; a multiple of 4096 between 16 KiB and 1 GiB. Default 64 MiB.
+    pub segment_bytes: u64,
+    pub fsync: FsyncPolicy,
+    /// Keep at least this many bytes of log behind the head for readers, even when a snapshot
+    /// covers them. Default 256 MiB.
+    pub retain_bytes: u64,
+}
+
+impl WalConfig {
+    /// A configuration with the defaults: 64 MiB segments, `FsyncPolicy::Always`, 256 MiB
+    /// retained.
+    pub fn new(dir: impl Into<PathBuf>, shard: u32) -> WalConfig {
+        WalConfig {
+            dir: dir.into(),
+            shard,
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            fsync: FsyncPolicy::Always,
+            retain_bytes: RETAIN_BYTES_DEFAULT,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), WalError> {
+        let bytes = self.segment_bytes;
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&bytes) || bytes % BLOCK_BYTES != 0 {
+            return Err(WalError::Config(format!(
+                "segment_bytes must be a multiple of {BLOCK_BYTES} between {SEGMENT_BYTES_MIN} \
+                 and {SEGMENT_BYTES_MAX}, got {bytes}"
+            )));
+        }
+        if let FsyncPolicy::Interval(d) = self.fsync {
+            if d.is_zero() {
+                return Err(WalError::Config("fsync interval must be > 0".into()));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn wal_dir(&self) -> PathBuf {
+        self.dir.join("wal")
+    }
+
+    pub(crate) fn snapshot_dir(&self) -> PathBuf {
+        self.dir.join("snapshots")
+    }
+}

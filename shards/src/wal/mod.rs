@@ -1,0 +1,317 @@
+//! The write-ahead log of one shard.
+//!
+//! Owns `<data_dir>/shard-<n>/wal/` (segments) and `snapshots/`, and nothing else; touched only
+//! by the shard's own executor (`Wal` is `!Send`, shared through `Rc`). Entries are opaque
+//! payloads with contiguous offsets from 1. `append` buffers; a committer task spawned by
+//! `open` writes each batch with one fdatasync and then releases `wait_durable` callers.
+//! Format and recovery rules: `docs/wal.md`.
+
+mod committer;
+mod compaction;
+mod config;
+mod error;
+mod files;
+pub mod limits;
+mod reader;
+pub mod record;
+mod recovery;
+mod scan;
+mod segment;
+mod shared;
+mod snapshot;
+mod spare;
+mod stats;
+mod waiters;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use glommio::sync::Semaphore;
+use glommio::task::JoinHandle;
+
+pub use config::{FsyncPolicy, WalConfig};
+pub use error::WalError;
+pub use stats::{Histogram, WalStats, BATCH_BOUNDS_ENTRIES, DURATION_BOUNDS_SECONDS};
+
+use limits::SNAPSHOTS_KEPT;
+use record::KIND_ENTRY;
+use shared::Shared;
+use waiters::WaitFor;
+use writer::SegmentWriter;
+
+/// One item handed to the recovery callback of `Wal::open`, in log order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovered<'a> {
+    /// The state as of `offset`; comes first, at most once.
+    Snapshot { offset: u64, bytes: &'a [u8] },
+    /// An entry after the snapshot.
+    Record { offset: u64, payload: &'a [u8] },
+}
+
+/// One shard's write-ahead log. See the module docs.
+pub struct Wal {
+    shared: Rc<Shared>,
+    committer: RefCell<Option<JoinHandle<()>>>,
+    /// Serialises `write_snapshot` calls.
+    snapshot_lock: Semaphore,
+}
+
+impl Wal {
+    /// Opens or creates the log in `cfg.dir` and recovers it: calls `on` with the newest valid
+    /// snapshot (if any), then with every record after it, in order. Truncates a torn tail of
+    /// the newest segment (with a warning giving the byte count). Then spawns the committer
+    /// task on the current executor, in the task queue `open` runs in
+    /// (`glommio::spawn_local(..).detach()`); `close` stops it and waits for it.
+    ///
+    /// Must run inside a glommio executor. Blocks the executor briefly for directory listings.
+    pub async fn open(
+        cfg: WalConfig,
+        on: &mut dyn FnMut(Recovered<'_>) -> Result<(), String>,
+    ) -> Result<Rc<Wal>, WalError> {
+        cfg.validate()?;
+        create_dirs(&cfg).await?;
+        files::probe_device(&cfg.dir).await?;
+        let out = recovery::recover(&cfg, on).await?;
+        let shard = cfg.shard;
+        let shared = Rc::new(Shared::new(cfg, out.head, out.segments, out.snapshots));
+        let writer = match out.tail {
+            Some(t) => SegmentWriter::resume(&shared, t.path, t.first, t.pos).await?,
+            None => {
+                // A brand-new log: zero its first segment now, like every later one.
+                let spare = spare::Spare::new(&shared.wal_dir, shared.cfg.segment_bytes);
+                let file = spare.prepare_now().await?;
+                SegmentWriter::create(&shared, out.head + 1, Some((file, spare.path()))).await?
+            }
+        };
+        log::info!(
+            "wal: shard {shard}: recovered through offset {} ({} segment(s), oldest offset {})",
+            out.head,
+            shared.segments.borrow().len(),
+            shared.oldest()
+        );
+        let task = glommio::spawn_local(committer::run(shared.clone(), writer)).detach();
+        Ok(Rc::new(Wal {
+            shared,
+            committer: RefCell::new(Some(task)),
+            snapshot_lock: Semaphore::new(1),
+        }))
+    }
+
+    /// Buffers one entry for the next group commit and returns its offset. Never blocks or
+    /// waits for I/O. Fails after an I/O error (`Poisoned`), after `close` (`Closed`), or for a
+    /// payload over `max_payload()` (`TooLarge`).
+    pub fn append(&self, payload: &[u8]) -> Result<u64, WalError> {
+        let s = &*self.shared;
+        if s.poisoned.get() {
+            return Err(WalError::Poisoned);
+        }
+        if s.closing.get() {
+            return Err(WalError::Closed);
+        }
+        if payload.len() > s.payload_max {
+            return Err(WalError::TooLarge {
+                len: payload.len(),
+                max: s.payload_max,
+            });
+        }
+        let offset = s.head.get() + 1;
+        {
+            let mut batch = s.pending.borrow_mut();
+            if batch.ends.is_empty() {
+                batch.first = offset;
+            }
+            let expected = batch.first + batch.ends.len() as u64;
+            assert_eq!(
+                offset, expected,
+                "offsets must be contiguous: expected {expected}, got {offset}"
+            );
+            record::encode(&mut batch.bytes, offset, KIND_ENTRY, payload);
+            let end = batch.bytes.len();
+            batch.ends.push(end);
+        }
+        s.head.set(offset);
+        s.doorbell.ring();
+        Ok(offset)
+    }
+
+    /// Resolves once `offset` is durable under the policy (`Always`: after the fdatasync
+    /// covering it; `Interval`/`Never`: after its write). `Err(Poisoned)` if the log failed
+    /// first; `Err(Closed)` if the log was closed before `offset` was appended.
+    pub async fn wait_durable(&self, offset: u64) -> Result<(), WalError> {
+        let s = &*self.shared;
+        let check = || {
+            if s.durable.get() >= offset {
+                Some(Ok(()))
+            } else if s.poisoned.get() {
+                Some(Err(WalError::Poisoned))
+            } else if s.stopped.get() || (s.closing.get() && offset > s.head.get()) {
+                Some(Err(WalError::Closed))
+            } else {
+                None
+            }
+        };
+        WaitFor {
+            waiters: &s.waiters,
+            offset,
+            id: None,
+            check,
+        }
+        .await
+    }
+
+    /// Highest durable offset.
+    pub fn durable_offset(&self) -> u64 {
+        self.shared.durable.get()
+    }
+
+    /// Highest appended offset.
+    pub fn head_offset(&self) -> u64 {
+        self.shared.head.get()
+    }
+
+    /// Oldest offset `read_from` can serve.
+    pub fn oldest_offset(&self) -> u64 {
+        self.shared.oldest()
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.shared.poisoned.get()
+    }
+
+    /// Largest payload `append` accepts (depends on `segment_bytes`).
+    pub fn max_payload(&self) -> usize {
+        self.shared.payload_max
+    }
+
+    pub fn stats(&self) -> WalStats {
+        let s = &*self.shared;
+        let c = s.counters.borrow().clone();
+        let segs = s.segments.borrow();
+        WalStats {
+            offset: s.head.get(),
+            durable: s.durable.get(),
+            oldest: segs.first().map_or(s.head.get() + 1, |m| m.first),
+            size_bytes: segs.iter().map(|m| m.end).sum(),
+            segments: segs.len() as u64,
+            pending_entries: s.pending.borrow().ends.len() as u64,
+            waiters: s.waiters.borrow().len() as u64,
+            writes_total: c.writes_total,
+            bytes_written_total: c.bytes_written_total,
+            entries_total: c.entries_total,
+            batches_total: c.batches_total,
+            fsyncs_total: c.fsyncs_total,
+            rotations_total: c.rotations_total,
+            rotations_prezeroed_total: c.rotations_prezeroed_total,
+            write_seconds: c.write_seconds,
+            fsync_seconds: c.fsync_seconds,
+            batch_entries: c.batch_entries,
+            poisoned: s.poisoned.get(),
+        }
+    }
+
+    /// Reads durable entries with offset `>= from`, in order: at most `max_records`, and at
+    /// most `max_bytes` of payload except that the first record is always returned. Empty if
+    /// `from` is beyond the durable offset. `Err(Trimmed { oldest })` if `from` was compacted
+    /// away.
+    pub async fn read_from(
+        &self,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Vec<u8>)>, WalError> {
+        reader::read_from(&self.shared, from, max_records, max_bytes).await
+    }
+
+    /// Writes a snapshot of the state as of `offset` (<= durable): temp file, fdatasync,
+    /// rename, directory fsync. First makes sure the log is fdatasynced through `offset` (a
+    /// no-op under `Always`). Keeps the 2 newest snapshots and deletes segments wholly covered
+    /// by the older of them that lie more than `retain_bytes` behind the head. Calls are
+    /// serialised. Works after `close` too.
+    pub async fn write_snapshot(&self, offset: u64, bytes: &[u8]) -> Result<(), WalError> {
+        let _permit = self
+            .snapshot_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| WalError::Closed)?;
+        let s = &*self.shared;
+        let durable = s.durable.get();
+        if offset > durable {
+            return Err(WalError::NotDurable { offset, durable });
+        }
+        s.ensure_synced(offset).await?;
+        snapshot::write(&s.snap_dir, s.cfg.shard, offset, bytes).await?;
+        {
+            let mut snaps = s.snapshots.borrow_mut();
+            if let Err(i) = snaps.binary_search(&offset) {
+                snaps.insert(i, offset);
+            }
+        }
+        self.prune_snapshots().await?;
+        compaction::compact(s).await
+    }
+
+    async fn prune_snapshots(&self) -> Result<(), WalError> {
+        let s = &*self.shared;
+        let old: Vec<u64> = {
+            let mut snaps = s.snapshots.borrow_mut();
+            let n = snaps.len().saturating_sub(SNAPSHOTS_KEPT);
+            snaps.drain(..n).collect()
+        };
+        if old.is_empty() {
+            return Ok(());
+        }
+        for offset in old {
+            files::remove(&snapshot::snapshot_path(&s.snap_dir, offset)).await?;
+        }
+        files::sync_dir(&s.snap_dir).await
+    }
+
+    /// Graceful shutdown: refuses further appends, lets the committer write and fdatasync
+    /// everything pending (whatever the policy), and waits for it to stop.
+    pub async fn close(&self) -> Result<(), WalError> {
+        let s = &*self.shared;
+        s.closing.set(true);
+        s.doorbell.ring();
+        let task = self.committer.borrow_mut().take();
+        if let Some(task) = task {
+            task.await;
+        }
+        if s.poisoned.get() {
+            return Err(WalError::Poisoned);
+        }
+        Ok(())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+impl Drop for Wal {
+    /// Dropping without `close` still stops the committer: it drains what is pending first.
+    fn drop(&mut self) {
+        self.shared.closing.set(true);
+        self.shared.doorbell.ring();
+    }
+}
+
+async fn create_dirs(cfg: &WalConfig) -> Result<(), WalError> {
+    let fresh = !cfg.dir.exists();
+    for d in [cfg.dir.clone(), cfg.wal_dir(), cfg.snapshot_dir()] {
+        if !d.exists() {
+            std::fs::create_dir_all(&d).map_err(|e| WalError::std_io("mkdir", &d, e))?;
+        }
+    }
+    files::sync_dir(&cfg.dir).await?;
+    if fresh {
+        if let Some(parent) = cfg.dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            files::sync_dir(parent).await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! Fixture tests of the WAL, each in a real glommio executor on ext4 under /tmp.
+
+mod basic;
+mod helpers;
+mod poison;
+mod recovery;
+mod snapshots;
+mod speed;

@@ -1,0 +1,316 @@
+//! Crash safety against the real binary: SIGKILL during pipelined writes, torn and corrupt
+//! logs, snapshots and compaction, idempotency across restarts.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+const CONNECTIONS: usize = 8;
+const WINDOW: usize = 8;
+
+fn counter_machine(c: &mut Client) {
+    let def = json!({"states": ["on"], "initial": "on",
+        "transitions": [{"from": "on", "event": "inc", "to": "on"}]});
+    let _ = c.call(
+        "PUT_MACHINE",
+        json!({"machine": "counter", "version": 1, "definition": def}),
+    );
+}
+
+fn ensure_instance(c: &mut Client, id: &str) {
+    let p = json!({"machine": "counter", "version": 1, "id": id, "context": {"n": 0}});
+    match c.call("CREATE_INSTANCE", p) {
+        Ok(_) => {}
+        Err(e) if e.code() == Some("INSTANCE_EXISTS") => {}
+        Err(e) => panic!("create {id}: {e}"),
+    }
+}
+
+/// One writer: pipelines `inc` events on its own instance, recording the highest `n` the
+/// server acknowledged. Stops at the first I/O error (the server was killed).
+fn writer(
+    addr: std::net::SocketAddr,
+    id: String,
+    start: u64,
+    acked: Arc<Mutex<HashMap<String, u64>>>,
+) {
+    let Ok(mut c) = Client::connect_hello(addr, "crash-writer") else {
+        return;
+    };
+    let mut next = start + 1;
+    let mut inflight = std::collections::VecDeque::new();
+    loop {
+        while inflight.len() < WINDOW {
+            let p = json!({"instance_id": id, "event": "inc", "payload": {"n": next}});
+            if c.send("APPLY_EVENT", &p).is_err() {
+                return;
+            }
+            inflight.push_back(next);
+            next += 1;
+        }
+        let Ok(resp) = c.recv_response() else { return };
+        let n = inflight.pop_front().unwrap_or(0);
+        assert_eq!(resp["status"], "ok", "{resp}");
+        assert_eq!(resp["result"]["context"]["n"], n);
+        acked.lock().unwrap().insert(id.clone(), n);
+    }
+}
+
+fn check_acked_present(s: &Server, acked: &HashMap<String, u64>) {
+    let mut c = s.client();
+    for (id, n) in acked {
+        let g = c.call("GET_INSTANCE", json!({"id": id})).unwrap();
+        let have = g["context"]["n"].as_u64().unwrap();
+        assert!(
+            have >= *n,
+            "{id}: acknowledged n={n} but recovered n={have}"
+        );
+        assert_eq!(
+            g["event_count"].as_u64().unwrap(),
+            have,
+            "{id}: one event per n"
+        );
+    }
+}
+
+#[test]
+fn sigkill_during_pipelined_writes_loses_nothing_acknowledged() {
+    let dir = temp_dir();
+    let mut s = Server::start_in(dir.path(), "[shards]\ncount = 2").unwrap();
+    let mut acked_total: HashMap<String, u64> = HashMap::new();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for round in 0..20 {
+        let mut c = s.client();
+        counter_machine(&mut c);
+        let ids: Vec<String> = (0..CONNECTIONS).map(|i| format!("ctr-{i}")).collect();
+        for id in &ids {
+            ensure_instance(&mut c, id);
+        }
+        check_acked_present(&s, &acked_total);
+        // Resume every writer from the recovered value so n stays one per event.
+        let mut starts = HashMap::new();
+        for id in &ids {
+            let g = c.call("GET_INSTANCE", json!({"id": id})).unwrap();
+            starts.insert(id.clone(), g["context"]["n"].as_u64().unwrap());
+        }
+        let acked = Arc::new(Mutex::new(HashMap::new()));
+        let threads: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let (addr, id, acked) = (s.addr, id.clone(), acked.clone());
+                let start = starts[&id];
+                std::thread::spawn(move || writer(addr, id, start, acked))
+            })
+            .collect();
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        std::thread::sleep(Duration::from_millis(50 + rng % 250));
+        s.kill();
+        for t in threads {
+            t.join().expect("writer saw a wrong answer");
+        }
+        let acked = acked.lock().unwrap().clone();
+        assert!(!acked.is_empty() || round > 0, "writers made progress");
+        for (id, n) in acked {
+            acked_total.insert(id, n);
+        }
+        s.restart_after_kill();
+    }
+    check_acked_present(&s, &acked_total);
+    let total: u64 = acked_total.values().sum();
+    assert!(
+        total >= 1000,
+        "the writers were acknowledged only {total} events in 20 rounds"
+    );
+}
+
+fn segments(data: &Path, shard: u32) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(data.join(format!("data/shard-{shard}/wal")))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn fill(c: &mut Client, instances: usize, events: usize) {
+    counter_machine(c);
+    for i in 0..instances {
+        ensure_instance(c, &format!("f{i}"));
+    }
+    let mut sent = 0;
+    for e in 0..events {
+        let id = format!("f{}", e % instances);
+        let n = (e / instances + 1) as u64;
+        c.send(
+            "APPLY_EVENT",
+            &json!({"instance_id": id, "event": "inc",
+            "payload": {"n": n, "pad": "x".repeat(200)}}),
+        )
+        .unwrap();
+        sent += 1;
+        if sent == 64 {
+            for _ in 0..sent {
+                assert_eq!(c.recv_response().unwrap()["status"], "ok");
+            }
+            sent = 0;
+        }
+    }
+    for _ in 0..sent {
+        assert_eq!(c.recv_response().unwrap()["status"], "ok");
+    }
+}
+
+fn snapshot_all(c: &mut Client, instances: usize) -> Vec<Value> {
+    (0..instances)
+        .map(|i| {
+            c.call("GET_INSTANCE", json!({"id": format!("f{i}")}))
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn garbage_after_the_tail_is_truncated_and_the_server_keeps_going() {
+    let dir = temp_dir();
+    let mut s = Server::start_in(dir.path(), "").unwrap();
+    let mut c = s.client();
+    fill(&mut c, 10, 300);
+    let before = snapshot_all(&mut c, 10);
+    s.kill();
+    let newest = segments(dir.path(), 0).pop().unwrap();
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let junk: Vec<u8> = (0..777u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    // Find the end of data (zero padding) and put garbage there.
+    let end = bytes.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
+    bytes.truncate(end);
+    bytes.extend_from_slice(&junk);
+    std::fs::write(&newest, &bytes).unwrap();
+    s.restart_after_kill();
+    let mut c = s.client();
+    assert_eq!(
+        snapshot_all(&mut c, 10),
+        before,
+        "every committed entry kept"
+    );
+    fill(&mut c, 10, 50);
+    let after_writes = snapshot_all(&mut c, 10);
+    s.restart_after_kill();
+    let mut c = s.client();
+    assert_eq!(
+        snapshot_all(&mut c, 10),
+        after_writes,
+        "and it restarts again"
+    );
+}
+
+#[test]
+fn corrupt_byte_in_an_older_segment_refuses_start_naming_file_and_offset() {
+    let dir = temp_dir();
+    let extra = "[storage]\nsegment_bytes = 1048576\nsnapshot_every_entries = 100000000";
+    let mut s = Server::start_in(dir.path(), extra).unwrap();
+    let mut c = s.client();
+    fill(&mut c, 10, 12_000); // ~3 MiB of log: several 1 MiB segments
+    s.kill();
+    let segs = segments(dir.path(), 0);
+    assert!(segs.len() >= 3, "expected several segments, got {segs:?}");
+    let victim = &segs[0];
+    let mut bytes = std::fs::read(victim).unwrap();
+    let at = 4096 + 5000;
+    bytes[at] ^= 0x5a;
+    std::fs::write(victim, &bytes).unwrap();
+    let err = Server::start_in(dir.path(), extra)
+        .err()
+        .expect("start-up must be refused");
+    let name = victim.file_name().unwrap().to_str().unwrap();
+    assert!(err.contains(name), "names the file: {err}");
+    assert!(err.contains("offset"), "names the offset: {err}");
+}
+
+#[test]
+fn compaction_then_restart_gives_identical_instances() {
+    let dir = temp_dir();
+    let extra = "[storage]\nsegment_bytes = 1048576\nsnapshot_every_entries = 2000\n\
+                 retain_bytes = 1048576";
+    let mut s = Server::start_in(dir.path(), extra).unwrap();
+    let mut c = s.client();
+    fill(&mut c, 50, 20_000);
+    let before = snapshot_all(&mut c, 50);
+    // Snapshots run in the background; wait until old segments are gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    // The log started at offset 1; compaction has run once that segment is gone.
+    let first_segment_is_gone = |d: &Path| {
+        segments(d, 0)
+            .first()
+            .is_some_and(|p| !p.ends_with("00000000000000000001.seg"))
+    };
+    while !first_segment_is_gone(dir.path()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "compaction never removed a segment: {:?}",
+            segments(dir.path(), 0)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let snaps = std::fs::read_dir(dir.path().join("data/shard-0/snapshots"))
+        .unwrap()
+        .count();
+    assert!(snaps >= 1, "a snapshot was written");
+    s.restart_after_kill();
+    let mut c = s.client();
+    assert_eq!(snapshot_all(&mut c, 50), before);
+    let h = c.call("GET_HISTORY", json!({"id": "f0"})).unwrap();
+    assert!(
+        !h["events"].as_array().unwrap().is_empty(),
+        "history survives compaction"
+    );
+}
+
+#[test]
+fn idempotency_keys_and_definitions_survive_restart() {
+    let dir = temp_dir();
+    let mut s = Server::start_in(dir.path(), "[shards]\ncount = 2").unwrap();
+    let mut c = s.client();
+    put_order_machine(&mut c);
+    let create = json!({"machine":"order","version":1,"id":"idem","context":{"total":1},
+        "idempotency_key":"c-1"});
+    let first = c.call("CREATE_INSTANCE", create.clone()).unwrap();
+    let pay = json!({"instance_id":"idem","event":"pay","payload":{"amount":2},
+        "idempotency_key":"pay-1"});
+    let paid = c.call("APPLY_EVENT", pay.clone()).unwrap();
+    s.restart_after_kill();
+    let mut c = s.client();
+    let again = c.call("CREATE_INSTANCE", create).unwrap();
+    assert_eq!(
+        (again["applied"].clone(), again["wal_offset"].clone()),
+        (json!(false), first["wal_offset"].clone())
+    );
+    let replay = c.call("APPLY_EVENT", pay).unwrap();
+    assert_eq!(replay["applied"], false);
+    assert_eq!(replay["wal_offset"], paid["wal_offset"]);
+    let m = c.call("LIST_MACHINES", json!({})).unwrap();
+    assert_eq!(m["machines"][0]["machine"], "order");
+}
+
+#[test]
+fn clean_shutdown_flushes_the_log_even_without_fsync() {
+    let dir = temp_dir();
+    let mut s = Server::start_in(dir.path(), "[storage]\nfsync = \"never\"").unwrap();
+    let mut c = s.client();
+    fill(&mut c, 5, 500);
+    let before = snapshot_all(&mut c, 5);
+    assert!(s.terminate().success());
+    let s = Server::start_in(dir.path(), "[storage]\nfsync = \"never\"").unwrap();
+    let mut c = s.client();
+    assert_eq!(snapshot_all(&mut c, 5), before);
+}
