@@ -277,7 +277,8 @@ impl Client {
         let before = self.stream.read_timeout()?;
         if let Some(w) = wait {
             // A zero timeout means "block" to the OS: wait at least a millisecond instead.
-            self.stream.set_read_timeout(Some(w.max(Duration::from_millis(1))))?;
+            self.stream
+                .set_read_timeout(Some(w.max(Duration::from_millis(1))))?;
         }
         let got = loop {
             match self.read_message() {
@@ -339,7 +340,9 @@ impl Client {
         self.rbuf.truncate(len + *n.as_ref().unwrap_or(&0));
         match n? {
             0 if len == 0 => Err(eof("connection closed by the server")),
-            0 => Err(eof("connection closed by the server in the middle of a frame")),
+            0 => Err(eof(
+                "connection closed by the server in the middle of a frame",
+            )),
             _ => Ok(()),
         }
     }

@@ -70,7 +70,9 @@ pub struct WatchAllFilter {
 fn object<T: Serialize>(value: &T) -> Result<Map<String, Value>, ClientError> {
     match serde_json::to_value(value) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(other) => Err(ClientError::Protocol(format!("params are not an object: {other}"))),
+        Ok(other) => Err(ClientError::Protocol(format!(
+            "params are not an object: {other}"
+        ))),
         Err(e) => Err(ClientError::Protocol(e.to_string())),
     }
 }
