@@ -521,3 +521,118 @@ fn repl_reconnects_after_the_server_restarts() {
     let said: Vec<String> = err.try_iter().collect();
     assert!(status.success(), "no command failed: {said:?}");
 }
+
+/// A stand-in server for `watch` until smdb serves WATCH_*: answers HELLO, WATCH_*, UNWATCH
+/// and BYE on one connection, sends `pushes` after the watch ack, and reports every op it got.
+fn fake_watch_server(pushes: Vec<Value>) -> (String, mpsc::Receiver<String>) {
+    use smdb::protocol::frame::{decode_frame, encode_frame};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut conn, _) = l.accept().unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let send = |conn: &mut std::net::TcpStream, v: &Value| {
+            let mut out = Vec::new();
+            encode_frame(&serde_json::to_vec(v).unwrap(), &mut out);
+            conn.write_all(&out).is_ok()
+        };
+        loop {
+            let Ok(Some((range, used))) = decode_frame(&buf, 1 << 20) else {
+                match std::io::Read::read(&mut conn, &mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+                continue;
+            };
+            let req: Value = serde_json::from_slice(&buf[range]).unwrap();
+            buf.drain(..used);
+            let op = req["op"].as_str().unwrap_or("").to_string();
+            let _ = tx.send(op.clone());
+            let result = match op.as_str() {
+                "HELLO" => json!({"protocol_version": 1, "server_name": "fake"}),
+                "WATCH_ALL" | "WATCH_INSTANCE" => json!({"subscription_id": 7, "cursor": "c0"}),
+                "UNWATCH" => json!({"removed": true}),
+                _ => json!({}),
+            };
+            let resp = json!({"type": "response", "id": req["id"], "status": "ok",
+                "result": result});
+            if !send(&mut conn, &resp) || op == "BYE" {
+                return;
+            }
+            if op.starts_with("WATCH") {
+                for p in &pushes {
+                    send(&mut conn, p);
+                }
+            }
+        }
+    });
+    (addr, rx)
+}
+
+fn event(sub: u64, n: u64) -> Value {
+    json!({"type": "event", "subscription_id": sub, "instance_id": format!("i{n}"),
+        "machine": "order", "version": 1, "event": "pay", "from_state": "new",
+        "to_state": "paid", "payload": {}, "shard": 0, "wal_offset": n, "cursor": format!("c{n}")})
+}
+
+#[test]
+fn watch_prints_pushes_of_its_subscription_and_unwatches() {
+    let pushes = vec![event(7, 1), event(8, 2), event(7, 3), event(7, 4)];
+    let (addr, ops) = fake_watch_server(pushes);
+    let r = cli_in(
+        &addr,
+        &["--json", "watch", "--machine", "order", "-n", "2"],
+        "",
+    );
+    r.ok();
+    let lines: Vec<Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ids: Vec<&str> = lines
+        .iter()
+        .filter_map(|e| e["instance_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["i1", "i3"], "another subscription's push is skipped");
+    let got: Vec<String> = ops.try_iter().collect();
+    assert_eq!(got, ["HELLO", "WATCH_ALL", "UNWATCH", "BYE"]);
+}
+
+#[test]
+fn watch_ends_with_the_resume_cursor_when_lagged() {
+    let lagged = json!({"type": "subscription_lagged", "subscription_id": 7,
+        "resume_cursor": "c9"});
+    let (addr, _ops) = fake_watch_server(vec![event(7, 1), lagged]);
+    let r = cli_in(&addr, &["watch", "o1"], "");
+    r.fails_with(1, "SUBSCRIPTION_LAGGED");
+    assert!(r.stderr.contains("--from-cursor c9"), "{}", r.stderr);
+    assert!(r.stdout.starts_with("i1  pay  new -> paid"), "{}", r.stdout);
+}
+
+#[test]
+fn watch_stops_cleanly_on_ctrl_c() {
+    let (addr, ops) = fake_watch_server(vec![event(7, 1)]);
+    let mut w = Command::new(CLI)
+        .args(["--addr", &addr, "--json", "watch"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = line_reader(w.stdout.take().unwrap());
+    let err = line_reader(w.stderr.take().unwrap());
+    let first: Value = serde_json::from_str(&next_line(&rx, &err)).unwrap();
+    assert_eq!(first["instance_id"], "i1");
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(w.id() as i32, libc::SIGINT) };
+    let status = wait_timeout(&mut w, Duration::from_secs(30)).expect("watch exits");
+    assert!(
+        status.success(),
+        "{status:?}: {:?}",
+        err.try_iter().collect::<Vec<_>>()
+    );
+    let got: Vec<String> = ops.try_iter().collect();
+    assert_eq!(got, ["HELLO", "WATCH_ALL", "UNWATCH", "BYE"]);
+}

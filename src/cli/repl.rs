@@ -410,12 +410,22 @@ impl ReplHelper {
         ReplHelper { words }
     }
 
-    /// Names that complete the word `prefix` at the start of a line.
+    /// Names that complete the word `prefix` at the start of a line: same-case matches, else
+    /// op names in any case (`get_i` → `GET_INSTANCE`).
     fn candidates(&self, prefix: &str) -> Vec<String> {
+        let exact: Vec<String> = self
+            .words
+            .iter()
+            .filter(|w| w.starts_with(prefix))
+            .cloned()
+            .collect();
+        if !exact.is_empty() {
+            return exact;
+        }
         let upper = prefix.to_ascii_uppercase();
         self.words
             .iter()
-            .filter(|w| w.starts_with(prefix) || (prefix.len() > 1 && w.starts_with(&upper)))
+            .filter(|w| w.starts_with(&upper))
             .cloned()
             .collect()
     }
@@ -525,7 +535,12 @@ mod tests {
             "case-insensitive for ops"
         );
         assert!(h.candidates("get").contains(&"get-machine".to_string()));
-        assert!(h.candidates("he").contains(&"help".to_string()));
+        assert_eq!(
+            h.candidates("he"),
+            vec!["help"],
+            "lower case prefers commands"
+        );
+        assert_eq!(h.candidates("HE"), vec!["HELLO"]);
     }
 
     #[test]
