@@ -8,6 +8,9 @@ use clap::{Args, Parser, Subcommand};
 
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7401";
 
+/// Help heading of the options every command takes.
+const GLOBAL: &str = "Global options";
+
 const AFTER_HELP: &str = "\
 Run without a command to start the interactive shell (REPL): `OP [JSON]` sends one request,
 e.g. `GET_INSTANCE {\"id\":\"order-1\"}`; the subcommand forms above work there too; `help`
@@ -32,23 +35,23 @@ pub struct Cli {
 #[derive(Args, Debug, Clone)]
 pub struct GlobalOpts {
     /// Server address (host:port).
-    #[arg(long, short = 'a', env = "SMDB_ADDR", default_value = DEFAULT_ADDR, global = true)]
+    #[arg(long, short = 'a', env = "SMDB_ADDR", default_value = DEFAULT_ADDR, global = true, help_heading = GLOBAL)]
     pub addr: String,
 
     /// Print each result as raw JSON on one line instead of human-readable tables.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
 
     /// Seconds to wait for a response before giving up (exit 3).
-    #[arg(long, value_name = "SECS", default_value_t = 30.0, global = true)]
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, global = true, help_heading = GLOBAL)]
     pub timeout: f64,
 
     /// Seconds to wait for the TCP connection to be established.
-    #[arg(long, value_name = "SECS", default_value_t = 5.0, global = true)]
+    #[arg(long, value_name = "SECS", default_value_t = 5.0, global = true, help_heading = GLOBAL)]
     pub connect_timeout: f64,
 
     /// Bearer token: sent with AUTH right after HELLO (servers with auth.required).
-    #[arg(long, env = "SMDB_TOKEN", hide_env_values = true, global = true)]
+    #[arg(long, env = "SMDB_TOKEN", hide_env_values = true, global = true, help_heading = GLOBAL)]
     pub token: Option<String>,
 }
 
