@@ -298,7 +298,7 @@ mod tests {
             "state": "new", "event_count": 0, "updated_at": "t"}], "next_cursor": "abc"});
         let out = result("LIST_INSTANCES", &v);
         assert!(
-            out.contains("o1       order    1        new    0       t"),
+            out.contains("o1  order    1        new    0       t"),
             "{out}"
         );
         assert!(out.contains("--cursor abc"), "{out}");
