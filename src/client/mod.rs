@@ -23,9 +23,8 @@ use crate::protocol::frame::{decode_frame, encode_frame, HEADER_LEN};
 /// large LIST/GET_HISTORY pages fit).
 pub const CLIENT_FRAME_BYTES_MAX: u32 = 64 * 1024 * 1024;
 
-/// Bytes asked of the socket per read: one read usually brings a whole burst of pipelined
-/// responses.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Initial capacity of the read buffer; it grows to the largest frame seen.
+const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// The protocol version this client speaks (CONTRACT §3).
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -155,7 +154,7 @@ impl Client {
         Ok(Client {
             stream,
             next_id: 1,
-            rbuf: Vec::with_capacity(READ_CHUNK_BYTES),
+            rbuf: Vec::with_capacity(READ_BUFFER_BYTES),
             rstart: 0,
             pushes: VecDeque::new(),
             responses: VecDeque::new(),
@@ -323,14 +322,21 @@ impl Client {
         }
     }
 
-    /// Reads more bytes from the socket into the buffer (at least one, or an error).
+    /// Reads more bytes of the current frame into the buffer (at least one, or an error).
+    /// Never reads past the frame's end, so whatever follows it stays in the socket, where
+    /// `stream()` users (tests checking that the server closed) see it.
     fn fill(&mut self) -> Result<(), ClientError> {
         if self.rstart > 0 {
             self.rbuf.drain(..self.rstart);
             self.rstart = 0;
         }
         let len = self.rbuf.len();
-        self.rbuf.resize(len + READ_CHUNK_BYTES, 0);
+        let frame_len = match self.rbuf.first_chunk::<HEADER_LEN>() {
+            // `read_frame` validated this header (length within the limit) before calling.
+            Some(h) => HEADER_LEN + u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize,
+            None => HEADER_LEN,
+        };
+        self.rbuf.resize(frame_len.max(len + 1), 0);
         let n = loop {
             match self.stream.read(&mut self.rbuf[len..]) {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -453,6 +459,21 @@ mod tests {
             }
         }
         assert_eq!(got.unwrap()["n"], 1);
+    }
+
+    #[test]
+    fn reads_stop_at_the_end_of_the_frame() {
+        let addr = fake(|mut s| {
+            let mut out = frame(&json!({"type":"event","n":1}));
+            out.extend(b"tail");
+            s.write_all(&out).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        let mut c = Client::connect(addr).unwrap();
+        assert_eq!(c.read_message().unwrap()["n"], 1);
+        let mut rest = [0u8; 4];
+        c.stream().read_exact(&mut rest).unwrap();
+        assert_eq!(&rest, b"tail", "bytes after the frame stay in the socket");
     }
 
     #[test]
