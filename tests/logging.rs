@@ -193,7 +193,7 @@ fn text_format_is_the_default() {
 /// APPLY_EVENT throughput with request lines disabled (info) and enabled (debug, every request
 /// written to stderr). Run by hand:
 /// `cargo test --release --test logging -- --ignored --nocapture apply_event_throughput`.
-/// 2-core VM, release: 25–28k ops/s at info, 18–22k ops/s at debug (docs/monitoring/README.md).
+/// 2-core VM: 34k ops/s at info, 27–30k ops/s at debug (docs/monitoring/README.md).
 #[test]
 #[ignore = "a measurement, not a check: run by hand"]
 fn apply_event_throughput_with_and_without_request_lines() {
