@@ -6,11 +6,14 @@
 //! * `server`: executors and wiring; fronts (accept, sessions, routing); control executor.
 //! * `shard`: the shard executor runtime around the engine of the `shards` crate.
 //! * `subscriptions`: WATCH_* and UNWATCH on the front, pushes to subscribers.
-//! * `config`, `datadir`, `metrics`, `util`.
+//! * `metrics`: counters per executor, gathered on the control executor and served over HTTP.
+//! * `logging`: text or JSON log lines, request-completed lines.
+//! * `config`, `datadir`, `util`.
 
 pub mod client;
 pub mod config;
 pub mod datadir;
+pub mod logging;
 pub mod metrics;
 pub mod ops;
 pub mod protocol;

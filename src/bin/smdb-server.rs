@@ -28,7 +28,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG as u8);
         }
     };
-    init_logging(&config);
+    smdb::logging::init(&config.logging);
     match smdb::server::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -36,11 +36,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn init_logging(config: &Config) {
-    let env = env_logger::Env::default().default_filter_or(config.logging.level.clone());
-    env_logger::Builder::from_env(env)
-        .format_timestamp_millis()
-        .init();
 }

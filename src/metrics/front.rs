@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use shards::ErrorCode;
 
+use super::histogram::HistogramSnapshot;
 use crate::protocol::Op;
 
 const OPS: usize = Op::ALL.len();
@@ -45,6 +46,17 @@ impl Histogram {
             .unwrap_or(BUCKETS);
         bump(&self.counts[i], 1);
         bump(&self.sum_nanos, d.as_nanos() as u64);
+    }
+
+    /// The figures now, in seconds (read from another core: each value is exact, the set is
+    /// not one atomic cut, which a scrape tolerates).
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut s = HistogramSnapshot::empty(&DURATION_BUCKETS);
+        for (b, c) in s.buckets.iter_mut().zip(&self.counts) {
+            b.1 = c.load(Relaxed);
+        }
+        s.sum = self.sum_nanos.load(Relaxed) as f64 / 1e9;
+        s
     }
 }
 
@@ -106,4 +118,91 @@ impl FrontStats {
 /// Single-writer increment: the owning executor is the only writer of these counters.
 fn bump(c: &AtomicU64, n: u64) {
     c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+}
+
+/// The sum of every front's counters, read at scrape time.
+#[derive(Debug, Clone)]
+pub struct FrontTotals {
+    pub requests: [u64; OPS],
+    pub errors: [[u64; CODES]; OPS],
+    pub durations: Vec<HistogramSnapshot>,
+    pub connections_active: u64,
+    pub connections_total: u64,
+    pub connections_rejected: u64,
+}
+
+impl FrontTotals {
+    pub fn sum(fronts: &[std::sync::Arc<FrontStats>]) -> FrontTotals {
+        let mut t = FrontTotals {
+            requests: [0; OPS],
+            errors: [[0; CODES]; OPS],
+            durations: (0..OPS)
+                .map(|_| HistogramSnapshot::empty(&DURATION_BUCKETS))
+                .collect(),
+            connections_active: 0,
+            connections_total: 0,
+            connections_rejected: 0,
+        };
+        for f in fronts {
+            for op in 0..OPS {
+                t.requests[op] += f.requests[op].load(Relaxed);
+                for code in 0..CODES {
+                    t.errors[op][code] += f.errors[op][code].load(Relaxed);
+                }
+                t.durations[op].merge(&f.durations[op].snapshot());
+            }
+            t.connections_active += f.connections_active.load(Relaxed);
+            t.connections_total += f.connections_total.load(Relaxed);
+            t.connections_rejected += f.connections_rejected.load(Relaxed);
+        }
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_add_up_every_front() {
+        let a = std::sync::Arc::new(FrontStats::default());
+        let b = std::sync::Arc::new(FrontStats::default());
+        a.record_ok(Op::Ping, Duration::from_micros(30));
+        b.record_failure(
+            Op::ApplyEvent,
+            ErrorCode::GuardFailed,
+            Duration::from_millis(2),
+        );
+        b.record_error(Op::Frame, ErrorCode::InvalidFrame);
+        a.connection_opened();
+        b.connection_opened();
+        b.connection_closed();
+        b.connection_rejected();
+        let t = FrontTotals::sum(&[a, b]);
+        assert_eq!(t.requests[Op::Ping.index()], 1);
+        assert_eq!(t.requests[Op::ApplyEvent.index()], 1);
+        assert_eq!(
+            t.requests[Op::Frame.index()],
+            0,
+            "frame errors are not requests"
+        );
+        assert_eq!(
+            t.errors[Op::ApplyEvent.index()][ErrorCode::GuardFailed.index()],
+            1
+        );
+        assert_eq!(
+            t.errors[Op::Frame.index()][ErrorCode::InvalidFrame.index()],
+            1
+        );
+        let ping = &t.durations[Op::Ping.index()];
+        assert_eq!(ping.count(), 1);
+        assert_eq!(
+            ping.buckets[1],
+            (50e-6, 1),
+            "30 µs lands in the 50 µs bucket"
+        );
+        assert!((ping.sum - 30e-6).abs() < 1e-12);
+        assert_eq!((t.connections_active, t.connections_total), (1, 2));
+        assert_eq!(t.connections_rejected, 1);
+    }
 }

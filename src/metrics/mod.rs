@@ -1,7 +1,26 @@
 //! Metrics: counters kept by each executor on its own cache lines, gathered when scraped.
+//!
+//! * `front`: per-front request and connection counters (single-writer atomics).
+//! * `shard`: what a shard reports when asked (`ShardCall::Stats`), log figures included.
+//! * `histogram`: histogram figures as plain data.
+//! * `scrape`: gathering one scrape on the control executor.
+//! * `families`: the spec's metric families, built into a `prometheus_client` registry.
+//! * `exposition`: Prometheus text 0.0.4 (the spec's names) or OpenMetrics, by `Accept`.
+//! * `http`: the listener on `metrics.bind_addr` (`/metrics`, `/health`).
+//!
+//! Hot paths never lock or write another core's cache line to count: the control executor
+//! reads the fronts' atomics and asks each shard for its figures over the existing channels.
 
+pub mod exposition;
+pub mod families;
 pub mod front;
+pub mod histogram;
+pub mod http;
+pub mod scrape;
+pub mod shard;
 pub mod subs;
 
 pub use front::FrontStats;
+pub use histogram::HistogramSnapshot;
+pub use shard::{LogStats, ShardStats};
 pub use subs::SubsStats;

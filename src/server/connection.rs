@@ -31,6 +31,8 @@ pub enum Pending {
     Reply {
         id: Box<str>,
         op: Op,
+        /// The instance the request names (for its log line).
+        instance_id: Option<Box<str>>,
         started: Instant,
         slot: ReplySlot,
     },
@@ -220,35 +222,53 @@ async fn render(p: Pending, out: &mut Vec<u8>, front: &Front) -> bool {
         Pending::Reply {
             id,
             op,
+            instance_id,
             started,
             slot,
         } => {
             let reply = slot.wait().await;
-            match reply {
+            let code = match reply {
                 Ok(ReplyBody::Json(result)) | Ok(ReplyBody::Machine { result, .. }) => {
                     encode_ok(out, &id, &result);
-                    front.stats.record_ok(op, started.elapsed());
+                    None
                 }
                 Ok(ReplyBody::Watch {
                     result,
                     subscription,
                 }) => {
                     encode_ok(out, &id, &result);
-                    front.stats.record_ok(op, started.elapsed());
                     // Its pushes may follow now: they never precede this response.
                     front.router.subs.announce(subscription);
+                    None
                 }
                 Ok(_) => {
                     let rej = shards::Rejection::new(ErrorCode::InternalError, "bad reply");
                     encode_error(out, Some(&id), &rej);
-                    front.stats.record_failure(op, rej.code, started.elapsed());
+                    Some(rej.code)
                 }
                 Err(rej) => {
                     encode_error(out, Some(&id), &rej);
-                    front.stats.record_failure(op, rej.code, started.elapsed());
+                    Some(rej.code)
                 }
-            }
+            };
+            completed(front, op, instance_id.as_deref(), started, code);
             false
         }
     }
+}
+
+/// A request's response is ready: count it and write its request-completed log line.
+pub fn completed(
+    front: &Front,
+    op: Op,
+    instance_id: Option<&str>,
+    started: Instant,
+    code: Option<ErrorCode>,
+) {
+    let took = started.elapsed();
+    match code {
+        None => front.stats.record_ok(op, took),
+        Some(code) => front.stats.record_failure(op, code, took),
+    }
+    crate::logging::request_completed(op, instance_id, took, code);
 }

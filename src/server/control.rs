@@ -1,5 +1,6 @@
 //! The control executor (the "dedicated core" of the design): start-up work that spans shards
-//! (copying definitions, loading `storage.definitions_dir`), and later metrics and replication.
+//! (copying definitions, loading `storage.definitions_dir`), the metrics listener
+//! (`metrics::http`), and later replication.
 
 use std::os::fd::{FromRawFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -9,18 +10,25 @@ use glommio::net::UnixStream;
 
 use super::fanout;
 use super::router::{Router, RouterChannels};
+use crate::metrics::http::{self as metrics_http, MetricsSetup};
 
 pub struct ControlSetup {
     pub channels: RouterChannels,
     pub shutdown_fd: RawFd,
     pub definitions_dir: Option<PathBuf>,
     pub ready: std::sync::mpsc::Sender<Result<(), String>>,
+    /// Present when `metrics.enabled`.
+    pub metrics: Option<MetricsSetup>,
 }
 
 pub async fn run(setup: ControlSetup) {
     let router = Router::connect(setup.channels).await;
     let started = start_up(&router, setup.definitions_dir.as_deref()).await;
     let failed = started.is_err();
+    let metrics = match setup.metrics {
+        Some(m) if !failed => Some(metrics_http::start(m, router.clone())),
+        _ => None,
+    };
     // main waits on this; if it is gone, start-up was abandoned and we just stop.
     let _ = setup.ready.send(started);
     if !failed {
@@ -28,6 +36,9 @@ pub async fn run(setup: ControlSetup) {
         let mut shutdown = unsafe { UnixStream::from_raw_fd(setup.shutdown_fd) };
         let mut b = [0u8; 1];
         let _ = shutdown.read(&mut b).await;
+    }
+    if let Some(m) = metrics {
+        m.shut_down().await;
     }
     router.close();
 }

@@ -2,8 +2,8 @@
 //! shutdown. See docs/architecture.md.
 //!
 //! Executors: `S` shards (each owns its instances and log), `F` fronts (accept, decode, route),
-//! one control executor (start-up fan-out; metrics and replication later). Every front and the
-//! control executor hold one request/response channel pair per shard, created here.
+//! one control executor (start-up fan-out, the metrics listener; replication later). Every front
+//! and the control executor hold one request/response channel pair per shard, created here.
 
 pub mod connection;
 pub mod control;
@@ -13,7 +13,7 @@ pub mod router;
 pub mod session;
 
 use std::io::Write;
-use std::net::TcpListener as StdListener;
+use std::net::{SocketAddr, TcpListener as StdListener};
 use std::os::fd::{IntoRawFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::atomic::AtomicU64;
@@ -26,6 +26,8 @@ use shards::wal::{FsyncPolicy, WalConfig};
 
 use crate::config::{Config, FsyncMode, Role};
 use crate::datadir::DataDir;
+use crate::metrics::http::MetricsSetup;
+use crate::metrics::scrape::Sources;
 use crate::metrics::FrontStats;
 use crate::shard::runtime::{ClientChannels, ShardSetup};
 use crate::shard::SHARD_QUEUE_DEPTH_MAX;
@@ -67,8 +69,20 @@ pub fn run(config: Config) -> Result<(), String> {
     let place = placements(&config, cpus);
     let shard_count = place.shards.len() as u32;
     let data_dir = DataDir::open(&config.storage.data_dir, shard_count)?;
-    let listener = bind_exclusive(&config.network.bind_addr)?;
+    let listener = bind_exclusive("network.bind_addr", &config.network.bind_addr)?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let metrics_listener = match config.metrics.enabled {
+        true => Some(bind_exclusive(
+            "metrics.bind_addr",
+            &config.metrics.bind_addr,
+        )?),
+        false => None,
+    };
+    let metrics_addr = metrics_listener
+        .as_ref()
+        .map(StdListener::local_addr)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let signals = Signals::install()?;
 
     let clients = place.fronts.len() + 1;
@@ -91,12 +105,27 @@ pub fn run(config: Config) -> Result<(), String> {
     }
     wait_ready(&ready_rx, shard_count as usize, "shards")?;
 
+    let front_stats: Vec<Arc<FrontStats>> = place
+        .fronts
+        .iter()
+        .map(|_| Arc::new(FrontStats::default()))
+        .collect();
+    let started = Instant::now();
     let (ctl_shutdown, ctl_fd) = socket_pair()?;
     let control = control::ControlSetup {
         channels: client_ends.pop().unwrap_or_default(),
         shutdown_fd: ctl_fd.into_raw_fd(),
         definitions_dir: config.storage.definitions_dir.clone(),
         ready: ready_tx.clone(),
+        metrics: metrics_listener.map(|listener| MetricsSetup {
+            listener,
+            sources: Sources {
+                fronts: front_stats.clone(),
+                connections_limit: u64::from(config.network.max_connections),
+                role: config.replication.role,
+                started,
+            },
+        }),
     };
     handles.push(spawn("control", place.control, io_memory, move || {
         control::run(control)
@@ -104,7 +133,7 @@ pub fn run(config: Config) -> Result<(), String> {
     wait_ready(&ready_rx, 1, "control")?;
 
     let info = Arc::new(ServerInfo {
-        started: Instant::now(),
+        started,
         role: role_name(config.replication.role),
         acceptor_cores: place.fronts.len() as u32,
     });
@@ -118,7 +147,8 @@ pub fn run(config: Config) -> Result<(), String> {
     };
     let active = Arc::new(AtomicU64::new(0));
     let mut shutdowns = vec![ctl_shutdown];
-    for (i, (cpu, channels)) in place.fronts.iter().zip(client_ends).enumerate() {
+    let fronts = place.fronts.iter().zip(client_ends).zip(front_stats);
+    for (i, ((cpu, channels), stats)) in fronts.enumerate() {
         let fd = listener
             .try_clone()
             .map_err(|e| format!("dup listener: {e}"))?;
@@ -130,7 +160,7 @@ pub fn run(config: Config) -> Result<(), String> {
             shutdown_fd: stop_fd.into_raw_fd(),
             channels,
             limits: limits.clone(),
-            stats: Arc::new(FrontStats::default()),
+            stats,
             active: active.clone(),
             info: info.clone(),
         };
@@ -139,7 +169,7 @@ pub fn run(config: Config) -> Result<(), String> {
         })?);
     }
     drop(listener);
-    announce(&local, shard_count, &place);
+    announce(&local, shard_count, metrics_addr, &place);
 
     signals.wait();
     log::info!("shutting down: draining connections");
@@ -179,9 +209,11 @@ fn role_name(role: Option<Role>) -> &'static str {
     }
 }
 
-/// Prints the bound address on stdout (tests and scripts read it when binding port 0).
-fn announce(addr: &std::net::SocketAddr, shards: u32, place: &Placements) {
-    println!("smdb-server listening on {addr} shards={shards}");
+/// Prints the bound addresses on stdout (tests and scripts read them when binding port 0):
+/// `smdb-server listening on ADDR shards=N metrics=MADDR` (no ` metrics=` when disabled).
+fn announce(addr: &SocketAddr, shards: u32, metrics: Option<SocketAddr>, place: &Placements) {
+    let metrics = metrics.map(|m| format!(" metrics={m}")).unwrap_or_default();
+    println!("smdb-server listening on {addr} shards={shards}{metrics}");
     let _ = std::io::stdout().flush();
     log::info!(
         "listening on {addr}: {shards} shard(s) on cores {:?}, {} front(s) on cores {:?}",
@@ -193,13 +225,13 @@ fn announce(addr: &std::net::SocketAddr, shards: u32, place: &Placements) {
 
 /// Binds without SO_REUSEPORT (glommio's own bind sets it, letting a second server silently
 /// share the port: GLOMMIO.md pitfall 2), so a busy port fails with "address in use".
-fn bind_exclusive(addr: &str) -> Result<StdListener, String> {
-    let resolved = crate::config::resolve_addr("network.bind_addr", addr).map_err(|e| e.0)?;
+fn bind_exclusive(key: &str, addr: &str) -> Result<StdListener, String> {
+    let resolved = crate::config::resolve_addr(key, addr).map_err(|e| e.0)?;
     StdListener::bind(resolved).map_err(|e| {
         if e.kind() == std::io::ErrorKind::AddrInUse {
-            format!("cannot listen on {addr}: address in use ({e})")
+            format!("cannot listen on {addr} ({key}): address in use ({e})")
         } else {
-            format!("cannot listen on {addr}: {e}")
+            format!("cannot listen on {addr} ({key}): {e}")
         }
     })
 }

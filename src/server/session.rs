@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use shards::routing::shard_for;
 use shards::{ErrorCode, Rejection};
 
-use super::connection::{Conn, Pending};
+use super::connection::{completed, Conn, Pending};
 use super::fanout;
 use super::front::Front;
 use super::router::Reply;
@@ -80,12 +80,14 @@ impl Session {
             conn.push(Pending::Reply {
                 id: req.id.into(),
                 op,
+                instance_id: None,
                 started,
                 slot,
             });
             return Flow::Continue;
         }
-        let slot = match dispatch(op, params, front).await {
+        let mut instance_id = None;
+        let slot = match dispatch(op, params, front, &mut instance_id).await {
             Ok(slot) => slot,
             Err(rej) => {
                 respond_err(conn, front, Some(req.id), op, &rej, started);
@@ -95,6 +97,7 @@ impl Session {
         conn.push(Pending::Reply {
             id: req.id.into(),
             op,
+            instance_id,
             started,
             slot,
         });
@@ -135,11 +138,13 @@ impl Session {
     }
 }
 
-/// Starts an op that a shard (or several) answers; returns the slot its reply lands in.
+/// Starts an op that a shard (or several) answers; returns the slot its reply lands in and sets
+/// `instance_id` to the instance the op names, if any (for its log line).
 async fn dispatch(
     op: Op,
     params: Option<&[u8]>,
     front: &Rc<Front>,
+    instance_id: &mut Option<Box<str>>,
 ) -> Result<super::router::ReplySlot, Rejection> {
     let router = &front.router;
     let owned = || params.map(<[u8]>::to_vec);
@@ -151,6 +156,7 @@ async fn dispatch(
         | Op::GetHistory => {
             let id = route_key(params)?;
             let shard = shard_for(&id, router.shard_count());
+            *instance_id = Some(id.into_boxed_str());
             Ok(router
                 .start(
                     shard,
@@ -231,7 +237,7 @@ async fn info(front: &Front) -> Reply {
 fn respond_ok(conn: &Conn, front: &Front, id: &str, op: Op, v: &Value, started: Instant) {
     let mut out = Vec::new();
     encode_ok(&mut out, id, &serde_json::to_vec(v).unwrap_or_default());
-    front.stats.record_ok(op, started.elapsed());
+    completed(front, op, None, started, None);
     conn.push(Pending::Frame(out));
 }
 
@@ -245,6 +251,6 @@ fn respond_err(
 ) {
     let mut out = Vec::new();
     encode_error(&mut out, id, rej);
-    front.stats.record_failure(op, rej.code, started.elapsed());
+    completed(front, op, None, started, Some(rej.code));
     conn.push(Pending::Frame(out));
 }

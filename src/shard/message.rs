@@ -5,6 +5,7 @@ use shards::engine::{Entry, ListPage};
 use shards::Rejection;
 
 use super::subs::{Filter, PushMsg};
+use crate::metrics::ShardStats;
 use crate::protocol::Op;
 
 /// A request to one shard. `token` names the caller's reply slot on the sending executor.
@@ -29,6 +30,8 @@ pub enum ShardCall {
     },
     /// Counts and log position for INFO.
     Info,
+    /// Figures for a metrics scrape or health check.
+    Stats,
     /// Subscriptions (`subs.rs`): register `sub` of this client at the current head; pushes
     /// follow for later entries. Answered with `Watching`.
     Subscribe { sub: u64, filter: Filter },
@@ -55,6 +58,7 @@ pub enum ReplyBody {
     Entries(Vec<Entry>),
     Page(ListPage),
     Value(Value),
+    Stats(Box<ShardStats>),
     /// `Subscribe`: pushes follow for offsets above `head`; `oldest` is the oldest offset a
     /// replay can read.
     Watching {

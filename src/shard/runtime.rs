@@ -17,6 +17,7 @@ use shards::{ErrorCode, Rejection};
 use super::durability::Durability;
 use super::message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
 use super::subs::{self, Registry};
+use crate::metrics::{LogStats, ShardStats};
 use crate::ops;
 use crate::protocol::Op;
 use crate::util::notify::Notify;
@@ -40,6 +41,8 @@ pub struct Shard {
     engine: RefCell<Engine>,
     pub(super) log: Durability,
     snapshots: Snapshots,
+    /// Replies waiting in this shard's outboxes (a metrics gauge).
+    queued: Cell<u64>,
     pub(super) subs: Registry,
 }
 
@@ -71,6 +74,7 @@ pub async fn run(setup: ShardSetup) {
             last_offset: Cell::new(head),
             running: Cell::new(false),
         },
+        queued: Cell::new(0),
         subs: Registry::start(),
     });
     // The receiver may be gone if start-up already failed elsewhere; nothing to do then.
@@ -113,6 +117,8 @@ async fn receive(
     outbox: &Rc<Outbox>,
 ) {
     while let Some(req) = rx.recv().await {
+        // Every request gets exactly one reply through the outbox (some later: replay reads).
+        shard.queued.set(shard.queued.get() + 1);
         let Some(call) = subs::intercept(shard, client, req.token, req.call, outbox) else {
             continue;
         };
@@ -180,12 +186,14 @@ impl Outbox {
                 };
                 let Some((n, mut msg)) = next else { break };
                 match &mut msg {
-                    ShardMessage::Reply(resp) if n > durable => {
-                        if let Some(f) = &failure {
-                            resp.result = Err(f.clone());
+                    ShardMessage::Reply(resp) => {
+                        shard.queued.set(shard.queued.get().saturating_sub(1));
+                        if n > durable {
+                            if let Some(f) = &failure {
+                                resp.result = Err(f.clone());
+                            }
                         }
                     }
-                    ShardMessage::Reply(_) => {}
                     ShardMessage::Push(_) => {
                         shard.subs.push_left();
                         if n > durable {
@@ -263,6 +271,7 @@ impl Shard {
                 (Ok(ReplyBody::Page(page)), self.log.head())
             }
             ShardCall::Info => (Ok(ReplyBody::Value(self.info())), 0),
+            ShardCall::Stats => (Ok(ReplyBody::Stats(Box::new(self.stats()))), 0),
             ShardCall::Subscribe { .. }
             | ShardCall::Unsubscribe { .. }
             | ShardCall::ReadEvents { .. } => {
@@ -483,6 +492,20 @@ impl Shard {
             "subscriptions": self.subs.count(),
             "pushes_pending": self.subs.pending_pushes(),
         })
+    }
+}
+
+impl Shard {
+    fn stats(&self) -> ShardStats {
+        let engine = self.engine.borrow();
+        ShardStats {
+            shard: self.index,
+            engine: engine.stats().clone(),
+            instances: engine.instance_count() as u64,
+            machines: engine.machine_count() as u64,
+            queue_depth: self.queued.get(),
+            log: LogStats::from(&self.log.stats()),
+        }
     }
 }
 

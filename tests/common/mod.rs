@@ -2,6 +2,8 @@
 //! speaks the wire protocol through the project's client, kills and restarts it.
 #![allow(dead_code)]
 
+pub mod scrape;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,8 +19,12 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_smdb-server");
 pub struct Server {
     child: Option<Child>,
     pub addr: SocketAddr,
+    /// The metrics listener, when `metrics.enabled` (the stdout line's ` metrics=MADDR`).
+    pub metrics_addr: Option<SocketAddr>,
     pub dir: PathBuf,
     config: String,
+    /// Extra environment variables for the server process (kept across restarts).
+    env: Vec<(String, String)>,
 }
 
 /// A fresh temp directory under /tmp (a real filesystem: tmpfs would hide O_DIRECT bugs).
@@ -93,12 +99,35 @@ impl Server {
 
     /// Starts a server using (and keeping) `dir` for config, data and logs.
     pub fn start_in(dir: &Path, extra: &str) -> Result<Server, String> {
+        Server::start_in_with_env(dir, extra, &[])
+    }
+
+    /// `start`, with extra environment variables for the server process (e.g. `RUST_LOG`); an
+    /// empty value removes the variable from the inherited environment.
+    pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> (Server, tempfile::TempDir) {
+        let dir = temp_dir();
+        let s = Server::start_in_with_env(dir.path(), extra, env)
+            .unwrap_or_else(|e| panic!("start: {e}"));
+        (s, dir)
+    }
+
+    /// `start_in`, with extra environment variables for the server process.
+    pub fn start_in_with_env(
+        dir: &Path,
+        extra: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
         let config = base_config(dir, extra);
         let mut s = Server {
             child: None,
             addr: "127.0.0.1:0".parse().unwrap(),
+            metrics_addr: None,
             dir: dir.into(),
             config,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         s.launch()?;
         Ok(s)
@@ -112,7 +141,14 @@ impl Server {
             .append(true)
             .open(self.dir.join("server.log"))
             .map_err(|e| e.to_string())?;
-        let mut child = Command::new(BIN)
+        let mut cmd = Command::new(BIN);
+        for (k, v) in &self.env {
+            match v.is_empty() {
+                true => cmd.env_remove(k),
+                false => cmd.env(k, v),
+            };
+        }
+        let mut child = cmd
             .arg("--config")
             .arg(&cfg_path)
             .stdout(Stdio::piped())
@@ -124,14 +160,20 @@ impl Server {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(rest) = line.strip_prefix("smdb-server listening on ") {
-                    let addr = rest.split_whitespace().next().unwrap_or("").to_string();
-                    let _ = tx.send(addr);
+                    let _ = tx.send(rest.to_string());
                 }
             }
         });
         match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(addr) => {
+            Ok(rest) => {
+                // `ADDR shards=N[ metrics=MADDR]`
+                let mut words = rest.split_whitespace();
+                let addr = words.next().unwrap_or("");
                 self.addr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
+                self.metrics_addr = match words.find_map(|w| w.strip_prefix("metrics=")) {
+                    Some(m) => Some(m.parse().map_err(|e| format!("{m}: {e}"))?),
+                    None => None,
+                };
                 self.child = Some(child);
                 Ok(())
             }

@@ -1,0 +1,284 @@
+//! The command line, as clap definitions: global options and one subcommand per operation.
+//! The same `Command` enum parses the subcommand forms typed at the REPL, and generates the
+//! shell completions and the man page, so help, completions and docs never drift apart.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+pub const DEFAULT_ADDR: &str = "127.0.0.1:7401";
+
+/// Help heading of the options every command takes.
+const GLOBAL: &str = "Global options";
+
+const AFTER_HELP: &str = "\
+Run without a command to start the interactive shell (REPL): `OP [JSON]` sends one request,
+e.g. `GET_INSTANCE {\"id\":\"order-1\"}`; the subcommand forms above work there too; `help`
+lists everything. When standard input is not a terminal, commands are read from it one per line.
+
+Exit status: 0 success, 1 the server answered with an error, 2 usage error (bad arguments or
+JSON), 3 connection error (cannot connect, connection lost, timeout, bad frame).
+Errors are printed to stderr as `error: CODE: message`.";
+
+/// smdb-cli: command-line client and interactive shell for the smdb state-machine database.
+#[derive(Parser, Debug)]
+#[command(name = "smdb-cli", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalOpts,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Options that apply to every command.
+#[derive(Args, Debug, Clone)]
+pub struct GlobalOpts {
+    /// Server address (host:port).
+    #[arg(long, short = 'a', env = "SMDB_ADDR", default_value = DEFAULT_ADDR, global = true, help_heading = GLOBAL)]
+    pub addr: String,
+
+    /// Print each result as raw JSON on one line instead of human-readable tables.
+    #[arg(long, global = true, help_heading = GLOBAL)]
+    pub json: bool,
+
+    /// Seconds to wait for a response before giving up (exit 3).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, global = true, help_heading = GLOBAL)]
+    pub timeout: f64,
+
+    /// Seconds to wait for the TCP connection to be established.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0, global = true, help_heading = GLOBAL)]
+    pub connect_timeout: f64,
+
+    /// Bearer token: sent with AUTH right after HELLO (servers with auth.required).
+    #[arg(long, env = "SMDB_TOKEN", hide_env_values = true, global = true, help_heading = GLOBAL)]
+    pub token: Option<String>,
+}
+
+/// One operation of the server, or a local helper.
+#[derive(Subcommand, Debug, Clone)]
+pub enum Command {
+    /// Check that the server answers (PING).
+    Ping,
+
+    /// Show server version, uptime, role, shard count, limits and WAL totals (INFO).
+    Info,
+
+    /// Define a machine version (PUT_MACHINE).
+    ///
+    /// FILE holds `{"machine": M, "version": V, "definition": {...}}`, the format of
+    /// `storage.definitions_dir` files. With --machine and --version, FILE may hold just the
+    /// definition `{"states": [...], "initial": S, "transitions": [...]}`; the flags override
+    /// the file's machine and version. `-` reads standard input.
+    PutMachine {
+        /// JSON file, or `-` for standard input.
+        file: String,
+        /// Machine name (required when FILE holds only the definition).
+        #[arg(long, short = 'm')]
+        machine: Option<String>,
+        /// Machine version (required when FILE holds only the definition).
+        #[arg(long = "version", short = 'v', value_name = "VERSION")]
+        machine_version: Option<u64>,
+    },
+
+    /// Show a machine definition (GET_MACHINE); the latest version unless --version is given.
+    GetMachine {
+        machine: String,
+        #[arg(long = "version", short = 'v', value_name = "VERSION")]
+        machine_version: Option<u64>,
+    },
+
+    /// List machines and their versions (LIST_MACHINES).
+    ListMachines,
+
+    /// Create an instance of a machine (CREATE_INSTANCE).
+    Create {
+        /// Machine name.
+        machine: String,
+        /// Instance id (1 to 256 bytes).
+        id: String,
+        /// Machine version; defaults to the latest (looked up with GET_MACHINE first).
+        #[arg(long = "version", short = 'v', value_name = "VERSION")]
+        machine_version: Option<u64>,
+        /// Initial context: a JSON object, `@FILE` or `-` for standard input.
+        #[arg(long, short = 'c', value_name = "JSON")]
+        context: Option<String>,
+        /// Makes a retried create return the first result instead of INSTANCE_EXISTS.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
+
+    /// Show one instance: state, context, counters (GET_INSTANCE).
+    Get {
+        /// Instance id.
+        id: String,
+    },
+
+    /// List instances in id order, optionally filtered (LIST_INSTANCES).
+    List {
+        /// Only instances of this machine.
+        #[arg(long, short = 'm')]
+        machine: Option<String>,
+        /// Only instances in this state.
+        #[arg(long, short = 's')]
+        state: Option<String>,
+        /// Page size (server default when omitted).
+        #[arg(long, short = 'l')]
+        limit: Option<u64>,
+        /// Resume after the `next_cursor` of a previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Follow `next_cursor` until the last page.
+        #[arg(long, conflicts_with = "cursor")]
+        all: bool,
+    },
+
+    /// Delete an instance (DELETE_INSTANCE).
+    Delete {
+        /// Instance id.
+        id: String,
+    },
+
+    /// Apply an event to an instance (APPLY_EVENT).
+    ///
+    /// The payload object is merged into the instance's context. A failed guard gives
+    /// GUARD_FAILED, an event with no transition from the current state INVALID_TRANSITION, a
+    /// wrong expectation CONFLICT.
+    Apply {
+        /// Instance id.
+        id: String,
+        /// Event name.
+        event: String,
+        /// Event payload: a JSON object, `@FILE` or `-` for standard input.
+        #[arg(long, short = 'p', value_name = "JSON")]
+        payload: Option<String>,
+        /// Refuse (CONFLICT) unless the instance is in this state.
+        #[arg(long, value_name = "STATE")]
+        expected_state: Option<String>,
+        /// Refuse (CONFLICT) unless the instance's wal_offset is this.
+        #[arg(long, value_name = "OFFSET")]
+        expected_offset: Option<u64>,
+        /// Makes a retried event return the first result (applied: false).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
+
+    /// Show an instance's applied events in order (GET_HISTORY).
+    History {
+        /// Instance id.
+        id: String,
+        /// First event number (1-based).
+        #[arg(long)]
+        from: Option<u64>,
+        /// Most events to show.
+        #[arg(long, short = 'l')]
+        limit: Option<u64>,
+    },
+
+    /// Stream events until Ctrl-C (WATCH_INSTANCE with ID, otherwise WATCH_ALL).
+    ///
+    /// Prints one line per event (one JSON object per line with --json). If the server ends
+    /// the subscription because this client fell behind, prints the cursor to resume from
+    /// (--from-cursor) and exits 1.
+    Watch(WatchArgs),
+
+    /// Send any operation with JSON params and print the raw result.
+    ///
+    /// Example: smdb-cli raw GET_INSTANCE '{"id":"order-1"}'
+    Raw {
+        /// Operation name, e.g. GET_INSTANCE.
+        op: String,
+        /// Params: a JSON object, `@FILE` or `-` for standard input; omitted when absent.
+        params: Option<String>,
+    },
+
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+
+    /// Print the man page (roff) to stdout, or write one page per command into --dir.
+    Man {
+        /// Directory to write smdb-cli.1 and smdb-cli-COMMAND.1 into.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Arguments of `watch`.
+#[derive(Args, Debug, Clone)]
+pub struct WatchArgs {
+    /// Watch one instance (WATCH_INSTANCE); omit to watch all instances (WATCH_ALL).
+    pub id: Option<String>,
+    /// Only events of this machine (repeatable; WATCH_ALL).
+    #[arg(
+        long = "machine",
+        short = 'm',
+        value_name = "MACHINE",
+        conflicts_with = "id"
+    )]
+    pub machines: Vec<String>,
+    /// Only events leaving this state (repeatable; WATCH_ALL).
+    #[arg(long = "from-state", value_name = "STATE", conflicts_with = "id")]
+    pub from_states: Vec<String>,
+    /// Only events entering this state (repeatable; WATCH_ALL).
+    #[arg(long = "to-state", value_name = "STATE", conflicts_with = "id")]
+    pub to_states: Vec<String>,
+    /// Only these events (repeatable; WATCH_ALL).
+    #[arg(
+        long = "event",
+        short = 'e',
+        value_name = "EVENT",
+        conflicts_with = "id"
+    )]
+    pub events: Vec<String>,
+    /// Include the instance's context in each event.
+    #[arg(long)]
+    pub include_context: bool,
+    /// Replay from this offset of the instance's shard log first (with ID).
+    #[arg(long, value_name = "OFFSET", requires = "id")]
+    pub from_offset: Option<u64>,
+    /// Replay from a cursor of an earlier event or lag notice; `0` replays all retained.
+    #[arg(long, value_name = "CURSOR", conflicts_with = "id")]
+    pub from_cursor: Option<String>,
+    /// Stop after this many events.
+    #[arg(long, short = 'n', value_name = "N")]
+    pub count: Option<u64>,
+}
+
+/// A line typed at the REPL in subcommand form (`get order-1`, `apply order-1 pay ...`).
+#[derive(Parser, Debug)]
+#[command(
+    name = "",
+    no_binary_name = true,
+    disable_help_subcommand = true,
+    disable_version_flag = true
+)]
+pub struct ReplLine {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn definitions_are_consistent() {
+        Cli::command().debug_assert();
+        ReplLine::command().debug_assert();
+    }
+
+    #[test]
+    fn subcommand_forms_parse() {
+        let cli = Cli::try_parse_from(["smdb-cli", "apply", "o1", "pay", "-p", "{}"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Apply { .. })));
+        let line = ReplLine::try_parse_from(["create", "order", "o1", "--version", "2"]).unwrap();
+        assert!(matches!(
+            line.command,
+            Command::Create {
+                machine_version: Some(2),
+                ..
+            }
+        ));
+    }
+}

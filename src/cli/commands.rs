@@ -1,0 +1,325 @@
+//! Runs one parsed subcommand: turns its arguments into a typed client call and prints the
+//! result. Shared by one-shot use and the REPL's subcommand forms.
+
+use std::io::{Read, Write};
+
+use clap::CommandFactory;
+use serde_json::{json, Value};
+use smdb::client::{ApplyOptions, CreateOptions, ListFilter};
+
+use super::args::{Cli, Command};
+use super::error::CliError;
+use super::session::Session;
+use super::{render, watch};
+
+/// Where results go and how they look.
+pub struct Output<'a> {
+    pub out: &'a mut dyn Write,
+    /// One line of compact JSON per result instead of tables.
+    pub json: bool,
+}
+
+impl Output<'_> {
+    /// Prints `op`'s result: compact JSON, or its human rendering.
+    pub fn result(&mut self, op: &str, v: &Value) -> Result<(), CliError> {
+        let text = if self.json {
+            v.to_string()
+        } else {
+            render::result(op, v)
+        };
+        self.line(&text)
+    }
+
+    /// Prints a raw result: compact JSON, or pretty JSON for people.
+    pub fn raw(&mut self, v: &Value) -> Result<(), CliError> {
+        let text = if self.json {
+            v.to_string()
+        } else {
+            serde_json::to_string_pretty(v)?
+        };
+        self.line(&text)
+    }
+
+    pub fn line(&mut self, text: &str) -> Result<(), CliError> {
+        match writeln!(self.out, "{text}").and_then(|()| self.out.flush()) {
+            Ok(()) => Ok(()),
+            // The reader went away (`smdb-cli list | head`): nothing left to do, like `cat`.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+            Err(e) => Err(CliError::usage(format!("cannot write output: {e}"))),
+        }
+    }
+}
+
+/// A JSON argument: literal JSON, `@FILE`, or `-` for standard input.
+pub fn json_arg(arg: &str, what: &str) -> Result<Value, CliError> {
+    let text = if arg == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| CliError::usage(format!("{what}: cannot read standard input: {e}")))?;
+        s
+    } else if let Some(path) = arg.strip_prefix('@') {
+        read_file(path, what)?
+    } else {
+        arg.to_string()
+    };
+    serde_json::from_str(&text)
+        .map_err(|e| CliError::usage(format!("{what} is not valid JSON: {e}")))
+}
+
+/// A JSON object argument (context, payload, params).
+pub fn object_arg(arg: &str, what: &str) -> Result<Value, CliError> {
+    let v = json_arg(arg, what)?;
+    if !v.is_object() {
+        return Err(CliError::usage(format!(
+            "{what} must be a JSON object, got {v}"
+        )));
+    }
+    Ok(v)
+}
+
+fn read_file(path: &str, what: &str) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|e| CliError::usage(format!("{what}: {path}: {e}")))
+}
+
+/// Runs `cmd`, printing its result to `out`.
+pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), CliError> {
+    match cmd {
+        Command::Ping => {
+            let r = s.run(|c| c.ping())?;
+            out.result("PING", &r)
+        }
+        Command::Info => {
+            let r = s.run(|c| c.info())?;
+            out.result("INFO", &r)
+        }
+        Command::PutMachine {
+            file,
+            machine,
+            machine_version,
+        } => {
+            let (m, v, def) = machine_file(file, machine.as_deref(), *machine_version)?;
+            let r = s.run(|c| c.put_machine(&m, v, &def))?;
+            out.result("PUT_MACHINE", &r)
+        }
+        Command::GetMachine {
+            machine,
+            machine_version,
+        } => {
+            let r = s.run(|c| c.get_machine(machine, *machine_version))?;
+            out.result("GET_MACHINE", &r)
+        }
+        Command::ListMachines => {
+            let r = s.run(|c| c.list_machines())?;
+            out.result("LIST_MACHINES", &r)
+        }
+        Command::Create { .. } => create(cmd, s, out),
+        Command::Get { id } => {
+            let r = s.run(|c| c.get_instance(id))?;
+            out.result("GET_INSTANCE", &r)
+        }
+        Command::List { .. } => list(cmd, s, out),
+        Command::Delete { id } => {
+            let r = s.run(|c| c.delete_instance(id))?;
+            out.result("DELETE_INSTANCE", &r)
+        }
+        Command::Apply { .. } => apply(cmd, s, out),
+        Command::History { id, from, limit } => {
+            let r = s.run(|c| c.history(id, *from, *limit))?;
+            out.result("GET_HISTORY", &r)
+        }
+        Command::Watch(args) => watch::run(args, s, out),
+        Command::Raw { op, params } => {
+            let p = match params {
+                Some(p) => object_arg(p, "params")?,
+                None => Value::Null,
+            };
+            let r = s.run(|c| c.call(op, p))?;
+            out.raw(&r)
+        }
+        Command::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(*shell, &mut cmd, "smdb-cli", out.out);
+            Ok(())
+        }
+        Command::Man { dir } => man(dir.as_deref(), out),
+    }
+}
+
+/// Reads a PUT_MACHINE file: `{machine, version, definition}`, or a bare definition when
+/// `--machine` and `--version` are given (which also override the file's).
+fn machine_file(
+    file: &str,
+    machine: Option<&str>,
+    version: Option<u64>,
+) -> Result<(String, u64, Value), CliError> {
+    let source = if file == "-" {
+        "-".to_string()
+    } else {
+        format!("@{file}")
+    };
+    let v = json_arg(&source, "machine file")?;
+    let (file_machine, file_version, def) = match v.get("definition") {
+        Some(def) => (
+            v["machine"].as_str().map(str::to_string),
+            v["version"].as_u64(),
+            def.clone(),
+        ),
+        None => (None, None, v),
+    };
+    let machine = machine.map(str::to_string).or(file_machine);
+    let version = version.or(file_version);
+    match (machine, version) {
+        (Some(m), Some(ver)) => Ok((m, ver, def)),
+        _ => Err(CliError::usage(format!(
+            "{file}: give --machine and --version, or a file holding \
+             {{\"machine\": M, \"version\": V, \"definition\": {{...}}}}"
+        ))),
+    }
+}
+
+fn create(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), CliError> {
+    let Command::Create {
+        machine,
+        id,
+        machine_version,
+        context,
+        idempotency_key,
+    } = cmd
+    else {
+        return Err(CliError::usage("not a create command"));
+    };
+    let context = match context {
+        Some(c) => object_arg(c, "--context")?,
+        None => json!({}),
+    };
+    let version = match machine_version {
+        Some(v) => *v,
+        None => {
+            let m = s.run(|c| c.get_machine(machine, None))?;
+            m["version"].as_u64().ok_or_else(|| {
+                CliError::usage(format!(
+                    "GET_MACHINE {machine} gave no version; pass --version"
+                ))
+            })?
+        }
+    };
+    let opts = CreateOptions {
+        idempotency_key: idempotency_key.clone(),
+    };
+    let r = s.run(|c| c.create_instance_with(machine, version, id, &context, &opts))?;
+    out.result("CREATE_INSTANCE", &r)
+}
+
+fn list(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), CliError> {
+    let Command::List {
+        machine,
+        state,
+        limit,
+        cursor,
+        all,
+    } = cmd
+    else {
+        return Err(CliError::usage("not a list command"));
+    };
+    let mut filter = ListFilter {
+        machine: machine.clone(),
+        state: state.clone(),
+        limit: *limit,
+        cursor: cursor.clone(),
+    };
+    let mut page = s.run(|c| c.list_instances(&filter))?;
+    if *all {
+        let mut instances = take_array(&mut page["instances"]);
+        while let Some(next) = page["next_cursor"].as_str() {
+            filter.cursor = Some(next.to_string());
+            page = s.run(|c| c.list_instances(&filter))?;
+            instances.extend(take_array(&mut page["instances"]));
+        }
+        page = json!({"instances": instances, "next_cursor": null});
+    }
+    out.result("LIST_INSTANCES", &page)
+}
+
+fn take_array(v: &mut Value) -> Vec<Value> {
+    match v.take() {
+        Value::Array(a) => a,
+        _ => Vec::new(),
+    }
+}
+
+fn apply(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), CliError> {
+    let Command::Apply {
+        id,
+        event,
+        payload,
+        expected_state,
+        expected_offset,
+        idempotency_key,
+    } = cmd
+    else {
+        return Err(CliError::usage("not an apply command"));
+    };
+    let payload = payload
+        .as_deref()
+        .map(|p| object_arg(p, "--payload"))
+        .transpose()?;
+    let opts = ApplyOptions {
+        expected_state: expected_state.clone(),
+        expected_wal_offset: *expected_offset,
+        idempotency_key: idempotency_key.clone(),
+    };
+    let r = s.run(|c| c.apply_event_with(id, event, payload.as_ref(), &opts))?;
+    out.result("APPLY_EVENT", &r)
+}
+
+fn man(dir: Option<&std::path::Path>, out: &mut Output<'_>) -> Result<(), CliError> {
+    let cmd = Cli::command();
+    let io = |e: std::io::Error| CliError::usage(format!("cannot write the man page: {e}"));
+    match dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(io)?;
+            clap_mangen::generate_to(cmd, d).map_err(io)?;
+            out.line(&format!("man pages written to {}", d.display()))
+        }
+        None => clap_mangen::Man::new(cmd).render(out.out).map_err(io),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machine_files_take_either_shape() {
+        let dir = std::env::temp_dir().join(format!("smdb-cli-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let full = dir.join("full.json");
+        std::fs::write(
+            &full,
+            r#"{"machine":"m","version":2,"definition":{"states":[]}}"#,
+        )
+        .unwrap();
+        let bare = dir.join("bare.json");
+        std::fs::write(&bare, r#"{"states":[]}"#).unwrap();
+        let full = full.to_str().unwrap();
+        let bare = bare.to_str().unwrap();
+        let (m, v, d) = machine_file(full, None, None).unwrap();
+        assert_eq!((m.as_str(), v, d), ("m", 2, json!({"states": []})));
+        let (m, v, _) = machine_file(full, Some("x"), Some(5)).unwrap();
+        assert_eq!((m.as_str(), v), ("x", 5), "flags override the file");
+        assert_eq!(
+            machine_file(bare, Some("b"), Some(1)).unwrap().2,
+            json!({"states": []})
+        );
+        assert!(machine_file(bare, Some("b"), None).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn object_args_refuse_non_objects() {
+        assert!(object_arg("[1]", "--context").is_err());
+        assert!(object_arg("{bad", "--context").is_err());
+        assert_eq!(object_arg(r#"{"a":1}"#, "--context").unwrap()["a"], 1);
+    }
+}

@@ -1,0 +1,74 @@
+//! `smdb-cli`: one-shot subcommands for every operation, and an interactive shell (REPL) when
+//! no subcommand is given. Built on the blocking `smdb::client`; no async runtime.
+//!
+//! * `args`: clap definitions (also used for completions, the man page and REPL lines).
+//! * `commands`: one subcommand → one typed client call → printed result.
+//! * `render`: human-readable tables; `--json` prints results as they came.
+//! * `session`: the connection, reconnected when it broke.
+//! * `repl`, `watch`, `interrupt`, `error`.
+
+mod args;
+mod commands;
+mod error;
+mod interrupt;
+mod render;
+mod repl;
+mod session;
+mod watch;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::Cli;
+use commands::Output;
+use error::EXIT_USAGE;
+use session::Session;
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version: print and succeed.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: USAGE: {}", sub_error_text(&e));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    match &cli.command {
+        None => repl::run(&cli.global),
+        Some(cmd) => one_shot(cmd, &cli),
+    }
+}
+
+fn one_shot(cmd: &args::Command, cli: &Cli) -> ExitCode {
+    let run = || {
+        let mut s = Session::new(&cli.global)?;
+        let stdout = std::io::stdout();
+        let mut lock = stdout.lock();
+        let mut out = Output {
+            out: &mut lock,
+            json: cli.global.json,
+        };
+        let r = commands::run(cmd, &mut s, &mut out);
+        s.close();
+        r
+    };
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", e.render());
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// A clap error without its own `error: ` prefix (we print `error: USAGE: ` instead).
+fn sub_error_text(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let text = text.trim_end();
+    text.strip_prefix("error: ").unwrap_or(text).to_string()
+}

@@ -1,0 +1,126 @@
+//! The CLI's connection to the server: connected (HELLO, AUTH) on first use, checked before
+//! each reuse and dropped when it breaks, so the REPL survives a server restart by reconnecting
+//! on the next command. A request is never resent: a connection that breaks mid-request
+//! reports the error, because a write may have been applied before the server went away.
+
+use std::time::Duration;
+
+use smdb::client::{Client, ClientError, ConnectOptions};
+
+use super::args::GlobalOpts;
+use super::error::{CliError, Kind, CONNECT_FAILED, USAGE};
+
+pub struct Session {
+    pub addr: String,
+    opts: ConnectOptions,
+    client: Option<Client>,
+}
+
+/// Seconds from the command line as a timeout; zero or negative means "no limit".
+fn secs(s: f64) -> Result<Option<Duration>, CliError> {
+    if !s.is_finite() {
+        return Err(CliError::new(
+            Kind::Usage,
+            USAGE,
+            format!("bad timeout {s}"),
+        ));
+    }
+    Ok((s > 0.0).then(|| Duration::from_secs_f64(s)))
+}
+
+impl Session {
+    pub fn new(g: &GlobalOpts) -> Result<Session, CliError> {
+        Ok(Session {
+            addr: g.addr.clone(),
+            opts: ConnectOptions {
+                client_name: "smdb-cli".into(),
+                connect_timeout: secs(g.connect_timeout)?,
+                timeout: secs(g.timeout)?,
+                token: g.token.clone(),
+            },
+            client: None,
+        })
+    }
+
+    /// The call timeout (`--timeout`).
+    pub fn timeout(&self) -> Option<Duration> {
+        self.opts.timeout
+    }
+
+    /// A connected client: the current one if the server has not closed it, else a new one.
+    pub fn client(&mut self) -> Result<&mut Client, CliError> {
+        if self.client.as_ref().is_some_and(|c| !c.is_alive()) {
+            self.client = None;
+        }
+        if self.client.is_none() {
+            self.client = Some(self.connect()?);
+        }
+        // Just filled above when it was empty.
+        self.client
+            .as_mut()
+            .ok_or_else(|| CliError::new(Kind::Connection, CONNECT_FAILED, "not connected"))
+    }
+
+    fn connect(&self) -> Result<Client, CliError> {
+        Client::connect_with(self.addr.as_str(), &self.opts).map_err(|e| match e {
+            // HELLO or AUTH refused: the server's own code says why.
+            ClientError::Server { .. } => CliError::from_call(e, self.opts.timeout),
+            e => CliError::new(
+                Kind::Connection,
+                CONNECT_FAILED,
+                format!("cannot connect to {}: {}", self.addr, io_text(&e)),
+            ),
+        })
+    }
+
+    /// Runs `f` on a connected client; a broken connection is dropped so the next call
+    /// reconnects.
+    pub fn run<T>(
+        &mut self,
+        f: impl FnOnce(&mut Client) -> Result<T, ClientError>,
+    ) -> Result<T, CliError> {
+        let timeout = self.opts.timeout;
+        let r = f(self.client()?);
+        r.map_err(|e| {
+            if e.is_connection_lost() || e.is_timeout() {
+                // After a timeout the late response could still arrive and be taken for the
+                // next request's: start over on a new connection.
+                self.client = None;
+            }
+            CliError::from_call(e, timeout)
+        })
+    }
+
+    /// The open connection, if any, as it is (no liveness check, no reconnect).
+    pub fn current(&mut self) -> Option<&mut Client> {
+        self.client.as_mut()
+    }
+
+    /// Forgets the connection (after it broke); the next command connects again.
+    pub fn reset(&mut self) {
+        self.client = None;
+    }
+
+    /// Pushes the current connection has received and not yet shown.
+    pub fn take_pushes(&mut self) -> Vec<serde_json::Value> {
+        self.client
+            .as_mut()
+            .map(Client::take_pushes)
+            .unwrap_or_default()
+    }
+
+    /// Closes the connection (BYE, best effort).
+    pub fn close(&mut self) {
+        if let Some(mut c) = self.client.take() {
+            let _ = c.set_timeout(Some(Duration::from_secs(1)));
+            let _ = c.bye();
+        }
+    }
+}
+
+fn io_text(e: &ClientError) -> String {
+    match e {
+        ClientError::Io(io) => io.to_string(),
+        other => other.to_string(),
+    }
+}

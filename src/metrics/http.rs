@@ -1,0 +1,412 @@
+//! The HTTP listener on `metrics.bind_addr`, served by the control executor (spec §4.2):
+//! `GET /metrics` (Prometheus text, or OpenMetrics when asked), `GET /health`, 404 otherwise.
+//!
+//! One request per connection (`Connection: close`), its head at most `HEAD_BYTES_MAX` and
+//! read within `REQUEST_READ_TIMEOUT`; at most `HTTP_CONNECTIONS_MAX` at once (above that a
+//! connection is closed unanswered). A scrape asks every shard for its figures over the
+//! control executor's router, bounded by `SCRAPE_TIMEOUT`.
+
+use std::cell::Cell;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use glommio::sync::Gate;
+use serde_json::json;
+
+use super::exposition::{self, Format};
+use super::families;
+use super::scrape::{self, Sources};
+use crate::server::router::Router;
+use crate::util::notify::Notify;
+
+/// Largest request head (request line plus headers) accepted: scrapers send a few hundred bytes.
+pub const HEAD_BYTES_MAX: usize = 8 * 1024;
+/// Most headers parsed in one request head.
+const HEADERS_MAX: usize = 32;
+/// Time a client has to send its request head.
+pub const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time the shards have to answer one scrape or health check.
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a client has to take the response.
+const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP connections served at once; more are closed at once (scrapers retry next interval).
+const HTTP_CONNECTIONS_MAX: usize = 64;
+/// Longest wait at shutdown for the fronts to finish their connections (their own drain is
+/// 10 s): /health answers 503 meanwhile, so a load balancer stops sending traffic.
+const FRONT_DRAIN_WAIT: Duration = Duration::from_secs(11);
+/// Longest wait at shutdown for HTTP exchanges in progress.
+const HTTP_DRAIN_WAIT: Duration = Duration::from_secs(2);
+
+/// What the control executor needs to serve metrics, built by `server::run`.
+pub struct MetricsSetup {
+    /// Bound exclusively with std (GLOMMIO.md pitfall 2), listening; owned from here on.
+    pub listener: std::net::TcpListener,
+    pub sources: Sources,
+}
+
+struct State {
+    setup: Sources,
+    router: Rc<Router>,
+    shutting_down: Cell<bool>,
+    open: Cell<usize>,
+}
+
+/// The running listener.
+pub struct MetricsServer {
+    state: Rc<State>,
+    stop: Rc<Notify>,
+    task: glommio::task::JoinHandle<()>,
+}
+
+/// Starts serving on `listener` (bound by `server::run`).
+pub fn start(setup: MetricsSetup, router: Rc<Router>) -> MetricsServer {
+    // SAFETY: `setup.listener` is a bound, listening, exclusive std socket that we own; its fd
+    // moves into the glommio listener, which closes it on drop.
+    let listener = unsafe { TcpListener::from_raw_fd(setup.listener.into_raw_fd()) };
+    let state = Rc::new(State {
+        setup: setup.sources,
+        router,
+        shutting_down: Cell::new(false),
+        open: Cell::new(0),
+    });
+    let stop = Rc::new(Notify::default());
+    let task = glommio::spawn_local(accept_loop(listener, state.clone(), stop.clone())).detach();
+    MetricsServer { state, stop, task }
+}
+
+impl MetricsServer {
+    /// Shutdown: /health turns 503 while the fronts drain, then the listener stops.
+    pub async fn shut_down(self) {
+        self.state.shutting_down.set(true);
+        let fronts = &self.state.setup.fronts;
+        let waited = std::time::Instant::now();
+        while fronts
+            .iter()
+            .map(|f| f.connections_active.load(Relaxed))
+            .sum::<u64>()
+            > 0
+            && waited.elapsed() < FRONT_DRAIN_WAIT
+        {
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        self.stop.notify();
+        let _ = self.task.await;
+    }
+}
+
+async fn accept_loop(listener: TcpListener, state: Rc<State>, stop: Rc<Notify>) {
+    let gate = Gate::new();
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            stop.wait().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(stream)) if state.open.get() < HTTP_CONNECTIONS_MAX => {
+                let s = state.clone();
+                s.open.set(s.open.get() + 1);
+                let spawned = gate.spawn(async move {
+                    serve(stream, &s).await;
+                    s.open.set(s.open.get() - 1);
+                });
+                if let Ok(task) = spawned {
+                    drop(task.detach());
+                }
+            }
+            Some(Ok(_)) => {
+                log::debug!("metrics: {HTTP_CONNECTIONS_MAX} connections open, closing one more")
+            }
+            Some(Err(e)) => {
+                log::warn!("metrics: accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    drop(listener);
+    let closed = glommio::timer::timeout(HTTP_DRAIN_WAIT, async { Ok(gate.close().await) }).await;
+    if closed.is_err() {
+        log::debug!("metrics: HTTP exchanges still open at shutdown");
+    }
+}
+
+/// One request and its response.
+async fn serve(mut stream: TcpStream, state: &State) {
+    let _ = stream.set_write_timeout(Some(RESPONSE_WRITE_TIMEOUT));
+    let read = glommio::timer::timeout(REQUEST_READ_TIMEOUT, async {
+        Ok(read_head(&mut stream).await)
+    });
+    let response = match read.await {
+        Ok(Ok(head)) => respond(&head, state).await,
+        Ok(Err(ReadError::Gone)) => return,
+        Ok(Err(ReadError::Status(status))) => Response::text(status, status.reason()),
+        Err(_) => Response::text(Status::RequestTimeout, "request head not received in time"),
+    };
+    let _ = stream.write_all(&response.encode()).await;
+    let _ = stream.close().await;
+}
+
+async fn respond(head: &Head, state: &State) -> Response {
+    let mut r = match (head.path.as_str(), head.method.as_str()) {
+        ("/metrics", "GET" | "HEAD") => metrics(head, state).await,
+        ("/health", "GET" | "HEAD") => health(state).await,
+        ("/metrics" | "/health", _) => Response::text(Status::MethodNotAllowed, "use GET"),
+        _ => Response::text(Status::NotFound, "not found: try /metrics or /health"),
+    };
+    r.head_only = head.method == "HEAD";
+    r
+}
+
+async fn metrics(head: &Head, state: &State) -> Response {
+    let gathered = glommio::timer::timeout(SCRAPE_TIMEOUT, async {
+        Ok(scrape::gather(&state.setup, &state.router).await)
+    })
+    .await;
+    let scrape = match gathered {
+        Ok(Ok(s)) => s,
+        Ok(Err(rej)) => return Response::text(Status::Unavailable, &rej.message),
+        Err(_) => return Response::text(Status::Unavailable, "shards did not answer in time"),
+    };
+    let format = Format::negotiate(head.accept.as_deref());
+    match exposition::encode(&families::registry(&scrape), format) {
+        Ok(body) => Response {
+            status: Status::Ok,
+            content_type: format.content_type(),
+            body: body.into_bytes(),
+            head_only: false,
+        },
+        Err(_) => Response::text(Status::Internal, "cannot encode metrics"),
+    }
+}
+
+async fn health(state: &State) -> Response {
+    if state.shutting_down.get() {
+        return Response::json(Status::Unavailable, json!({"status": "shutting_down"}));
+    }
+    let stats = glommio::timer::timeout(SCRAPE_TIMEOUT, async {
+        Ok(scrape::shard_stats(&state.router).await)
+    })
+    .await;
+    let shards = match stats {
+        Ok(Ok(s)) => s,
+        Ok(Err(rej)) => {
+            let body = json!({"status": "unavailable", "reason": rej.message});
+            return Response::json(Status::Unavailable, body);
+        }
+        Err(_) => {
+            let body = json!({"status": "unavailable", "reason": "shards did not answer in time"});
+            return Response::json(Status::Unavailable, body);
+        }
+    };
+    let poisoned: Vec<u32> = shards
+        .iter()
+        .filter(|s| s.log.poisoned)
+        .map(|s| s.shard)
+        .collect();
+    if !poisoned.is_empty() {
+        let body = json!({"status": "log_poisoned", "poisoned_shards": poisoned});
+        return Response::json(Status::Unavailable, body);
+    }
+    let body = json!({
+        "status": "ok",
+        "shards": shards.len(),
+        "uptime_seconds": state.setup.started.elapsed().as_secs(),
+    });
+    Response::json(Status::Ok, body)
+}
+
+/// The parts of a request head the listener uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub method: String,
+    /// The path without its query string.
+    pub path: String,
+    pub accept: Option<String>,
+}
+
+enum ReadError {
+    /// The peer left before a complete head: nothing to answer.
+    Gone,
+    Status(Status),
+}
+
+async fn read_head(stream: &mut TcpStream) -> Result<Head, ReadError> {
+    let mut buf = vec![0u8; HEAD_BYTES_MAX];
+    let mut n = 0;
+    loop {
+        if let Some(head) = parse_head(&buf[..n]).map_err(ReadError::Status)? {
+            return Ok(head);
+        }
+        if n == buf.len() {
+            return Err(ReadError::Status(Status::HeadTooLarge));
+        }
+        match stream.read(&mut buf[n..]).await {
+            Ok(0) | Err(_) => return Err(ReadError::Gone),
+            Ok(got) => n += got,
+        }
+    }
+}
+
+/// Parses a request head: `Ok(None)` when more bytes are needed.
+pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Status> {
+    let mut headers = [httparse::EMPTY_HEADER; HEADERS_MAX];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Partial) => Ok(None),
+        Ok(httparse::Status::Complete(_)) => {
+            let target = req.path.unwrap_or("/");
+            let path = target.split(['?', '#']).next().unwrap_or("/").to_string();
+            let accept = req
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("accept"))
+                .map(|h| String::from_utf8_lossy(h.value).into_owned());
+            Ok(Some(Head {
+                method: req.method.unwrap_or("").to_string(),
+                path,
+                accept,
+            }))
+        }
+        Err(httparse::Error::TooManyHeaders) => Err(Status::HeadTooLarge),
+        Err(_) => Err(Status::BadRequest),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    BadRequest,
+    NotFound,
+    MethodNotAllowed,
+    RequestTimeout,
+    HeadTooLarge,
+    Internal,
+    Unavailable,
+}
+
+impl Status {
+    pub fn code(self) -> u16 {
+        match self {
+            Status::Ok => 200,
+            Status::BadRequest => 400,
+            Status::NotFound => 404,
+            Status::MethodNotAllowed => 405,
+            Status::RequestTimeout => 408,
+            Status::HeadTooLarge => 431,
+            Status::Internal => 500,
+            Status::Unavailable => 503,
+        }
+    }
+
+    pub fn reason(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::BadRequest => "Bad Request",
+            Status::NotFound => "Not Found",
+            Status::MethodNotAllowed => "Method Not Allowed",
+            Status::RequestTimeout => "Request Timeout",
+            Status::HeadTooLarge => "Request Header Fields Too Large",
+            Status::Internal => "Internal Server Error",
+            Status::Unavailable => "Service Unavailable",
+        }
+    }
+}
+
+pub struct Response {
+    pub status: Status,
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+    /// HEAD: headers only (Content-Length still names the body's size).
+    pub head_only: bool,
+}
+
+impl Response {
+    fn text(status: Status, msg: &str) -> Response {
+        Response {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: format!("{msg}\n").into_bytes(),
+            head_only: false,
+        }
+    }
+
+    fn json(status: Status, v: serde_json::Value) -> Response {
+        Response {
+            status,
+            content_type: "application/json",
+            body: serde_json::to_vec(&v).unwrap_or_default(),
+            head_only: false,
+        }
+    }
+
+    /// The response bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+            self.status.code(),
+            self.status.reason(),
+            self.content_type,
+            self.body.len()
+        )
+        .into_bytes();
+        if self.status == Status::MethodNotAllowed {
+            out.extend_from_slice(b"Allow: GET, HEAD\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        if !self.head_only {
+            out.extend_from_slice(&self.body);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_complete_head_gives_method_path_and_accept() {
+        let raw = b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nACCEPT: text/plain\r\n\r\n";
+        let head = parse_head(raw).unwrap().unwrap();
+        assert_eq!(head.method, "GET");
+        assert_eq!(head.path, "/metrics");
+        assert_eq!(head.accept.as_deref(), Some("text/plain"));
+        assert_eq!(
+            parse_head(&raw[..20]),
+            Ok(None),
+            "partial head needs more bytes"
+        );
+    }
+
+    #[test]
+    fn malformed_or_oversized_heads_are_refused() {
+        assert_eq!(
+            parse_head(b"GET\x00 / HTTP/1.1\r\n\r\n"),
+            Err(Status::BadRequest)
+        );
+        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+        for i in 0..=HEADERS_MAX {
+            many.extend_from_slice(format!("X-{i}: y\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        assert_eq!(parse_head(&many), Err(Status::HeadTooLarge));
+    }
+
+    #[test]
+    fn responses_carry_length_and_close() {
+        let mut r = Response::text(Status::NotFound, "nope");
+        let text = String::from_utf8(r.encode()).unwrap();
+        assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"), "{text}");
+        assert!(text.contains("Content-Length: 5\r\n"), "{text}");
+        assert!(text.contains("Connection: close\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\nnope\n"), "{text}");
+        r.head_only = true;
+        let head = String::from_utf8(r.encode()).unwrap();
+        assert!(head.ends_with("\r\n\r\n"), "{head}");
+    }
+}

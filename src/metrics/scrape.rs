@@ -1,0 +1,148 @@
+//! One scrape's figures, gathered on the control executor: the fronts' counters (read from
+//! their atomics), each shard's `ShardStats` (asked for over the router, so the shard builds
+//! them on its own core), and process facts. Plain data; `families.rs` turns it into metrics.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use shards::Rejection;
+
+use super::front::{FrontStats, FrontTotals};
+use super::shard::ShardStats;
+use crate::config::Role;
+use crate::server::router::Router;
+use crate::shard::{ReplyBody, ShardCall};
+
+/// Where a scrape's figures come from besides the shards, built by `server::run`.
+pub struct Sources {
+    /// One per front executor; each front is the only writer of its own.
+    pub fronts: Vec<Arc<FrontStats>>,
+    /// `network.max_connections`, exposed as `svc_connections_limit`.
+    pub connections_limit: u64,
+    /// `replication.role`: replication metrics are emitted only when it is set.
+    pub role: Option<Role>,
+    pub started: Instant,
+}
+
+/// Everything one exposition shows.
+#[derive(Debug, Clone)]
+pub struct Scrape {
+    pub fronts: FrontTotals,
+    /// In shard order.
+    pub shards: Vec<ShardStats>,
+    pub connections_limit: u64,
+    pub uptime_seconds: f64,
+    pub memory_used_bytes: u64,
+    /// Subscriptions are served by a later issue; until then these stay 0.
+    pub subscriptions_active: u64,
+    pub events_broadcast: u64,
+    pub replication: Option<ReplicationStats>,
+}
+
+/// Replication figures by role (values arrive with the replication issue; zero until then).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplicationStats {
+    Primary(PrimaryStats),
+    Replica(ReplicaStats),
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PrimaryStats {
+    pub connected_replicas: u64,
+    pub entries_sent: u64,
+    pub sync_timeouts: u64,
+    pub slow_replica_disconnects: u64,
+    pub replicas: Vec<ReplicaPosition>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaPosition {
+    pub replica_id: String,
+    pub lag_entries: u64,
+    pub last_acked_sequence: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplicaStats {
+    pub lag_entries: u64,
+    pub lag_seconds: f64,
+}
+
+impl ReplicationStats {
+    /// Empty figures for `role` (None: standalone, no replication metrics at all).
+    pub fn for_role(role: Option<Role>) -> Option<ReplicationStats> {
+        match role? {
+            Role::Primary => Some(ReplicationStats::Primary(PrimaryStats::default())),
+            Role::Replica => Some(ReplicationStats::Replica(ReplicaStats::default())),
+        }
+    }
+}
+
+/// Asks every shard for its figures (all requests sent before the first reply is awaited).
+pub async fn shard_stats(router: &Router) -> Result<Vec<ShardStats>, Rejection> {
+    let mut slots = Vec::with_capacity(router.shard_count() as usize);
+    for shard in 0..router.shard_count() {
+        slots.push(router.start(shard, ShardCall::Stats).await);
+    }
+    let mut out = Vec::with_capacity(slots.len());
+    for slot in slots {
+        match slot.wait().await? {
+            ReplyBody::Stats(s) => out.push(*s),
+            _ => {
+                return Err(Rejection::new(
+                    shards::ErrorCode::InternalError,
+                    "unexpected reply to Stats",
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Gathers one scrape.
+pub async fn gather(setup: &Sources, router: &Router) -> Result<Scrape, Rejection> {
+    let shards = shard_stats(router).await?;
+    Ok(Scrape {
+        fronts: FrontTotals::sum(&setup.fronts),
+        shards,
+        connections_limit: setup.connections_limit,
+        uptime_seconds: setup.started.elapsed().as_secs_f64(),
+        memory_used_bytes: resident_bytes().unwrap_or(0),
+        subscriptions_active: 0,
+        events_broadcast: 0,
+        replication: ReplicationStats::for_role(setup.role),
+    })
+}
+
+/// Resident set size of this process: field 2 of /proc/self/statm (pages) x page size.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions; it returns -1 on error, rejected below.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).ok().map(|p| p * pages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resident_memory_is_read_from_proc() {
+        let rss = resident_bytes().expect("statm readable");
+        assert!(rss > 1 << 20, "a test process holds more than 1 MiB: {rss}");
+    }
+
+    #[test]
+    fn replication_figures_exist_only_with_a_role() {
+        assert_eq!(ReplicationStats::for_role(None), None);
+        assert!(matches!(
+            ReplicationStats::for_role(Some(Role::Primary)),
+            Some(ReplicationStats::Primary(_))
+        ));
+        assert!(matches!(
+            ReplicationStats::for_role(Some(Role::Replica)),
+            Some(ReplicationStats::Replica(_))
+        ));
+    }
+}
