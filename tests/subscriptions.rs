@@ -595,22 +595,35 @@ fn a_stuck_subscriber_lags_without_slowing_writers_and_resumes_exactly() {
     }
     let blob = "y".repeat(2048);
     const OPS: usize = 5000;
-    let (baseline, _) = write_burst(&mut w, &ids, OPS, &blob);
-
-    let mut stuck = s.client();
-    let r = stuck
-        .call("WATCH_ALL", json!({"events": ["touch"]}))
-        .unwrap();
-    let start_cursor = r["cursor"].as_str().unwrap().to_string();
-    let (with_stuck, applied) = write_burst(&mut w, &ids, OPS, &blob);
+    const ROUNDS: usize = 3;
+    // Alternate bursts without and with a fresh stuck subscriber (it never reads); compare the
+    // best of each, which the noise of a shared 2-core machine disturbs least.
+    let (mut baseline, mut with_stuck) = (Vec::new(), Vec::new());
+    let mut last = None;
+    for _ in 0..ROUNDS {
+        baseline.push(write_burst(&mut w, &ids, OPS, &blob).0);
+        let mut stuck = s.client();
+        let r = stuck
+            .call("WATCH_ALL", json!({"events": ["touch"]}))
+            .unwrap();
+        let (rate, applied) = write_burst(&mut w, &ids, OPS, &blob);
+        with_stuck.push(rate);
+        last = Some((stuck, r, applied));
+    }
+    let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
     eprintln!(
-        "writer throughput: {baseline:.0} ops/s without a subscriber, \
-         {with_stuck:.0} ops/s with a stuck one (queue_max 64, {OPS} ops of 2 KiB, 32 in flight)"
+        "writer throughput (best of {ROUNDS}): {:.0} ops/s without a subscriber, {:.0} ops/s \
+         with a stuck one (queue_max 64, {OPS} ops of 2 KiB, 32 in flight); all: {baseline:.0?} \
+         vs {with_stuck:.0?}",
+        best(&baseline),
+        best(&with_stuck)
     );
     assert!(
-        with_stuck > baseline * 0.5,
-        "a stuck subscriber slowed the writer: {with_stuck:.0} vs {baseline:.0} ops/s"
+        best(&with_stuck) > best(&baseline) * 0.5,
+        "a stuck subscriber slowed the writer: {with_stuck:.0?} vs {baseline:.0?} ops/s"
     );
+    let (mut stuck, r, applied) = last.unwrap();
+    let start_cursor = r["cursor"].as_str().unwrap().to_string();
 
     // The subscriber now reads: pushes in order per shard, then the lag notice.
     stuck.set_timeout(Some(Duration::from_secs(30))).unwrap();
