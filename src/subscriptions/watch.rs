@@ -153,7 +153,7 @@ fn resolve(spec: &WatchSpec, logs: &Logs) -> Result<Plan, Rejection> {
             From::Head => head,
             From::Oldest => oldest.saturating_sub(1).min(head),
             From::After(p) => p,
-            From::At(o) => o - 1,
+            From::At(o) => o.saturating_sub(1),
         };
         if after > head {
             let msg = format!(
