@@ -30,6 +30,11 @@ fn bench(args: &[&str]) -> Vec<Value> {
         .collect()
 }
 
+/// `bench` with the arguments of a whitespace-separated line (no argument has spaces here).
+fn bench_line(line: &str) -> Vec<Value> {
+    bench(&line.split_whitespace().collect::<Vec<_>>())
+}
+
 fn assert_clean(run: &Value, what: &str) {
     assert!(
         run["ops"].as_u64().unwrap_or(0) > 0,
@@ -55,23 +60,10 @@ fn every_workload_runs_without_errors_and_reports_summarise_them() {
     let addr = s.addr.to_string();
     let mut lines = String::new();
     for w in ["ping", "get", "create", "apply", "mixed"] {
-        let runs = bench(&[
-            "--addr",
-            &addr,
-            "--workload",
-            w,
-            "--duration",
-            "1",
-            "--warmup",
-            "0.2",
-            "--connections",
-            "4",
-            "--in-flight",
-            "4",
-            "--instances",
-            "200",
-            "--json",
-        ]);
+        let runs = bench_line(&format!(
+            "--addr {addr} --workload {w} --duration 1 --warmup 0.2 --connections 4 \
+             --in-flight 4 --instances 200 --json"
+        ));
         assert_eq!(runs.len(), 1, "{w}: one JSON line");
         let run = &runs[0];
         assert_clean(run, w);
@@ -99,39 +91,41 @@ fn every_workload_runs_without_errors_and_reports_summarise_them() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{table}");
     assert!(table.starts_with("| run |"), "{table}");
-    assert_eq!(table.lines().count(), 2 + 5, "{table}");
+    let rows = table.lines().filter(|l| l.starts_with('|')).count();
+    assert_eq!(
+        rows,
+        2 + 5,
+        "header, separator, one row per workload: {table}"
+    );
     assert!(table.contains("| apply 4x4 | 1 | 1 |"), "{table}");
 }
 
 #[test]
 fn scale_mode_starts_a_server_per_shard_count() {
-    let runs = bench(&[
-        "--scale",
-        "2",
-        "--workload",
-        "get",
-        "--duration",
-        "0.5",
-        "--warmup",
-        "0.1",
-        "--connections",
-        "2",
-        "--in-flight",
-        "2",
-        "--instances",
-        "100",
-        "--json",
-    ]);
+    let dir = common::temp_dir();
+    let base = dir.path().join("base.toml");
+    // Small WAL segments: less to zero at start-up; also checks --server-config is used.
+    std::fs::write(&base, "[storage]\nsegment_bytes = 4194304\n").unwrap();
+    let runs = bench_line(&format!(
+        "--scale 2 --workload get --duration 0.5 --warmup 0.1 --connections 2 --in-flight 2 \
+         --instances 100 --json --server-config {} --data-parent {}",
+        base.display(),
+        dir.path().display()
+    ));
     assert_eq!(runs.len(), 2);
     for (k, run) in runs.iter().enumerate() {
         assert_clean(run, "scale");
         assert_eq!(run["shards"], k + 1);
         assert_eq!(run["server"]["fsync"], "always");
-        assert!(
-            run["cpu"]["server_cores"].is_number(),
-            "server pid known: {run}"
-        );
+        let server_cores = &run["cpu"]["server_cores"];
+        assert!(server_cores.is_number(), "server pid known: {run}");
     }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+    assert_eq!(
+        left.len(),
+        1,
+        "spawned servers' data dirs are removed: {left:?}"
+    );
 }
 
 #[test]

@@ -291,6 +291,8 @@ pub fn summary_table(runs: &[RunReport]) -> String {
          p99.9 us | errors | server cores | bench cores | other cores |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
+    let mut disturbed = Vec::new();
+    let mut saturated = Vec::new();
     for label in order {
         let mut g = groups.remove(label).unwrap_or_default();
         g.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
@@ -316,9 +318,39 @@ pub fn summary_table(runs: &[RunReport]) -> String {
             m.cpu.bench_cores,
             opt_cores(m.cpu.other_cores),
         );
+        if let Some(other) = m.cpu.other_cores.filter(|o| *o > OTHER_CORES_MAX) {
+            disturbed.push(format!("{label} ({other:.2})"));
+        }
+        if m.cpu.bench_cores >= BENCH_SATURATED * m.threads.max(1) as f64 {
+            saturated.push(format!(
+                "{label} ({:.2} cores, {} thread(s))",
+                m.cpu.bench_cores, m.threads
+            ));
+        }
+    }
+    if !disturbed.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n> Not a quiet machine: other processes used more than {OTHER_CORES_MAX:.2} cores \
+             during the window of {}. Re-run these.",
+            disturbed.join(", ")
+        );
+    }
+    if !saturated.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n> The load generator may have been the bottleneck (>= {BENCH_SATURATED:.2} core per \
+             thread): {}. Try --threads.",
+            saturated.join(", ")
+        );
     }
     s
 }
+
+/// Share of a core that other processes may take before a run counts as disturbed.
+const OTHER_CORES_MAX: f64 = 0.10;
+/// Load generator CPU, per thread, above which it may have limited the run.
+const BENCH_SATURATED: f64 = 0.90;
 
 /// Reads JSON Lines files written by `--json` (blank lines and non-JSON lines are skipped,
 /// so a file may also hold the text of other tools).
@@ -371,6 +403,25 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert!(rows[0].starts_with("| b | 1 | 3 | 20 | 10 - 30 |"), "{t}");
         assert!(rows[1].starts_with("| a | 1 | 1 | 3 |"), "{t}");
+    }
+
+    #[test]
+    fn disturbed_or_saturated_runs_get_a_note() {
+        let mut r = run("x", 5.0);
+        r.threads = 1;
+        r.cpu.other_cores = Some(0.5);
+        r.cpu.bench_cores = 0.95;
+        let t = summary_table(&[r]);
+        assert!(
+            t.contains("> Not a quiet machine") && t.contains("of x (0.50)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("bottleneck") && t.contains("x (0.95 cores, 1 thread(s))"),
+            "{t}"
+        );
+        let quiet = summary_table(&[run("y", 1.0)]);
+        assert!(!quiet.contains('>'), "{quiet}");
     }
 
     #[test]
