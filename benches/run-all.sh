@@ -26,7 +26,9 @@ if [ "${QUICK:-0}" = 1 ]; then
     DURATION=${DURATION:-1} WARMUP=${WARMUP:-0.5} REPEAT=${REPEAT:-1}
     MICRO_ARGS=(--sample-count 10 --max-time 0.2)
 else
-    MICRO_ARGS=()
+    # At least 0.5 s per micro bench: divan's default (100 samples) gives only 100 iterations
+    # of a microsecond-scale function.
+    MICRO_ARGS=(--min-time 0.5)
 fi
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
@@ -91,8 +93,18 @@ MICROF="$OUT/micro.txt"
 if [ "$MICRO" = 1 ]; then
     echo "micro benches (divan)..." >&2
     for b in protocol engine; do
-        cargo bench --quiet --bench "$b" -- "${MICRO_ARGS[@]}" >>"$MICROF" 2>/dev/null
+        cargo bench --quiet --bench "$b" -- "${MICRO_ARGS[@]}" >>"$MICROF"
     done
+fi
+WALF="$OUT/wal.md"
+: >"$WALF"
+if [ "$MICRO" = 1 ] && grep -q '^name = "wal_append"' Cargo.toml; then
+    echo "WAL batch append bench..." >&2
+    if [ "${QUICK:-0}" = 1 ]; then
+        cargo bench --quiet --bench wal_append >>"$WALF" # without fsync rows only
+    else
+        cargo bench --quiet --bench wal_append -- --fsync >>"$WALF"
+    fi
 fi
 
 REPORT="$OUT/report.md"
@@ -127,6 +139,12 @@ REPORT="$OUT/report.md"
         echo '```'
         cat "$MICROF"
         echo '```'
+    fi
+    if [ -s "$WALF" ]; then
+        echo
+        echo "## WAL batch append (150 B records, one batch in flight, $DATA_PARENT)"
+        echo
+        cat "$WALF"
     fi
 } >"$REPORT"
 cat "$REPORT"
