@@ -58,6 +58,7 @@ fn assert_clean(run: &Value, what: &str) {
 fn every_workload_runs_without_errors_and_reports_summarise_them() {
     let (s, dir) = Server::start("");
     let addr = s.addr.to_string();
+    let info = s.client().call("INFO", serde_json::json!({})).unwrap();
     let mut lines = String::new();
     for w in ["ping", "get", "create", "apply", "mixed"] {
         let runs = bench_line(&format!(
@@ -68,7 +69,7 @@ fn every_workload_runs_without_errors_and_reports_summarise_them() {
         let run = &runs[0];
         assert_clean(run, w);
         assert_eq!(run["workload"], w);
-        assert_eq!(run["shards"], 1, "shard count from INFO");
+        assert_eq!(run["shards"], info["shards"], "shard count from INFO");
         assert!(run["cpu"]["bench_cores"].is_number(), "{run}");
         lines.push_str(&run.to_string());
         lines.push('\n');
@@ -97,7 +98,8 @@ fn every_workload_runs_without_errors_and_reports_summarise_them() {
         2 + 5,
         "header, separator, one row per workload: {table}"
     );
-    assert!(table.contains("| apply 4x4 | 1 | 1 |"), "{table}");
+    let apply_row = format!("| apply 4x4 | {} | 1 |", info["shards"]);
+    assert!(table.contains(&apply_row), "{table}");
 }
 
 #[test]
