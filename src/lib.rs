@@ -9,7 +9,9 @@
 //! * `metrics`: counters per executor, gathered on the control executor and served over HTTP.
 //! * `logging`: text or JSON log lines, request-completed lines.
 //! * `config`, `datadir`, `util`.
+//! * `bench`: the `smdb-bench` load generator (client side only; nothing in the server uses it).
 
+pub mod bench;
 pub mod client;
 pub mod config;
 pub mod datadir;

@@ -287,22 +287,31 @@ fn socket_pair() -> Result<(StdUnixStream, OwnedFd), String> {
     Ok((a, OwnedFd::from(b)))
 }
 
-/// SIGTERM/SIGINT delivery to the main thread.
-struct Signals(signal_hook::iterator::Signals);
+/// SIGTERM/SIGINT delivery to the main thread: the handler writes a byte to a socketpair
+/// (signal-hook's async-signal-safe pipe handler) and `wait` blocks reading it (the pattern
+/// GLOMMIO.md §6 measured working).
+struct Signals(StdUnixStream);
 
 impl Signals {
     fn install() -> Result<Signals, String> {
-        signal_hook::iterator::Signals::new([
-            signal_hook::consts::SIGTERM,
-            signal_hook::consts::SIGINT,
-        ])
-        .map(Signals)
-        .map_err(|e| format!("cannot install signal handlers: {e}"))
+        let err = |e: std::io::Error| format!("cannot install signal handlers: {e}");
+        let (read, write) = StdUnixStream::pair().map_err(err)?;
+        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            let w = write.try_clone().map_err(err)?;
+            signal_hook::low_level::pipe::register(sig, w).map_err(err)?;
+        }
+        Ok(Signals(read))
     }
 
     fn wait(mut self) {
-        if let Some(sig) = self.0.forever().next() {
-            log::info!("received signal {sig}");
+        use std::io::Read;
+        let mut byte = [0u8; 1];
+        loop {
+            match self.0.read(&mut byte) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(_) | Err(_) => break,
+            }
         }
+        log::info!("received SIGTERM or SIGINT");
     }
 }

@@ -1,0 +1,211 @@
+//! Micro benches of a shard's CPU work per request (divan): guard evaluation, engine decide and
+//! apply for APPLY_EVENT and CREATE_INSTANCE, log entry serialisation, GET_INSTANCE's JSON.
+//!
+//! `cargo bench --bench engine`; results and method in benches/RESULTS.md.
+
+use std::cell::Cell;
+
+use divan::{black_box, Bencher};
+use serde_json::{json, Map, Value};
+use shards::engine::guard::Guard;
+use shards::engine::{Command, Decision, Engine, Entry};
+
+fn main() {
+    divan::main();
+}
+
+fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+const GUARDS: [(&str, &str); 3] = [
+    ("simple", "payload.amount >= ctx.total"),
+    (
+        "typical",
+        "ctx.status == 'open' && payload.amount >= ctx.total && has(ctx.customer)",
+    ),
+    (
+        "list",
+        "ctx.region in ['eu', 'us', 'apac', 'latam'] || (payload.priority > 3 && !ctx.frozen)",
+    ),
+];
+
+#[divan::bench(args = ["simple", "typical", "list"])]
+fn guard_eval(bencher: Bencher, name: &str) {
+    let src = GUARDS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("true", |g| g.1);
+    let Ok(guard) = Guard::compile(src) else {
+        panic!("bench guard {src:?} must compile");
+    };
+    let ctx = obj(json!({"status": "open", "total": 30, "customer": {"id": 7},
+                        "region": "latam", "frozen": false}));
+    let payload = obj(json!({"amount": 30, "priority": 5}));
+    bencher.bench(|| guard.holds(black_box(&ctx), black_box(&payload)));
+}
+
+/// An engine with the `order` machine (one guarded transition, one self-loop) and `n`
+/// instances `o0..o{n-1}`.
+fn engine_with(n: usize) -> Engine {
+    let mut e = Engine::new();
+    let def = json!({
+        "states": ["new", "paid"], "initial": "new",
+        "transitions": [
+            {"from": "new", "event": "pay", "to": "paid", "guard": "payload.amount >= ctx.total"},
+            {"from": "paid", "event": "touch", "to": "paid"}
+        ]
+    });
+    let put = Command::PutMachine {
+        machine: "order".into(),
+        version: 1,
+        definition: def,
+    };
+    write(&mut e, &put, 1);
+    for i in 0..n {
+        let create = Command::CreateInstance {
+            id: format!("o{i}"),
+            machine: "order".into(),
+            version: 1,
+            context: obj(json!({"total": 30})),
+            idempotency_key: None,
+        };
+        write(&mut e, &create, i as u64 + 2);
+    }
+    e
+}
+
+/// decide + apply, as the shard does (panics: set-up commands are valid by construction).
+fn write(e: &mut Engine, cmd: &Command, offset: u64) -> Option<Value> {
+    match e.decide(cmd, 1_700_000_000_000) {
+        Ok(Decision::Write(entry)) => e.apply(entry, offset, true),
+        other => panic!("bench set-up command refused: {other:?}"),
+    }
+}
+
+fn touch(id: &str) -> Command {
+    Command::ApplyEvent {
+        instance_id: id.into(),
+        event: "touch".into(),
+        payload: Some(obj(json!({"note": "x".repeat(64)}))),
+        expected_state: None,
+        expected_wal_offset: None,
+        idempotency_key: None,
+    }
+}
+
+/// APPLY_EVENT decide only: lookup, expectations, transition resolution, entry construction.
+#[divan::bench]
+fn apply_event_decide(bencher: Bencher) {
+    let mut e = engine_with(1);
+    write(&mut e, &pay("o0"), 100);
+    let cmd = touch("o0");
+    bencher.bench_local(|| e.decide(black_box(&cmd), 1_700_000_000_000).is_ok());
+}
+
+fn pay(id: &str) -> Command {
+    Command::ApplyEvent {
+        instance_id: id.into(),
+        event: "pay".into(),
+        payload: Some(obj(json!({"amount": 30}))),
+        expected_state: None,
+        expected_wal_offset: None,
+        idempotency_key: None,
+    }
+}
+
+/// APPLY_EVENT apply only (context merge, history push with its cap, result JSON), on one of
+/// 10,000 instances in turn.
+#[divan::bench]
+fn apply_event_apply(bencher: Bencher) {
+    let mut e = engine_with(10_000);
+    for i in 0..10_000 {
+        write(&mut e, &pay(&format!("o{i}")), 20_000 + i);
+    }
+    let entries: Vec<Entry> = (0..10_000)
+        .map(
+            |i| match e.decide(&touch(&format!("o{i}")), 1_700_000_000_000) {
+                Ok(Decision::Write(entry)) => entry,
+                other => panic!("touch refused: {other:?}"),
+            },
+        )
+        .collect();
+    let next = Cell::new(0usize);
+    let offset = Cell::new(100_000u64);
+    bencher
+        .with_inputs(|| {
+            let i = next.get();
+            next.set((i + 1) % entries.len());
+            entries[i].clone()
+        })
+        .bench_local_values(|entry| {
+            offset.set(offset.get() + 1);
+            e.apply(entry, offset.get(), true)
+        });
+}
+
+/// The shard's whole CPU path for one APPLY_EVENT: decide, serialise the entry for the log,
+/// apply, serialise the result.
+#[divan::bench]
+fn apply_event_full(bencher: Bencher) {
+    let mut e = engine_with(1);
+    write(&mut e, &pay("o0"), 100);
+    let cmd = touch("o0");
+    let mut offset = 1_000u64;
+    bencher.bench_local(|| {
+        offset += 1;
+        let Ok(Decision::Write(entry)) = e.decide(&cmd, 1_700_000_000_000) else {
+            return 0;
+        };
+        let log = serde_json::to_vec(&entry).map_or(0, |v| v.len());
+        let result = e.apply(entry, offset, true);
+        log + result
+            .and_then(|r| serde_json::to_vec(&r).ok())
+            .map_or(0, |v| v.len())
+    });
+}
+
+/// CREATE_INSTANCE decide + apply with a new id each time.
+#[divan::bench]
+fn create_instance(bencher: Bencher) {
+    let mut e = engine_with(0);
+    let mut n = 0u64;
+    bencher.bench_local(|| {
+        n += 1;
+        let cmd = Command::CreateInstance {
+            id: format!("new-{n}"),
+            machine: "order".into(),
+            version: 1,
+            context: obj(json!({"total": 30})),
+            idempotency_key: None,
+        };
+        match e.decide(&cmd, 1_700_000_000_000) {
+            Ok(Decision::Write(entry)) => e.apply(entry, n + 10, true).is_some(),
+            _ => false,
+        }
+    });
+}
+
+/// Log entry encoding (serde_json), done once per write before the WAL append.
+#[divan::bench]
+fn entry_serialize(bencher: Bencher) {
+    let e = engine_with(1);
+    let Ok(Decision::Write(entry)) = e.decide(&pay("o0"), 1_700_000_000_000) else {
+        panic!("pay refused");
+    };
+    bencher.bench(|| serde_json::to_vec(black_box(&entry)).map_or(0, |v| v.len()));
+}
+
+/// GET_INSTANCE's result: lookup and JSON of one instance (of 10,000).
+#[divan::bench]
+fn get_instance_json(bencher: Bencher) {
+    let e = engine_with(10_000);
+    bencher.bench(|| {
+        e.instance_json(black_box("o4242"))
+            .and_then(|v| serde_json::to_vec(&v).ok())
+            .map_or(0, |v| v.len())
+    });
+}

@@ -1,0 +1,530 @@
+//! The load engine: one OS thread drives many non-blocking connections with poll(2), keeping
+//! `in_flight` requests outstanding on each (closed loop: a response lets the next request go).
+//!
+//! Why not a thread per connection: 16+ blocking threads on a 2-core machine spend their time
+//! in context switches and steal the cores the server needs. One thread here writes every
+//! ready request of a connection with one `write` and reads every ready response with one
+//! `read`, so the syscall count per op falls as the load rises, like the server's own fronts.
+//!
+//! Latency is measured per request from the moment it is queued for sending (just before the
+//! write) to the moment the read that brought its response returned. Being closed-loop, a
+//! stalled server delays the next requests instead of piling them up (coordinated omission):
+//! the percentiles describe the requests that were sent, at the offered load the server allowed.
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::client::CLIENT_FRAME_BYTES_MAX;
+use crate::protocol::frame::decode_frame;
+
+use super::setup;
+use super::stats::RunCounts;
+use super::workload::{OpKind, Plan, RequestWriter};
+
+/// Initial read buffer per connection; grows (doubling) only for a frame that does not fit.
+const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Reads per connection per poll round before moving on to the others (fairness).
+const READS_PER_ROUND: usize = 4;
+/// Longest poll(2) sleep: bounds how late a thread notices the end of the window.
+const POLL_SLICE_MS: i32 = 20;
+
+/// When the phases of a run begin and end; the same for every thread.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    /// Warm-up ends and counting starts.
+    pub window_start: Instant,
+    /// No request is sent after this; counting stops.
+    pub window_end: Instant,
+    /// Requests still unanswered then are counted as `DRAIN_TIMEOUT` and abandoned.
+    pub drain_until: Instant,
+}
+
+/// What one load thread needs.
+#[derive(Debug, Clone)]
+pub struct ThreadSpec {
+    pub addr: String,
+    pub token: Option<String>,
+    /// Global numbers of this thread's connections (they seed ids and randomness).
+    pub conns: Vec<u64>,
+    pub in_flight: usize,
+    pub plan: Arc<Plan>,
+    pub seed: u64,
+    /// CPU to pin this thread to.
+    pub pin: Option<usize>,
+}
+
+/// Body of a load thread: pin, connect every connection (HELLO, AUTH), report ready, wait for
+/// the schedule, drive the load, return the counts. A connect failure is reported on `ready`
+/// and ends the thread.
+pub fn run_thread(
+    spec: ThreadSpec,
+    ready: mpsc::Sender<Result<(), String>>,
+    go: mpsc::Receiver<Schedule>,
+) -> RunCounts {
+    if let Some(cpu) = spec.pin {
+        if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
+            let _ = ready.send(Err(format!("cannot pin a load thread to CPU {cpu}")));
+            return RunCounts::default();
+        }
+    }
+    let mut conns = Vec::with_capacity(spec.conns.len());
+    for n in &spec.conns {
+        match Conn::open(&spec, *n) {
+            Ok(c) => conns.push(c),
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return RunCounts::default();
+            }
+        }
+    }
+    let _ = ready.send(Ok(()));
+    let Ok(schedule) = go.recv() else {
+        return RunCounts::default();
+    };
+    let mut counts = RunCounts::default();
+    drive(&mut conns, &spec, &schedule, &mut counts);
+    counts
+}
+
+/// One request waiting for its response.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    id: u64,
+    sent: Instant,
+    op: OpKind,
+}
+
+struct Conn {
+    stream: TcpStream,
+    writer: RequestWriter,
+    out: Vec<u8>,
+    out_pos: usize,
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    pending: VecDeque<Pending>,
+    next_id: u64,
+    open: bool,
+}
+
+/// Where a response lands in the counts.
+struct Clock<'a> {
+    schedule: &'a Schedule,
+    now: Instant,
+}
+
+impl Clock<'_> {
+    fn in_window(&self) -> bool {
+        self.now >= self.schedule.window_start && self.now < self.schedule.window_end
+    }
+}
+
+impl Conn {
+    fn open(spec: &ThreadSpec, n: u64) -> Result<Conn, String> {
+        let client = setup::connect(&spec.addr, spec.token.as_deref(), "smdb-bench")?;
+        // The client reads whole frames only, so nothing is buffered in it: the stream can be
+        // taken over as is. `try_clone` dups the fd; the client's copy closes on drop.
+        let stream = client
+            .stream()
+            .try_clone()
+            .map_err(|e| format!("dup socket: {e}"))?;
+        drop(client);
+        stream
+            .set_nonblocking(true)
+            .map_err(|e| format!("non-blocking socket: {e}"))?;
+        Ok(Conn {
+            stream,
+            writer: RequestWriter::new(spec.seed, n),
+            out: Vec::with_capacity(16 * 1024),
+            out_pos: 0,
+            rbuf: vec![0; READ_BUFFER_BYTES],
+            rstart: 0,
+            rend: 0,
+            pending: VecDeque::with_capacity(spec.in_flight),
+            // Ids start past HELLO/AUTH's (the client numbered those from 1).
+            next_id: 1_000,
+            open: true,
+        })
+    }
+
+    /// Queues requests until `in_flight` are outstanding.
+    fn top_up(&mut self, spec: &ThreadSpec, now: Instant, counts: &mut RunCounts) {
+        while self.pending.len() < spec.in_flight {
+            let id = self.next_id;
+            self.next_id += 1;
+            let op = self.writer.write(&spec.plan, id, &mut self.out);
+            self.pending.push_back(Pending { id, sent: now, op });
+            counts.sent += 1;
+        }
+    }
+
+    /// Writes as much queued output as the socket takes.
+    fn flush(&mut self) -> std::io::Result<()> {
+        while self.out_pos < self.out.len() {
+            match self.stream.write(&self.out[self.out_pos..]) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => self.out_pos += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+        Ok(())
+    }
+
+    fn wants_write(&self) -> bool {
+        self.out_pos < self.out.len()
+    }
+
+    /// Reads what is available and handles every complete response.
+    fn read(&mut self, schedule: &Schedule, counts: &mut RunCounts) {
+        let mut eof = false;
+        for _ in 0..READS_PER_ROUND {
+            if self.rend == self.rbuf.len() {
+                self.make_room();
+            }
+            match self.stream.read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.rend += n;
+                    if self.rend < self.rbuf.len() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let clock = Clock {
+                        schedule,
+                        now: Instant::now(),
+                    };
+                    self.fail("IO_ERROR", &clock, counts, Some(&e.to_string()));
+                    return;
+                }
+            }
+        }
+        let clock = Clock {
+            schedule,
+            now: Instant::now(),
+        };
+        self.handle_frames(&clock, counts);
+        if eof && self.open {
+            self.fail("CONNECTION_CLOSED", &clock, counts, None);
+        }
+    }
+
+    /// Compacts the read buffer, doubling it when one frame needs more room.
+    fn make_room(&mut self) {
+        if self.rstart > 0 {
+            self.rbuf.copy_within(self.rstart..self.rend, 0);
+            self.rend -= self.rstart;
+            self.rstart = 0;
+        } else {
+            let len = self.rbuf.len() * 2;
+            self.rbuf.resize(len, 0);
+        }
+    }
+
+    fn handle_frames(&mut self, clock: &Clock<'_>, counts: &mut RunCounts) {
+        while self.open && self.rstart < self.rend {
+            let buf = &self.rbuf[self.rstart..self.rend];
+            let (range, used) = match decode_frame(buf, CLIENT_FRAME_BYTES_MAX) {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    self.fail("PROTOCOL_ERROR", clock, counts, Some(&e.to_string()));
+                    return;
+                }
+            };
+            let reply = classify(&buf[range]);
+            self.rstart += used;
+            self.settle(reply, clock, counts);
+        }
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+        }
+    }
+
+    /// Matches a reply with the oldest pending request and counts it.
+    fn settle(&mut self, reply: Reply, clock: &Clock<'_>, counts: &mut RunCounts) {
+        let (id, code) = match reply {
+            Reply::Push => return,
+            Reply::Ok { id } => (Some(id), None),
+            Reply::Error { id, code } => (id, Some(code)),
+            Reply::Bad(why) => {
+                self.fail("PROTOCOL_ERROR", clock, counts, Some(&why));
+                return;
+            }
+        };
+        let Some(p) = self.pending.pop_front() else {
+            self.fail(
+                "PROTOCOL_ERROR",
+                clock,
+                counts,
+                Some("response without a request"),
+            );
+            return;
+        };
+        if id.is_some_and(|id| id != p.id) {
+            let why = format!("response id {id:?} for request {}", p.id);
+            self.pending.push_front(p);
+            self.fail("PROTOCOL_ERROR", clock, counts, Some(&why));
+            return;
+        }
+        let in_window = clock.in_window();
+        let stats = &mut counts.per_op[p.op.index()];
+        match code {
+            None if in_window => stats.record_ok(clock.now.saturating_duration_since(p.sent)),
+            None => {}
+            Some(code) if in_window => {
+                stats.errors += 1;
+                *counts.errors.entry(code).or_default() += 1;
+            }
+            Some(_) => counts.errors_outside_window += 1,
+        }
+        if id.is_none() {
+            // An error without an id is a frame-level error: the server closes the connection.
+            self.fail("CONNECTION_CLOSED", clock, counts, None);
+        }
+    }
+
+    /// Closes the connection, counting every pending request as an error with `code`.
+    fn fail(&mut self, code: &str, clock: &Clock<'_>, counts: &mut RunCounts, why: Option<&str>) {
+        if let Some(why) = why {
+            eprintln!("smdb-bench: connection closed: {code}: {why}");
+        }
+        self.open = false;
+        let lost = self.pending.len() as u64;
+        for p in self.pending.drain(..) {
+            if clock.in_window() {
+                counts.per_op[p.op.index()].errors += 1;
+            }
+        }
+        if lost > 0 {
+            if clock.in_window() {
+                *counts.errors.entry(code.to_string()).or_default() += lost;
+            } else {
+                counts.errors_outside_window += lost;
+            }
+        }
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// A response payload, read as cheaply as possible.
+#[derive(Debug, PartialEq)]
+enum Reply {
+    Ok {
+        id: u64,
+    },
+    /// `id` is None for `"id": null` (a frame-level error).
+    Error {
+        id: Option<u64>,
+        code: String,
+    },
+    /// Not a response (a subscription push): not matched with a request.
+    Push,
+    Bad(String),
+}
+
+/// The server writes responses as `{"type":"response","id":ID,"status":"ok",...` (see
+/// `protocol::message::encode_ok`); that prefix is recognised without parsing the JSON. Anything
+/// else (errors, pushes, another server's spelling) goes through serde_json.
+fn classify(payload: &[u8]) -> Reply {
+    const HEAD: &[u8] = br#"{"type":"response","id":"#;
+    const OK: &[u8] = br#","status":"ok""#;
+    if let Some(rest) = payload.strip_prefix(HEAD) {
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits > 0 && digits <= 19 && rest[digits..].starts_with(OK) {
+            let id = rest[..digits]
+                .iter()
+                .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+            return Reply::Ok { id };
+        }
+    }
+    classify_slow(payload)
+}
+
+fn classify_slow(payload: &[u8]) -> Reply {
+    let v: Value = match serde_json::from_slice(payload) {
+        Ok(v) => v,
+        Err(e) => return Reply::Bad(format!("response is not JSON: {e}")),
+    };
+    if v.get("type").and_then(Value::as_str) != Some("response") {
+        return Reply::Push;
+    }
+    let id = match v.get("id") {
+        Some(Value::Null) | None => None,
+        Some(x) => match x
+            .as_u64()
+            .or_else(|| x.as_str().and_then(|s| s.parse().ok()))
+        {
+            Some(id) => Some(id),
+            None => return Reply::Bad(format!("response id {x} is not ours")),
+        },
+    };
+    match v.get("status").and_then(Value::as_str) {
+        Some("ok") => match id {
+            Some(id) => Reply::Ok { id },
+            None => Reply::Bad("ok response without an id".into()),
+        },
+        _ => {
+            let code = v
+                .pointer("/error/code")
+                .and_then(Value::as_str)
+                .unwrap_or("UNKNOWN_ERROR");
+            Reply::Error {
+                id,
+                code: code.to_string(),
+            }
+        }
+    }
+}
+
+/// The poll loop of one thread: top up, flush, poll, read; after the window, only drain.
+fn drive(conns: &mut [Conn], spec: &ThreadSpec, schedule: &Schedule, counts: &mut RunCounts) {
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(conns.len());
+    let mut which: Vec<usize> = Vec::with_capacity(conns.len());
+    loop {
+        let now = Instant::now();
+        let sending = now < schedule.window_end;
+        let clock = Clock { schedule, now };
+        if !sending && conns.iter().all(|c| !c.open || c.pending.is_empty()) {
+            break;
+        }
+        if now >= schedule.drain_until {
+            for c in conns.iter_mut().filter(|c| c.open) {
+                c.fail("DRAIN_TIMEOUT", &clock, counts, None);
+            }
+            break;
+        }
+        for c in conns.iter_mut().filter(|c| c.open) {
+            if sending {
+                // A fresh reading per connection: the writes of the connections before this
+                // one are not charged to its requests.
+                c.top_up(spec, Instant::now(), counts);
+            }
+            if let Err(e) = c.flush() {
+                c.fail("IO_ERROR", &clock, counts, Some(&e.to_string()));
+            }
+        }
+        fds.clear();
+        which.clear();
+        for (i, c) in conns.iter().enumerate() {
+            if c.open && (!c.pending.is_empty() || c.wants_write()) {
+                let mut events = libc::POLLIN;
+                if c.wants_write() {
+                    events |= libc::POLLOUT;
+                }
+                fds.push(libc::pollfd {
+                    fd: c.stream.as_raw_fd(),
+                    events,
+                    revents: 0,
+                });
+                which.push(i);
+            }
+        }
+        if fds.is_empty() {
+            if conns.iter().all(|c| !c.open) {
+                break;
+            }
+            continue;
+        }
+        let until = if sending {
+            schedule.window_end
+        } else {
+            schedule.drain_until
+        };
+        let timeout = poll_timeout_ms(until.saturating_duration_since(now));
+        // SAFETY: `fds` is a valid, initialised slice of pollfd for the duration of the call,
+        // and its length fits nfds_t.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            let clock = Clock {
+                schedule,
+                now: Instant::now(),
+            };
+            for c in conns.iter_mut().filter(|c| c.open) {
+                c.fail("IO_ERROR", &clock, counts, Some(&format!("poll: {e}")));
+            }
+            break;
+        }
+        for (pfd, &i) in fds.iter().zip(which.iter()) {
+            if pfd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0 {
+                conns[i].read(schedule, counts);
+            }
+        }
+    }
+}
+
+fn poll_timeout_ms(left: Duration) -> i32 {
+    let ms = left.as_micros().div_ceil(1000);
+    i32::try_from(ms)
+        .unwrap_or(i32::MAX)
+        .clamp(0, POLL_SLICE_MS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::message::encode_ok;
+
+    #[test]
+    fn ok_responses_take_the_fast_path() {
+        let mut out = Vec::new();
+        encode_ok(&mut out, "12345", br#"{"pong":true}"#);
+        assert_eq!(classify(&out[16..]), Reply::Ok { id: 12345 });
+    }
+
+    #[test]
+    fn errors_and_pushes_are_parsed() {
+        let e =
+            br#"{"type":"response","id":7,"status":"error","error":{"code":"INSTANCE_NOT_FOUND"}}"#;
+        assert_eq!(
+            classify(e),
+            Reply::Error {
+                id: Some(7),
+                code: "INSTANCE_NOT_FOUND".into()
+            }
+        );
+        let frame_err = br#"{"type":"response","id":null,"status":"error","error":{"code":"X"}}"#;
+        assert_eq!(
+            classify(frame_err),
+            Reply::Error {
+                id: None,
+                code: "X".into()
+            }
+        );
+        assert_eq!(classify(br#"{"type":"event","x":1}"#), Reply::Push);
+        assert!(matches!(classify(b"nope"), Reply::Bad(_)));
+        // Another spelling of an ok response still counts.
+        let spaced = br#"{"status": "ok", "id": "9", "type": "response"}"#;
+        assert_eq!(classify(spaced), Reply::Ok { id: 9 });
+    }
+
+    #[test]
+    fn poll_timeout_is_bounded() {
+        assert_eq!(poll_timeout_ms(Duration::ZERO), 0);
+        assert_eq!(poll_timeout_ms(Duration::from_micros(1)), 1);
+        assert_eq!(poll_timeout_ms(Duration::from_secs(9)), POLL_SLICE_MS);
+    }
+}

@@ -1,0 +1,17 @@
+//! `smdb-bench`: closed-loop load generator for smdb (library code in `smdb::bench`).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use smdb::bench::Options;
+
+fn main() -> ExitCode {
+    let opts = Options::parse();
+    match smdb::bench::run(&opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("smdb-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
