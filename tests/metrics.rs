@@ -555,6 +555,7 @@ fn synthetic_expositions() -> Vec<String> {
             memory_used_bytes: 1 << 24,
             subscriptions_active: 0,
             events_broadcast: 0,
+            pushes_queued: vec![0],
             replication: role,
         };
         out.push(encode(&registry(&scrape), Format::Prometheus).unwrap());
@@ -640,4 +641,38 @@ fn dashboard_queries_are_valid_promql() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Subscriptions show in `svc_subscriptions_active` while they live, and every push sent counts
+/// once in `svc_events_broadcast_total`.
+#[test]
+fn subscription_metrics_follow_watches_and_pushes() {
+    let (s, _d) = Server::start(&with_metrics("[shards]\ncount = 2"));
+    let mut c = s.client();
+    put_order_machine(&mut c);
+    for id in ["w1", "w2", "w3"] {
+        create(&mut c, id, 1);
+    }
+    let mut sub = s.client();
+    let w = sub
+        .call("WATCH_ALL", json!({"machines": ["order"]}))
+        .unwrap();
+    let sub_id = w["subscription_id"].clone();
+    assert_eq!(scrape(&s).get("svc_subscriptions_active", &[]), 1.0);
+    for id in ["w1", "w2", "w3"] {
+        apply(&mut c, id, "pay", json!({"amount": 1})).unwrap();
+    }
+    for _ in 0..3 {
+        assert_eq!(sub.recv_push().unwrap()["type"], "event");
+    }
+    let e = scrape(&s);
+    assert_eq!(e.get("svc_events_broadcast_total", &[]), 3.0);
+    assert_eq!(
+        e.series("svc_subscription_pushes_queued").len(),
+        2,
+        "one per shard"
+    );
+    sub.call("UNWATCH", json!({"subscription_id": sub_id}))
+        .unwrap();
+    assert_eq!(scrape(&s).get("svc_subscriptions_active", &[]), 0.0);
 }

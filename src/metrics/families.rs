@@ -50,6 +50,16 @@ pub fn registry(s: &Scrape) -> Registry {
         "Events broadcast to subscribers",
         s.events_broadcast,
     );
+    let mut queued = Series::new(MetricType::Gauge);
+    for (shard, n) in s.pushes_queued.iter().enumerate() {
+        let shard = shard.to_string();
+        queued.push(labels(&[("shard", &shard)]), ConstGauge::new(*n));
+    }
+    r.register(
+        "svc_subscription_pushes_queued",
+        "Pushes waiting in subscription queues, by the shard they came from",
+        queued,
+    );
     match &s.replication {
         Some(ReplicationStats::Primary(p)) => primary(&mut r, p),
         Some(ReplicationStats::Replica(p)) => replica(&mut r, p),
@@ -546,6 +556,7 @@ mod tests {
             memory_used_bytes: 1 << 20,
             subscriptions_active: 0,
             events_broadcast: 0,
+            pushes_queued: vec![0, 0],
             replication: role,
         }
     }

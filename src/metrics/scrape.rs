@@ -2,6 +2,7 @@
 //! their atomics), each shard's `ShardStats` (asked for over the router, so the shard builds
 //! them on its own core), and process facts. Plain data; `families.rs` turns it into metrics.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -9,6 +10,7 @@ use shards::Rejection;
 
 use super::front::{FrontStats, FrontTotals};
 use super::shard::ShardStats;
+use super::subs::SubsStats;
 use crate::config::Role;
 use crate::server::router::Router;
 use crate::shard::{ReplyBody, ShardCall};
@@ -17,6 +19,8 @@ use crate::shard::{ReplyBody, ShardCall};
 pub struct Sources {
     /// One per front executor; each front is the only writer of its own.
     pub fronts: Vec<Arc<FrontStats>>,
+    /// Subscription counters, one per front executor.
+    pub subs: Vec<Arc<SubsStats>>,
     /// `network.max_connections`, exposed as `svc_connections_limit`.
     pub connections_limit: u64,
     /// `replication.role`: replication metrics are emitted only when it is set.
@@ -33,9 +37,11 @@ pub struct Scrape {
     pub connections_limit: u64,
     pub uptime_seconds: f64,
     pub memory_used_bytes: u64,
-    /// Subscriptions are served by a later issue; until then these stay 0.
+    /// Summed over the fronts' `SubsStats`.
     pub subscriptions_active: u64,
     pub events_broadcast: u64,
+    /// Pushes queued for subscribers, by source shard.
+    pub pushes_queued: Vec<u64>,
     pub replication: Option<ReplicationStats>,
 }
 
@@ -108,10 +114,20 @@ pub async fn gather(setup: &Sources, router: &Router) -> Result<Scrape, Rejectio
         connections_limit: setup.connections_limit,
         uptime_seconds: setup.started.elapsed().as_secs_f64(),
         memory_used_bytes: resident_bytes().unwrap_or(0),
-        subscriptions_active: 0,
-        events_broadcast: 0,
+        subscriptions_active: sum(&setup.subs, |s| &s.active),
+        events_broadcast: sum(&setup.subs, |s| &s.broadcast),
+        pushes_queued: (0..router.shard_count() as usize)
+            .map(|i| {
+                let at = |s: &SubsStats| s.queued.get(i).map_or(0, |c| c.load(Relaxed));
+                setup.subs.iter().map(|s| at(s)).sum()
+            })
+            .collect(),
         replication: ReplicationStats::for_role(setup.role),
     })
+}
+
+fn sum(subs: &[Arc<SubsStats>], field: fn(&SubsStats) -> &AtomicU64) -> u64 {
+    subs.iter().map(|s| field(s).load(Relaxed)).sum()
 }
 
 /// Resident set size of this process: field 2 of /proc/self/statm (pages) x page size.

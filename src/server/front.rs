@@ -50,6 +50,8 @@ pub struct FrontSetup {
     pub channels: RouterChannels,
     pub limits: Limits,
     pub stats: Arc<FrontStats>,
+    /// This front's subscription counters (read by the metrics scrape).
+    pub subs_stats: Arc<SubsStats>,
     /// Connections open across all fronts (the limit is global).
     pub active: Arc<AtomicU64>,
     pub info: Arc<ServerInfo>,
@@ -70,7 +72,6 @@ pub struct Front {
 
 pub async fn run(setup: FrontSetup) {
     let router = Router::connect(setup.channels).await;
-    let subs_stats = Arc::new(SubsStats::new(router.shard_count()));
     // SAFETY: main created this fd for this executor alone (a dup of the bound, listening,
     // exclusive socket) and nothing else closes it; the listener takes ownership.
     let listener = unsafe { TcpListener::from_raw_fd(setup.listener_fd) };
@@ -81,7 +82,7 @@ pub async fn run(setup: FrontSetup) {
         limits: setup.limits,
         stats: setup.stats,
         info: setup.info,
-        subs_stats,
+        subs_stats: setup.subs_stats,
         active: setup.active,
         open: RefCell::new(HashMap::new()),
         next_conn: Cell::new(0),

@@ -28,7 +28,7 @@ use crate::config::{Config, FsyncMode, Role};
 use crate::datadir::DataDir;
 use crate::metrics::http::MetricsSetup;
 use crate::metrics::scrape::Sources;
-use crate::metrics::FrontStats;
+use crate::metrics::{FrontStats, SubsStats};
 use crate::shard::runtime::{ClientChannels, ShardSetup};
 use crate::shard::SHARD_QUEUE_DEPTH_MAX;
 use front::{FrontSetup, Limits, ServerInfo};
@@ -110,6 +110,11 @@ pub fn run(config: Config) -> Result<(), String> {
         .iter()
         .map(|_| Arc::new(FrontStats::default()))
         .collect();
+    let subs_stats: Vec<Arc<SubsStats>> = place
+        .fronts
+        .iter()
+        .map(|_| Arc::new(SubsStats::new(shard_count)))
+        .collect();
     let started = Instant::now();
     let (ctl_shutdown, ctl_fd) = socket_pair()?;
     let control = control::ControlSetup {
@@ -121,6 +126,7 @@ pub fn run(config: Config) -> Result<(), String> {
             listener,
             sources: Sources {
                 fronts: front_stats.clone(),
+                subs: subs_stats.clone(),
                 connections_limit: u64::from(config.network.max_connections),
                 role: config.replication.role,
                 started,
@@ -147,8 +153,12 @@ pub fn run(config: Config) -> Result<(), String> {
     };
     let active = Arc::new(AtomicU64::new(0));
     let mut shutdowns = vec![ctl_shutdown];
-    let fronts = place.fronts.iter().zip(client_ends).zip(front_stats);
-    for (i, ((cpu, channels), stats)) in fronts.enumerate() {
+    let fronts = place
+        .fronts
+        .iter()
+        .zip(client_ends)
+        .zip(front_stats.into_iter().zip(subs_stats));
+    for (i, ((cpu, channels), (stats, subs_stats))) in fronts.enumerate() {
         let fd = listener
             .try_clone()
             .map_err(|e| format!("dup listener: {e}"))?;
@@ -161,6 +171,7 @@ pub fn run(config: Config) -> Result<(), String> {
             channels,
             limits: limits.clone(),
             stats,
+            subs_stats,
             active: active.clone(),
             info: info.clone(),
         };
