@@ -646,10 +646,7 @@ fn a_stuck_subscriber_lags_without_slowing_writers_and_resumes_exactly() {
     let mut last = HashMap::new();
     for (shard, off) in &got {
         let prev = last.insert(*shard, *off);
-        assert!(
-            prev.map_or(true, |p| p < *off),
-            "order within shard {shard}"
-        );
+        assert!(prev.is_none_or(|p| p < *off), "order within shard {shard}");
     }
 
     // Resume: the union of pushes equals the events applied, without duplicates.
@@ -709,10 +706,7 @@ fn two_shards_never_deliver_a_duplicate_across_the_replay_seam() {
         let mut last = HashMap::new();
         for (shard, off) in &got {
             let prev = last.insert(*shard, *off);
-            assert!(
-                prev.map_or(true, |p| p < *off),
-                "order within shard {shard}"
-            );
+            assert!(prev.is_none_or(|p| p < *off), "order within shard {shard}");
         }
         assert_no_push(c);
     }

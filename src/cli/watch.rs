@@ -64,7 +64,7 @@ fn stream(
 ) -> Result<(), CliError> {
     let timeout = s.timeout();
     let mut seen = 0u64;
-    while !args.count.is_some_and(|n| seen >= n) && !interrupt::take() {
+    while args.count.is_none_or(|n| seen < n) && !interrupt::take() {
         let next = match s.current() {
             Some(c) => c.next_push(Some(POLL)),
             None => {

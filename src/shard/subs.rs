@@ -137,7 +137,7 @@ impl Filter {
         let any = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
         self.instance_id
             .as_deref()
-            .map_or(true, |id| id == ev.instance_id)
+            .is_none_or(|id| id == ev.instance_id)
             && (self.machines.is_empty() || ev.machine.is_some_and(|m| any(&self.machines, m)))
             && any(&self.from_states, ev.from)
             && any(&self.to_states, ev.to)

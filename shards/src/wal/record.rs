@@ -144,7 +144,7 @@ pub fn max_marker_in(buf: &[u8], limit: usize) -> Option<(usize, u64)> {
         if cand[1..4] == [0, 0, 0] && cand[16] == KIND_SYNC_MARK {
             if let Decoded::Record(h) = decode(cand) {
                 let synced = marker_synced_through(&cand[h.payload]);
-                if best.map_or(true, |(_, s)| synced > s) {
+                if best.is_none_or(|(_, s)| synced > s) {
                     best = Some((i, synced));
                 }
             }

@@ -168,7 +168,7 @@ impl SegmentScan {
                 if let Some((i, synced)) =
                     record::max_marker_in(&self.window[m_from..], limit - m_from)
                 {
-                    if rest.marker.map_or(true, |(_, s)| synced > s) {
+                    if rest.marker.is_none_or(|(_, s)| synced > s) {
                         rest.marker = Some((abs(m_from + i), synced));
                     }
                 }

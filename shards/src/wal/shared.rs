@@ -49,7 +49,7 @@ impl SegmentMeta {
         if self
             .index
             .last()
-            .map_or(true, |&(_, p)| pos >= p + INDEX_STRIDE_BYTES)
+            .is_none_or(|&(_, p)| pos >= p + INDEX_STRIDE_BYTES)
         {
             self.index.push((offset, pos));
         }

@@ -244,7 +244,7 @@ impl CompiledMachine {
         let mut matched = false;
         for t in candidates.iter().filter(|t| t.from.contains(at)) {
             matched = true;
-            if t.guard.as_ref().map_or(true, |g| g.holds(ctx, payload)) {
+            if t.guard.as_ref().is_none_or(|g| g.holds(ctx, payload)) {
                 return Resolution::Move(self.name(t.to));
             }
         }
