@@ -2,6 +2,7 @@
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use shards::engine::limits::INSTANCE_ID_BYTES_MAX;
 use shards::{ErrorCode, Rejection};
 
 /// Parses `params` (absent means `{}`) into `T`.
@@ -53,9 +54,6 @@ pub fn check_id(id: &str) -> Result<(), Rejection> {
     }
     Ok(())
 }
-
-/// Longest instance id in bytes (CONTRACT §5): ids are keys in every index and log entry.
-pub const INSTANCE_ID_BYTES_MAX: usize = 256;
 
 #[cfg(test)]
 mod tests {
