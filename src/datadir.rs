@@ -31,6 +31,10 @@ impl DataDir {
     pub fn open(path: &Path, shard_count: u32) -> Result<DataDir, String> {
         std::fs::create_dir_all(path)
             .map_err(|e| format!("cannot create data dir {}: {e}", path.display()))?;
+        // Absolute from here on: glommio's directory open fails (EBADF) on relative paths such
+        // as the default `./data`.
+        let path = &std::fs::canonicalize(path)
+            .map_err(|e| format!("cannot resolve data dir {}: {e}", path.display()))?;
         let lock = lock(path)?;
         check_meta(path, shard_count)?;
         Ok(DataDir {
@@ -126,6 +130,15 @@ mod tests {
             "{err}"
         );
         drop(DataDir::open(dir.path(), 2).unwrap());
+    }
+
+    #[test]
+    fn a_relative_path_is_made_absolute() {
+        let dir = tempfile::tempdir().unwrap();
+        let rel = dir.path().join("a/../data");
+        let d = DataDir::open(&rel, 1).unwrap();
+        assert!(d.path.is_absolute() && !d.path.to_string_lossy().contains(".."));
+        assert_eq!(d.path, dir.path().canonicalize().unwrap().join("data"));
     }
 
     #[test]

@@ -122,3 +122,33 @@ fn definitions_dir_is_loaded_at_start() {
     assert!(err.contains("zz-bad.json"), "{err}");
     let _ = Value::Null;
 }
+
+#[test]
+fn a_relative_data_dir_such_as_the_default_works() {
+    let dir = temp_dir();
+    let cfg = dir.path().join("rel.toml");
+    std::fs::write(
+        &cfg,
+        "[network]\nbind_addr = \"127.0.0.1:0\"\n[storage]\ndata_dir = \"./data\"\n\
+         [metrics]\nenabled = false\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(&cfg)
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        line.starts_with("smdb-server listening on "),
+        "did not start: {line:?}"
+    );
+    assert!(dir.path().join("data/shard-0/wal").is_dir());
+}
