@@ -521,14 +521,14 @@ fn synthetic_expositions() -> Vec<String> {
         Duration::from_millis(3),
     );
     let mut shard = ShardStats::default();
-    let key = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let key = |a: &str, b: &str| (a.into(), b.into());
     shard.engine.by_state.insert(key("order", "new"), 2);
     shard
         .engine
         .by_state
         .insert(key("we\"ird\\name", "st\nate"), 1);
     shard.engine.events_applied.insert("order".into(), 4);
-    let t = ("order".to_string(), "new".to_string(), "paid".to_string());
+    let t = ("order".into(), "new".into(), "paid".into());
     shard.engine.transitions.insert(t, 1);
     shard.log.write_duration.buckets[2].1 = 3;
     shard.log.write_duration.sum = 0.0001;

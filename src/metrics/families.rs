@@ -524,7 +524,7 @@ mod tests {
             machines: 1,
             ..ShardStats::default()
         };
-        let m = machine.to_string();
+        let m: shards::engine::Name = machine.into();
         s.engine.by_state.insert((m.clone(), "new".into()), 1);
         s.engine.by_state.insert((m.clone(), "paid".into()), 1);
         s.engine.events_applied.insert(m.clone(), 3);

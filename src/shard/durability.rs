@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use shards::engine::{Engine, Entry};
+use shards::engine::{Engine, Replay};
 use shards::wal::{Recovered, Wal, WalConfig, WalError, WalStats};
 use shards::{ErrorCode, Rejection};
 
@@ -16,23 +16,21 @@ impl Durability {
     /// after it. A corrupt log (anything but a torn tail) is an error naming file and offset.
     pub async fn open(cfg: WalConfig, engine: &mut Engine) -> Result<Durability, String> {
         let started = std::time::Instant::now();
-        let mut entries = 0u64;
+        let mut replay = Replay::new();
         let mut on = |rec: Recovered<'_>| -> Result<(), String> {
             match rec {
                 Recovered::Snapshot { offset, bytes } => {
+                    replay.flush(engine)?;
                     *engine = Engine::restore(bytes)
                         .map_err(|e| format!("snapshot at offset {offset}: {e}"))?;
                 }
-                Recovered::Record { offset, payload } => {
-                    let entry: Entry = serde_json::from_slice(payload)
-                        .map_err(|e| format!("log entry at offset {offset}: {e}"))?;
-                    engine.apply(entry, offset, false);
-                    entries += 1;
-                }
+                Recovered::Record { offset, payload } => replay.push(engine, offset, payload)?,
             }
             Ok(())
         };
         let wal = Wal::open(cfg, &mut on).await.map_err(|e| e.to_string())?;
+        replay.flush(engine)?;
+        let entries = replay.applied();
         log::info!(
             "shard recovered {entries} log entries in {:?}: {} instances, head offset {}",
             started.elapsed(),

@@ -319,12 +319,7 @@ impl Shard {
     }
 
     fn log_and_apply(&self, entry: Entry) -> Result<(Value, u64), Rejection> {
-        let bytes = serde_json::to_vec(&entry).map_err(|e| {
-            Rejection::new(
-                ErrorCode::InternalError,
-                format!("cannot encode log entry: {e}"),
-            )
-        })?;
+        let bytes = entry.to_bytes();
         let offset = self.log.append(&bytes)?;
         let published = self.subs.is_watched(&entry).then(|| entry.clone());
         let result = self

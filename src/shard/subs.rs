@@ -14,7 +14,7 @@ use glommio::sync::Gate;
 use glommio::{Latency, Shares, TaskQueueHandle};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-use shards::engine::{Engine, Entry};
+use shards::engine::{Engine, Entry, JsonText};
 use shards::wal::WalError;
 use shards::{ErrorCode, Rejection};
 
@@ -31,10 +31,6 @@ const REPLAY_YIELD_EVERY: usize = 128;
 /// CPU shares of the replay task queue (the default queue, where writes run, has 1000): replay
 /// reads get what writes leave.
 const REPLAY_SHARES: usize = 100;
-
-/// Every Apply entry serialises with its tag first (serde's internally tagged enum), so replay
-/// skips other entries without decoding them.
-const APPLY_PREFIX: &[u8] = br#"{"k":"apply""#;
 
 /// What a subscription wants. Empty lists mean "any". Sent from the front with `Subscribe` and
 /// `ReadEvents`.
@@ -70,7 +66,7 @@ pub struct EventView<'a> {
     pub event: &'a str,
     pub from: &'a str,
     pub to: &'a str,
-    pub payload: Option<&'a Map<String, Value>>,
+    pub payload: Option<&'a JsonText>,
 }
 
 impl<'a> EventView<'a> {
@@ -101,7 +97,7 @@ impl<'a> EventView<'a> {
 
     /// The push body (see `PushMsg`). Replayed events say so and carry no context.
     pub fn body(&self, context: Option<&Map<String, Value>>, replayed: bool) -> Vec<u8> {
-        let empty = Map::new();
+        let empty = JsonText::from_map(&Map::new());
         let mut out = Vec::with_capacity(160);
         member(&mut out, "instance_id", &self.instance_id, false);
         member(&mut out, "machine", &self.machine, true);
@@ -128,8 +124,11 @@ fn member<T: Serialize + ?Sized>(out: &mut Vec<u8>, key: &str, value: &T, comma:
     out.push(b'"');
     out.extend_from_slice(key.as_bytes());
     out.extend_from_slice(b"\":");
-    // Serialising strings, numbers and JSON maps into a Vec cannot fail (no I/O, string keys).
-    let _ = serde_json::to_writer(&mut *out, value);
+    // Strings, numbers and JSON maps always serialize into a Vec. A `JsonText` that fails its
+    // check does so before writing anything, so the member still gets a value.
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.extend_from_slice(b"null");
+    }
 }
 
 impl Filter {
@@ -374,10 +373,10 @@ async fn read_events(
         if i % REPLAY_YIELD_EVERY == REPLAY_YIELD_EVERY - 1 {
             glommio::yield_if_needed().await;
         }
-        if !payload.starts_with(APPLY_PREFIX) {
+        if !Entry::record_is_event(payload) {
             continue;
         }
-        let entry: Entry = serde_json::from_slice(payload).map_err(|e| {
+        let entry = Entry::decode(payload).map_err(|e| {
             let msg = format!("log entry at offset {offset} does not decode: {e}");
             Rejection::new(ErrorCode::InternalError, msg)
         })?;
@@ -483,14 +482,16 @@ mod tests {
     }
 
     #[test]
-    fn apply_entries_start_with_the_prefix_replay_checks() {
-        let bytes = serde_json::to_vec(&apply(Some("m"))).unwrap();
-        assert!(bytes.starts_with(APPLY_PREFIX));
-        let del = serde_json::to_vec(&Entry::Delete {
+    fn replay_tells_event_records_in_both_formats() {
+        let del = Entry::Delete {
             id: "x".into(),
             at_ms: 1,
-        })
-        .unwrap();
-        assert!(!del.starts_with(APPLY_PREFIX));
+        };
+        assert!(Entry::record_is_event(&apply(Some("m")).to_bytes()));
+        assert!(Entry::record_is_event(
+            &serde_json::to_vec(&apply(Some("m"))).unwrap()
+        ));
+        assert!(!Entry::record_is_event(&del.to_bytes()));
+        assert!(!Entry::record_is_event(&serde_json::to_vec(&del).unwrap()));
     }
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::instance::HistoryItem;
 use super::limits::HISTORY_PER_INSTANCE_MAX;
+use super::names::Interner;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -23,6 +24,23 @@ impl History {
             self.items.pop_front();
         }
         self.items.push_back(item);
+    }
+
+    /// Points every item's names at the interner's shared copies (after a snapshot restore,
+    /// which allocates each name separately).
+    pub(crate) fn share_names(&mut self, names: &mut Interner) {
+        for item in &mut self.items {
+            names.adopt(&mut item.event);
+            names.adopt(&mut item.from_state);
+            names.adopt(&mut item.to_state);
+        }
+    }
+
+    /// Prefetches the slot the next `push` writes (see `replay`).
+    pub(crate) fn prefetch_tail(&self) {
+        let (front, back) = self.items.as_slices();
+        let tail = if back.is_empty() { front } else { back };
+        super::index::prefetch(tail.as_ptr().wrapping_add(tail.len()));
     }
 
     #[cfg(test)]

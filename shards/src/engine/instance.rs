@@ -9,14 +9,16 @@ use serde_json::{json, Map, Value};
 
 use super::history::History;
 use super::idempotency::IdempotencyStore;
+use super::json_text::JsonText;
+use super::names::Name;
 use super::rfc3339::format_ms;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Instance {
     pub id: String,
-    pub machine: String,
+    pub machine: Name,
     pub version: u32,
-    pub state: String,
+    pub state: Name,
     pub context: Map<String, Value>,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
@@ -28,11 +30,11 @@ pub struct Instance {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryItem {
     pub seq: u64,
-    pub event: String,
-    pub from_state: String,
-    pub to_state: String,
+    pub event: Name,
+    pub from_state: Name,
+    pub to_state: Name,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payload: Option<Map<String, Value>>,
+    pub payload: Option<JsonText>,
     pub at_ms: u64,
     pub wal_offset: u64,
 }
@@ -75,7 +77,7 @@ impl HistoryItem {
             "event": self.event,
             "from_state": self.from_state,
             "to_state": self.to_state,
-            "payload": self.payload.clone().unwrap_or_default(),
+            "payload": self.payload.as_ref().and_then(|p| p.to_map().ok()).unwrap_or_default(),
             "at": format_ms(self.at_ms),
             "wal_offset": self.wal_offset,
         })
@@ -118,10 +120,12 @@ impl InstanceRecord {
     pub(crate) fn advance(&mut self, item: HistoryItem) {
         let instance = &mut self.instance;
         if let Some(payload) = &item.payload {
-            let merged = payload.iter().map(|(k, v)| (k.clone(), v.clone()));
-            instance.context.extend(merged);
+            if let Err(e) = payload.merge_into(&mut instance.context) {
+                // Unreachable for entries `decide` wrote: their payload is a serialized map.
+                log::error!("instance `{}`: payload not merged: {e}", instance.id);
+            }
         }
-        instance.state.clone_from(&item.to_state);
+        instance.state = item.to_state.clone();
         instance.event_count = item.seq;
         instance.updated_at_ms = item.at_ms;
         instance.wal_offset = item.wal_offset;

@@ -22,14 +22,14 @@ impl Engine {
         let mut heap: BinaryHeap<&str> = BinaryHeap::with_capacity(keep.min(1024));
         for (id, record) in &self.instances {
             let instance = &record.instance;
-            let wanted = machine.is_none_or(|m| instance.machine == m)
-                && state.is_none_or(|s| instance.state == s)
+            let wanted = machine.is_none_or(|m| *instance.machine == *m)
+                && state.is_none_or(|s| *instance.state == *s)
                 && after.is_none_or(|a| id.as_str() > a);
             if !wanted || (heap.len() == keep && heap.peek().is_some_and(|max| id.as_str() > *max))
             {
                 continue;
             }
-            heap.push(id);
+            heap.push(id.as_str());
             if heap.len() > keep {
                 heap.pop();
             }

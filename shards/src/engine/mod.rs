@@ -13,17 +13,21 @@ mod command;
 mod entry;
 
 pub use command::Command;
-pub use entry::Entry;
+pub use entry::{DecodeError, Entry, EventRef, Record};
 
 mod catalog;
 pub mod definition;
 pub mod guard;
 mod history;
 mod idempotency;
+mod index;
 mod instance;
+mod json_text;
 pub mod limits;
 mod listing;
+mod names;
 mod ops;
+mod replay;
 pub mod rfc3339;
 mod snapshot;
 mod state;
@@ -31,6 +35,9 @@ mod stats;
 
 pub use definition::{CompiledMachine, Definition};
 pub use instance::{HistoryItem, Instance};
+pub use json_text::JsonText;
+pub use names::Name;
+pub use replay::Replay;
 pub use state::{Decision, Engine, EngineStats, ListPage};
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ struct SnapshotIn {
 impl Engine {
     /// The full state as bytes, for `Engine::restore`.
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut instances: Vec<&InstanceRecord> = self.instances.values().collect();
+        let mut instances: Vec<&InstanceRecord> = self.instances.values().map(|r| &**r).collect();
         instances.sort_by(|a, b| a.instance.id.cmp(&b.instance.id));
         let snapshot = SnapshotOut {
             v: SNAPSHOT_VERSION,
@@ -74,9 +74,15 @@ impl Engine {
             }
         }
         let mut instances = HashMap::with_capacity(snapshot.instances.len());
-        for record in snapshot.instances {
+        for mut record in snapshot.instances {
+            engine.names.adopt(&mut record.instance.machine);
+            engine.names.adopt(&mut record.instance.state);
+            record.history.share_names(&mut engine.names);
             let id = record.instance.id.clone();
-            if instances.insert(id.clone(), record).is_some() {
+            if instances
+                .insert(id.as_str().into(), Box::new(record))
+                .is_some()
+            {
                 return Err(format!("snapshot holds instance `{id}` twice"));
             }
         }

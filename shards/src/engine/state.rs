@@ -8,9 +8,10 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::catalog::Catalog;
-use super::instance::InstanceRecord;
+use super::index::InstanceMap;
+use super::names::{Interner, Name};
 use super::ops::rejections;
-use super::{Command, Entry, Instance};
+use super::{Command, Entry, Instance, Record};
 use crate::Rejection;
 
 /// What `decide` concluded.
@@ -35,19 +36,21 @@ pub struct ListPage {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EngineStats {
     /// machine -> events applied (moved or not).
-    pub events_applied: HashMap<String, u64>,
+    pub events_applied: HashMap<Name, u64>,
     /// (machine, from, to) -> transitions that changed state.
-    pub transitions: HashMap<(String, String, String), u64>,
+    pub transitions: HashMap<(Name, Name, Name), u64>,
     /// (machine, state) -> current instances in that state (entries stay at 0 once seen).
-    pub by_state: HashMap<(String, String), u64>,
+    pub by_state: HashMap<(Name, Name), u64>,
 }
 
 #[derive(Debug, Default, Clone)]
 pub struct Engine {
     pub(super) catalog: Catalog,
     /// The primary index: id -> instance record.
-    pub(super) instances: HashMap<String, InstanceRecord>,
+    pub(super) instances: InstanceMap,
     pub(super) stats: EngineStats,
+    /// Machine, state and event names shared by history items and counters.
+    pub(super) names: Interner,
 }
 
 impl Engine {
@@ -73,10 +76,28 @@ impl Engine {
         let result = match entry {
             Entry::PutMachine { .. } => self.apply_put_machine(entry),
             Entry::Create { .. } => self.apply_create(entry, offset, want_result),
-            Entry::Apply { .. } => self.apply_event(entry, offset, want_result),
+            Entry::Apply { .. } => {
+                let event = entry.as_event()?;
+                self.apply_event(event, offset, want_result)
+            }
             Entry::Delete { .. } => self.apply_delete(entry, offset),
         };
         result.filter(|_| want_result)
+    }
+
+    /// `apply` for a decoded log record; a borrowed event is applied without copying it.
+    pub fn apply_record(
+        &mut self,
+        record: Record<'_>,
+        offset: u64,
+        want_result: bool,
+    ) -> Option<Value> {
+        match record {
+            Record::Event(event) => self
+                .apply_event(event, offset, want_result)
+                .filter(|_| want_result),
+            Record::Entry(entry) => self.apply(entry, offset, want_result),
+        }
     }
 
     pub fn instance(&self, id: &str) -> Option<&Instance> {

@@ -8,6 +8,7 @@ use std::hash::Hash;
 
 use serde::{Deserialize, Serialize};
 
+use super::names::Name;
 use super::state::EngineStats;
 
 /// Adds one to `map[key]`, starting from zero.
@@ -15,36 +16,40 @@ fn bump<K: Hash + Eq>(map: &mut HashMap<K, u64>, key: K) {
     *map.entry(key).or_insert(0) += 1;
 }
 
+/// Counting never allocates once a name has been seen: keys are interned names, so a key is
+/// three reference-count increments, not three strings.
 impl EngineStats {
     /// An instance was created in `state`.
-    pub(crate) fn count_create(&mut self, machine: &str, state: &str) {
-        bump(&mut self.by_state, (machine.to_string(), state.to_string()));
+    pub(crate) fn count_create(&mut self, machine: &Name, state: &Name) {
+        bump(&mut self.by_state, (machine.clone(), state.clone()));
     }
 
     /// An event was applied; `from == to` counts as an event but not as a transition.
-    pub(crate) fn count_event(&mut self, machine: &str, from: &str, to: &str) {
-        match self.events_applied.get_mut(machine) {
+    pub(crate) fn count_event(&mut self, machine: &Name, from: &Name, to: &Name) {
+        match self.events_applied.get_mut(&**machine) {
             Some(n) => *n += 1,
             None => {
-                self.events_applied.insert(machine.to_string(), 1);
+                self.events_applied.insert(machine.clone(), 1);
             }
         }
         if from == to {
             return;
         }
-        let (m, f, t) = (machine.to_string(), from.to_string(), to.to_string());
-        bump(&mut self.transitions, (m.clone(), f.clone(), t.clone()));
-        self.leave(m.clone(), f);
-        bump(&mut self.by_state, (m, t));
+        bump(
+            &mut self.transitions,
+            (machine.clone(), from.clone(), to.clone()),
+        );
+        self.leave(machine, from);
+        bump(&mut self.by_state, (machine.clone(), to.clone()));
     }
 
     /// An instance in `state` was deleted.
-    pub(crate) fn count_delete(&mut self, machine: &str, state: &str) {
-        self.leave(machine.to_string(), state.to_string());
+    pub(crate) fn count_delete(&mut self, machine: &Name, state: &Name) {
+        self.leave(machine, state);
     }
 
-    fn leave(&mut self, machine: String, state: String) {
-        if let Some(n) = self.by_state.get_mut(&(machine, state)) {
+    fn leave(&mut self, machine: &Name, state: &Name) {
+        if let Some(n) = self.by_state.get_mut(&(machine.clone(), state.clone())) {
             *n = n.saturating_sub(1);
         }
     }
@@ -65,13 +70,13 @@ impl From<&EngineStats> for StatsForm {
             events_applied: s
                 .events_applied
                 .iter()
-                .map(|(m, n)| (m.clone(), *n))
+                .map(|(m, n)| (m.to_string(), *n))
                 .collect(),
             transitions: (s.transitions.iter())
-                .map(|((m, f, t), n)| (m.clone(), f.clone(), t.clone(), *n))
+                .map(|((m, f, t), n)| (m.to_string(), f.to_string(), t.to_string(), *n))
                 .collect(),
             by_state: (s.by_state.iter())
-                .map(|((m, st), n)| (m.clone(), st.clone(), *n))
+                .map(|((m, st), n)| (m.to_string(), st.to_string(), *n))
                 .collect(),
         };
         form.events_applied.sort();
@@ -84,16 +89,18 @@ impl From<&EngineStats> for StatsForm {
 impl From<StatsForm> for EngineStats {
     fn from(f: StatsForm) -> Self {
         EngineStats {
-            events_applied: f.events_applied.into_iter().collect(),
+            events_applied: (f.events_applied.into_iter())
+                .map(|(m, n)| (Name::from(m), n))
+                .collect(),
             transitions: f
                 .transitions
                 .into_iter()
-                .map(|(m, a, b, n)| ((m, a, b), n))
+                .map(|(m, a, b, n)| ((m.into(), a.into(), b.into()), n))
                 .collect(),
             by_state: f
                 .by_state
                 .into_iter()
-                .map(|(m, s, n)| ((m, s), n))
+                .map(|(m, s, n)| ((m.into(), s.into()), n))
                 .collect(),
         }
     }
@@ -104,14 +111,18 @@ mod tests {
     use super::*;
 
     fn state_count(s: &EngineStats, m: &str, st: &str) -> Option<u64> {
-        s.by_state.get(&(m.to_string(), st.to_string())).copied()
+        s.by_state.get(&(m.into(), st.into())).copied()
+    }
+
+    fn n(s: &str) -> Name {
+        s.into()
     }
 
     #[test]
     fn self_loop_counts_an_event_but_no_transition() {
         let mut s = EngineStats::default();
-        s.count_create("m", "a");
-        s.count_event("m", "a", "a");
+        s.count_create(&n("m"), &n("a"));
+        s.count_event(&n("m"), &n("a"), &n("a"));
         assert_eq!(s.events_applied.get("m"), Some(&1));
         assert!(s.transitions.is_empty());
         assert_eq!(state_count(&s, "m", "a"), Some(1));
@@ -120,22 +131,22 @@ mod tests {
     #[test]
     fn move_and_delete_keep_by_state_at_zero_not_missing() {
         let mut s = EngineStats::default();
-        s.count_create("m", "a");
-        s.count_event("m", "a", "b");
+        s.count_create(&n("m"), &n("a"));
+        s.count_event(&n("m"), &n("a"), &n("b"));
         assert_eq!(state_count(&s, "m", "a"), Some(0));
         assert_eq!(state_count(&s, "m", "b"), Some(1));
-        s.count_delete("m", "b");
+        s.count_delete(&n("m"), &n("b"));
         assert_eq!(state_count(&s, "m", "b"), Some(0));
-        let key = ("m".to_string(), "a".to_string(), "b".to_string());
+        let key = (n("m"), n("a"), n("b"));
         assert_eq!(s.transitions.get(&key), Some(&1));
     }
 
     #[test]
     fn stats_form_round_trips() {
         let mut s = EngineStats::default();
-        s.count_create("m", "a");
-        s.count_event("m", "a", "b");
-        s.count_create("n", "x");
+        s.count_create(&n("m"), &n("a"));
+        s.count_event(&n("m"), &n("a"), &n("b"));
+        s.count_create(&n("n"), &n("x"));
         let back = EngineStats::from(StatsForm::from(&s));
         assert_eq!(back, s);
     }

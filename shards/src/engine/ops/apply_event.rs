@@ -5,15 +5,15 @@
 //! `expected_wal_offset`, then the first transition for (state, event) whose guard holds.
 //! Guards see the context before the merge and the payload (`{}` when absent).
 
-use std::collections::HashMap;
-
 use serde_json::{Map, Value};
 
 use super::rejections::{check_idempotency_key, instance_not_found, machine_not_found};
 use super::rejections::{misrouted, replayed};
 use crate::engine::definition::Resolution;
+use crate::engine::index::InstanceMap;
 use crate::engine::instance::InstanceRecord;
-use crate::engine::{Command, Decision, Engine, Entry, HistoryItem, Instance};
+use crate::engine::{Command, Decision, Engine, Entry, EventRef, HistoryItem, Instance};
+use crate::engine::{JsonText, Name};
 use crate::{ErrorCode, Rejection};
 
 fn check_expectations(
@@ -21,14 +21,14 @@ fn check_expectations(
     expected_state: Option<&str>,
     expected_wal_offset: Option<u64>,
 ) -> Result<(), Rejection> {
-    if let Some(expected) = expected_state.filter(|s| *s != instance.state) {
+    if let Some(expected) = expected_state.filter(|s| *s != &*instance.state) {
         let message = format!(
             "expected state `{expected}`, instance is in `{}`",
             instance.state
         );
         return Err(Rejection::new(ErrorCode::Conflict, message)
             .with("expected_state", expected)
-            .with("actual_state", instance.state.as_str()));
+            .with("actual_state", &*instance.state));
     }
     if let Some(expected) = expected_wal_offset.filter(|o| *o != instance.wal_offset) {
         let message = format!(
@@ -44,9 +44,9 @@ fn check_expectations(
 
 /// The record an Apply entry can be applied to: it exists and is in the entry's `from` state.
 fn fitting_record<'a>(
-    instances: &'a mut HashMap<String, InstanceRecord>,
+    instances: &'a mut InstanceMap,
     id: &str,
-    from: &str,
+    from: &Name,
     event: &str,
     offset: u64,
 ) -> Option<&'a mut InstanceRecord> {
@@ -54,7 +54,7 @@ fn fitting_record<'a>(
         log::warn!("skipping event `{event}` for unknown instance `{id}` at offset {offset}");
         return None;
     };
-    if record.instance.state != from {
+    if record.instance.state != *from {
         let state = &record.instance.state;
         log::warn!(
             "skipping event `{event}` for `{id}` at offset {offset}: entry leaves `{from}`, \
@@ -62,7 +62,7 @@ fn fitting_record<'a>(
         );
         return None;
     }
-    Some(record)
+    Some(&mut **record)
 }
 
 fn refused(code: ErrorCode, message: String, state: &str, event: &str) -> Rejection {
@@ -89,8 +89,8 @@ impl Engine {
             return Err(misrouted("APPLY_EVENT"));
         };
         check_idempotency_key(idempotency_key.as_deref())?;
-        let record =
-            (self.instances.get(instance_id)).ok_or_else(|| instance_not_found(instance_id))?;
+        let record = (self.instances.get(instance_id.as_str()))
+            .ok_or_else(|| instance_not_found(instance_id))?;
         if let Some(first) = idempotency_key.as_deref().and_then(|k| record.keys.get(k)) {
             return Ok(Decision::Answer(replayed(first)));
         }
@@ -100,12 +100,12 @@ impl Engine {
         Ok(Decision::Write(Entry::Apply {
             instance_id: instance_id.clone(),
             event: event.clone(),
-            from: instance.state.clone(),
+            from: instance.state.to_string(),
             to: to.to_string(),
-            payload: payload.clone(),
+            payload: payload.as_ref().map(JsonText::from_map),
             idempotency_key: idempotency_key.clone(),
             at_ms: now_ms,
-            machine: Some(instance.machine.clone()),
+            machine: Some(instance.machine.to_string()),
             version: Some(instance.version),
         }))
     }
@@ -122,7 +122,7 @@ impl Engine {
         let empty = Map::new();
         let payload = payload.unwrap_or(&empty);
         let compiled = &stored.compiled;
-        let state = instance.state.as_str();
+        let state = &*instance.state;
         match compiled.resolve(state, event, &instance.context, payload) {
             Resolution::Move(to) => Ok(to),
             Resolution::GuardFailed => Err(refused(
@@ -149,41 +149,35 @@ impl Engine {
     /// Merges the payload, moves the state, appends history, counts, and records the result
     /// under the idempotency key. An unknown instance, or one not in `from`, is skipped with a
     /// warning.
+    ///
+    /// Takes the entry borrowed (from a decided `Entry` or straight from a log record) and
+    /// allocates only the history item's payload text: names are interned, so comparing the
+    /// instance's state with `from` is a pointer comparison once the name is known.
     pub(crate) fn apply_event(
         &mut self,
-        entry: Entry,
+        ev: EventRef<'_>,
         offset: u64,
         want_result: bool,
     ) -> Option<Value> {
-        let Entry::Apply {
-            instance_id,
-            event,
-            from,
-            to,
-            payload,
-            idempotency_key,
-            at_ms,
-            ..
-        } = entry
-        else {
-            return None; // `Engine::apply` routes only Apply entries here.
-        };
-        let record = fitting_record(&mut self.instances, &instance_id, &from, &event, offset)?;
+        let names = &mut self.names;
+        let from = names.intern(ev.from);
+        let record = fitting_record(&mut self.instances, ev.instance_id, &from, ev.event, offset)?;
+        let to = names.intern(ev.to);
         self.stats.count_event(&record.instance.machine, &from, &to);
         record.advance(HistoryItem {
             seq: record.instance.event_count + 1,
-            event,
+            event: names.intern(ev.event),
             from_state: from,
             to_state: to,
-            payload,
-            at_ms,
+            payload: ev.payload.map(JsonText::from_log),
+            at_ms: ev.at_ms,
             wal_offset: offset,
         });
-        let result = (want_result || idempotency_key.is_some())
+        let result = (want_result || ev.idempotency_key.is_some())
             .then(|| record.last_event_result())
             .flatten();
-        if let (Some(key), Some(result)) = (idempotency_key, &result) {
-            record.keys.insert(key, result.clone());
+        if let (Some(key), Some(result)) = (ev.idempotency_key, &result) {
+            record.keys.insert(key.to_owned(), result.clone());
         }
         result
     }

@@ -39,7 +39,7 @@ impl Engine {
         check_idempotency_key(idempotency_key.as_deref())?;
         let stored = (self.catalog.get(machine, *version))
             .ok_or_else(|| machine_not_found(machine, Some(*version)))?;
-        if let Some(record) = self.instances.get(id) {
+        if let Some(record) = self.instances.get(id.as_str()) {
             return match (idempotency_key, &record.created) {
                 (Some(key), Some(created)) if created.key == *key => {
                     Ok(Decision::Answer(replayed(&created.result)))
@@ -83,7 +83,7 @@ impl Engine {
         else {
             return None; // `Engine::apply` routes only Create entries here.
         };
-        if self.instances.contains_key(&id) {
+        if self.instances.contains_key(id.as_str()) {
             log::warn!("skipping create of existing instance `{id}` at offset {offset}");
             return None;
         }
@@ -92,9 +92,9 @@ impl Engine {
         }
         let instance = Instance {
             id: id.clone(),
-            machine,
+            machine: self.names.intern(&machine),
             version,
-            state,
+            state: self.names.intern(&state),
             context,
             created_at_ms: at_ms,
             updated_at_ms: at_ms,
@@ -109,7 +109,7 @@ impl Engine {
             let result = result.clone();
             record.created = Some(CreatedWithKey { key, result });
         }
-        self.instances.insert(id, record);
+        self.instances.insert(id.as_str().into(), Box::new(record));
         result
     }
 }

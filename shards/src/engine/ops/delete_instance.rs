@@ -11,7 +11,7 @@ impl Engine {
         let Command::DeleteInstance { id } = cmd else {
             return Err(misrouted("DELETE_INSTANCE"));
         };
-        if !self.instances.contains_key(id) {
+        if !self.instances.contains_key(id.as_str()) {
             return Err(instance_not_found(id));
         }
         Ok(Decision::Write(Entry::Delete {
@@ -25,7 +25,7 @@ impl Engine {
         let Entry::Delete { id, .. } = entry else {
             return None; // `Engine::apply` routes only Delete entries here.
         };
-        let Some(record) = self.instances.remove(&id) else {
+        let Some(record) = self.instances.remove(id.as_str()) else {
             log::warn!("skipping delete of unknown instance `{id}` at offset {offset}");
             return None;
         };

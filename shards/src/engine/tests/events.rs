@@ -43,7 +43,9 @@ fn apply_entry_carries_from_to_and_payload() {
         event: "pay".into(),
         from: "new".into(),
         to: "paid".into(),
-        payload: Some(obj(json!({"amount": 1}))),
+        payload: Some(crate::engine::JsonText::from_map(&obj(
+            json!({"amount": 1}),
+        ))),
         idempotency_key: None,
         at_ms: 77,
         machine: Some("order".into()),

@@ -15,7 +15,7 @@ fn create_instance_starts_in_the_initial_state() {
                "context": {"total": 10}, "wal_offset": 2, "applied": true})
     );
     assert_eq!(shard.engine.instance_count(), 1);
-    assert_eq!(shard.engine.instance("o1").unwrap().state, "new");
+    assert_eq!(shard.engine.instance("o1").unwrap().state, "new".into());
 }
 
 #[test]
@@ -211,5 +211,5 @@ fn create_entry_for_unknown_machine_still_creates_the_instance() {
         at_ms: 0,
     };
     assert_eq!(engine.apply(entry, 1, false), None);
-    assert_eq!(engine.instance("x").unwrap().state, "s");
+    assert_eq!(engine.instance("x").unwrap().state, "s".into());
 }

@@ -6,6 +6,7 @@ mod instances;
 mod machines;
 mod model;
 mod reads;
+mod replay;
 
 use serde_json::{json, Map, Value};
 
@@ -18,6 +19,8 @@ pub(super) struct Shard {
     pub(super) engine: Engine,
     pub(super) next_offset: u64,
     pub(super) now_ms: u64,
+    /// Every entry written, with its offset: the log a restart would replay.
+    pub(super) log: Vec<(u64, super::Entry)>,
 }
 
 impl Shard {
@@ -26,6 +29,7 @@ impl Shard {
             engine: Engine::new(),
             next_offset: 1,
             now_ms: 1_769_860_800_000,
+            log: Vec::new(),
         }
     }
 
@@ -37,6 +41,7 @@ impl Shard {
             Decision::Write(entry) => {
                 let offset = self.next_offset;
                 self.next_offset += 1;
+                self.log.push((offset, entry.clone()));
                 Ok(self
                     .engine
                     .apply(entry, offset, true)

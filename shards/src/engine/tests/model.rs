@@ -324,7 +324,7 @@ fn agrees(shard: &Shard, model: &Model) -> Result<(), TestCaseError> {
         let want = model.instances.get(id);
         prop_assert_eq!(got.is_some(), want.is_some(), "presence of {}", id);
         if let (Some(got), Some(want)) = (got, want) {
-            prop_assert_eq!(&got.state, &want.state);
+            prop_assert_eq!(&*got.state, want.state.as_str());
             prop_assert_eq!(&got.context, &want.context);
             prop_assert_eq!(got.event_count, want.event_count);
             prop_assert_eq!(got.wal_offset, want.wal_offset);
@@ -383,6 +383,7 @@ proptest! {
             engine: Engine::restore(&bytes).map_err(TestCaseError::fail)?,
             next_offset: original.next_offset,
             now_ms: original.now_ms,
+            log: Vec::new(),
         };
         prop_assert_eq!(restored.engine.snapshot(), bytes);
         for op in &ops[cut..] {

@@ -165,7 +165,7 @@ fn by_state(engine: &Engine, state: &str) -> Option<u64> {
     engine
         .stats()
         .by_state
-        .get(&("order".to_string(), state.to_string()))
+        .get(&("order".into(), state.into()))
         .copied()
 }
 
@@ -181,7 +181,7 @@ fn stats_follow_create_apply_and_delete() {
     let stats = shard.engine.stats();
     assert_eq!(stats.events_applied.get("order"), Some(&3));
     assert_eq!(stats.transitions.len(), 1);
-    let key = ("order".to_string(), "new".to_string(), "paid".to_string());
+    let key = ("order".into(), "new".into(), "paid".into());
     assert_eq!(stats.transitions.get(&key), Some(&1));
     assert_eq!(
         (

@@ -1,0 +1,344 @@
+//! The binary form of a log entry (what the WAL stores since entry format 2) and the decoder
+//! that also reads format 1, the JSON form of `Entry`.
+//!
+//! Layout: one kind byte, then the fields of that kind in a fixed order:
+//!
+//! | kind | fields |
+//! |---|---|
+//! | 1 machine | version, at_ms, machine, checksum, definition |
+//! | 2 create  | version, at_ms, id, machine, state, ?idempotency_key, context |
+//! | 3 apply   | at_ms, instance_id, event, from, to, ?idempotency_key, ?machine, ?version, ?payload |
+//! | 4 delete  | at_ms, id |
+//!
+//! Integers are unsigned LEB128; strings are a LEB128 byte length and UTF-8; JSON values
+//! (definition, context, payload) are a length and compact JSON text; `?x` is a presence byte
+//! (0 or 1) followed by x when 1. A JSON entry starts with `{`, which no kind byte equals, so
+//! one decoder reads logs of either format. See docs/wal.md.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use super::{Entry, EventRef};
+use crate::engine::JsonText;
+
+const KIND_MACHINE: u8 = 1;
+const KIND_CREATE: u8 = 2;
+const KIND_APPLY: u8 = 3;
+const KIND_DELETE: u8 = 4;
+/// First byte of a format-1 (JSON) entry.
+const JSON_OPEN: u8 = b'{';
+/// How a format-1 APPLY entry starts (serde writes the tag first).
+const JSON_APPLY_PREFIX: &[u8] = br#"{"k":"apply""#;
+
+/// Why a log record is not an entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// Byte position in the record where decoding stopped.
+    pub at: usize,
+    pub what: String,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (byte {})", self.what, self.at)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// A decoded log record: binary APPLY entries borrow from the record (the replay hot path);
+/// everything else is an owned `Entry`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record<'a> {
+    Event(EventRef<'a>),
+    Entry(Entry),
+}
+
+impl<'a> Record<'a> {
+    /// Reads a record in either format.
+    pub fn decode(bytes: &'a [u8]) -> Result<Record<'a>, DecodeError> {
+        if bytes.first() == Some(&KIND_APPLY) {
+            let mut r = Reader { bytes, pos: 1 };
+            let event = r.event()?;
+            r.end()?;
+            return Ok(Record::Event(event));
+        }
+        Entry::decode(bytes).map(Record::Entry)
+    }
+}
+
+impl Entry {
+    /// Appends the binary form of this entry to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Entry::PutMachine {
+                machine,
+                version,
+                definition,
+                checksum,
+                at_ms,
+            } => {
+                out.push(KIND_MACHINE);
+                put_uint(out, u64::from(*version));
+                put_uint(out, *at_ms);
+                put_str(out, machine);
+                put_str(out, checksum);
+                put_json(out, definition);
+            }
+            Entry::Create {
+                id,
+                machine,
+                version,
+                state,
+                context,
+                idempotency_key,
+                at_ms,
+            } => {
+                out.push(KIND_CREATE);
+                put_uint(out, u64::from(*version));
+                put_uint(out, *at_ms);
+                put_str(out, id);
+                put_str(out, machine);
+                put_str(out, state);
+                put_opt(out, idempotency_key.as_deref(), put_str);
+                put_json(out, context);
+            }
+            Entry::Apply {
+                instance_id,
+                event,
+                from,
+                to,
+                payload,
+                idempotency_key,
+                at_ms,
+                machine,
+                version,
+            } => {
+                out.push(KIND_APPLY);
+                put_uint(out, *at_ms);
+                put_str(out, instance_id);
+                put_str(out, event);
+                put_str(out, from);
+                put_str(out, to);
+                put_opt(out, idempotency_key.as_deref(), put_str);
+                put_opt(out, machine.as_deref(), put_str);
+                put_opt(out, version.map(u64::from), put_uint);
+                put_opt(out, payload.as_ref().map(JsonText::as_str), put_str);
+            }
+            Entry::Delete { id, at_ms } => {
+                out.push(KIND_DELETE);
+                put_uint(out, *at_ms);
+                put_str(out, id);
+            }
+        }
+    }
+
+    /// The binary form as a new buffer.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(128);
+        self.encode(&mut out);
+        out
+    }
+
+    /// Reads an entry in either format (binary, or the JSON of format 1).
+    pub fn decode(bytes: &[u8]) -> Result<Entry, DecodeError> {
+        match bytes.first() {
+            Some(&JSON_OPEN) => serde_json::from_slice(bytes).map_err(|e| DecodeError {
+                at: e.column(),
+                what: format!("JSON entry: {e}"),
+            }),
+            Some(_) => {
+                let mut r = Reader { bytes, pos: 0 };
+                let entry = r.entry()?;
+                r.end()?;
+                Ok(entry)
+            }
+            None => Err(DecodeError {
+                at: 0,
+                what: "empty entry".into(),
+            }),
+        }
+    }
+
+    /// True when the record holds an APPLY entry (either format), without decoding it.
+    pub fn record_is_event(bytes: &[u8]) -> bool {
+        bytes.first() == Some(&KIND_APPLY) || bytes.starts_with(JSON_APPLY_PREFIX)
+    }
+}
+
+fn put_uint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_uint(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_opt<T>(out: &mut Vec<u8>, v: Option<T>, put: fn(&mut Vec<u8>, T)) {
+    match v {
+        None => out.push(0),
+        Some(v) => {
+            out.push(1);
+            put(out, v);
+        }
+    }
+}
+
+/// Writes `v` as length-prefixed compact JSON. Values of `serde_json` always serialize.
+fn put_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    let text = serde_json::to_vec(v).unwrap_or_else(|_| b"null".to_vec());
+    put_uint(out, text.len() as u64);
+    out.extend_from_slice(&text);
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn error(&self, what: impl Into<String>) -> DecodeError {
+        DecodeError {
+            at: self.pos,
+            what: what.into(),
+        }
+    }
+
+    fn entry(&mut self) -> Result<Entry, DecodeError> {
+        let kind = self.byte()?;
+        Ok(match kind {
+            KIND_MACHINE => Entry::PutMachine {
+                version: self.u32()?,
+                at_ms: self.uint()?,
+                machine: self.string()?,
+                checksum: self.string()?,
+                definition: self.json()?,
+            },
+            KIND_CREATE => Entry::Create {
+                version: self.u32()?,
+                at_ms: self.uint()?,
+                id: self.string()?,
+                machine: self.string()?,
+                state: self.string()?,
+                idempotency_key: self.opt(Self::string)?,
+                context: self.json::<Map<String, Value>>()?,
+            },
+            KIND_APPLY => self.event()?.to_entry(),
+            KIND_DELETE => Entry::Delete {
+                at_ms: self.uint()?,
+                id: self.string()?,
+            },
+            other => {
+                self.pos -= 1;
+                return Err(self.error(format!("unknown entry kind {other}")));
+            }
+        })
+    }
+
+    /// The fields of an APPLY entry (after its kind byte).
+    fn event(&mut self) -> Result<EventRef<'a>, DecodeError> {
+        Ok(EventRef {
+            at_ms: self.uint()?,
+            instance_id: self.str()?,
+            event: self.str()?,
+            from: self.str()?,
+            to: self.str()?,
+            idempotency_key: self.opt(Self::str)?,
+            machine: self.opt(Self::str)?,
+            version: self.opt(Self::u32)?,
+            payload: self.opt(Self::str)?,
+        })
+    }
+
+    /// Fails when bytes remain after the entry.
+    fn end(&self) -> Result<(), DecodeError> {
+        match self.bytes.len() - self.pos {
+            0 => Ok(()),
+            n => Err(self.error(format!("{n} bytes after the entry"))),
+        }
+    }
+
+    fn byte(&mut self) -> Result<u8, DecodeError> {
+        let b = *(self.bytes.get(self.pos)).ok_or_else(|| self.error("entry ends early"))?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn uint(&mut self) -> Result<u64, DecodeError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            let bits = u64::from(b & 0x7F);
+            if shift == 63 && bits > 1 {
+                return Err(self.error("integer overflows 64 bits"));
+            }
+            v |= bits << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(self.error("integer longer than 10 bytes"))
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        let v = self.uint()?;
+        u32::try_from(v).map_err(|_| self.error(format!("{v} does not fit 32 bits")))
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+        let len = self.uint()?;
+        let rest = self.bytes.len() - self.pos;
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|l| *l <= rest)
+            .ok_or_else(|| self.error(format!("length {len} runs past the entry")))?;
+        let out = &self.bytes[self.pos..self.pos + len];
+        self.pos += len;
+        Ok(out)
+    }
+
+    fn str(&mut self) -> Result<&'a str, DecodeError> {
+        let start = self.pos;
+        let b = self.bytes()?;
+        std::str::from_utf8(b).map_err(|e| DecodeError {
+            at: start,
+            what: format!("string is not UTF-8: {e}"),
+        })
+    }
+
+    fn string(&mut self) -> Result<String, DecodeError> {
+        self.str().map(str::to_owned)
+    }
+
+    fn json<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, DecodeError> {
+        let start = self.pos;
+        let b = self.bytes()?;
+        serde_json::from_slice(b).map_err(|e| DecodeError {
+            at: start,
+            what: format!("JSON field: {e}"),
+        })
+    }
+
+    fn opt<T>(
+        &mut self,
+        read: impl FnOnce(&mut Self) -> Result<T, DecodeError>,
+    ) -> Result<Option<T>, DecodeError> {
+        match self.byte()? {
+            0 => Ok(None),
+            1 => read(self).map(Some),
+            other => {
+                self.pos -= 1;
+                Err(self.error(format!("presence byte {other} is neither 0 nor 1")))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

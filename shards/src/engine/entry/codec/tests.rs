@@ -1,0 +1,163 @@
+use proptest::prelude::*;
+use serde_json::{json, Map, Value};
+
+use crate::engine::{Entry, JsonText};
+
+fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+fn samples() -> Vec<Entry> {
+    vec![
+        Entry::PutMachine {
+            machine: "order".into(),
+            version: 3,
+            definition: json!({"initial": "new", "states": ["new", "paid"]}),
+            checksum: "00ff00ff".into(),
+            at_ms: 1_700_000_000_000,
+        },
+        Entry::Create {
+            id: "o-1".into(),
+            machine: "order".into(),
+            version: 3,
+            state: "new".into(),
+            context: obj(json!({"total": 10, "who": "é"})),
+            idempotency_key: Some("k1".into()),
+            at_ms: 5,
+        },
+        Entry::Apply {
+            instance_id: "o-1".into(),
+            event: "pay".into(),
+            from: "new".into(),
+            to: "paid".into(),
+            payload: Some(JsonText::from_map(&obj(json!({"amount": 10})))),
+            idempotency_key: None,
+            at_ms: u64::MAX,
+            machine: Some("order".into()),
+            version: Some(u32::MAX),
+        },
+        Entry::Apply {
+            instance_id: String::new(),
+            event: "e".into(),
+            from: "a".into(),
+            to: "a".into(),
+            payload: None,
+            idempotency_key: Some("k".into()),
+            at_ms: 0,
+            machine: None,
+            version: None,
+        },
+        Entry::Delete {
+            id: "o-1".into(),
+            at_ms: 128,
+        },
+    ]
+}
+
+#[test]
+fn every_kind_round_trips_in_binary() {
+    for e in samples() {
+        let bytes = e.to_bytes();
+        assert_ne!(bytes[0], b'{');
+        assert_eq!(Entry::decode(&bytes), Ok(e.clone()), "{bytes:?}");
+    }
+}
+
+#[test]
+fn format_1_json_entries_still_decode() {
+    for e in samples() {
+        let json = serde_json::to_vec(&e).unwrap();
+        assert_eq!(Entry::decode(&json), Ok(e));
+    }
+    // A record as a format-1 server wrote it.
+    let old = br#"{"k":"apply","instance_id":"o","event":"pay","from":"new","to":"paid","payload":{"amount":3},"at_ms":9}"#;
+    let Ok(Entry::Apply { payload, .. }) = Entry::decode(old) else {
+        panic!("old apply entry does not decode");
+    };
+    assert_eq!(
+        payload.map(|p| p.as_str().to_string()),
+        Some(r#"{"amount":3}"#.into())
+    );
+}
+
+#[test]
+fn every_truncation_and_trailing_byte_is_an_error() {
+    for e in samples() {
+        let bytes = e.to_bytes();
+        for cut in 0..bytes.len() {
+            assert!(Entry::decode(&bytes[..cut]).is_err(), "{e:?} cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        let err = Entry::decode(&longer).unwrap_err();
+        assert_eq!(err.at, bytes.len());
+    }
+}
+
+#[test]
+fn bad_fields_name_their_position() {
+    assert_eq!(Entry::decode(&[9]).unwrap_err().at, 0);
+    // Delete with a presence-free layout but a length running past the end.
+    let err = Entry::decode(&[4, 1, 50, b'x']).unwrap_err();
+    assert_eq!(err.at, 3);
+    // A string that is not UTF-8.
+    assert!(Entry::decode(&[4, 1, 1, 0xFF]).is_err());
+    // An integer of 11 bytes.
+    let mut long = vec![4];
+    long.extend_from_slice(&[0xFF; 10]);
+    long.push(0);
+    assert!(Entry::decode(&long).is_err());
+    // A bad presence byte in an Apply.
+    let mut apply = vec![3, 0];
+    for s in ["i", "e", "a", "b"] {
+        apply.push(1);
+        apply.extend_from_slice(s.as_bytes());
+    }
+    apply.push(2);
+    assert!(Entry::decode(&apply)
+        .unwrap_err()
+        .what
+        .contains("presence byte"));
+}
+
+#[test]
+fn event_records_are_told_apart_without_decoding() {
+    for e in samples() {
+        let is_event = matches!(e, Entry::Apply { .. });
+        assert_eq!(Entry::record_is_event(&e.to_bytes()), is_event);
+        assert_eq!(
+            Entry::record_is_event(&serde_json::to_vec(&e).unwrap()),
+            is_event
+        );
+    }
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        let _ = Entry::decode(&bytes);
+    }
+
+    #[test]
+    fn apply_entries_round_trip(
+        id in ".{0,40}", event in "[a-z]{1,8}", from in "[a-z]{1,8}", to in "[a-z]{1,8}",
+        at_ms in any::<u64>(), version in proptest::option::of(any::<u32>()),
+        key in proptest::option::of(".{0,20}"), n in proptest::option::of(any::<i64>()),
+    ) {
+        let e = Entry::Apply {
+            instance_id: id,
+            event,
+            from,
+            to,
+            payload: n.map(|n| JsonText::from_map(&obj(json!({"n": n, "s": "x\"y"})))),
+            idempotency_key: key,
+            at_ms,
+            machine: version.map(|v| format!("m{v}")),
+            version,
+        };
+        prop_assert_eq!(Entry::decode(&e.to_bytes()), Ok(e));
+    }
+}

@@ -1,0 +1,134 @@
+//! Log entries: everything `apply` needs, decided once.
+//!
+//! The WAL stores the binary form of `codec` (entry format 2). The serde (JSON) form is entry
+//! format 1, which older logs hold and snapshots still use for definitions: it is part of the
+//! on-disk format too, so add fields only as `Option` with `#[serde(default)]`, never rename.
+
+mod codec;
+
+pub use codec::{DecodeError, Record};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::JsonText;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "k")]
+pub enum Entry {
+    /// A machine definition version, already validated and normalised.
+    #[serde(rename = "machine")]
+    PutMachine {
+        machine: String,
+        version: u32,
+        definition: Value,
+        /// Hex CRC32C of the canonical definition JSON.
+        checksum: String,
+        at_ms: u64,
+    },
+    #[serde(rename = "create")]
+    Create {
+        id: String,
+        machine: String,
+        version: u32,
+        /// Initial state, decided from the definition.
+        state: String,
+        context: Map<String, Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idempotency_key: Option<String>,
+        at_ms: u64,
+    },
+    #[serde(rename = "apply")]
+    Apply {
+        instance_id: String,
+        event: String,
+        from: String,
+        to: String,
+        /// The event payload as compact JSON object text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        payload: Option<JsonText>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idempotency_key: Option<String>,
+        at_ms: u64,
+        /// The instance's machine and version, so a log reader (subscription replay) can
+        /// describe the event without engine state. Absent in entries written before they
+        /// were added; `apply` does not use them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        machine: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<u32>,
+    },
+    #[serde(rename = "delete")]
+    Delete { id: String, at_ms: u64 },
+}
+
+/// An APPLY entry with borrowed fields: what `apply` reads, whether the entry was just decided
+/// (borrowed from an `Entry`) or is being replayed (borrowed from the log record, no copies).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EventRef<'a> {
+    pub instance_id: &'a str,
+    pub event: &'a str,
+    pub from: &'a str,
+    pub to: &'a str,
+    /// Compact JSON object text.
+    pub payload: Option<&'a str>,
+    pub idempotency_key: Option<&'a str>,
+    pub at_ms: u64,
+    pub machine: Option<&'a str>,
+    pub version: Option<u32>,
+}
+
+impl EventRef<'_> {
+    pub fn to_entry(&self) -> Entry {
+        Entry::Apply {
+            instance_id: self.instance_id.to_owned(),
+            event: self.event.to_owned(),
+            from: self.from.to_owned(),
+            to: self.to.to_owned(),
+            payload: self.payload.map(JsonText::from_log),
+            idempotency_key: self.idempotency_key.map(str::to_owned),
+            at_ms: self.at_ms,
+            machine: self.machine.map(str::to_owned),
+            version: self.version,
+        }
+    }
+}
+
+impl Entry {
+    /// The borrowed view of an APPLY entry; None for other kinds.
+    pub fn as_event(&self) -> Option<EventRef<'_>> {
+        match self {
+            Entry::Apply {
+                instance_id,
+                event,
+                from,
+                to,
+                payload,
+                idempotency_key,
+                at_ms,
+                machine,
+                version,
+            } => Some(EventRef {
+                instance_id,
+                event,
+                from,
+                to,
+                payload: payload.as_ref().map(JsonText::as_str),
+                idempotency_key: idempotency_key.as_deref(),
+                at_ms: *at_ms,
+                machine: machine.as_deref(),
+                version: *version,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The instance this entry concerns, if any.
+    pub fn instance_id(&self) -> Option<&str> {
+        match self {
+            Entry::PutMachine { .. } => None,
+            Entry::Create { id, .. } | Entry::Delete { id, .. } => Some(id),
+            Entry::Apply { instance_id, .. } => Some(instance_id),
+        }
+    }
+}

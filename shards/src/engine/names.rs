@@ -1,0 +1,93 @@
+//! Interned names: machine, state and event names as shared `Arc<str>`.
+//!
+//! Every history item and counter key names a state or an event. Interning them makes a history
+//! item hold pointers instead of three fresh strings, and lets `apply` count an event without
+//! allocating. The set of names is bounded by the definitions (`decide` logs only names a
+//! definition declares), so the interner never needs eviction.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+/// A machine, state or event name shared by every place that holds it.
+pub type Name = Arc<str>;
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Interner {
+    names: HashSet<Name, BuildHasherDefault<NameHasher>>,
+}
+
+/// A multiply-rotate hash (FxHash's construction) for the interner: a lookup runs three times
+/// per applied event, and SipHash's flooding resistance buys nothing here, because the names
+/// are the ones definitions declare, validated and bounded at PUT_MACHINE.
+#[derive(Default)]
+pub(crate) struct NameHasher(u64);
+
+const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl NameHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
+    }
+}
+
+impl Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, b: u8) {
+        self.add(u64::from(b));
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Interner {
+    /// The shared copy of `s`, made on first use.
+    pub(crate) fn intern(&mut self, s: &str) -> Name {
+        if let Some(name) = self.names.get(s) {
+            return name.clone();
+        }
+        let name: Name = Arc::from(s);
+        self.names.insert(name.clone());
+        name
+    }
+
+    /// `name` if it is already the shared copy, else the shared copy of its text (names read
+    /// from a snapshot arrive as separate allocations).
+    pub(crate) fn adopt(&mut self, name: &mut Name) {
+        let shared = self.intern(name);
+        *name = shared;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_text_gives_the_same_allocation() {
+        let mut names = Interner::default();
+        let a = names.intern("paid");
+        let b = names.intern(&String::from("paid"));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &names.intern("new")));
+        let mut c: Name = Arc::from("paid");
+        names.adopt(&mut c);
+        assert!(Arc::ptr_eq(&a, &c));
+    }
+}
