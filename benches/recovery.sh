@@ -12,6 +12,8 @@
 #   REPEAT=3          restarts timed
 #   SHARDS=1          shards.count
 #   PAYLOAD=64        --payload-bytes of the APPLY_EVENT load
+#   INSTANCES=10000   instances each load step creates and then applies events to
+#   STEP=5            seconds per load step (each step adds INSTANCES new instances)
 #   DATA_PARENT=/tmp  where the data dir goes (a real disk, never tmpfs)
 #   KEEP=0            1 keeps the data dir (its path is printed) for profiling
 #   REUSE=<dir>       time restarts of a data dir kept by KEEP=1 instead of writing a new one
@@ -23,6 +25,8 @@ ENTRIES=${ENTRIES:-1000000}
 REPEAT=${REPEAT:-3}
 SHARDS=${SHARDS:-1}
 PAYLOAD=${PAYLOAD:-64}
+INSTANCES=${INSTANCES:-10000}
+STEP=${STEP:-5}
 DATA_PARENT=${DATA_PARENT:-/tmp}
 KEEP=${KEEP:-0}
 TARGET=${CARGO_TARGET_DIR:-target}
@@ -81,8 +85,8 @@ entries() {
 
 [ -z "${REUSE:-}" ] && start
 while [ -z "${REUSE:-}" ] && [ "$(entries)" -lt "$ENTRIES" ]; do
-    "$BENCH" --addr "$ADDR" --workload apply -c 16 --in-flight 8 --duration 5 --warmup 0 \
-        --payload-bytes "$PAYLOAD" >/dev/null
+    "$BENCH" --addr "$ADDR" --workload apply -c 16 --in-flight 8 --duration "$STEP" --warmup 0 \
+        --instances "$INSTANCES" --payload-bytes "$PAYLOAD" >/dev/null
     echo "  entries so far: $(entries)" >&2
 done
 if [ -n "$PID" ]; then
