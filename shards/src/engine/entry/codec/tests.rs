@@ -161,3 +161,23 @@ proptest! {
         prop_assert_eq!(Entry::decode(&e.to_bytes()), Ok(e));
     }
 }
+
+/// The example in docs/wal.md, byte for byte: the format is pinned, not just self-consistent.
+#[test]
+fn the_documented_example_encodes_exactly() {
+    let e = Entry::Apply {
+        instance_id: "o-1".into(),
+        event: "pay".into(),
+        from: "new".into(),
+        to: "paid".into(),
+        payload: Some(JsonText::from_map(&obj(json!({"amount": 10})))),
+        idempotency_key: None,
+        at_ms: 5,
+        machine: Some("order".into()),
+        version: Some(3),
+    };
+    let mut want = vec![3, 5, 3];
+    want.extend_from_slice(b"o-1\x03pay\x03new\x04paid\x00\x01\x05order\x01\x03\x01\x0d");
+    want.extend_from_slice(br#"{"amount":10}"#);
+    assert_eq!(e.to_bytes(), want);
+}
