@@ -72,27 +72,20 @@ pub struct EventView<'a> {
 impl<'a> EventView<'a> {
     /// The event an entry records; `None` for entries that are not events.
     pub fn of(entry: &'a Entry) -> Option<EventView<'a>> {
-        match entry {
-            Entry::Apply {
-                instance_id,
-                event,
-                from,
-                to,
-                payload,
-                machine,
-                version,
-                ..
-            } => Some(EventView {
-                instance_id,
-                machine: machine.as_deref(),
-                version: *version,
-                event,
-                from,
-                to,
-                payload: payload.as_ref(),
-            }),
+        let ev = entry.as_event()?;
+        let payload = match entry {
+            Entry::Apply { payload, .. } => payload.as_ref(),
             _ => None,
-        }
+        };
+        Some(EventView {
+            instance_id: ev.instance_id,
+            machine: ev.machine,
+            version: ev.version,
+            event: ev.event,
+            from: ev.from,
+            to: ev.to,
+            payload,
+        })
     }
 
     /// The push body (see `PushMsg`). Replayed events say so and carry no context.

@@ -20,7 +20,6 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use super::{Entry, EventRef};
-use crate::engine::JsonText;
 
 const KIND_MACHINE: u8 = 1;
 const KIND_CREATE: u8 = 2;
@@ -104,27 +103,19 @@ impl Entry {
                 put_opt(out, idempotency_key.as_deref(), put_str);
                 put_json(out, context);
             }
-            Entry::Apply {
-                instance_id,
-                event,
-                from,
-                to,
-                payload,
-                idempotency_key,
-                at_ms,
-                machine,
-                version,
-            } => {
-                out.push(KIND_APPLY);
-                put_uint(out, *at_ms);
-                put_str(out, instance_id);
-                put_str(out, event);
-                put_str(out, from);
-                put_str(out, to);
-                put_opt(out, idempotency_key.as_deref(), put_str);
-                put_opt(out, machine.as_deref(), put_str);
-                put_opt(out, version.map(u64::from), put_uint);
-                put_opt(out, payload.as_ref().map(JsonText::as_str), put_str);
+            Entry::Apply { .. } => {
+                if let Some(ev) = self.as_event() {
+                    out.push(KIND_APPLY);
+                    put_uint(out, ev.at_ms);
+                    put_str(out, ev.instance_id);
+                    put_str(out, ev.event);
+                    put_str(out, ev.from);
+                    put_str(out, ev.to);
+                    put_opt(out, ev.idempotency_key, put_str);
+                    put_opt(out, ev.machine, put_str);
+                    put_opt(out, ev.version.map(u64::from), put_uint);
+                    put_opt(out, ev.payload, put_str);
+                }
             }
             Entry::Delete { id, at_ms } => {
                 out.push(KIND_DELETE);
