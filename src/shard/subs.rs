@@ -90,7 +90,6 @@ impl<'a> EventView<'a> {
 
     /// The push body (see `PushMsg`). Replayed events say so and carry no context.
     pub fn body(&self, context: Option<&Map<String, Value>>, replayed: bool) -> Vec<u8> {
-        let empty = JsonText::from_map(&Map::new());
         let mut out = Vec::with_capacity(160);
         member(&mut out, "instance_id", &self.instance_id, false);
         member(&mut out, "machine", &self.machine, true);
@@ -98,7 +97,11 @@ impl<'a> EventView<'a> {
         member(&mut out, "event", &self.event, true);
         member(&mut out, "from_state", &self.from, true);
         member(&mut out, "to_state", &self.to, true);
-        member(&mut out, "payload", &self.payload.unwrap_or(&empty), true);
+        match self.payload {
+            Some(payload) => member(&mut out, "payload", payload, true),
+            // An empty `Map` writes `{}` without allocating.
+            None => member(&mut out, "payload", &Map::new(), true),
+        }
         if let Some(ctx) = context {
             member(&mut out, "context", ctx, true);
         }
