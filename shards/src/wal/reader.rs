@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::WalError;
 use super::record::KIND_ENTRY;
-use super::scan::{SegmentScan, Step};
+use super::scan::{ReadSize, SegmentScan, Step};
 use super::shared::Shared;
 
 /// What one call collects, and its limits.
@@ -101,7 +101,7 @@ async fn read_segment(
     pos: u64,
     c: &mut Collector,
 ) -> Result<Option<u64>, WalError> {
-    let mut scan = match SegmentScan::open(path, pos).await {
+    let mut scan = match SegmentScan::open(path, pos, ReadSize::Reader).await {
         Ok(s) => s,
         // Compaction deleted it between the lookup and the open.
         Err(_) if c.next < shared.oldest() => {

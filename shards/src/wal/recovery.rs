@@ -19,7 +19,7 @@ use super::error::WalError;
 use super::files::{self, align_down, align_up};
 use super::limits::{BLOCK_BYTES, SEGMENT_HEADER_BYTES};
 use super::record::KIND_ENTRY;
-use super::scan::{SegmentScan, Step};
+use super::scan::{ReadSize, SegmentScan, Step};
 use super::segment::{decode_header, list_segments};
 use super::shared::SegmentMeta;
 use super::snapshot::{self, Loaded};
@@ -230,7 +230,7 @@ async fn scan_segment(
     on: OnRecovered<'_>,
 ) -> Result<(SegmentMeta, u64), WalError> {
     let mut meta = SegmentMeta::new(s.first, s.path.clone());
-    let mut scan = SegmentScan::open(&s.path, SEGMENT_HEADER_BYTES).await?;
+    let mut scan = SegmentScan::open(&s.path, SEGMENT_HEADER_BYTES, ReadSize::Recovery).await?;
     let stop = loop {
         match scan.next().await? {
             Step::Record {

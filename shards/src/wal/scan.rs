@@ -1,7 +1,7 @@
 //! Sequential reading of a segment's records in large chunks, for recovery and `read_from`.
 //!
-//! Reads with a `DmaStreamReader` (128 KiB buffers, read-ahead 4) into a window that keeps at
-//! most one partial record between chunks; `next` decodes one record at a time from it.
+//! Reads with a `DmaStreamReader` (buffer size and read-ahead per `ReadSize`) into a window that
+//! keeps at most one partial record between chunks; `next` decodes one record at a time from it.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -11,6 +11,7 @@ use glommio::io::{DmaStreamReader, DmaStreamReaderBuilder};
 use super::error::WalError;
 use super::files;
 use super::limits::{MARKER_BYTES, READ_AHEAD_BUFFERS, READ_CHUNK_BYTES};
+use super::limits::{RECOVERY_READ_AHEAD_BUFFERS, RECOVERY_READ_CHUNK_BYTES};
 use super::record::{self, Decoded};
 
 /// One step through a segment.
@@ -39,8 +40,28 @@ pub(crate) struct Rest {
     pub nonzero_end: Option<u64>,
 }
 
+/// How a scan reads its file.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ReadSize {
+    /// Recovery at open: large buffers, deep read-ahead.
+    Recovery,
+    /// Readers serving `read_from` while the shard runs: small buffers.
+    Reader,
+}
+
+impl ReadSize {
+    /// (buffer bytes, buffers of read-ahead)
+    fn chunks(self) -> (usize, usize) {
+        match self {
+            ReadSize::Recovery => (RECOVERY_READ_CHUNK_BYTES, RECOVERY_READ_AHEAD_BUFFERS),
+            ReadSize::Reader => (READ_CHUNK_BYTES, READ_AHEAD_BUFFERS),
+        }
+    }
+}
+
 pub(crate) struct SegmentScan {
     path: PathBuf,
+    chunk: usize,
     reader: DmaStreamReader,
     window: Vec<u8>,
     /// File position of `window[0]`.
@@ -50,17 +71,19 @@ pub(crate) struct SegmentScan {
 }
 
 impl SegmentScan {
-    pub async fn open(path: &Path, start: u64) -> Result<SegmentScan, WalError> {
+    pub async fn open(path: &Path, start: u64, size: ReadSize) -> Result<SegmentScan, WalError> {
+        let (chunk, ahead) = size.chunks();
         let file = files::open_read(path).await?;
         let reader = DmaStreamReaderBuilder::new(file)
             .with_start_pos(start)
-            .with_buffer_size(READ_CHUNK_BYTES)
-            .with_read_ahead(READ_AHEAD_BUFFERS)
+            .with_buffer_size(chunk)
+            .with_read_ahead(ahead)
             .build();
         Ok(SegmentScan {
             path: path.to_path_buf(),
+            chunk,
             reader,
-            window: Vec::with_capacity(2 * READ_CHUNK_BYTES),
+            window: Vec::with_capacity(2 * chunk),
             window_pos: start,
             cursor: 0,
             eof: false,
@@ -96,7 +119,7 @@ impl SegmentScan {
         }
         let buf = self
             .reader
-            .get_buffer_aligned(READ_CHUNK_BYTES as u64)
+            .get_buffer_aligned(self.chunk as u64)
             .await
             .map_err(|e| WalError::io("read", &self.path, e))?;
         if buf.is_empty() {
