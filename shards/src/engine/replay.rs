@@ -8,6 +8,8 @@
 
 use std::hint::black_box;
 
+use serde_json::Value;
+
 use super::index::prefetch;
 use super::instance::InstanceRecord;
 use super::{Engine, Record};
@@ -93,8 +95,12 @@ impl Engine {
             // Merging a payload compares its keys with the context's, which live on the heap.
             // Reading the node is a real load, but independent of the other records' loads,
             // so they overlap.
-            for key in record.instance.context.keys().take(CONTEXT_KEYS_PREFETCHED) {
+            // A merge overwrites a string value in its own buffer, which is as cold.
+            for (key, value) in record.instance.context.iter().take(CONTEXT_KEYS_PREFETCHED) {
                 prefetch(black_box(key.as_ptr()));
+                if let Value::String(s) = value {
+                    prefetch(s.as_ptr());
+                }
             }
         }
     }
