@@ -1,73 +1,271 @@
-//! Per-instance event history: the most recent `HISTORY_PER_INSTANCE_MAX` items, in seq order.
+//! Per-instance event history: the most recent `HISTORY_PER_INSTANCE_MAX` events, in seq order.
 //!
-//! Seqs are the 1-based event numbers of the instance and are contiguous in the buffer, so a
-//! page is a binary search and a slice. Older events are only in the write-ahead log.
+//! Seqs are the 1-based event numbers of the instance and are contiguous, so a page is a
+//! binary search and a slice. Older events are only in the write-ahead log.
+//!
+//! Replaying a log appends one item per event, so the layout is built for appending:
+//! - An item keeps only what it cannot derive (`Slot`: event, target state, time, offset,
+//!   payload length). Its seq is `first_seq` plus its position, and the state it left is the
+//!   state the item before it entered (`first_from` for the oldest item): an event applies only
+//!   to an instance in the entry's `from` state, and only events move an instance.
+//! - Payload texts are appended back to back into one ring of bytes per instance instead of one
+//!   allocation per item: a push allocates nothing once the buffers have grown.
+//!
+//! `HistoryItem` is the full item, built when a page is read. The snapshot form is the list of
+//! full items, as before.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeSeq;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 
 use super::instance::HistoryItem;
+use super::json_text::JsonText;
 use super::limits::HISTORY_PER_INSTANCE_MAX;
-use super::names::Interner;
+use super::names::{Interner, Name};
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct History {
-    items: VecDeque<HistoryItem>,
+    /// Seq of `slots[0]`.
+    first_seq: u64,
+    /// The state `slots[0]` left; `Some` exactly when `slots` is not empty.
+    first_from: Option<Name>,
+    slots: VecDeque<Slot>,
+    /// The payload texts of `slots`, oldest first, back to back.
+    text: VecDeque<u8>,
+}
+
+/// What one item keeps (see the module doc for what it derives).
+#[derive(Debug, Clone, PartialEq)]
+struct Slot {
+    event: Name,
+    to_state: Name,
+    at_ms: u64,
+    wal_offset: u64,
+    /// Bytes of payload text in `History::text`; `NO_PAYLOAD` when the event had none.
+    payload_len: u32,
+}
+
+/// `Slot::payload_len` of an event without a payload.
+const NO_PAYLOAD: u32 = u32::MAX;
+
+impl Slot {
+    fn text_len(&self) -> usize {
+        match self.payload_len {
+            NO_PAYLOAD => 0,
+            n => n as usize,
+        }
+    }
+}
+
+/// One event being appended (borrowed from the log entry or the decided command).
+pub(crate) struct NewItem<'a> {
+    pub(crate) event: Name,
+    pub(crate) from_state: &'a Name,
+    pub(crate) to_state: Name,
+    pub(crate) payload: Option<&'a str>,
+    pub(crate) at_ms: u64,
+    pub(crate) wal_offset: u64,
 }
 
 impl History {
-    /// Appends `item`, dropping the oldest item when the buffer is full.
-    pub(crate) fn push(&mut self, item: HistoryItem) {
-        if self.items.len() >= HISTORY_PER_INSTANCE_MAX {
-            self.items.pop_front();
+    /// Appends `item` as event number `seq`, dropping the oldest item when the buffer is full.
+    ///
+    /// `seq` follows the newest item's, and `item.from_state` is the state the newest item
+    /// entered: `apply` only appends events of the instance in its current state. A payload
+    /// longer than `u32::MAX - 1` bytes cannot reach here (frames are far smaller); it would be
+    /// kept as an empty object rather than cut.
+    pub(crate) fn push(&mut self, seq: u64, item: NewItem<'_>) {
+        if self.slots.len() >= HISTORY_PER_INSTANCE_MAX {
+            self.pop_oldest();
         }
-        self.items.push_back(item);
+        if self.slots.is_empty() {
+            self.first_seq = seq;
+            self.first_from = Some(item.from_state.clone());
+        }
+        let payload_len = match item.payload {
+            None => NO_PAYLOAD,
+            Some(text) => match u32::try_from(text.len()).ok().filter(|n| *n != NO_PAYLOAD) {
+                Some(n) => {
+                    self.text.extend(text.as_bytes());
+                    n
+                }
+                None => {
+                    self.text.extend(b"{}");
+                    2
+                }
+            },
+        };
+        self.slots.push_back(Slot {
+            event: item.event,
+            to_state: item.to_state,
+            at_ms: item.at_ms,
+            wal_offset: item.wal_offset,
+            payload_len,
+        });
+    }
+
+    fn pop_oldest(&mut self) {
+        if let Some(oldest) = self.slots.pop_front() {
+            self.text.drain(..oldest.text_len());
+            self.first_seq += 1;
+            self.first_from = (!self.slots.is_empty()).then_some(oldest.to_state);
+        }
     }
 
     /// Points every item's names at the interner's shared copies (after a snapshot restore,
     /// which allocates each name separately).
     pub(crate) fn share_names(&mut self, names: &mut Interner) {
-        for item in &mut self.items {
-            names.adopt(&mut item.event);
-            names.adopt(&mut item.from_state);
-            names.adopt(&mut item.to_state);
+        if let Some(from) = &mut self.first_from {
+            names.adopt(from);
+        }
+        for slot in &mut self.slots {
+            names.adopt(&mut slot.event);
+            names.adopt(&mut slot.to_state);
         }
     }
 
-    /// Prefetches the slot the next `push` writes (see `replay`).
+    /// Prefetches where the next `push` writes its slot and its text (see `replay`).
     pub(crate) fn prefetch_tail(&self) {
-        let (front, back) = self.items.as_slices();
-        let tail = if back.is_empty() { front } else { back };
-        super::index::prefetch(tail.as_ptr().wrapping_add(tail.len()));
+        fn end_of_back<T>(d: &VecDeque<T>) -> *const T {
+            let (front, back) = d.as_slices();
+            let tail = if back.is_empty() { front } else { back };
+            tail.as_ptr().wrapping_add(tail.len())
+        }
+        super::index::prefetch(end_of_back(&self.slots));
+        super::index::prefetch(end_of_back(&self.text));
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// The newest item, if any.
-    pub(crate) fn last(&self) -> Option<&HistoryItem> {
-        self.items.back()
+        self.slots.len()
     }
 
     /// Seq of the oldest item kept, if any.
     pub(crate) fn oldest_seq(&self) -> Option<u64> {
-        self.items.front().map(|item| item.seq)
+        (!self.slots.is_empty()).then_some(self.first_seq)
     }
 
     /// Up to `limit` items with seq >= `from`, and the seq to ask for next (None at the end).
-    pub(crate) fn page(
-        &self,
-        from: u64,
-        limit: usize,
-    ) -> (impl Iterator<Item = &HistoryItem>, Option<u64>) {
-        let start = self.items.partition_point(|item| item.seq < from);
-        let end = start.saturating_add(limit).min(self.items.len());
-        let next = self.items.get(end).map(|item| item.seq);
-        (self.items.range(start..end), next)
+    pub(crate) fn page(&self, from: u64, limit: usize) -> (Vec<HistoryItem>, Option<u64>) {
+        let start = usize::try_from(from.saturating_sub(self.first_seq))
+            .unwrap_or(usize::MAX)
+            .min(self.slots.len());
+        let end = start.saturating_add(limit).min(self.slots.len());
+        let next = (end < self.slots.len()).then(|| self.first_seq + end as u64);
+        let items = self.views().skip(start).take(end - start);
+        (items.map(|v| v.to_item()).collect(), next)
+    }
+
+    /// Every item, oldest first, as borrowed views.
+    fn views(&self) -> impl Iterator<Item = ItemView<'_>> {
+        let mut from = self.first_from.as_ref();
+        let mut text_at = 0usize;
+        self.slots.iter().enumerate().map(move |(i, slot)| {
+            let len = slot.text_len();
+            let payload = (slot.payload_len != NO_PAYLOAD).then(|| self.text_at(text_at, len));
+            text_at += len;
+            let view = ItemView {
+                seq: self.first_seq + i as u64,
+                event: &slot.event,
+                from_state: from.unwrap_or(&slot.to_state),
+                to_state: &slot.to_state,
+                payload,
+                at_ms: slot.at_ms,
+                wal_offset: slot.wal_offset,
+            };
+            from = Some(&slot.to_state);
+            view
+        })
+    }
+
+    /// `len` bytes of payload text from byte `at` of the ring, borrowed unless they wrap.
+    fn text_at(&self, at: usize, len: usize) -> Cow<'_, str> {
+        let (front, back) = self.text.as_slices();
+        let bytes: Cow<'_, [u8]> = if at + len <= front.len() {
+            Cow::Borrowed(&front[at..at + len])
+        } else if at >= front.len() {
+            Cow::Borrowed(&back[at - front.len()..at - front.len() + len])
+        } else {
+            Cow::Owned(self.text.range(at..at + len).copied().collect())
+        };
+        // The ring holds whole `str`s back to back and items are cut at their boundaries, so
+        // each item's bytes are the UTF-8 they were pushed as; the lossy path never replaces.
+        match bytes {
+            Cow::Borrowed(b) => String::from_utf8_lossy(b),
+            Cow::Owned(b) => Cow::Owned(String::from_utf8_lossy(&b).into_owned()),
+        }
+    }
+}
+
+/// One item as `History` stores it, borrowed; the snapshot form of an item (the fields and
+/// order of `HistoryItem`).
+#[derive(Serialize)]
+struct ItemView<'a> {
+    seq: u64,
+    event: &'a Name,
+    from_state: &'a Name,
+    to_state: &'a Name,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "raw_json")]
+    payload: Option<Cow<'a, str>>,
+    at_ms: u64,
+    wal_offset: u64,
+}
+
+impl ItemView<'_> {
+    fn to_item(&self) -> HistoryItem {
+        HistoryItem {
+            seq: self.seq,
+            event: self.event.clone(),
+            from_state: self.from_state.clone(),
+            to_state: self.to_state.clone(),
+            payload: self.payload.as_deref().map(JsonText::from_log),
+            at_ms: self.at_ms,
+            wal_offset: self.wal_offset,
+        }
+    }
+}
+
+/// Writes stored payload text as the JSON it is (checked, as `JsonText` does).
+fn raw_json<S: Serializer>(text: &Option<Cow<'_, str>>, s: S) -> Result<S::Ok, S::Error> {
+    let text = text.as_deref().unwrap_or("{}");
+    let raw: &RawValue = serde_json::from_str(text)
+        .map_err(|e| serde::ser::Error::custom(format!("stored payload text: {e}")))?;
+    raw.serialize(s)
+}
+
+impl Serialize for History {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.slots.len()))?;
+        for view in self.views() {
+            seq.serialize_element(&view)?;
+        }
+        seq.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for History {
+    /// From the list of full items; each item's `from_state` after the first is the state the
+    /// item before it entered, so only the first one is kept.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let items = Vec::<HistoryItem>::deserialize(d)?;
+        let mut history = History::default();
+        for item in items {
+            history.push(
+                item.seq,
+                NewItem {
+                    event: item.event,
+                    from_state: &item.from_state,
+                    to_state: item.to_state,
+                    payload: item.payload.as_ref().map(JsonText::as_str),
+                    at_ms: item.at_ms,
+                    wal_offset: item.wal_offset,
+                },
+            );
+        }
+        Ok(history)
     }
 }
 
@@ -75,27 +273,48 @@ impl History {
 mod tests {
     use super::*;
 
+    /// Item `seq` of a chain a -> b -> c -> ... (state names are letters by seq).
     fn item(seq: u64) -> HistoryItem {
+        let state = |n: u64| Name::from(((b'a' + (n % 26) as u8) as char).to_string());
         HistoryItem {
             seq,
             event: "e".into(),
-            from_state: "a".into(),
-            to_state: "b".into(),
-            payload: None,
+            from_state: state(seq - 1),
+            to_state: state(seq),
+            payload: (seq % 3 != 0).then(|| JsonText::from_log(&format!(r#"{{"n":{seq}}}"#))),
             at_ms: seq,
             wal_offset: seq,
         }
     }
 
+    fn push(h: &mut History, it: &HistoryItem) {
+        h.push(
+            it.seq,
+            NewItem {
+                event: it.event.clone(),
+                from_state: &it.from_state,
+                to_state: it.to_state.clone(),
+                payload: it.payload.as_ref().map(JsonText::as_str),
+                at_ms: it.at_ms,
+                wal_offset: it.wal_offset,
+            },
+        );
+    }
+
+    fn filled(seqs: std::ops::RangeInclusive<u64>) -> History {
+        let mut h = History::default();
+        seqs.for_each(|s| push(&mut h, &item(s)));
+        h
+    }
+
     fn seqs(h: &History, from: u64, limit: usize) -> (Vec<u64>, Option<u64>) {
         let (items, next) = h.page(from, limit);
-        (items.map(|i| i.seq).collect(), next)
+        (items.iter().map(|i| i.seq).collect(), next)
     }
 
     #[test]
     fn pages_walk_the_history_in_order() {
-        let mut h = History::default();
-        (1..=5).for_each(|s| h.push(item(s)));
+        let h = filled(1..=5);
         assert_eq!(seqs(&h, 1, 2), (vec![1, 2], Some(3)));
         assert_eq!(seqs(&h, 3, 2), (vec![3, 4], Some(5)));
         assert_eq!(seqs(&h, 5, 2), (vec![5], None));
@@ -103,15 +322,54 @@ mod tests {
         assert_eq!(seqs(&h, 0, 10), (vec![1, 2, 3, 4, 5], None));
         assert_eq!(seqs(&h, 2, 0), (vec![], Some(2)));
         assert_eq!(seqs(&h, 1, usize::MAX), (vec![1, 2, 3, 4, 5], None));
+        assert_eq!(seqs(&h, u64::MAX, 3), (vec![], None));
+    }
+
+    #[test]
+    fn items_come_back_whole_with_derived_seq_and_from_state() {
+        let h = filled(1..=7);
+        let (items, _) = h.page(1, 100);
+        assert_eq!(items, (1..=7).map(item).collect::<Vec<_>>());
     }
 
     #[test]
     fn history_keeps_only_the_most_recent_items() {
-        let mut h = History::default();
         let total = HISTORY_PER_INSTANCE_MAX as u64 + 10;
-        (1..=total).for_each(|s| h.push(item(s)));
+        let h = filled(1..=total);
         assert_eq!(h.len(), HISTORY_PER_INSTANCE_MAX);
         assert_eq!(h.oldest_seq(), Some(11));
         assert_eq!(seqs(&h, 1, 2), (vec![11, 12], Some(13)));
+        // Evicting moved the oldest item's from_state and dropped exactly its payload text.
+        let (items, _) = h.page(1, usize::MAX);
+        assert_eq!(items, (11..=total).map(item).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn payload_text_that_wraps_around_the_ring_reads_back_whole() {
+        // Evict and append across several ring growths so texts straddle the wrap point.
+        let mut h = History::default();
+        for seq in 1..=3 * HISTORY_PER_INSTANCE_MAX as u64 {
+            push(&mut h, &item(seq));
+            if seq % 499 == 0 {
+                let (items, _) = h.page(0, usize::MAX);
+                let first = h.oldest_seq().unwrap();
+                assert_eq!(items, (first..=seq).map(item).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn snapshot_form_is_the_list_of_full_items() {
+        let h = filled(1..=4);
+        let json = serde_json::to_value(&h).unwrap();
+        let items: Vec<HistoryItem> = (1..=4).map(item).collect();
+        assert_eq!(json, serde_json::to_value(&items).unwrap());
+        assert_eq!(json[2].get("payload"), None, "absent payload stays absent");
+        let back: History = serde_json::from_value(json).unwrap();
+        assert_eq!(back, h);
+        assert_eq!(
+            serde_json::to_value(History::default()).unwrap(),
+            serde_json::json!([])
+        );
     }
 }

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::history::History;
+use super::history::{History, NewItem};
 use super::idempotency::IdempotencyStore;
 use super::json_text::JsonText;
 use super::names::Name;
@@ -114,41 +114,43 @@ impl InstanceRecord {
         }
     }
 
-    /// Applies a logged event described by `item` (whose seq is the next event number):
-    /// merges the payload into the context (top-level keys overwrite), moves the state,
-    /// counts the event and appends it to the history.
-    pub(crate) fn advance(&mut self, item: HistoryItem) {
+    /// Applies a logged event described by `item`: merges the payload into the context
+    /// (top-level keys overwrite), moves the state, counts the event and appends it to the
+    /// history as the next event number.
+    pub(crate) fn advance(&mut self, item: NewItem<'_>) {
         let instance = &mut self.instance;
-        if let Some(payload) = &item.payload {
-            if let Err(e) = payload.merge_into(&mut instance.context) {
+        if let Some(payload) = item.payload {
+            if let Err(e) = JsonText::merge_str_into(payload, &mut instance.context) {
                 // Unreachable for entries `decide` wrote: their payload is a serialized map.
                 log::error!("instance `{}`: payload not merged: {e}", instance.id);
             }
         }
-        instance.state = item.to_state.clone();
-        instance.event_count = item.seq;
+        let seq = instance.event_count + 1;
+        instance.event_count = seq;
         instance.updated_at_ms = item.at_ms;
         instance.wal_offset = item.wal_offset;
-        self.history.push(item);
+        let to = item.to_state.clone();
+        self.history.push(seq, item);
+        self.instance.state = to;
     }
 
-    /// The APPLY_EVENT result for the event just applied (None before any event).
-    pub(crate) fn last_event_result(&self) -> Option<Value> {
-        let last = self.history.last()?;
-        Some(json!({
+    /// The APPLY_EVENT result for an event that moved this instance from `from` to its current
+    /// state at `wal_offset` (what `advance` just did).
+    pub(crate) fn event_result(&self, from: &str, wal_offset: u64) -> Value {
+        json!({
             "instance_id": self.instance.id,
-            "from_state": last.from_state,
-            "to_state": last.to_state,
+            "from_state": from,
+            "to_state": self.instance.state,
             "context": self.instance.context,
-            "wal_offset": last.wal_offset,
+            "wal_offset": wal_offset,
             "applied": true,
-        }))
+        })
     }
 
     /// The GET_HISTORY result for `from` (first seq wanted, 1-based) and `limit` items.
     pub(crate) fn history_json(&self, from: u64, limit: usize) -> Value {
         let (items, next) = self.history.page(from, limit);
-        let events: Vec<Value> = items.map(HistoryItem::to_json).collect();
+        let events: Vec<Value> = items.iter().map(HistoryItem::to_json).collect();
         json!({
             "id": self.instance.id,
             "events": events,

@@ -45,7 +45,15 @@ impl JsonText {
     /// Inserts every top-level member into `context`, replacing members of the same name,
     /// without building an intermediate map.
     pub fn merge_into(&self, context: &mut Map<String, Value>) -> Result<(), serde_json::Error> {
-        let mut de = serde_json::Deserializer::from_str(&self.0);
+        JsonText::merge_str_into(&self.0, context)
+    }
+
+    /// `merge_into` for text not (yet) held as a `JsonText`, such as a log record's payload.
+    pub(crate) fn merge_str_into(
+        text: &str,
+        context: &mut Map<String, Value>,
+    ) -> Result<(), serde_json::Error> {
+        let mut de = serde_json::Deserializer::from_str(text);
         MergeInto(context).deserialize(&mut de)?;
         de.end()
     }

@@ -10,10 +10,10 @@ use serde_json::{Map, Value};
 use super::rejections::{check_idempotency_key, instance_not_found, machine_not_found};
 use super::rejections::{misrouted, replayed};
 use crate::engine::definition::Resolution;
+use crate::engine::history::NewItem;
 use crate::engine::index::InstanceMap;
 use crate::engine::instance::InstanceRecord;
-use crate::engine::{Command, Decision, Engine, Entry, EventRef, HistoryItem, Instance};
-use crate::engine::{JsonText, Name};
+use crate::engine::{Command, Decision, Engine, Entry, EventRef, Instance, JsonText};
 use crate::{ErrorCode, Rejection};
 
 fn check_expectations(
@@ -46,7 +46,7 @@ fn check_expectations(
 fn fitting_record<'a>(
     instances: &'a mut InstanceMap,
     id: &str,
-    from: &Name,
+    from: &str,
     event: &str,
     offset: u64,
 ) -> Option<&'a mut InstanceRecord> {
@@ -54,7 +54,7 @@ fn fitting_record<'a>(
         log::warn!("skipping event `{event}` for unknown instance `{id}` at offset {offset}");
         return None;
     };
-    if record.instance.state != *from {
+    if *record.instance.state != *from {
         let state = &record.instance.state;
         log::warn!(
             "skipping event `{event}` for `{id}` at offset {offset}: entry leaves `{from}`, \
@@ -151,34 +151,40 @@ impl Engine {
     /// warning.
     ///
     /// Takes the entry borrowed (from a decided `Entry` or straight from a log record) and
-    /// allocates only the history item's payload text: names are interned, so comparing the
-    /// instance's state with `from` is a pointer comparison once the name is known.
+    /// allocates nothing once the instance's buffers have grown: names are interned, the
+    /// payload text is copied into the history's ring, and the merge overwrites in place.
     pub(crate) fn apply_event(
         &mut self,
         ev: EventRef<'_>,
         offset: u64,
         want_result: bool,
     ) -> Option<Value> {
+        let record = fitting_record(
+            &mut self.instances,
+            ev.instance_id,
+            ev.from,
+            ev.event,
+            offset,
+        )?;
         let names = &mut self.names;
-        let from = names.intern(ev.from);
-        let record = fitting_record(&mut self.instances, ev.instance_id, &from, ev.event, offset)?;
         let to = names.intern(ev.to);
+        let from = record.instance.state.clone();
         self.stats.count_event(&record.instance.machine, &from, &to);
-        record.advance(HistoryItem {
-            seq: record.instance.event_count + 1,
+        record.advance(NewItem {
             event: names.intern(ev.event),
-            from_state: from,
+            from_state: &from,
             to_state: to,
-            payload: ev.payload.map(JsonText::from_log),
+            payload: ev.payload,
             at_ms: ev.at_ms,
             wal_offset: offset,
         });
-        let result = (want_result || ev.idempotency_key.is_some())
-            .then(|| record.last_event_result())
-            .flatten();
-        if let (Some(key), Some(result)) = (ev.idempotency_key, &result) {
+        if !want_result && ev.idempotency_key.is_none() {
+            return None;
+        }
+        let result = record.event_result(&from, offset);
+        if let Some(key) = ev.idempotency_key {
             record.keys.insert(key.to_owned(), result.clone());
         }
-        result
+        Some(result)
     }
 }
