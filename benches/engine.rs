@@ -1,5 +1,6 @@
 //! Micro benches of a shard's CPU work per request (divan): guard evaluation, engine decide and
-//! apply for APPLY_EVENT and CREATE_INSTANCE, log entry serialisation, GET_INSTANCE's JSON.
+//! apply for APPLY_EVENT and CREATE_INSTANCE, log entry encoding and decoding, GET_INSTANCE's
+//! JSON.
 //!
 //! `cargo bench --bench engine`; results and method in benches/RESULTS.md.
 
@@ -8,7 +9,7 @@ use std::cell::Cell;
 use divan::{black_box, Bencher};
 use serde_json::{json, Map, Value};
 use shards::engine::guard::Guard;
-use shards::engine::{Command, Decision, Engine, Entry};
+use shards::engine::{Command, Decision, Engine, Entry, JsonText, Record};
 
 fn main() {
     divan::main();
@@ -189,14 +190,41 @@ fn create_instance(bencher: Bencher) {
     });
 }
 
-/// Log entry encoding (serde_json), done once per write before the WAL append.
+/// Log entry encoding (binary entry format 2), done once per write before the WAL append.
 #[divan::bench]
-fn entry_serialize(bencher: Bencher) {
+fn entry_encode(bencher: Bencher) {
     let e = engine_with(1);
     let Ok(Decision::Write(entry)) = e.decide(&pay("o0"), 1_700_000_000_000) else {
         panic!("pay refused");
     };
-    bencher.bench(|| serde_json::to_vec(black_box(&entry)).map_or(0, |v| v.len()));
+    let mut out = Vec::with_capacity(256);
+    bencher.bench_local(|| {
+        out.clear();
+        black_box(&entry).encode(&mut out);
+        out.len()
+    });
+}
+
+/// Decoding one logged APPLY_EVENT (recovery and replication read every record this way),
+/// shaped like smdb-bench's: a 12-byte id and a 64-byte string in the payload.
+#[divan::bench]
+fn record_decode(bencher: Bencher) {
+    let entry = Entry::Apply {
+        instance_id: "b1a2b3c4-777".into(),
+        event: "touch".into(),
+        from: "live".into(),
+        to: "live".into(),
+        payload: Some(JsonText::from_map(&obj(json!({"p": "x".repeat(64)})))),
+        idempotency_key: None,
+        at_ms: 1_700_000_000_000,
+        machine: Some("smdb_bench".into()),
+        version: Some(1),
+    };
+    let bytes = entry.to_bytes();
+    bencher.bench(|| match Record::decode(black_box(&bytes)) {
+        Ok(Record::Event(ev)) => ev.payload.map_or(0, str::len),
+        _ => 0,
+    });
 }
 
 /// GET_INSTANCE's result: lookup and JSON of one instance (of 10,000).

@@ -67,6 +67,23 @@ impl<'a> Record<'a> {
     }
 }
 
+/// The instance a binary CREATE, APPLY or DELETE record is about, read without decoding the
+/// rest; None for a machine entry, a JSON (format 1) entry, or bytes that do not get that far.
+pub(crate) fn record_instance_id(bytes: &[u8]) -> Option<&str> {
+    let mut r = Reader { bytes, pos: 1 };
+    match *bytes.first()? {
+        KIND_CREATE => {
+            r.uint().ok()?;
+            r.uint().ok()?;
+        }
+        KIND_APPLY | KIND_DELETE => {
+            r.uint().ok()?;
+        }
+        _ => return None,
+    }
+    r.str().ok()
+}
+
 impl Entry {
     /// Appends the binary form of this entry to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -262,6 +279,11 @@ impl<'a> Reader<'a> {
     }
 
     fn uint(&mut self) -> Result<u64, DecodeError> {
+        // Most integers here (lengths, presence, versions) fit one byte.
+        if let Some(&b) = self.bytes.get(self.pos).filter(|b| **b < 0x80) {
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.byte()?;
@@ -297,6 +319,11 @@ impl<'a> Reader<'a> {
     fn str(&mut self) -> Result<&'a str, DecodeError> {
         let start = self.pos;
         let b = self.bytes()?;
+        if b.is_ascii() {
+            // SAFETY: every byte is ASCII (checked just above), and ASCII is valid UTF-8.
+            // Names, ids and most payloads are ASCII; this skips `from_utf8`'s general path.
+            return Ok(unsafe { std::str::from_utf8_unchecked(b) });
+        }
         std::str::from_utf8(b).map_err(|e| DecodeError {
             at: start,
             what: format!("string is not UTF-8: {e}"),
