@@ -1,35 +1,78 @@
-//! Replaying log records into the engine at start-up, in batches that overlap cache misses.
+//! Replaying log records into the engine at start-up, grouped by instance.
 //!
-//! Applying one entry waits on memory: its instance record, the context's B-tree node and the
-//! history's tail are rarely in cache once there are many instances. Entries of one batch are
-//! decoded first, their records' cache lines prefetched, then applied in log order; the loads
-//! for a whole batch are then in flight together instead of one after another. Prefetching is
-//! only a hint: entries are applied exactly as `Engine::apply_record` would one at a time.
+//! Applying one entry mostly waits on memory: its instance record, the context's nodes and the
+//! history's tail are rarely in cache once there are many instances. Entries of different
+//! instances commute (each changes only its own instance, and the counters are sums), so
+//! replay collects a window of records, orders it by instance (log order within an instance)
+//! and applies each instance's entries back to back: an instance is loaded once per window
+//! instead of once per entry. While one instance is applied, the instances a few records
+//! ahead are prefetched in two steps (their records, then what the records point to).
+//!
+//! A machine entry (read by every instance) or a format-1 JSON entry (whose instance is not
+//! known without decoding it) is a barrier: the window before it is applied first, then it
+//! alone. A record that does not decode stops the replay, naming the first bad offset in log
+//! order, exactly as applying one record at a time would.
 
+use std::hash::Hasher;
 use std::hint::black_box;
 
 use serde_json::Value;
 
+use super::entry::record_instance_id;
 use super::index::prefetch;
 use super::instance::InstanceRecord;
+use super::names::NameHasher;
 use super::{Engine, Record};
 
-/// Records decoded and prefetched together. Enough to cover memory latency several times
-/// over, small enough that the prefetched lines are still in L1/L2 when applied.
-const REPLAY_BATCH_RECORDS: usize = 16;
+/// Records per window. Large enough that an instance busy in the log has several entries in a
+/// window; the sort keys (8 bytes per record) stay in L2.
+const WINDOW_RECORDS: usize = 1 << 18;
 
-/// Context keys per record whose text is prefetched (a merge compares against a few of them).
+/// Bytes of records per window (also bounds the window's memory when records are large).
+const WINDOW_BYTES: usize = 32 << 20;
+
+/// How far ahead, in records of the window's order, a record's bytes are prefetched, then its
+/// instance's record, then the context and history that record points to (each step reads
+/// what the one before loaded).
+const PREFETCH_BYTES_AHEAD: usize = 24;
+const PREFETCH_RECORD_AHEAD: usize = 16;
+const PREFETCH_DATA_AHEAD: usize = 8;
+
+/// Bytes of a record prefetched (all of a typical APPLY record).
+const RECORD_BYTES_PREFETCHED: u32 = 256;
+
+/// Context members per instance whose name and string value are prefetched (a merge compares
+/// against a few names and overwrites a value in place).
 const CONTEXT_KEYS_PREFETCHED: usize = 4;
 
 /// Cache lines of an `InstanceRecord` prefetched (the instance fields, history and key store).
 const RECORD_LINES: usize = size_of::<InstanceRecord>().div_ceil(64);
 
-/// Collects records (copied out of the log's read buffer) and applies them in batches.
+/// The low half of a sort key is the record's index in the window.
+const INDEX_BITS: u32 = 32;
+const _: () = assert!(WINDOW_RECORDS as u64 <= 1 << INDEX_BITS);
+const _: () = assert!(PREFETCH_BYTES_AHEAD > PREFETCH_RECORD_AHEAD);
+const _: () = assert!(PREFETCH_RECORD_AHEAD > PREFETCH_DATA_AHEAD);
+const _: () = assert!(WINDOW_BYTES < u32::MAX as usize / 2);
+
+/// One queued record.
+#[derive(Clone, Copy)]
+struct Pending {
+    /// A hash of the record's instance id (high half) and its index in the window (low half).
+    /// Sorted by this, the window groups each instance's records in log order.
+    key: u64,
+    offset: u64,
+    /// Where the record is in `Replay::bytes` (< `WINDOW_BYTES` + one record).
+    start: u32,
+    end: u32,
+}
+
+/// Collects records (copied out of the log's read buffer) and applies them window by window.
 #[derive(Default)]
 pub struct Replay {
     bytes: Vec<u8>,
-    /// (offset, start, end) of each pending record in `bytes`.
-    pending: Vec<(u64, usize, usize)>,
+    /// The window's records, in log order until `flush` sorts them.
+    pending: Vec<Pending>,
     applied: u64,
 }
 
@@ -38,12 +81,31 @@ impl Replay {
         Replay::default()
     }
 
-    /// Queues the record at `offset`; applies the batch when it is full.
+    /// Queues the record at `offset`; applies the window when it is full, or at once when the
+    /// record is a barrier.
     pub fn push(&mut self, engine: &mut Engine, offset: u64, payload: &[u8]) -> Result<(), String> {
+        let Some(id) = record_instance_id(payload) else {
+            self.flush(engine)?;
+            let record = Record::decode(payload).map_err(|e| bad(offset, e))?;
+            engine.apply_record(record, offset, false);
+            self.applied += 1;
+            return Ok(());
+        };
+        let key = u64::from(id_hash(id)) << INDEX_BITS | self.pending.len() as u64;
         let start = self.bytes.len();
         self.bytes.extend_from_slice(payload);
-        self.pending.push((offset, start, self.bytes.len()));
-        if self.pending.len() >= REPLAY_BATCH_RECORDS {
+        // The window is flushed once it holds `WINDOW_BYTES`, and a log record holds at most
+        // 64 MiB (`wal::limits::RECORD_PAYLOAD_BYTES_MAX`), so positions fit 32 bits.
+        let (Ok(start), Ok(end)) = (u32::try_from(start), u32::try_from(self.bytes.len())) else {
+            return Err(bad(offset, "replay window position beyond 4 GiB"));
+        };
+        self.pending.push(Pending {
+            key,
+            offset,
+            start,
+            end,
+        });
+        if self.pending.len() >= WINDOW_RECORDS || self.bytes.len() >= WINDOW_BYTES {
             self.flush(engine)?;
         }
         Ok(())
@@ -52,55 +114,108 @@ impl Replay {
     /// Applies everything queued. Call before anything else changes `engine` (a snapshot
     /// load) and at the end.
     pub fn flush(&mut self, engine: &mut Engine) -> Result<(), String> {
-        let mut records = Vec::with_capacity(self.pending.len());
-        for &(offset, start, end) in &self.pending {
-            let record = Record::decode(&self.bytes[start..end])
-                .map_err(|e| format!("log entry at offset {offset}: {e}"))?;
-            records.push((offset, record));
-        }
-        engine.prefetch_records(&records);
-        for (offset, record) in records {
-            engine.apply_record(record, offset, false);
-            self.applied += 1;
-        }
+        self.pending.sort_unstable_by_key(|p| p.key);
+        let result = self.apply_window(engine);
         self.pending.clear();
         self.bytes.clear();
-        Ok(())
+        result
     }
 
     /// Records applied so far.
     pub fn applied(&self) -> u64 {
         self.applied
     }
+
+    fn bytes_of(&self, p: &Pending) -> &[u8] {
+        &self.bytes[p.start as usize..p.end as usize]
+    }
+
+    /// The instance id of the `k`th record when it starts a group (its hash differs from the
+    /// record before it); prefetching once per group is enough.
+    fn group_start(&self, k: usize) -> Option<&str> {
+        let p = self.pending.get(k)?;
+        let prev = self.pending.get(k.checked_sub(1)?)?;
+        if p.key >> INDEX_BITS == prev.key >> INDEX_BITS {
+            return None;
+        }
+        record_instance_id(self.bytes_of(p))
+    }
+
+    /// Applies the sorted window. Four steps run at once, each some records ahead of the
+    /// next: load a record's bytes, look up its instance and load the instance record, load
+    /// the context and history the record points to, apply.
+    fn apply_window(&mut self, engine: &mut Engine) -> Result<(), String> {
+        for k in 0..self.pending.len() {
+            if let Some(p) = self.pending.get(k + PREFETCH_BYTES_AHEAD) {
+                let end = p.end.min(p.start + RECORD_BYTES_PREFETCHED);
+                for at in (p.start..end).step_by(64) {
+                    prefetch(self.bytes.as_ptr().wrapping_add(at as usize));
+                }
+            }
+            if let Some(id) = self.group_start(k + PREFETCH_RECORD_AHEAD) {
+                engine.prefetch_record(id);
+            }
+            if let Some(id) = self.group_start(k + PREFETCH_DATA_AHEAD) {
+                engine.prefetch_record_data(id);
+            }
+            let p = self.pending[k];
+            let Ok(record) = Record::decode(self.bytes_of(&p)) else {
+                return Err(self.first_bad());
+            };
+            engine.apply_record(record, p.offset, false);
+            self.applied += 1;
+        }
+        Ok(())
+    }
+
+    /// The error of the first queued record, in log order, that does not decode.
+    fn first_bad(&self) -> String {
+        let mut pending = self.pending.clone();
+        pending.sort_unstable_by_key(|p| p.offset);
+        for p in &pending {
+            if let Err(e) = Record::decode(self.bytes_of(p)) {
+                return bad(p.offset, e);
+            }
+        }
+        // Only called after a queued record failed to decode, and decoding is deterministic.
+        "a log entry failed to decode once and not again".into()
+    }
+}
+
+fn bad(offset: u64, e: impl std::fmt::Display) -> String {
+    format!("log entry at offset {offset}: {e}")
+}
+
+/// The grouping hash of an instance id. Collisions only put two instances in one group.
+fn id_hash(id: &str) -> u32 {
+    let mut h = NameHasher::default();
+    h.write(id.as_bytes());
+    (h.finish() >> 32) as u32
 }
 
 impl Engine {
-    /// Starts loading what applying `records` will touch: first the instance records, then
-    /// (once those lines are arriving) the context nodes and history tails they point to.
-    fn prefetch_records(&self, records: &[(u64, Record<'_>)]) {
-        let events = || {
-            records.iter().filter_map(|(_, r)| match r {
-                Record::Event(ev) => self.instances.get(ev.instance_id),
-                Record::Entry(_) => None,
-            })
-        };
-        for record in events() {
+    /// Starts loading the record of instance `id` (the lookup itself waits for its bucket).
+    fn prefetch_record(&self, id: &str) {
+        if let Some(record) = self.instances.get(id) {
             let base = (&**record as *const InstanceRecord).cast::<u8>();
             for line in 0..RECORD_LINES {
                 prefetch(base.wrapping_add(line * 64));
             }
         }
-        for record in events() {
-            record.history.prefetch_tail();
-            // Merging a payload compares its keys with the context's, which live on the heap.
-            // Reading the node is a real load, but independent of the other records' loads,
-            // so they overlap.
-            // A merge overwrites a string value in its own buffer, which is as cold.
-            for (key, value) in record.instance.context.iter().take(CONTEXT_KEYS_PREFETCHED) {
-                prefetch(black_box(key.as_ptr()));
-                if let Value::String(s) = value {
-                    prefetch(s.as_ptr());
-                }
+    }
+
+    /// Starts loading what applying an event to `id` touches beyond its record: the history
+    /// tail and the context's first members. Reads the record, so `prefetch_record` should
+    /// have been called a while before.
+    fn prefetch_record_data(&self, id: &str) {
+        let Some(record) = self.instances.get(id) else {
+            return;
+        };
+        record.history.prefetch_tail();
+        for (key, value) in record.instance.context.iter().take(CONTEXT_KEYS_PREFETCHED) {
+            prefetch(black_box(key.as_ptr()));
+            if let Value::String(s) = value {
+                prefetch(s.as_ptr());
             }
         }
     }

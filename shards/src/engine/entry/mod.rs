@@ -6,6 +6,7 @@
 
 mod codec;
 
+pub(crate) use codec::record_instance_id;
 pub use codec::{DecodeError, Record};
 
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::engine::Replay;
+use crate::engine::{Entry, Replay};
 
 /// A deterministic mix of every write: creates, events with and without payloads and keys,
 /// failed guards (nothing logged), deletes and re-creates of the same ids.
@@ -77,11 +77,64 @@ fn replay_rebuilds_the_live_engine_exactly() {
     }
 }
 
-#[test]
-fn a_bad_record_names_its_offset() {
+/// Pushes `records` (offset, bytes) and flushes; the first error from either.
+fn replay_raw(records: &[(u64, Vec<u8>)]) -> Result<Engine, String> {
     let mut engine = Engine::new();
     let mut replay = Replay::new();
-    replay.push(&mut engine, 7, &[3, 0, 1]).unwrap();
-    let err = replay.flush(&mut engine).unwrap_err();
+    for (offset, bytes) in records {
+        replay.push(&mut engine, *offset, bytes)?;
+    }
+    replay.flush(&mut engine)?;
+    Ok(engine)
+}
+
+#[test]
+fn a_bad_record_names_its_offset() {
+    let err = replay_raw(&[(7, vec![3, 0, 1])]).unwrap_err();
     assert!(err.contains("offset 7"), "{err}");
+}
+
+#[test]
+fn the_first_bad_record_in_log_order_is_named_though_windows_are_grouped() {
+    // Valid APPLY heads (so each joins the window under its instance) with broken tails, for
+    // ids whose groups sort in some order other than the log's.
+    let broken = |id: &str| {
+        let mut b = vec![3, 0, id.len() as u8];
+        b.extend_from_slice(id.as_bytes());
+        b.push(200); // the event name's length runs past the end
+        b
+    };
+    let ids = ["q", "b", "zz", "a", "m", "k", "x", "c"];
+    let records: Vec<(u64, Vec<u8>)> = (ids.iter().enumerate())
+        .map(|(i, id)| (100 + i as u64, broken(id)))
+        .collect();
+    for skip in 0..ids.len() {
+        let err = replay_raw(&records[skip..]).unwrap_err();
+        let first = 100 + skip as u64;
+        assert!(err.contains(&format!("offset {first}:")), "{err}");
+    }
+}
+
+#[test]
+fn grouping_keeps_each_instances_log_order_across_barriers_and_re_creates() {
+    // The busy shard's log, with its machine entry repeated in the middle as a barrier (an
+    // identical PUT_MACHINE applies as a no-op), must still rebuild the same engine.
+    let shard = busy_shard();
+    let machine = shard.log[0].1.clone();
+    assert!(matches!(machine, Entry::PutMachine { .. }));
+    let mut engine = Engine::new();
+    let mut replay = Replay::new();
+    for (i, (offset, entry)) in shard.log.iter().enumerate() {
+        replay
+            .push(&mut engine, *offset, &entry.to_bytes())
+            .unwrap();
+        if i % 97 == 50 {
+            replay
+                .push(&mut engine, *offset, &machine.to_bytes())
+                .unwrap();
+        }
+    }
+    replay.flush(&mut engine).unwrap();
+    assert_eq!(engine.snapshot(), shard.engine.snapshot());
+    assert_eq!(engine.stats(), shard.engine.stats());
 }
