@@ -24,11 +24,14 @@ use super::instance::InstanceRecord;
 use super::names::NameHasher;
 use super::{Engine, Record};
 
-/// Records per window. Large enough that an instance busy in the log has several entries in a
-/// window; the sort keys (8 bytes per record) stay in L2.
+/// Records per window. The larger the window, the more entries of one instance it holds and
+/// the fewer times that instance is loaded. On a 1.09M-entry log over 40k instances (about 10k
+/// busy at a time), recovery took 1.22 s with 16k-record windows, 1.05 s with 64k and 0.85-0.90 s
+/// with 256k. A window costs 24 bytes per record (`Pending`) plus the records themselves.
 const WINDOW_RECORDS: usize = 1 << 18;
 
-/// Bytes of records per window (also bounds the window's memory when records are large).
+/// Bytes of records per window: with `WINDOW_RECORDS`, bounds the memory replay holds (32 MiB
+/// plus 6 MiB of `Pending`, per shard, at start-up only) whatever the records' size.
 const WINDOW_BYTES: usize = 32 << 20;
 
 /// How far ahead, in records of the window's order, a record's bytes are prefetched, then its
@@ -91,6 +94,12 @@ impl Replay {
             self.applied += 1;
             return Ok(());
         };
+        if self.pending.capacity() == 0 {
+            // Whole windows at once rather than by doubling (which copies the window each
+            // time); pages the log never fills are never touched.
+            self.pending.reserve(WINDOW_RECORDS);
+            self.bytes.reserve(WINDOW_BYTES);
+        }
         let key = u64::from(id_hash(id)) << INDEX_BITS | self.pending.len() as u64;
         let start = self.bytes.len();
         self.bytes.extend_from_slice(payload);
