@@ -19,10 +19,9 @@ use std::collections::VecDeque;
 
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::value::RawValue;
 
 use super::instance::HistoryItem;
-use super::json_text::JsonText;
+use super::json_text::{self, JsonText};
 use super::limits::HISTORY_PER_INSTANCE_MAX;
 use super::names::{Interner, Name};
 
@@ -228,12 +227,9 @@ impl ItemView<'_> {
     }
 }
 
-/// Writes stored payload text as the JSON it is (checked, as `JsonText` does).
+/// Writes a stored payload text as the JSON it is (only called when present).
 fn raw_json<S: Serializer>(text: &Option<Cow<'_, str>>, s: S) -> Result<S::Ok, S::Error> {
-    let text = text.as_deref().unwrap_or("{}");
-    let raw: &RawValue = serde_json::from_str(text)
-        .map_err(|e| serde::ser::Error::custom(format!("stored payload text: {e}")))?;
-    raw.serialize(s)
+    json_text::serialize_text(text.as_deref().unwrap_or("{}"), s)
 }
 
 impl Serialize for History {

@@ -42,13 +42,9 @@ impl JsonText {
         serde_json::from_str(&self.0)
     }
 
-    /// Inserts every top-level member into `context`, replacing members of the same name,
-    /// without building an intermediate map.
-    pub fn merge_into(&self, context: &mut Map<String, Value>) -> Result<(), serde_json::Error> {
-        JsonText::merge_str_into(&self.0, context)
-    }
-
-    /// `merge_into` for text not (yet) held as a `JsonText`, such as a log record's payload.
+    /// Inserts every top-level member of the object `text` into `context`, replacing members
+    /// of the same name, without building an intermediate map. Takes the text borrowed, as a
+    /// log record holds it.
     pub(crate) fn merge_str_into(
         text: &str,
         context: &mut Map<String, Value>,
@@ -67,10 +63,16 @@ impl fmt::Debug for JsonText {
 
 impl Serialize for JsonText {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let raw: &RawValue = serde_json::from_str(&self.0)
-            .map_err(|e| serde::ser::Error::custom(format!("stored JSON text: {e}")))?;
-        raw.serialize(s)
+        serialize_text(&self.0, s)
     }
+}
+
+/// Writes stored JSON text as the JSON it is, checking it first: an error, never broken JSON
+/// on the wire. (`JsonText`, and history payloads kept as text.)
+pub(crate) fn serialize_text<S: Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
+    let raw: &RawValue = serde_json::from_str(text)
+        .map_err(|e| serde::ser::Error::custom(format!("stored JSON text: {e}")))?;
+    raw.serialize(s)
 }
 
 impl<'de> Deserialize<'de> for JsonText {
@@ -238,7 +240,7 @@ mod tests {
         let back: JsonText = serde_json::from_str(text.as_str()).unwrap();
         assert_eq!(back, text);
         let mut ctx = map(json!({"a": 0, "z": true}));
-        text.merge_into(&mut ctx).unwrap();
+        JsonText::merge_str_into(text.as_str(), &mut ctx).unwrap();
         assert_eq!(
             Value::Object(ctx),
             json!({"a": 1, "b": {"c": [1, "x"]}, "z": true})
@@ -271,7 +273,7 @@ mod tests {
         ];
         for payload in payloads {
             let mut ctx = context.clone();
-            JsonText::from_log(payload).merge_into(&mut ctx).unwrap();
+            JsonText::merge_str_into(payload, &mut ctx).unwrap();
             assert_eq!(ctx, merged_naively(&context, payload), "payload {payload}");
         }
     }
@@ -280,9 +282,7 @@ mod tests {
     fn a_reused_buffer_does_not_keep_a_large_value_alive() {
         let big = "x".repeat(4096);
         let mut ctx = map(json!({ "s": big }));
-        JsonText::from_log(r#"{"s":"tiny"}"#)
-            .merge_into(&mut ctx)
-            .unwrap();
+        JsonText::merge_str_into(r#"{"s":"tiny"}"#, &mut ctx).unwrap();
         let Some(Value::String(s)) = ctx.get("s") else {
             panic!("not a string")
         };
@@ -294,9 +294,7 @@ mod tests {
     fn bad_text_is_an_error_not_broken_output() {
         let bad = JsonText::from_log(r#"{"a":"#);
         assert!(serde_json::to_string(&bad).is_err());
-        assert!(bad.merge_into(&mut Map::new()).is_err());
-        assert!(JsonText::from_log("[1]")
-            .merge_into(&mut Map::new())
-            .is_err());
+        assert!(JsonText::merge_str_into(bad.as_str(), &mut Map::new()).is_err());
+        assert!(JsonText::merge_str_into("[1]", &mut Map::new()).is_err());
     }
 }

@@ -179,15 +179,18 @@ impl Replay {
 
     /// The error of the first queued record, in log order, that does not decode.
     fn first_bad(&self) -> String {
-        let mut pending = self.pending.clone();
-        pending.sort_unstable_by_key(|p| p.offset);
-        for p in &pending {
-            if let Err(e) = Record::decode(self.bytes_of(p)) {
-                return bad(p.offset, e);
-            }
+        let failed = (self.pending.iter())
+            .filter_map(|p| {
+                Record::decode(self.bytes_of(p))
+                    .err()
+                    .map(|e| (p.offset, e))
+            })
+            .min_by_key(|(offset, _)| *offset);
+        match failed {
+            Some((offset, e)) => bad(offset, e),
+            // Only called after a queued record failed to decode, and decoding is deterministic.
+            None => "a log entry failed to decode once and not again".into(),
         }
-        // Only called after a queued record failed to decode, and decoding is deterministic.
-        "a log entry failed to decode once and not again".into()
     }
 }
 
