@@ -170,8 +170,19 @@ impl Default for Logging {
 #[serde(deny_unknown_fields, default)]
 pub struct Auth {
     pub required: bool,
-    /// SHA-256 hex digests of accepted bearer tokens.
+    /// SHA-256 hex digests of accepted bearer tokens (every scope).
     pub token_hashes: Vec<String>,
+    /// Named tokens with their scopes (`[[auth.tokens]]`).
+    pub tokens: Vec<NamedToken>,
+}
+
+/// One `[[auth.tokens]]` entry: a token's name, its SHA-256 hex digest and its scopes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedToken {
+    pub name: String,
+    pub sha256: String,
+    pub scopes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -332,19 +343,7 @@ impl Config {
                 self.logging.level
             ));
         }
-        for h in self
-            .auth
-            .token_hashes
-            .iter()
-            .chain(&self.replication.token_hashes)
-        {
-            if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return err("token hashes must be 64 hex digits (SHA-256)".into());
-            }
-        }
-        if self.auth.required && self.auth.token_hashes.is_empty() {
-            return err("auth.required is true but auth.token_hashes is empty".into());
-        }
+        crate::auth::Table::from_config(self).map_err(ConfigError)?;
         if self.replication.role == Some(Role::Replica) && self.replication.upstream.is_none() {
             return err("replication.role = \"replica\" needs replication.upstream".into());
         }

@@ -1,6 +1,8 @@
 //! smdb: a thread-per-core state-machine database server on glommio.
 //!
 //! Module map (see docs/architecture.md):
+//! * `auth`: bearer tokens, scopes, and the one check every op passes.
+//! * `security`: the settings SIGHUP reloads (auth, TLS) and the reload itself.
 //! * `protocol`: RCP1 frames, request/response envelopes, op names.
 //! * `ops`: params of each op family.
 //! * `server`: executors and wiring; fronts (accept, sessions, routing); control executor.
@@ -11,6 +13,7 @@
 //! * `config`, `datadir`, `util`.
 //! * `bench`: the `smdb-bench` load generator (client side only; nothing in the server uses it).
 
+pub mod auth;
 pub mod bench;
 pub mod client;
 pub mod config;
@@ -19,6 +22,7 @@ pub mod logging;
 pub mod metrics;
 pub mod ops;
 pub mod protocol;
+pub mod security;
 pub mod server;
 pub mod shard;
 pub mod subscriptions;

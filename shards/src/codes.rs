@@ -32,11 +32,12 @@ pub enum ErrorCode {
     ShuttingDown,
     WalIoError,
     InternalError,
+    Forbidden,
 }
 
 impl ErrorCode {
     /// All codes, in declaration order (used to size per-code metric arrays).
-    pub const ALL: [ErrorCode; 24] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::HelloRequired,
         ErrorCode::UnsupportedProtocol,
         ErrorCode::BadRequest,
@@ -61,6 +62,7 @@ impl ErrorCode {
         ErrorCode::ShuttingDown,
         ErrorCode::WalIoError,
         ErrorCode::InternalError,
+        ErrorCode::Forbidden,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -89,6 +91,7 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::WalIoError => "WAL_IO_ERROR",
             ErrorCode::InternalError => "INTERNAL_ERROR",
+            ErrorCode::Forbidden => "FORBIDDEN",
         }
     }
 

@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         }
     };
     smdb::logging::init(&config.logging);
-    match smdb::server::run(config) {
+    match smdb::server::run(config, args.config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("smdb-server: {e}");

@@ -192,6 +192,13 @@ pub enum Command {
         params: Option<String>,
     },
 
+    /// Print the SHA-256 digest of a bearer token read from standard input (local; no server).
+    ///
+    /// The digest goes into the server's `auth.token_hashes` or `[[auth.tokens]] sha256`; the
+    /// token itself never goes into a config file. One trailing newline is ignored, so
+    /// `smdb-cli hash-token < token-file` and `echo "$TOKEN" | smdb-cli hash-token` agree.
+    HashToken,
+
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions { shell: clap_complete::Shell },
 

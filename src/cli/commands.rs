@@ -143,7 +143,27 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
             Ok(())
         }
         Command::Man { dir } => man(dir.as_deref(), out),
+        Command::HashToken => hash_token(out),
     }
+}
+
+/// `hash-token`: the SHA-256 hex of the token on standard input (one trailing newline dropped).
+fn hash_token(out: &mut Output<'_>) -> Result<(), CliError> {
+    let mut token = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut token)
+        .map_err(|e| CliError::usage(format!("cannot read the token from standard input: {e}")))?;
+    for end in [&b"\n"[..], b"\r"] {
+        if token.ends_with(end) {
+            token.pop();
+        }
+    }
+    if token.is_empty() {
+        return Err(CliError::usage("hash-token: standard input holds no token"));
+    }
+    let digest = smdb::auth::table::sha256(&token);
+    token.fill(0);
+    out.line(&smdb::auth::table::hex(&digest))
 }
 
 /// Reads a PUT_MACHINE file: `{machine, version, definition}`, or a bare definition when

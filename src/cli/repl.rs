@@ -17,7 +17,7 @@ use rustyline::hint::Hinter;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{Context, Editor, Helper};
 
-use super::args::{GlobalOpts, ReplLine};
+use super::args::{Command, GlobalOpts, ReplLine};
 use super::commands::{self, Output};
 use super::error::{CliError, Kind};
 use super::session::Session;
@@ -203,6 +203,10 @@ fn execute(text: &str, s: &mut Session, out: &mut Output<'_>) -> Result<Flow, Cl
             s.run(|c| c.call(&op, p)).and_then(|r| out.raw(&r))
         }
         Line::Sub(words) => match ReplLine::try_parse_from(&words) {
+            // It reads the token from standard input, which is the shell's own input here.
+            Ok(l) if matches!(l.command, Command::HashToken) => Err(CliError::usage(
+                "hash-token reads standard input: run `smdb-cli hash-token < FILE` instead",
+            )),
             Ok(l) => commands::run(&l.command, s, out),
             Err(e) if !e.use_stderr() => out.line(e.to_string().trim_end()),
             Err(e) => Err(CliError::usage(sub_error_text(&e))),

@@ -36,6 +36,12 @@ pub fn registry(s: &Scrape) -> Registry {
     let mut r = Registry::default();
     connections(&mut r, s);
     requests(&mut r, s);
+    counter(
+        &mut r,
+        "svc_auth_failures_total",
+        "Failed AUTH requests (wrong token or method)",
+        s.fronts.errors[Op::Auth.index()][ErrorCode::AuthFailed.index()],
+    );
     machines(&mut r, &s.shards);
     wal(&mut r, &s.shards);
     gauge(

@@ -82,7 +82,7 @@ async fn read_loop<R: AsyncRead + Unpin>(mut r: R, conn: &Rc<Conn>, front: &Rc<F
     let max = front.limits.max_frame_bytes;
     let mut buf = vec![0u8; READ_BUFFER_BYTES];
     let (mut lo, mut hi) = (0usize, 0usize);
-    let mut session = Session::default();
+    let mut session = Session::new(front.live.current().auth.required);
     loop {
         loop {
             match decode_frame(&buf[lo..hi], max) {

@@ -18,6 +18,7 @@ use super::connection;
 use super::router::{Router, RouterChannels};
 use crate::metrics::{FrontStats, SubsStats};
 use crate::protocol::encode_error;
+use crate::security::Live;
 
 /// How long shutdown waits for connections to finish their in-flight requests.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
@@ -55,6 +56,8 @@ pub struct FrontSetup {
     /// Connections open across all fronts (the limit is global).
     pub active: Arc<AtomicU64>,
     pub info: Arc<ServerInfo>,
+    /// The settings SIGHUP reloads (auth, TLS).
+    pub live: Arc<Live>,
 }
 
 /// What every connection task on this executor shares.
@@ -65,6 +68,8 @@ pub struct Front {
     pub info: Arc<ServerInfo>,
     /// Subscription counters of this front (`metrics::subs`).
     pub subs_stats: Arc<SubsStats>,
+    /// The settings SIGHUP reloads: read per new connection and per AUTH.
+    pub live: Arc<Live>,
     active: Arc<AtomicU64>,
     open: RefCell<HashMap<u64, RawFd>>,
     next_conn: Cell<u64>,
@@ -83,6 +88,7 @@ pub async fn run(setup: FrontSetup) {
         stats: setup.stats,
         info: setup.info,
         subs_stats: setup.subs_stats,
+        live: setup.live,
         active: setup.active,
         open: RefCell::new(HashMap::new()),
         next_conn: Cell::new(0),

@@ -15,6 +15,7 @@ pub mod session;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::os::fd::{IntoRawFd, OwnedFd};
+use std::path::PathBuf;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc};
@@ -29,6 +30,7 @@ use crate::datadir::DataDir;
 use crate::metrics::http::MetricsSetup;
 use crate::metrics::scrape::Sources;
 use crate::metrics::{FrontStats, SubsStats};
+use crate::security::Live;
 use crate::shard::runtime::{ClientChannels, ShardSetup};
 use crate::shard::SHARD_QUEUE_DEPTH_MAX;
 use front::{FrontSetup, Limits, ServerInfo};
@@ -63,8 +65,9 @@ pub fn placements(config: &Config, cpus: usize) -> Placements {
     }
 }
 
-/// Runs the server until SIGTERM/SIGINT. Returns a one-line error on start-up failure.
-pub fn run(config: Config) -> Result<(), String> {
+/// Runs the server until SIGTERM/SIGINT; SIGHUP reloads `auth` and `tls` from `config_path`.
+/// Returns a one-line error on start-up failure.
+pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let place = placements(&config, cpus);
     let shard_count = place.shards.len() as u32;
@@ -84,6 +87,8 @@ pub fn run(config: Config) -> Result<(), String> {
         .transpose()
         .map_err(|e| e.to_string())?;
     let signals = Signals::install()?;
+    let live = Live::new(&config, config_path)?;
+    crate::security::reload_on_sighup(live.clone())?;
 
     let clients = place.fronts.len() + 1;
     let (shard_ends, mut client_ends) = make_channels(shard_count as usize, clients);
@@ -174,6 +179,7 @@ pub fn run(config: Config) -> Result<(), String> {
             subs_stats,
             active: active.clone(),
             info: info.clone(),
+            live: live.clone(),
         };
         handles.push(spawn(&format!("front{i}"), *cpu, io_memory, move || {
             front::run(setup)

@@ -1,5 +1,6 @@
 //! Per-connection session state and request dispatch (CONTRACT §3): HELLO first (PING and BYE
-//! allowed before it), then ops answered here, routed to the owning shard, or fanned out.
+//! allowed before it), then the authorization check (`auth::SessionAuth::check`) that every
+//! op passes, then ops answered here, routed to the owning shard, or fanned out.
 
 use std::rc::Rc;
 use std::time::Instant;
@@ -10,6 +11,7 @@ use shards::routing::shard_for;
 use shards::{ErrorCode, Rejection};
 
 use super::connection::{completed, Conn, Pending};
+use crate::auth::{AuthOutcome, SessionAuth};
 use super::fanout;
 use super::front::Front;
 use super::router::Reply;
@@ -27,12 +29,20 @@ pub enum Flow {
     Close,
 }
 
-#[derive(Default)]
 pub struct Session {
     hello: bool,
+    auth: SessionAuth,
 }
 
 impl Session {
+    /// A new session; `auth_required` is `auth.required` when the connection was accepted.
+    pub fn new(auth_required: bool) -> Session {
+        Session {
+            hello: false,
+            auth: SessionAuth::new(auth_required),
+        }
+    }
+
     /// Handles one request payload: queues its response (or a reply slot) on `conn`.
     pub async fn handle(&mut self, payload: &[u8], conn: &Rc<Conn>, front: &Rc<Front>) -> Flow {
         let started = Instant::now();
@@ -58,6 +68,13 @@ impl Session {
             let rej = Rejection::new(ErrorCode::HelloRequired, "send HELLO first");
             respond_err(conn, front, Some(req.id), op, &rej, started);
             return Flow::Continue;
+        }
+        if let Err(rej) = self.auth.check(op) {
+            respond_err(conn, front, Some(req.id), op, &rej, started);
+            return Flow::Continue;
+        }
+        if op == Op::Auth {
+            return self.authenticate(params, conn, front, req.id, started);
         }
         let local = match op {
             Op::Hello => Some(self.hello(params, front)),
@@ -104,6 +121,38 @@ impl Session {
         Flow::Continue
     }
 
+    /// AUTH: checks the token against the table in force now. A success whose token lacks
+    /// the read scope ends this connection's subscriptions (no push reaches a session that may
+    /// not read); the last allowed failure closes the connection.
+    fn authenticate(
+        &mut self,
+        params: Option<&[u8]>,
+        conn: &Rc<Conn>,
+        front: &Rc<Front>,
+        id: &str,
+        started: Instant,
+    ) -> Flow {
+        let settings = front.live.current();
+        match self.auth.authenticate(&settings.auth, params) {
+            AuthOutcome::Granted(result) => {
+                if !self.auth.may_read() {
+                    conn.subs.end_all(&front.router.subs);
+                }
+                respond_ok(conn, front, id, Op::Auth, &result, started);
+                Flow::Continue
+            }
+            AuthOutcome::Refused(rej) => {
+                respond_err(conn, front, Some(id), Op::Auth, &rej, started);
+                Flow::Continue
+            }
+            AuthOutcome::RefusedAndClose(rej) => {
+                respond_err(conn, front, Some(id), Op::Auth, &rej, started);
+                conn.push(Pending::Close);
+                Flow::Close
+            }
+        }
+    }
+
     fn hello(&mut self, params: Option<&[u8]>, front: &Front) -> Result<Value, Rejection> {
         #[derive(Deserialize)]
         struct Hello {
@@ -131,7 +180,7 @@ impl Session {
             "protocol_version": 1,
             "server_name": "smdb",
             "server_version": env!("CARGO_PKG_VERSION"),
-            "auth_required": false,
+            "auth_required": self.auth.required(),
             "role": front.info.role,
             "features": ["pipelining", "idempotency", "guards", "expectations"],
         }))

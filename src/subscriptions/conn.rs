@@ -78,6 +78,16 @@ impl ConnSubs {
         }
     }
 
+    /// Ends every subscription as UNWATCH would (nothing more is written for them), keeping the
+    /// connection able to subscribe again: a re-AUTH whose token lacks the read scope.
+    pub fn end_all(&self, table: &Table) {
+        for sub in std::mem::take(&mut *self.subs.borrow_mut()) {
+            sub.end(End::Unwatched);
+            table.remove(sub.id);
+        }
+        self.ready.notify();
+    }
+
     /// The connection closed: ends every subscription and waits (bounded) for their shard
     /// registrations to be removed.
     pub async fn close(&self, table: &Table) {

@@ -1,0 +1,187 @@
+//! Authentication and authorization (CONTRACT §3): bearer tokens configured as SHA-256
+//! digests, each with scopes, and the one check every op of a session passes through.
+//!
+//! * `scope`: the scopes and the scope each op needs.
+//! * `table`: the configured tokens and the AUTH check against them.
+//! * here: `SessionAuth`, a connection's authentication state, whose `check` is the single
+//!   place that decides whether the session may run an op. `Session::handle` calls it for every
+//!   request before anything else looks at the op (a BATCH calls it for each op inside).
+
+pub mod scope;
+pub mod table;
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use shards::{ErrorCode, Rejection};
+
+pub use scope::{required_scope, Scope, Scopes};
+pub use table::{Grant, Table};
+
+use crate::protocol::Op;
+
+/// Failed AUTH requests one connection may make; the last one's response closes it.
+pub const AUTH_FAILURES_PER_CONNECTION_MAX: u32 = 5;
+
+/// What an AUTH request did to the session.
+pub enum AuthOutcome {
+    /// Authenticated: the AUTH result.
+    Granted(Value),
+    /// Refused; the session stays as it was.
+    Refused(Rejection),
+    /// Refused for the last allowed time: answer, then close the connection.
+    RefusedAndClose(Rejection),
+}
+
+/// One connection's authentication state.
+pub struct SessionAuth {
+    /// `auth.required` when the connection was accepted (a reload does not change it for open
+    /// connections).
+    required: bool,
+    grant: Option<Grant>,
+    failures: u32,
+}
+
+impl SessionAuth {
+    pub fn new(required: bool) -> SessionAuth {
+        SessionAuth {
+            required,
+            grant: None,
+            failures: 0,
+        }
+    }
+
+    pub fn required(&self) -> bool {
+        self.required
+    }
+
+    /// The one authorization check: may this session run `op`? `UNAUTHORIZED` before a
+    /// successful AUTH (when auth is required), `FORBIDDEN` with `details.scope` when the
+    /// token lacks the op's scope.
+    pub fn check(&self, op: Op) -> Result<(), Rejection> {
+        let Some(scope) = required_scope(op) else {
+            return Ok(());
+        };
+        if !self.required {
+            return Ok(());
+        }
+        match &self.grant {
+            None => Err(Rejection::new(
+                ErrorCode::Unauthorized,
+                "authentication required: send AUTH first",
+            )),
+            Some(g) if g.scopes.contains(scope) => Ok(()),
+            Some(g) => Err(Rejection::new(
+                ErrorCode::Forbidden,
+                format!("token {:?} lacks the {} scope", g.name, scope.as_str()),
+            )
+            .with("scope", scope.as_str())
+            .with("op", op.as_str())),
+        }
+    }
+
+    /// May this session receive subscription pushes (it holds the read scope)?
+    pub fn may_read(&self) -> bool {
+        self.check(Op::WatchAll).is_ok()
+    }
+
+    /// Handles AUTH against `table`. A success replaces the session's grant; a failure leaves
+    /// it as it was and counts towards `AUTH_FAILURES_PER_CONNECTION_MAX`.
+    pub fn authenticate(&mut self, table: &Table, params: Option<&[u8]>) -> AuthOutcome {
+        match table.authenticate(params) {
+            Ok(grant) => {
+                log::debug!("AUTH ok: token {:?}", grant.name);
+                let result = json!({
+                    "authenticated": true,
+                    "name": &*grant.name,
+                    "scopes": grant.scopes.names(),
+                });
+                self.grant = Some(grant);
+                AuthOutcome::Granted(result)
+            }
+            Err(rej) if rej.code != ErrorCode::AuthFailed => AuthOutcome::Refused(rej),
+            Err(rej) => {
+                self.failures += 1;
+                log::info!(
+                    "AUTH failed ({} of {AUTH_FAILURES_PER_CONNECTION_MAX} on this connection)",
+                    self.failures
+                );
+                if self.failures >= AUTH_FAILURES_PER_CONNECTION_MAX {
+                    AuthOutcome::RefusedAndClose(rej)
+                } else {
+                    AuthOutcome::Refused(rej)
+                }
+            }
+        }
+    }
+
+    /// The name of the token this session authenticated with, if any.
+    pub fn token_name(&self) -> Option<Arc<str>> {
+        self.grant.as_ref().map(|g| g.name.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Table {
+        let cfg = format!(
+            "[auth]\nrequired = true\n[[auth.tokens]]\nname = \"w\"\nsha256 = \"{}\"\n\
+             scopes = [\"write\"]\n",
+            table::hex(&table::sha256(b"w"))
+        );
+        Table::from_config(&toml::from_str(&cfg).unwrap()).unwrap()
+    }
+
+    fn auth(s: &mut SessionAuth, token: &str) -> AuthOutcome {
+        let p = format!(r#"{{"method":"bearer","token":"{token}"}}"#);
+        s.authenticate(&table(), Some(p.as_bytes()))
+    }
+
+    #[test]
+    fn every_scoped_op_is_refused_before_auth_and_free_ops_pass() {
+        let s = SessionAuth::new(true);
+        for op in Op::ALL {
+            match required_scope(op) {
+                Some(_) => assert_eq!(s.check(op).unwrap_err().code, ErrorCode::Unauthorized),
+                None => assert!(s.check(op).is_ok()),
+            }
+        }
+        assert!(!s.may_read());
+    }
+
+    #[test]
+    fn without_required_auth_every_op_passes() {
+        let s = SessionAuth::new(false);
+        assert!(Op::ALL.iter().all(|op| s.check(*op).is_ok()));
+        assert!(s.may_read());
+    }
+
+    #[test]
+    fn a_scope_allows_exactly_its_ops() {
+        let mut s = SessionAuth::new(true);
+        assert!(matches!(auth(&mut s, "w"), AuthOutcome::Granted(_)));
+        for op in Op::ALL {
+            match required_scope(op) {
+                Some(Scope::Write) | None => assert!(s.check(op).is_ok(), "{op:?}"),
+                Some(scope) => {
+                    let e = s.check(op).unwrap_err();
+                    assert_eq!(e.code, ErrorCode::Forbidden);
+                    assert_eq!(e.details["scope"], scope.as_str());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_fifth_failure_closes_and_a_failure_keeps_the_grant() {
+        let mut s = SessionAuth::new(true);
+        assert!(matches!(auth(&mut s, "w"), AuthOutcome::Granted(_)));
+        for _ in 0..4 {
+            assert!(matches!(auth(&mut s, "x"), AuthOutcome::Refused(_)));
+        }
+        assert!(s.check(Op::ApplyEvent).is_ok(), "a failed AUTH keeps the grant");
+        assert!(matches!(auth(&mut s, "x"), AuthOutcome::RefusedAndClose(_)));
+    }
+}
