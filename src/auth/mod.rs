@@ -181,7 +181,10 @@ mod tests {
         for _ in 0..4 {
             assert!(matches!(auth(&mut s, "x"), AuthOutcome::Refused(_)));
         }
-        assert!(s.check(Op::ApplyEvent).is_ok(), "a failed AUTH keeps the grant");
+        assert!(
+            s.check(Op::ApplyEvent).is_ok(),
+            "a failed AUTH keeps the grant"
+        );
         assert!(matches!(auth(&mut s, "x"), AuthOutcome::RefusedAndClose(_)));
     }
 }

@@ -64,7 +64,13 @@ impl Table {
             }
             let scopes = parse_scopes(&key, &t.scopes)?;
             let name = t.name.clone();
-            tokens.push(token(&format!("{key}.sha256"), name, &t.sha256, scopes, &tokens)?);
+            tokens.push(token(
+                &format!("{key}.sha256"),
+                name,
+                &t.sha256,
+                scopes,
+                &tokens,
+            )?);
         }
         for (i, hex) in c.replication.token_hashes.iter().enumerate() {
             let key = format!("replication.token_hashes[{i}]");
@@ -154,7 +160,8 @@ fn token(
     scopes: Scopes,
     earlier: &[Token],
 ) -> Result<Token, String> {
-    let digest = parse_digest(hex).ok_or_else(|| format!("{key}: must be 64 hex digits (SHA-256)"))?;
+    let digest =
+        parse_digest(hex).ok_or_else(|| format!("{key}: must be 64 hex digits (SHA-256)"))?;
     if earlier.iter().any(|t| t.digest == digest) {
         return Err(format!("{key}: the same digest is configured twice"));
     }
@@ -275,7 +282,11 @@ mod tests {
         }
         let long = format!(r#"{{"method":"bearer","token":"{}"}}"#, "x".repeat(5000));
         assert_eq!(auth(&t, &long).unwrap_err().code, ErrorCode::AuthFailed);
-        for p in [r#"{"token":"sekrit"}"#, r#"{"method":"bearer","token":123456}"#, "[1]"] {
+        for p in [
+            r#"{"token":"sekrit"}"#,
+            r#"{"method":"bearer","token":123456}"#,
+            "[1]",
+        ] {
             let e = auth(&t, p).unwrap_err();
             assert_eq!(e.code, ErrorCode::BadRequest);
             assert!(!e.message.contains("sekrit") && !e.message.contains("123456"));
@@ -288,15 +299,25 @@ mod tests {
         let scopes = "[[auth.tokens]]\nname = \"x\"\nsha256 = \"".to_string()
             + &"ab".repeat(32)
             + "\"\nscopes = [\"reed\"]\n";
-        assert!(bad(&scopes).starts_with("auth.tokens[0].scopes"), "{}", bad(&scopes));
+        assert!(
+            bad(&scopes).starts_with("auth.tokens[0].scopes"),
+            "{}",
+            bad(&scopes)
+        );
         let dup = format!(
             "[[auth.tokens]]\nname = \"x\"\nsha256 = \"{}\"\nscopes = [\"read\"]\n",
             hex(&sha256(A.as_bytes()))
         );
-        assert!(bad(&dup).starts_with("auth.tokens[0].sha256"), "{}", bad(&dup));
+        assert!(
+            bad(&dup).starts_with("auth.tokens[0].sha256"),
+            "{}",
+            bad(&dup)
+        );
         let short = "[[auth.tokens]]\nname = \"x\"\nsha256 = \"abc\"\nscopes = [\"read\"]\n";
         assert!(bad(short).contains("64 hex digits"));
         let c: Config = toml::from_str("[auth]\nrequired = true").unwrap();
-        assert!(Table::from_config(&c).unwrap_err().starts_with("auth.required"));
+        assert!(Table::from_config(&c)
+            .unwrap_err()
+            .starts_with("auth.required"));
     }
 }

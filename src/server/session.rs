@@ -11,10 +11,10 @@ use shards::routing::shard_for;
 use shards::{ErrorCode, Rejection};
 
 use super::connection::{completed, Conn, Pending};
-use crate::auth::{AuthOutcome, SessionAuth};
 use super::fanout;
 use super::front::Front;
 use super::router::Reply;
+use crate::auth::{AuthOutcome, SessionAuth};
 use crate::ops::params::{parse, route_key};
 use crate::protocol::{encode_error, encode_ok, parse_request, Op};
 use crate::shard::{ReplyBody, ShardCall};

@@ -59,6 +59,12 @@ fn merge_sections(base: &str, extra: &str) -> String {
         .map(str::trim)
         .filter(|l| !l.is_empty())
     {
+        if line.starts_with("[[") {
+            // An array-of-tables entry (`[[auth.tokens]]`): each one is a table of its own.
+            sections.push((line.to_string(), vec![]));
+            cur = sections.len() - 1;
+            continue;
+        }
         if line.starts_with('[') {
             cur = match sections.iter().position(|(n, _)| n == line) {
                 Some(i) => i,
@@ -216,6 +222,35 @@ impl Server {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// Replaces the config file with the base config merged with `extra` (a SIGHUP re-reads
+    /// it; a restart uses it too).
+    pub fn rewrite_config(&mut self, extra: &str) {
+        self.config = base_config(&self.dir, extra);
+        std::fs::write(self.dir.join("smdb.toml"), &self.config).expect("write config");
+    }
+
+    /// Sends `sig` to the server process.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(self.pid() as i32, sig) };
+    }
+
+    /// Waits (up to 10 s) until the server log holds `needle` at least `n` times.
+    pub fn wait_for_log(&self, needle: &str, n: usize) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if log.matches(needle).count() >= n {
+                return log;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "log never showed {needle:?} {n} time(s):\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
