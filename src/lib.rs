@@ -8,6 +8,7 @@
 //! * `subscriptions`: WATCH_* and UNWATCH on the front, pushes to subscribers.
 //! * `metrics`: counters per executor, gathered on the control executor and served over HTTP.
 //! * `logging`: text or JSON log lines, request-completed lines.
+//! * `tls`: TLS (and mutual TLS) on the client port; client-side TLS config.
 //! * `config`, `datadir`, `util`.
 //! * `bench`: the `smdb-bench` load generator (client side only; nothing in the server uses it).
 
@@ -22,4 +23,5 @@ pub mod protocol;
 pub mod server;
 pub mod shard;
 pub mod subscriptions;
+pub mod tls;
 pub mod util;

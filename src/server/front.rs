@@ -18,6 +18,7 @@ use super::connection;
 use super::router::{Router, RouterChannels};
 use crate::metrics::{FrontStats, SubsStats};
 use crate::protocol::encode_error;
+use crate::tls::ServerTls;
 
 /// How long shutdown waits for connections to finish their in-flight requests.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
@@ -55,6 +56,8 @@ pub struct FrontSetup {
     /// Connections open across all fronts (the limit is global).
     pub active: Arc<AtomicU64>,
     pub info: Arc<ServerInfo>,
+    /// TLS for the client port (`tls.enabled`), loaded once in `server::run`.
+    pub tls: Option<ServerTls>,
 }
 
 /// What every connection task on this executor shares.
@@ -68,6 +71,15 @@ pub struct Front {
     active: Arc<AtomicU64>,
     open: RefCell<HashMap<u64, RawFd>>,
     next_conn: Cell<u64>,
+    tls: Option<ServerTls>,
+}
+
+impl Front {
+    /// The TLS settings a connection accepted now handshakes with (`None`: plaintext). The one
+    /// place that decides it, so a reload only has to change what this returns.
+    pub fn tls_for_new_connection(&self) -> Option<ServerTls> {
+        self.tls.clone()
+    }
 }
 
 pub async fn run(setup: FrontSetup) {
@@ -86,6 +98,7 @@ pub async fn run(setup: FrontSetup) {
         active: setup.active,
         open: RefCell::new(HashMap::new()),
         next_conn: Cell::new(0),
+        tls: setup.tls,
     });
     let gate = Gate::new();
     loop {
@@ -128,7 +141,7 @@ fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
     front.open.borrow_mut().insert(id, stream.as_raw_fd());
     let f = front.clone();
     let spawned = gate.spawn(async move {
-        connection::serve(stream, f.clone()).await;
+        serve_stream(stream, f.clone()).await;
         f.open.borrow_mut().remove(&id);
         f.active.fetch_sub(1, Ordering::Relaxed);
         f.stats.connection_closed();
@@ -136,6 +149,22 @@ fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
     match spawned {
         Ok(task) => drop(task.detach()),
         Err(e) => log::warn!("cannot serve connection during shutdown: {e}"),
+    }
+}
+
+/// Serves one accepted connection: with TLS on, the handshake first (in this connection's
+/// task, bounded by the handshake timeout); a failed handshake closes this connection only.
+async fn serve_stream(stream: TcpStream, front: Rc<Front>) {
+    let Some(tls) = front.tls_for_new_connection() else {
+        return connection::serve(stream, front).await;
+    };
+    let peer = stream.peer_addr();
+    match tls.accept(stream).await {
+        Ok(tls_stream) => connection::serve(tls_stream, front).await,
+        Err(e) => match peer {
+            Ok(peer) => log::debug!("TLS handshake with {peer} failed: {e}"),
+            Err(_) => log::debug!("TLS handshake failed: {e}"),
+        },
     }
 }
 

@@ -83,6 +83,7 @@ pub fn run(config: Config) -> Result<(), String> {
         .map(StdListener::local_addr)
         .transpose()
         .map_err(|e| e.to_string())?;
+    let tls = crate::tls::ServerTls::load(&config.tls)?;
     let signals = Signals::install()?;
 
     let clients = place.fronts.len() + 1;
@@ -174,6 +175,7 @@ pub fn run(config: Config) -> Result<(), String> {
             subs_stats,
             active: active.clone(),
             info: info.clone(),
+            tls: tls.clone(),
         };
         handles.push(spawn(&format!("front{i}"), *cpu, io_memory, move || {
             front::run(setup)
