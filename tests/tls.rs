@@ -223,6 +223,19 @@ fn mutual_tls_serves_only_clients_with_a_certificate_from_its_ca() {
     ping(&mut c);
 }
 
+#[test]
+fn over_the_connection_limit_a_tls_client_reads_connection_limit() {
+    let pki = pki();
+    let cfg = tls_config(&pki, "[network]\nmax_connections = 1");
+    let (server, _d) = Server::start(&cfg);
+    let mut first = connect(&server, trust(&pki)).unwrap();
+    match connect(&server, trust(&pki)) {
+        Err(e) => assert_eq!(e.code(), Some("CONNECTION_LIMIT"), "{e}"),
+        Ok(_) => panic!("a second connection was served"),
+    }
+    ping(&mut first);
+}
+
 /// A rustls client limited to one protocol version.
 fn connect_version(
     server: &Server,
@@ -277,6 +290,14 @@ fn tls_config_errors_exit_78_naming_the_key() {
             tls_config(&pki, "").replace(
                 &pki.server_key.display().to_string(),
                 &pki.server_cert.display().to_string(),
+            ),
+            "tls.key_path",
+        ),
+        // A key that is not the certificate's.
+        (
+            tls_config(&pki, "").replace(
+                &pki.server_key.display().to_string(),
+                &pki.client_key.display().to_string(),
             ),
             "tls.key_path",
         ),

@@ -34,8 +34,8 @@ fn setup() -> &'static Setup {
     SETUP.get_or_init(|| {
         let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca = rcgen::CertifiedIssuer::self_signed(ca, rcgen::KeyPair::generate().unwrap())
-            .unwrap();
+        let ca =
+            rcgen::CertifiedIssuer::self_signed(ca, rcgen::KeyPair::generate().unwrap()).unwrap();
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
             .unwrap()
@@ -104,7 +104,11 @@ impl FrameReader {
 
 /// Moves client records into the server and the server's plaintext into the frame reader.
 /// Returns false once the server session has failed.
-fn server_takes(server: &mut ServerConnection, mut records: &[u8], frames: &mut FrameReader) -> bool {
+fn server_takes(
+    server: &mut ServerConnection,
+    mut records: &[u8],
+    frames: &mut FrameReader,
+) -> bool {
     while !records.is_empty() {
         match server.read_tls(&mut records) {
             Ok(0) | Err(_) => return false,

@@ -129,7 +129,8 @@ fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
     if now > front.limits.max_connections {
         front.active.fetch_sub(1, Ordering::Relaxed);
         front.stats.connection_rejected();
-        glommio::spawn_local(reject(stream, front.limits.max_connections)).detach();
+        let tls = front.tls_for_new_connection();
+        glommio::spawn_local(reject(stream, front.limits.max_connections, tls)).detach();
         return;
     }
     if let Some(idle) = front.limits.idle_timeout {
@@ -168,14 +169,27 @@ async fn serve_stream(stream: TcpStream, front: Rc<Front>) {
     }
 }
 
-/// Sends one CONNECTION_LIMIT error frame and closes.
-async fn reject(mut stream: TcpStream, limit: u64) {
+/// Sends one CONNECTION_LIMIT error frame and closes (over TLS when it is on, so the client
+/// can read it).
+async fn reject(stream: TcpStream, limit: u64, tls: Option<ServerTls>) {
     let _ = stream.set_write_timeout(Some(REJECT_WRITE_TIMEOUT));
     let rej = Rejection::new(ErrorCode::ConnectionLimit, "connection limit reached")
         .with("max_connections", limit);
     let mut out = Vec::new();
     encode_error(&mut out, None, &rej);
-    let _ = stream.write_all(&out).await;
+    match tls {
+        None => send_and_close(stream, &out).await,
+        Some(tls) => {
+            if let Ok(s) = tls.accept(stream).await {
+                send_and_close(s, &out).await;
+            }
+        }
+    }
+}
+
+async fn send_and_close<S: futures_lite::AsyncWrite + Unpin>(mut stream: S, bytes: &[u8]) {
+    let _ = stream.write_all(bytes).await;
+    let _ = stream.flush().await;
     let _ = stream.close().await;
 }
 
