@@ -185,13 +185,27 @@ pub struct NamedToken {
     pub scopes: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Tls {
     pub enabled: bool,
     pub cert_path: Option<PathBuf>,
     pub key_path: Option<PathBuf>,
     pub client_ca_path: Option<PathBuf>,
+    /// A client that has not finished its TLS handshake by then is closed.
+    pub handshake_timeout_ms: u64,
+}
+
+impl Default for Tls {
+    fn default() -> Self {
+        Tls {
+            enabled: false,
+            cert_path: None,
+            key_path: None,
+            client_ca_path: None,
+            handshake_timeout_ms: crate::tls::TLS_HANDSHAKE_TIMEOUT.as_millis() as u64,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -347,7 +361,18 @@ impl Config {
         if self.replication.role == Some(Role::Replica) && self.replication.upstream.is_none() {
             return err("replication.role = \"replica\" needs replication.upstream".into());
         }
-        Ok(())
+        self.validate_tls()
+    }
+
+    /// With `tls.enabled`, the certificate and key files must exist and load (so a bad file
+    /// exits 78 at start-up, naming the key).
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        if self.tls.handshake_timeout_ms == 0 {
+            return Err(ConfigError("tls.handshake_timeout_ms must be >= 1".into()));
+        }
+        crate::tls::ServerTls::load(&self.tls)
+            .map(drop)
+            .map_err(ConfigError)
     }
 
     fn validate_shards(&self) -> Result<(), ConfigError> {
@@ -445,5 +470,20 @@ mod tests {
         assert!(Config::from_toml("[shards]\ncount = 0").is_err());
         assert!(Config::from_toml("[shards]\ncount = 2\ncores = [1]").is_err());
         assert!(Config::from_toml("[replication]\nrole = \"replica\"").is_err());
+    }
+
+    #[test]
+    fn tls_needs_its_files_and_names_the_key() {
+        let e = Config::from_toml("[tls]\nenabled = true").unwrap_err();
+        assert!(e.0.starts_with("tls.cert_path"), "{}", e.0);
+        let e = Config::from_toml("[tls]\nenabled = true\ncert_path = \"/nonexistent/c.pem\"")
+            .unwrap_err();
+        assert!(e.0.starts_with("tls.key_path"), "{}", e.0);
+        let e = Config::from_toml(
+            "[tls]\nenabled = true\ncert_path = \"/nonexistent/c.pem\"\nkey_path = \"/k\"",
+        )
+        .unwrap_err();
+        assert!(e.0.starts_with("tls.cert_path: cannot read"), "{}", e.0);
+        assert!(Config::from_toml("[tls]\ncert_path = \"/nonexistent\"").is_ok());
     }
 }

@@ -10,6 +10,7 @@
 //! * `subscriptions`: WATCH_* and UNWATCH on the front, pushes to subscribers.
 //! * `metrics`: counters per executor, gathered on the control executor and served over HTTP.
 //! * `logging`: text or JSON log lines, request-completed lines.
+//! * `tls`: TLS (and mutual TLS) on the client port; client-side TLS config.
 //! * `config`, `datadir`, `util`.
 //! * `bench`: the `smdb-bench` load generator (client side only; nothing in the server uses it).
 
@@ -26,4 +27,5 @@ pub mod security;
 pub mod server;
 pub mod shard;
 pub mod subscriptions;
+pub mod tls;
 pub mod util;

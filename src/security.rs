@@ -12,10 +12,13 @@ use std::sync::{Arc, RwLock};
 
 use crate::auth;
 use crate::config::Config;
+use crate::tls::ServerTls;
 
 /// Everything a reload replaces.
 pub struct Settings {
     pub auth: auth::Table,
+    /// `None`: the client port speaks plaintext.
+    pub tls: Option<ServerTls>,
 }
 
 impl Settings {
@@ -23,15 +26,20 @@ impl Settings {
     pub fn from_config(c: &Config) -> Result<Settings, String> {
         Ok(Settings {
             auth: auth::Table::from_config(c)?,
+            tls: ServerTls::load(&c.tls)?,
         })
     }
 
     /// One line for the log: what is in force.
     fn describe(&self) -> String {
         format!(
-            "auth.required = {}, {} token(s)",
+            "auth.required = {}, {} token(s), tls {}",
             self.auth.required,
-            self.auth.len()
+            self.auth.len(),
+            match &self.tls {
+                Some(_) => "on (certificate files re-read)",
+                None => "off",
+            }
         )
     }
 }

@@ -19,9 +19,10 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustls::ClientConnection;
 use serde_json::Value;
 
-use crate::client::CLIENT_FRAME_BYTES_MAX;
+use crate::client::{ClientTlsOptions, CLIENT_FRAME_BYTES_MAX};
 use crate::protocol::frame::decode_frame;
 
 use super::setup;
@@ -51,6 +52,7 @@ pub struct Schedule {
 pub struct ThreadSpec {
     pub addr: String,
     pub token: Option<String>,
+    pub tls: Option<ClientTlsOptions>,
     /// Global numbers of this thread's connections (they seed ids and randomness).
     pub conns: Vec<u64>,
     pub in_flight: usize,
@@ -103,6 +105,8 @@ struct Pending {
 
 struct Conn {
     stream: TcpStream,
+    /// The TLS session of a `--tls` run; `None` keeps the plain path as it was.
+    tls: Option<Box<TlsState>>,
     writer: RequestWriter,
     out: Vec<u8>,
     out_pos: usize,
@@ -128,19 +132,22 @@ impl Clock<'_> {
 
 impl Conn {
     fn open(spec: &ThreadSpec, n: u64) -> Result<Conn, String> {
-        let client = setup::connect(&spec.addr, spec.token.as_deref(), "smdb-bench")?;
-        // The client reads whole frames only, so nothing is buffered in it: the stream can be
-        // taken over as is. `try_clone` dups the fd; the client's copy closes on drop.
-        let stream = client
-            .stream()
-            .try_clone()
-            .map_err(|e| format!("dup socket: {e}"))?;
-        drop(client);
+        let tls = spec.tls.as_ref();
+        let client = setup::connect(&spec.addr, spec.token.as_deref(), tls, "smdb-bench")?;
+        // The client reads whole frames only, so nothing is buffered in it: the socket (and
+        // the TLS session) can be taken over as they are.
+        let (stream, session) = client.into_transport().into_parts();
         stream
             .set_nonblocking(true)
             .map_err(|e| format!("non-blocking socket: {e}"))?;
         Ok(Conn {
             stream,
+            tls: session.map(|session| {
+                Box::new(TlsState {
+                    session: *session,
+                    raw: vec![0; READ_BUFFER_BYTES],
+                })
+            }),
             writer: RequestWriter::new(spec.seed, n),
             out: Vec::with_capacity(16 * 1024),
             out_pos: 0,
@@ -167,6 +174,9 @@ impl Conn {
 
     /// Writes as much queued output as the socket takes.
     fn flush(&mut self) -> std::io::Result<()> {
+        if self.tls.is_some() {
+            return self.flush_tls();
+        }
         while self.out_pos < self.out.len() {
             match self.stream.write(&self.out[self.out_pos..]) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
@@ -184,21 +194,41 @@ impl Conn {
     }
 
     fn wants_write(&self) -> bool {
-        self.out_pos < self.out.len()
+        self.out_pos < self.out.len() || self.tls.as_ref().is_some_and(|t| t.session.wants_write())
     }
 
     /// Reads what is available and handles every complete response.
     fn read(&mut self, schedule: &Schedule, counts: &mut RunCounts) {
-        let mut eof = false;
+        let got = match self.tls.is_some() {
+            false => self.read_plain(),
+            true => self.read_tls(),
+        };
+        let clock = Clock {
+            schedule,
+            now: Instant::now(),
+        };
+        let eof = match got {
+            Ok(eof) => eof,
+            Err(e) => {
+                self.fail("IO_ERROR", &clock, counts, Some(&e.to_string()));
+                return;
+            }
+        };
+        self.handle_frames(&clock, counts);
+        if eof && self.open {
+            self.fail("CONNECTION_CLOSED", &clock, counts, None);
+        }
+    }
+
+    /// Reads into the frame buffer until the socket is drained (or the round's quota);
+    /// returns true at end of stream.
+    fn read_plain(&mut self) -> std::io::Result<bool> {
         for _ in 0..READS_PER_ROUND {
             if self.rend == self.rbuf.len() {
                 self.make_room();
             }
             match self.stream.read(&mut self.rbuf[self.rend..]) {
-                Ok(0) => {
-                    eof = true;
-                    break;
-                }
+                Ok(0) => return Ok(true),
                 Ok(n) => {
                     self.rend += n;
                     if self.rend < self.rbuf.len() {
@@ -207,24 +237,10 @@ impl Conn {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    let clock = Clock {
-                        schedule,
-                        now: Instant::now(),
-                    };
-                    self.fail("IO_ERROR", &clock, counts, Some(&e.to_string()));
-                    return;
-                }
+                Err(e) => return Err(e),
             }
         }
-        let clock = Clock {
-            schedule,
-            now: Instant::now(),
-        };
-        self.handle_frames(&clock, counts);
-        if eof && self.open {
-            self.fail("CONNECTION_CLOSED", &clock, counts, None);
-        }
+        Ok(false)
     }
 
     /// Compacts the read buffer, doubling it when one frame needs more room.
@@ -323,6 +339,108 @@ impl Conn {
             }
         }
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// A connection's TLS session, driven by hand on the non-blocking socket: socket bytes are
+/// read with one `read` per round into `raw` (as on the plain path) and fed to rustls; the
+/// plaintext lands in the connection's frame buffer.
+struct TlsState {
+    session: ClientConnection,
+    raw: Vec<u8>,
+}
+
+impl Conn {
+    /// Hands queued requests to the TLS session, then writes its records as far as the socket
+    /// takes (what is left goes on the next POLLOUT).
+    fn flush_tls(&mut self) -> std::io::Result<()> {
+        let Some(tls) = self.tls.as_mut() else {
+            return Ok(());
+        };
+        while self.out_pos < self.out.len() {
+            match tls.session.writer().write(&self.out[self.out_pos..])? {
+                0 => break, // the session's send buffer is full: records go out first
+                n => self.out_pos += n,
+            }
+        }
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+        while tls.session.wants_write() {
+            match tls.session.write_tls(&mut self.stream) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The TLS twin of `read_plain`: socket bytes through the session into the frame buffer.
+    fn read_tls(&mut self) -> std::io::Result<bool> {
+        for _ in 0..READS_PER_ROUND {
+            let Some(tls) = self.tls.as_mut() else {
+                return Ok(false);
+            };
+            let n = match self.stream.read(&mut tls.raw) {
+                Ok(0) => return Ok(true),
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let full = n == tls.raw.len();
+            if self.decrypt(n)? {
+                return Ok(true);
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok(false)
+    }
+
+    /// Feeds `raw[..n]` to the session and moves the plaintext out; true on close_notify.
+    fn decrypt(&mut self, n: usize) -> std::io::Result<bool> {
+        let mut at = 0;
+        while at < n {
+            let Some(tls) = self.tls.as_mut() else {
+                return Ok(false);
+            };
+            let mut data = &tls.raw[at..n];
+            let took = tls.session.read_tls(&mut data)?;
+            if took == 0 {
+                return Err(std::io::Error::other("TLS session takes no more input"));
+            }
+            at += took;
+            tls.session
+                .process_new_packets()
+                .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
+            if self.take_plaintext()? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Moves every decrypted byte into the frame buffer; true when the server sent close_notify.
+    fn take_plaintext(&mut self) -> std::io::Result<bool> {
+        loop {
+            if self.rend == self.rbuf.len() {
+                self.make_room();
+            }
+            let Some(tls) = self.tls.as_mut() else {
+                return Ok(false);
+            };
+            match tls.session.reader().read(&mut self.rbuf[self.rend..]) {
+                Ok(0) => return Ok(true),
+                Ok(n) => self.rend += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 

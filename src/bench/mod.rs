@@ -136,7 +136,13 @@ fn run_tag() -> String {
 fn run_load(opts: &Options, target: &Target) -> Result<RunReport, String> {
     let mix = Mix::for_workload(opts.workload, opts.mix);
     let setup_started = Instant::now();
-    let mut c = setup::connect(&target.addr, opts.token.as_deref(), "smdb-bench-setup")?;
+    let tls = opts.tls_options();
+    let mut c = setup::connect(
+        &target.addr,
+        opts.token.as_deref(),
+        tls.as_ref(),
+        "smdb-bench-setup",
+    )?;
     let shards = match opts.shards.or(target.shards) {
         Some(n) => n,
         None => setup::shard_count(&mut c).map_err(|e| format!("{e} (pass --shards)"))?,
@@ -214,6 +220,7 @@ fn start_threads(opts: &Options, addr: &str, plan: Arc<Plan>) -> Result<Threads,
         let spec = ThreadSpec {
             addr: addr.to_string(),
             token: opts.token.clone(),
+            tls: opts.tls_options(),
             conns: (t..opts.connections)
                 .step_by(opts.threads)
                 .map(|n| n as u64)

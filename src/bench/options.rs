@@ -6,6 +6,7 @@ use clap::Parser;
 
 use super::spawn::Fsync;
 use super::workload::{Mix, WorkloadKind};
+use crate::client::ClientTlsOptions;
 
 /// Largest `--in-flight`: the server's default `network.max_inflight_per_connection`.
 pub const IN_FLIGHT_MAX: usize = 1024;
@@ -95,8 +96,25 @@ pub struct Options {
     pub threads: usize,
 
     /// Bearer token: every connection sends AUTH after HELLO.
-    #[arg(long, value_name = "TOKEN")]
+    #[arg(long, value_name = "TOKEN", env = "SMDB_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+
+    /// Connect with TLS (tls.enabled servers; for --spawn pass a --server-config with [tls]).
+    /// Implied by --ca, --cert and --key.
+    #[arg(long, env = "SMDB_TLS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub tls: bool,
+
+    /// PEM file of the CA that signed the server's certificate (default: the system CAs).
+    #[arg(long, value_name = "FILE", env = "SMDB_CA")]
+    pub ca: Option<PathBuf>,
+
+    /// PEM client certificate chain, for servers with mutual TLS.
+    #[arg(long, value_name = "FILE", env = "SMDB_CERT", requires = "key")]
+    pub cert: Option<PathBuf>,
+
+    /// PEM private key of --cert.
+    #[arg(long, value_name = "FILE", env = "SMDB_KEY", requires = "cert")]
+    pub key: Option<PathBuf>,
 
     /// Print one JSON object per run (JSON Lines) instead of text.
     #[arg(long)]
@@ -192,6 +210,17 @@ impl Options {
             return Err("shard counts must be >= 1".into());
         }
         Ok(())
+    }
+
+    /// The TLS options, when --tls or any of --ca, --cert, --key is given.
+    pub fn tls_options(&self) -> Option<ClientTlsOptions> {
+        let wanted = self.tls || self.ca.is_some() || self.cert.is_some() || self.key.is_some();
+        wanted.then(|| ClientTlsOptions {
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            server_name: None,
+        })
     }
 
     /// The label of a run: --label, else e.g. `apply 16x8`.

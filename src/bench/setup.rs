@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::client::{into_result, Client, ClientError};
+use crate::client::{into_result, Client, ClientError, ClientTlsOptions};
 
 use super::workload::{machine_definition, Plan, MACHINE, MACHINE_VERSION};
 
@@ -16,11 +16,21 @@ const PRECREATE_WINDOW: usize = 128;
 /// How long set-up waits for any one response before giving up.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A connected client that has done HELLO and, with a token, AUTH.
-pub fn connect(addr: &str, token: Option<&str>, name: &str) -> Result<Client, String> {
-    let mut c = Client::connect_hello(addr, name).map_err(|e| format!("connect to {addr}: {e}"))?;
+/// A connected client that has done HELLO and, with a token, AUTH (over TLS with `tls`).
+pub fn connect(
+    addr: &str,
+    token: Option<&str>,
+    tls: Option<&ClientTlsOptions>,
+    name: &str,
+) -> Result<Client, String> {
+    let mut c = match tls {
+        Some(tls) => Client::connect_tls(addr, tls, Some(SETUP_TIMEOUT)),
+        None => Client::connect(addr),
+    }
+    .map_err(|e| format!("connect to {addr}: {e}"))?;
     c.set_timeout(Some(SETUP_TIMEOUT))
         .map_err(|e| format!("socket timeout: {e}"))?;
+    c.hello(name).map_err(|e| format!("HELLO: {e}"))?;
     if let Some(token) = token {
         c.call("AUTH", json!({"method": "bearer", "token": token}))
             .map_err(|e| format!("AUTH: {e}"))?;

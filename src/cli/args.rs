@@ -53,6 +53,39 @@ pub struct GlobalOpts {
     /// Bearer token: sent with AUTH right after HELLO (servers with auth.required).
     #[arg(long, env = "SMDB_TOKEN", hide_env_values = true, global = true, help_heading = GLOBAL)]
     pub token: Option<String>,
+
+    /// Connect with TLS (servers with tls.enabled). Implied by --ca, --cert and --key.
+    #[arg(long, env = "SMDB_TLS", value_parser = clap::builder::BoolishValueParser::new(), global = true, help_heading = GLOBAL)]
+    pub tls: bool,
+
+    /// PEM file of the CA that signed the server's certificate (default: the system CAs).
+    #[arg(long, value_name = "FILE", env = "SMDB_CA", global = true, help_heading = GLOBAL)]
+    pub ca: Option<PathBuf>,
+
+    /// PEM client certificate chain, for servers with mutual TLS (tls.client_ca_path).
+    #[arg(long, value_name = "FILE", env = "SMDB_CERT", requires = "key", global = true, help_heading = GLOBAL)]
+    pub cert: Option<PathBuf>,
+
+    /// PEM private key of --cert.
+    #[arg(long, value_name = "FILE", env = "SMDB_KEY", requires = "cert", global = true, help_heading = GLOBAL)]
+    pub key: Option<PathBuf>,
+
+    /// Name the server's certificate must carry (default: the host part of --addr).
+    #[arg(long, value_name = "NAME", global = true, help_heading = GLOBAL)]
+    pub tls_server_name: Option<String>,
+}
+
+impl GlobalOpts {
+    /// The TLS options, when --tls or any of --ca, --cert, --key is given.
+    pub fn tls_options(&self) -> Option<smdb::client::ClientTlsOptions> {
+        let wanted = self.tls || self.ca.is_some() || self.cert.is_some() || self.key.is_some();
+        wanted.then(|| smdb::client::ClientTlsOptions {
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            server_name: self.tls_server_name.clone(),
+        })
+    }
 }
 
 /// One operation of the server, or a local helper.

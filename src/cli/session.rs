@@ -37,6 +37,7 @@ impl Session {
                 connect_timeout: secs(g.connect_timeout)?,
                 timeout: secs(g.timeout)?,
                 token: g.token.clone(),
+                tls: g.tls_options(),
             },
             client: None,
         })
@@ -49,7 +50,7 @@ impl Session {
 
     /// A connected client: the current one if the server has not closed it, else a new one.
     pub fn client(&mut self) -> Result<&mut Client, CliError> {
-        if self.client.as_ref().is_some_and(|c| !c.is_alive()) {
+        if self.client.as_mut().is_some_and(|c| !c.is_alive()) {
             self.client = None;
         }
         if self.client.is_none() {

@@ -7,8 +7,10 @@
 //! read picks up where the last one stopped.
 
 mod ops;
+mod transport;
 
 pub use ops::{ApplyOptions, CreateOptions, ListFilter, WatchAllFilter, WatchOptions};
+pub use transport::{ClientTlsOptions, Transport};
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
@@ -99,6 +101,8 @@ pub struct ConnectOptions {
     pub timeout: Option<Duration>,
     /// Bearer token: when set, AUTH `{method:"bearer", token}` follows HELLO.
     pub token: Option<String>,
+    /// TLS: when set, the handshake runs right after the TCP connect, before HELLO.
+    pub tls: Option<ClientTlsOptions>,
 }
 
 impl Default for ConnectOptions {
@@ -108,12 +112,13 @@ impl Default for ConnectOptions {
             connect_timeout: Some(Duration::from_secs(5)),
             timeout: Some(Duration::from_secs(30)),
             token: None,
+            tls: None,
         }
     }
 }
 
 pub struct Client {
-    stream: TcpStream,
+    stream: Transport,
     next_id: u64,
     /// Bytes read from the socket and not yet handed out; frames start at `rstart`.
     rbuf: Vec<u8>,
@@ -151,7 +156,12 @@ impl Client {
 
     fn from_stream(stream: TcpStream) -> Result<Client, ClientError> {
         stream.set_nodelay(true)?;
-        Ok(Client {
+        Ok(Client::from_transport(Transport::Plain(stream)))
+    }
+
+    /// A client over an established transport (plain or after a TLS handshake).
+    pub fn from_transport(stream: Transport) -> Client {
+        Client {
             stream,
             next_id: 1,
             rbuf: Vec::with_capacity(READ_BUFFER_BYTES),
@@ -159,7 +169,26 @@ impl Client {
             pushes: VecDeque::new(),
             responses: VecDeque::new(),
             hello: None,
-        })
+        }
+    }
+
+    /// Connects over TLS (no HELLO): TCP connect, then the handshake, both within `timeout`
+    /// when given. The server name defaults to the host part of `addr`.
+    pub fn connect_tls(
+        addr: &str,
+        tls: &ClientTlsOptions,
+        timeout: Option<Duration>,
+    ) -> Result<Client, ClientError> {
+        let config = crate::tls::client_config(tls)
+            .map_err(|e| ClientError::Io(std::io::Error::new(ErrorKind::InvalidInput, e)))?;
+        let plain = match timeout {
+            Some(t) => Client::connect_timeout(addr, t)?,
+            None => Client::connect(addr)?,
+        };
+        plain.set_timeout(timeout)?;
+        let name = tls.server_name.clone().unwrap_or_else(|| host_of(addr));
+        let (sock, _) = plain.stream.into_parts();
+        Ok(Client::from_transport(Transport::tls(sock, config, &name)?))
     }
 
     /// Connects and performs HELLO with protocol version 1.
@@ -171,13 +200,11 @@ impl Client {
 
     /// Connects with a connect timeout, sets the call timeout, performs HELLO and, when a token
     /// is given, AUTH.
-    pub fn connect_with(
-        addr: impl ToSocketAddrs,
-        opts: &ConnectOptions,
-    ) -> Result<Client, ClientError> {
-        let mut c = match opts.connect_timeout {
-            Some(t) => Client::connect_timeout(addr, t)?,
-            None => Client::connect(addr)?,
+    pub fn connect_with(addr: &str, opts: &ConnectOptions) -> Result<Client, ClientError> {
+        let mut c = match (&opts.tls, opts.connect_timeout) {
+            (Some(tls), t) => Client::connect_tls(addr, tls, t)?,
+            (None, Some(t)) => Client::connect_timeout(addr, t)?,
+            (None, None) => Client::connect(addr)?,
         };
         c.set_timeout(opts.timeout)?;
         c.hello(&opts.client_name)?;
@@ -205,8 +232,8 @@ impl Client {
 
     /// Sets the read and write timeout of the socket (`None`: wait forever).
     pub fn set_timeout(&self, t: Option<Duration>) -> Result<(), ClientError> {
-        self.stream.set_read_timeout(t)?;
-        self.stream.set_write_timeout(t)?;
+        self.stream.socket().set_read_timeout(t)?;
+        self.stream.socket().set_write_timeout(t)?;
         Ok(())
     }
 
@@ -242,6 +269,7 @@ impl Client {
     /// Writes raw bytes (for tests of malformed frames).
     pub fn send_raw(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
         self.stream.write_all(bytes)?;
+        self.stream.flush()?;
         Ok(())
     }
 
@@ -273,10 +301,11 @@ impl Client {
         if let Some(p) = self.pushes.pop_front() {
             return Ok(Some(p));
         }
-        let before = self.stream.read_timeout()?;
+        let before = self.stream.socket().read_timeout()?;
         if let Some(w) = wait {
             // A zero timeout means "block" to the OS: wait at least a millisecond instead.
             self.stream
+                .socket()
                 .set_read_timeout(Some(w.max(Duration::from_millis(1))))?;
         }
         let got = loop {
@@ -288,7 +317,7 @@ impl Client {
             }
         };
         if wait.is_some() {
-            self.stream.set_read_timeout(before)?;
+            self.stream.socket().set_read_timeout(before)?;
         }
         got
     }
@@ -356,31 +385,45 @@ impl Client {
     /// True when the connection looks usable: the peer has not closed or reset it. Never
     /// blocks and consumes nothing. Use before reusing an idle connection, so a request is not
     /// sent into a socket whose server went away.
-    pub fn is_alive(&self) -> bool {
+    pub fn is_alive(&mut self) -> bool {
         if self.rbuf.len() > self.rstart || !self.pushes.is_empty() {
             return true;
         }
-        if self.stream.set_nonblocking(true).is_err() {
+        if self.stream.socket().set_nonblocking(true).is_err() {
             return false;
         }
         let mut b = [0u8; 1];
-        let alive = match self.stream.peek(&mut b) {
+        let alive = match self.stream.socket().peek(&mut b) {
             Ok(0) => false,
-            Ok(_) => true,
+            Ok(_) => self.stream.take_in_waiting(),
             Err(e) => e.kind() == ErrorKind::WouldBlock,
         };
-        self.stream.set_nonblocking(false).is_ok() && alive
+        self.stream.socket().set_nonblocking(false).is_ok() && alive
     }
 
     /// The server's address.
     pub fn peer_addr(&self) -> Result<SocketAddr, ClientError> {
-        Ok(self.stream.peer_addr()?)
+        Ok(self.stream.socket().peer_addr()?)
     }
 
-    /// The underlying stream (for shutdown or raw tests).
+    /// The underlying TCP socket (for shutdown or raw tests).
     pub fn stream(&self) -> &TcpStream {
-        &self.stream
+        self.stream.socket()
     }
+
+    /// The transport, for a caller that drives the socket itself (smdb-bench's load driver).
+    /// Every frame read so far was handed out, so nothing is lost with the client.
+    pub fn into_transport(self) -> Transport {
+        self.stream
+    }
+}
+
+/// The host part of `host:port` (`[v6]:port` gives `v6`), as the TLS server name.
+fn host_of(addr: &str) -> String {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string()
 }
 
 fn eof(what: &str) -> ClientError {
@@ -492,6 +535,14 @@ mod tests {
         assert_eq!(c.recv_response().unwrap()["result"]["a"], 1);
         assert_eq!(c.next_push(None).unwrap().unwrap()["n"], 1);
         assert_eq!(c.next_push(None).unwrap().unwrap()["n"], 2);
+    }
+
+    #[test]
+    fn the_server_name_is_the_host_part() {
+        assert_eq!(host_of("localhost:7401"), "localhost");
+        assert_eq!(host_of("127.0.0.1:7401"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:7401"), "::1");
+        assert_eq!(host_of("db.example"), "db.example");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! One client connection: a reader task that decodes frames and dispatches requests, and a
 //! writer task that sends responses in request order, coalescing every ready response into one
 //! write, with subscription pushes interleaved between responses. Generic over the byte stream
-//! so TLS can wrap it later.
+//! so a TLS stream (`crate::tls`) serves the same way.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -167,7 +167,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut w: W, conn: Rc<Conn>, front: Rc<F
         }
         conn.space.notify();
         if !out.is_empty() {
-            if w.write_all(&out).await.is_err() {
+            // flush: TLS may hold records back when the socket was full; plain TCP: no-op.
+            if w.write_all(&out).await.is_err() || w.flush().await.is_err() {
                 break;
             }
             out.clear();

@@ -19,6 +19,7 @@ use super::router::{Router, RouterChannels};
 use crate::metrics::{FrontStats, SubsStats};
 use crate::protocol::encode_error;
 use crate::security::Live;
+use crate::tls::ServerTls;
 
 /// How long shutdown waits for connections to finish their in-flight requests.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
@@ -75,6 +76,14 @@ pub struct Front {
     next_conn: Cell<u64>,
 }
 
+impl Front {
+    /// The TLS settings a connection accepted now handshakes with (`None`: plaintext): the
+    /// ones in force since the last SIGHUP reload.
+    pub fn tls_for_new_connection(&self) -> Option<ServerTls> {
+        self.live.current().tls.clone()
+    }
+}
+
 pub async fn run(setup: FrontSetup) {
     let router = Router::connect(setup.channels).await;
     // SAFETY: main created this fd for this executor alone (a dup of the bound, listening,
@@ -122,7 +131,8 @@ fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
     if now > front.limits.max_connections {
         front.active.fetch_sub(1, Ordering::Relaxed);
         front.stats.connection_rejected();
-        glommio::spawn_local(reject(stream, front.limits.max_connections)).detach();
+        let tls = front.tls_for_new_connection();
+        glommio::spawn_local(reject(stream, front.limits.max_connections, tls)).detach();
         return;
     }
     if let Some(idle) = front.limits.idle_timeout {
@@ -134,7 +144,7 @@ fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
     front.open.borrow_mut().insert(id, stream.as_raw_fd());
     let f = front.clone();
     let spawned = gate.spawn(async move {
-        connection::serve(stream, f.clone()).await;
+        serve_stream(stream, f.clone()).await;
         f.open.borrow_mut().remove(&id);
         f.active.fetch_sub(1, Ordering::Relaxed);
         f.stats.connection_closed();
@@ -145,14 +155,43 @@ fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
     }
 }
 
-/// Sends one CONNECTION_LIMIT error frame and closes.
-async fn reject(mut stream: TcpStream, limit: u64) {
+/// Serves one accepted connection: with TLS on, the handshake first (in this connection's
+/// task, bounded by the handshake timeout); a failed handshake closes this connection only.
+async fn serve_stream(stream: TcpStream, front: Rc<Front>) {
+    let Some(tls) = front.tls_for_new_connection() else {
+        return connection::serve(stream, front).await;
+    };
+    let peer = stream.peer_addr();
+    match tls.accept(stream).await {
+        Ok(tls_stream) => connection::serve(tls_stream, front).await,
+        Err(e) => match peer {
+            Ok(peer) => log::debug!("TLS handshake with {peer} failed: {e}"),
+            Err(_) => log::debug!("TLS handshake failed: {e}"),
+        },
+    }
+}
+
+/// Sends one CONNECTION_LIMIT error frame and closes (over TLS when it is on, so the client
+/// can read it).
+async fn reject(stream: TcpStream, limit: u64, tls: Option<ServerTls>) {
     let _ = stream.set_write_timeout(Some(REJECT_WRITE_TIMEOUT));
     let rej = Rejection::new(ErrorCode::ConnectionLimit, "connection limit reached")
         .with("max_connections", limit);
     let mut out = Vec::new();
     encode_error(&mut out, None, &rej);
-    let _ = stream.write_all(&out).await;
+    match tls {
+        None => send_and_close(stream, &out).await,
+        Some(tls) => {
+            if let Ok(s) = tls.accept(stream).await {
+                send_and_close(s, &out).await;
+            }
+        }
+    }
+}
+
+async fn send_and_close<S: futures_lite::AsyncWrite + Unpin>(mut stream: S, bytes: &[u8]) {
+    let _ = stream.write_all(bytes).await;
+    let _ = stream.flush().await;
     let _ = stream.close().await;
 }
 
