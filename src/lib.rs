@@ -19,6 +19,7 @@ pub mod logging;
 pub mod metrics;
 pub mod ops;
 pub mod protocol;
+pub mod proxy;
 pub mod server;
 pub mod shard;
 pub mod subscriptions;
