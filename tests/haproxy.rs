@@ -193,3 +193,53 @@ fn a_drained_server_behind_haproxy_costs_clients_no_request() {
     let count = |s: &Server| direct(s).info().unwrap()["instances"].as_u64().unwrap() as usize;
     assert_eq!(count(&s1) + count(&s2), created);
 }
+
+/// The drain timing the tuning files promise holds together: the grace the HAProxy file asks
+/// for covers its time to mark a server down twice, and systemd waits longer than the drain.
+#[test]
+fn tuning_files_match_the_drain_timing() {
+    let tuning = |f: &str| {
+        std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tuning")
+                .join(f),
+        )
+        .unwrap()
+    };
+    let cfg = tuning("haproxy.cfg");
+    let number_after = |text: &str, key: &str| -> u64 {
+        let at = text.find(key).unwrap_or_else(|| panic!("{key} missing")) + key.len();
+        text[at..]
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap_or_else(|_| panic!("no number after {key}"))
+    };
+    let grace = number_after(&cfg, "drain_grace_ms =");
+    let line = cfg
+        .lines()
+        .find(|l| l.trim_start().starts_with("default-server"))
+        .expect("a default-server line");
+    let inter = number_after(line, " inter");
+    let fall = number_after(line, " fall");
+    assert!(cfg.contains("send-proxy-v2"), "PROXY v2 on");
+    assert!(cfg.contains("uri /health"), "health check on /health");
+    assert!(
+        grace >= 2 * inter * fall,
+        "drain_grace_ms {grace} vs inter {inter} ms x fall {fall}"
+    );
+    let envoy = tuning("envoy.yaml");
+    assert!(envoy.contains("version: V2") && envoy.contains("path: /health"));
+    let unit = tuning("smdb.service");
+    let stop = number_after(&unit, "\nTimeoutStopSec=");
+    let drain = smdb::config::Config::from_toml("")
+        .unwrap()
+        .network
+        .drain_timeout_ms;
+    assert!(
+        stop * 1000 >= drain + 5000,
+        "TimeoutStopSec={stop} s must exceed network.drain_timeout_ms = {drain} ms"
+    );
+}
