@@ -100,30 +100,23 @@ pub async fn run(setup: FrontSetup) {
         next_conn: Cell::new(0),
     });
     let gate = Gate::new();
-    let mut stop = drain::STOP_NOW;
-    loop {
+    // Accept until main writes a stop byte on the shutdown socket.
+    let mut stop = loop {
         let accepted = futures_lite::future::or(async { Ok(listener.accept().await) }, async {
             let mut b = [drain::STOP_NOW; 1];
             let _ = shutdown.read(&mut b).await;
             Err(b[0])
         })
         .await;
-        let accepted = match accepted {
-            Ok(a) => Some(a),
-            Err(byte) => {
-                stop = byte;
-                None
-            }
-        };
         match accepted {
-            None => break,
-            Some(Ok(stream)) => admit(&front, &gate, stream),
-            Some(Err(e)) => {
+            Err(byte) => break byte,
+            Ok(Ok(stream)) => admit(&front, &gate, stream),
+            Ok(Err(e)) => {
                 log::warn!("front {}: accept failed: {e}", setup.index);
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }
-    }
+    };
     drop(listener);
     front.drain.begin();
     if stop != drain::STOP_NOW {
