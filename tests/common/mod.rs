@@ -218,11 +218,6 @@ impl Server {
         self.launch()
     }
 
-    /// The config text the server runs with.
-    pub fn config_text(&self) -> &str {
-        &self.config
-    }
-
     /// The server's stderr so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
