@@ -51,6 +51,13 @@ pub struct Network {
     /// Requests one connection may have outstanding; the server stops reading that socket
     /// until responses drain (backpressure, not an error).
     pub max_inflight_per_connection: u32,
+    /// Every connection starts with a PROXY protocol header (v1 or v2) naming the client.
+    pub proxy_protocol: bool,
+    /// SIGTERM: how long the server keeps serving (with `/health` at 503) before it stops
+    /// accepting and drains.
+    pub drain_grace_ms: u64,
+    /// SIGTERM: the longest the whole drain (grace included) may take.
+    pub drain_timeout_ms: u64,
 }
 
 impl Default for Network {
@@ -62,6 +69,9 @@ impl Default for Network {
             idle_timeout_secs: 300,
             acceptor_cores: 1,
             max_inflight_per_connection: 1024,
+            proxy_protocol: false,
+            drain_grace_ms: 0,
+            drain_timeout_ms: 10_000,
         }
     }
 }
@@ -330,6 +340,9 @@ impl Config {
         }
         if self.network.max_connections == 0 {
             return err("network.max_connections must be >= 1".into());
+        }
+        if self.network.drain_grace_ms > self.network.drain_timeout_ms {
+            return err("network.drain_grace_ms must be <= network.drain_timeout_ms".into());
         }
         if self.network.acceptor_cores == 0 {
             return err("network.acceptor_cores must be >= 1".into());

@@ -23,6 +23,7 @@ pub mod logging;
 pub mod metrics;
 pub mod ops;
 pub mod protocol;
+pub mod proxy;
 pub mod security;
 pub mod server;
 pub mod shard;

@@ -43,9 +43,76 @@ pub fn init(config: &Logging) {
                 let line = json_line(&ts, record);
                 buf.write_all(&line)
             });
+            // A panic message is one JSON line too (release builds then abort).
+            std::panic::set_hook(Box::new(|info| {
+                let location = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()))
+                    .unwrap_or_default();
+                let message = match info.payload().downcast_ref::<&str>() {
+                    Some(s) => (*s).to_string(),
+                    None => info
+                        .payload()
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .unwrap_or_default(),
+                };
+                let thread = std::thread::current().name().unwrap_or("?").to_string();
+                json_to_stderr(
+                    Level::Error,
+                    "panic",
+                    &[
+                        ("panic", &message),
+                        ("location", &location),
+                        ("thread", &thread),
+                    ],
+                );
+            }));
         }
     }
     let _ = builder.try_init();
+}
+
+/// Writes one JSON line with `level`, `message` and `fields` to stderr, outside the logger:
+/// for start-up failures before or after logging is set up (`smdb-server` uses it in JSON mode).
+pub fn json_to_stderr(level: Level, message: &str, fields: &[(&str, &str)]) {
+    let mut line = serde_json::json!({
+        "timestamp": now_rfc3339(),
+        "level": level.as_str(),
+        "target": "smdb::server",
+        "message": message,
+    });
+    for (k, v) in fields {
+        line[*k] = (*v).into();
+    }
+    eprintln!("{line}");
+}
+
+/// The current UTC time as RFC 3339 with milliseconds (`2026-01-31T12:00:00.123Z`), the
+/// format of the logger's `timestamp` field.
+pub fn now_rfc3339() -> String {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
 }
 
 /// One JSON log line: `timestamp`, `level`, `target`, `message`, then the record's key-values
@@ -229,6 +296,16 @@ mod tests {
         );
         assert!(v.get("instance_id").is_none());
         assert_eq!(v["status"], "ok");
+    }
+
+    #[test]
+    fn rfc3339_matches_the_logger_format() {
+        let t = now_rfc3339();
+        assert_eq!(t.len(), 24, "{t}");
+        assert!(
+            t.starts_with("20") && t.ends_with('Z') && &t[10..11] == "T",
+            "{t}"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use smdb::config::{Config, EXIT_CONFIG};
+use smdb::config::{Config, LogFormat, EXIT_CONFIG};
 
 /// smdb: a thread-per-core state-machine database server.
 #[derive(Parser)]
@@ -24,16 +24,43 @@ fn main() -> ExitCode {
     let config = match config {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("smdb-server: config error: {e}");
+            // A config that failed validation may still say `logging.format = "json"`.
+            match args.config.as_deref().is_some_and(wants_json) {
+                true => json_error("config error", &e.to_string()),
+                false => eprintln!("smdb-server: config error: {e}"),
+            }
             return ExitCode::from(EXIT_CONFIG as u8);
         }
     };
     smdb::logging::init(&config.logging);
+    let json = config.logging.format == LogFormat::Json;
     match smdb::server::run(config, args.config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("smdb-server: {e}");
+            match json {
+                true => json_error("start-up failed", &e),
+                false => eprintln!("smdb-server: {e}"),
+            }
             ExitCode::FAILURE
         }
     }
+}
+
+/// True when the file parses as TOML with `logging.format = "json"` (even if it is otherwise
+/// invalid as a config).
+fn wants_json(path: &std::path::Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    let Ok(v) = text.parse::<toml::Table>() else {
+        return false;
+    };
+    v.get("logging")
+        .and_then(|l| l.get("format"))
+        .and_then(|f| f.as_str())
+        == Some("json")
+}
+
+fn json_error(message: &str, error: &str) {
+    smdb::logging::json_to_stderr(log::Level::Error, message, &[("error", error)]);
 }

@@ -134,7 +134,7 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
                 Some(p) => object_arg(p, "params")?,
                 None => Value::Null,
             };
-            let r = s.run(|c| c.call(op, p))?;
+            let r = s.run(|c| c.call(op, p.clone()))?;
             out.raw(&r)
         }
         Command::Completions { shell } => {

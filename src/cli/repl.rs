@@ -200,7 +200,7 @@ fn execute(text: &str, s: &mut Session, out: &mut Output<'_>) -> Result<Flow, Cl
                 Some(p) => commands::object_arg(&p, "params")?,
                 None => serde_json::Value::Null,
             };
-            s.run(|c| c.call(&op, p)).and_then(|r| out.raw(&r))
+            s.run(|c| c.call(&op, p.clone())).and_then(|r| out.raw(&r))
         }
         Line::Sub(words) => match ReplLine::try_parse_from(&words) {
             // It reads the token from standard input, which is the shell's own input here.

@@ -10,6 +10,11 @@ use smdb::client::{Client, ClientError, ConnectOptions};
 use super::args::GlobalOpts;
 use super::error::{CliError, Kind, CONNECT_FAILED, USAGE};
 
+/// Reconnect-and-retry rounds after `SHUTTING_DOWN`.
+const SHUTTING_DOWN_RETRIES: usize = 3;
+/// Pause before reconnecting after `SHUTTING_DOWN`.
+const SHUTTING_DOWN_PAUSE: Duration = Duration::from_millis(100);
+
 pub struct Session {
     pub addr: String,
     opts: ConnectOptions,
@@ -75,13 +80,26 @@ impl Session {
     }
 
     /// Runs `f` on a connected client; a broken connection is dropped so the next call
-    /// reconnects.
+    /// reconnects. `SHUTTING_DOWN` (the server is draining and did not execute the request)
+    /// reconnects at once, HELLO and AUTH included, and runs `f` again, up to
+    /// `SHUTTING_DOWN_RETRIES` times: behind a load balancer the new connection reaches
+    /// another server.
     pub fn run<T>(
         &mut self,
-        f: impl FnOnce(&mut Client) -> Result<T, ClientError>,
+        mut f: impl FnMut(&mut Client) -> Result<T, ClientError>,
     ) -> Result<T, CliError> {
         let timeout = self.opts.timeout;
-        let r = f(self.client()?);
+        let mut r = f(self.client()?);
+        for _ in 0..SHUTTING_DOWN_RETRIES {
+            match &r {
+                Err(e) if e.is_shutting_down() => {
+                    self.client = None;
+                    std::thread::sleep(SHUTTING_DOWN_PAUSE);
+                    r = f(self.client()?);
+                }
+                _ => break,
+            }
+        }
         r.map_err(|e| {
             if e.is_connection_lost() || e.is_timeout() {
                 // After a timeout the late response could still arrive and be taken for the

@@ -7,6 +7,7 @@
 //! read picks up where the last one stopped.
 
 mod ops;
+pub mod reconnect;
 mod transport;
 
 pub use ops::{ApplyOptions, CreateOptions, ListFilter, WatchAllFilter, WatchOptions};
@@ -77,6 +78,12 @@ impl ClientError {
     pub fn is_timeout(&self) -> bool {
         matches!(self, ClientError::Io(e)
             if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
+    }
+
+    /// True for `SHUTTING_DOWN`: the server is draining and did not execute the request; it
+    /// is safe to send it again on a new connection (`reconnect::Reconnecting` does).
+    pub fn is_shutting_down(&self) -> bool {
+        self.code() == Some("SHUTTING_DOWN")
     }
 
     /// True when the connection is unusable: the peer closed it, reset it, or sent garbage.
@@ -154,7 +161,8 @@ impl Client {
         })))
     }
 
-    fn from_stream(stream: TcpStream) -> Result<Client, ClientError> {
+    /// A client over a connected stream (e.g. after writing a PROXY header on it).
+    pub fn from_stream(stream: TcpStream) -> Result<Client, ClientError> {
         stream.set_nodelay(true)?;
         Ok(Client::from_transport(Transport::Plain(stream)))
     }

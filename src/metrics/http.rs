@@ -9,7 +9,6 @@
 use std::cell::Cell;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -35,9 +34,6 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP connections served at once; more are closed at once (scrapers retry next interval).
 const HTTP_CONNECTIONS_MAX: usize = 64;
-/// Longest wait at shutdown for the fronts to finish their connections (their own drain is
-/// 10 s): /health answers 503 meanwhile, so a load balancer stops sending traffic.
-const FRONT_DRAIN_WAIT: Duration = Duration::from_secs(11);
 /// Longest wait at shutdown for HTTP exchanges in progress.
 const HTTP_DRAIN_WAIT: Duration = Duration::from_secs(2);
 
@@ -79,20 +75,10 @@ pub fn start(setup: MetricsSetup, router: Rc<Router>) -> MetricsServer {
 }
 
 impl MetricsServer {
-    /// Shutdown: /health turns 503 while the fronts drain, then the listener stops.
+    /// Shutdown, once the fronts have drained (`/health` has answered 503 since the first
+    /// SIGTERM: `Sources::draining`): the listener stops.
     pub async fn shut_down(self) {
         self.state.shutting_down.set(true);
-        let fronts = &self.state.setup.fronts;
-        let waited = std::time::Instant::now();
-        while fronts
-            .iter()
-            .map(|f| f.connections_active.load(Relaxed))
-            .sum::<u64>()
-            > 0
-            && waited.elapsed() < FRONT_DRAIN_WAIT
-        {
-            glommio::timer::sleep(Duration::from_millis(20)).await;
-        }
         self.stop.notify();
         let _ = self.task.await;
     }
@@ -185,7 +171,7 @@ async fn metrics(head: &Head, state: &State) -> Response {
 }
 
 async fn health(state: &State) -> Response {
-    if state.shutting_down.get() {
+    if state.shutting_down.get() || state.setup.draining.is_set() {
         return Response::json(Status::Unavailable, json!({"status": "shutting_down"}));
     }
     let stats = glommio::timer::timeout(SCRAPE_TIMEOUT, async {

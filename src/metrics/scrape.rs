@@ -26,6 +26,8 @@ pub struct Sources {
     /// `replication.role`: replication metrics are emitted only when it is set.
     pub role: Option<Role>,
     pub started: Instant,
+    /// Set at the first SIGTERM: `/health` answers 503 from then on.
+    pub draining: Arc<crate::server::drain::Draining>,
 }
 
 /// Everything one exposition shows.

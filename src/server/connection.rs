@@ -8,9 +8,10 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Instant;
 
-use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use shards::ErrorCode;
 
+use super::drain;
 use super::front::Front;
 use super::router::ReplySlot;
 use super::session::{Flow, Session};
@@ -91,7 +92,11 @@ async fn read_loop<R: AsyncRead + Unpin>(mut r: R, conn: &Rc<Conn>, front: &Rc<F
                         conn.space.wait().await;
                     }
                     let payload = &buf[lo + range.start..lo + range.end];
-                    let flow = session.handle(payload, conn, front).await;
+                    let flow = match front.drain.stopping() {
+                        false => session.handle(payload, conn, front).await,
+                        true if drain::refuse(payload, conn, front) => Flow::Close,
+                        true => Flow::Continue,
+                    };
                     lo += used;
                     if flow == Flow::Close || conn.writer_done.get() {
                         return;
@@ -107,7 +112,12 @@ async fn read_loop<R: AsyncRead + Unpin>(mut r: R, conn: &Rc<Conn>, front: &Rc<F
         if !make_room(&mut buf, &mut lo, &mut hi, max) {
             return;
         }
-        match r.read(&mut buf[hi..]).await {
+        let read = match drain::read(&mut r, &mut buf[hi..], &front.drain).await {
+            drain::Read::Data(read) => read,
+            drain::Read::Stopping => continue,
+            drain::Read::Quiet => return,
+        };
+        match read {
             // A subscriber may send nothing for long: the idle timeout spares it.
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut && conn.subs.any_active() => {}
             Ok(0) | Err(_) => return, // peer closed (maybe mid-frame) or idle timeout: quietly

@@ -15,14 +15,14 @@ use glommio::sync::Gate;
 use shards::{ErrorCode, Rejection};
 
 use super::connection;
+use super::drain::{self, FrontDrain};
+use super::peer::{self, Peers};
 use super::router::{Router, RouterChannels};
 use crate::metrics::{FrontStats, SubsStats};
 use crate::protocol::encode_error;
 use crate::security::Live;
 use crate::tls::ServerTls;
 
-/// How long shutdown waits for connections to finish their in-flight requests.
-const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
 /// How long a rejected connection gets to receive its CONNECTION_LIMIT frame.
 const REJECT_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -34,6 +34,8 @@ pub struct Limits {
     pub idle_timeout: Option<Duration>,
     /// `subscriptions.queue_max`: pushes one subscription may have queued.
     pub subscription_queue_max: usize,
+    /// `network.proxy_protocol`: read a PROXY header before anything else.
+    pub proxy_protocol: bool,
 }
 
 /// Facts about the whole server, shared read-only by every executor.
@@ -59,6 +61,10 @@ pub struct FrontSetup {
     pub info: Arc<ServerInfo>,
     /// The settings SIGHUP reloads (auth, TLS).
     pub live: Arc<Live>,
+    /// Connections per client address, across fronts (INFO).
+    pub peers: Arc<Peers>,
+    /// Told (once) when this front has finished draining.
+    pub drained: std::sync::mpsc::Sender<()>,
 }
 
 /// What every connection task on this executor shares.
@@ -71,6 +77,10 @@ pub struct Front {
     pub subs_stats: Arc<SubsStats>,
     /// The settings SIGHUP reloads: read per new connection and per AUTH.
     pub live: Arc<Live>,
+    /// Connections per client address, across fronts.
+    pub peers: Arc<Peers>,
+    /// Set when this front stops accepting (SIGTERM drain).
+    pub drain: FrontDrain,
     active: Arc<AtomicU64>,
     open: RefCell<HashMap<u64, RawFd>>,
     next_conn: Cell<u64>,
@@ -98,29 +108,54 @@ pub async fn run(setup: FrontSetup) {
         info: setup.info,
         subs_stats: setup.subs_stats,
         live: setup.live,
+        peers: setup.peers,
+        drain: FrontDrain::default(),
         active: setup.active,
         open: RefCell::new(HashMap::new()),
         next_conn: Cell::new(0),
     });
     let gate = Gate::new();
-    loop {
-        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
-            let mut b = [0u8; 1];
+    // Accept until main writes a stop byte on the shutdown socket.
+    let mut stop = loop {
+        let accepted = futures_lite::future::or(async { Ok(listener.accept().await) }, async {
+            let mut b = [drain::STOP_NOW; 1];
             let _ = shutdown.read(&mut b).await;
-            None
+            Err(b[0])
         })
         .await;
         match accepted {
-            None => break,
-            Some(Ok(stream)) => admit(&front, &gate, stream),
-            Some(Err(e)) => {
+            Err(byte) => break byte,
+            Ok(Ok(stream)) => admit(&front, &gate, stream),
+            Ok(Err(e)) => {
                 log::warn!("front {}: accept failed: {e}", setup.index);
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }
-    }
+    };
     drop(listener);
-    drain(&front, &gate).await;
+    front.drain.begin();
+    if stop != drain::STOP_NOW {
+        // Drain until every connection closed, or until main says stop now.
+        // (Polls the open set: a `gate.close()` future must not be dropped while tasks run.)
+        let emptied = async {
+            while !front.open.borrow().is_empty() {
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+            false
+        };
+        let now = futures_lite::future::or(emptied, async {
+            let mut b = [drain::STOP_NOW; 1];
+            let _ = shutdown.read(&mut b).await;
+            true
+        });
+        stop = if now.await { drain::STOP_NOW } else { stop };
+    }
+    if stop == drain::STOP_NOW {
+        close_all(&front, &gate).await;
+    } else {
+        let _ = gate.close().await;
+    }
+    let _ = setup.drained.send(());
     front.router.close();
     log::debug!("front {} stopped", setup.index);
 }
@@ -144,7 +179,10 @@ fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
     front.open.borrow_mut().insert(id, stream.as_raw_fd());
     let f = front.clone();
     let spawned = gate.spawn(async move {
-        serve_stream(stream, f.clone()).await;
+        let mut stream = stream;
+        if let Some(client) = peer::identify(&mut stream, &f).await {
+            serve_stream(stream, f.clone(), client.addr).await;
+        }
         f.open.borrow_mut().remove(&id);
         f.active.fetch_sub(1, Ordering::Relaxed);
         f.stats.connection_closed();
@@ -157,17 +195,14 @@ fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
 
 /// Serves one accepted connection: with TLS on, the handshake first (in this connection's
 /// task, bounded by the handshake timeout); a failed handshake closes this connection only.
-async fn serve_stream(stream: TcpStream, front: Rc<Front>) {
+/// `client` is the connection's client (from the PROXY header when there is one).
+async fn serve_stream(stream: TcpStream, front: Rc<Front>, client: std::net::SocketAddr) {
     let Some(tls) = front.tls_for_new_connection() else {
         return connection::serve(stream, front).await;
     };
-    let peer = stream.peer_addr();
     match tls.accept(stream).await {
         Ok(tls_stream) => connection::serve(tls_stream, front).await,
-        Err(e) => match peer {
-            Ok(peer) => log::debug!("TLS handshake with {peer} failed: {e}"),
-            Err(_) => log::debug!("TLS handshake failed: {e}"),
-        },
+        Err(e) => log::debug!("TLS handshake with {client} failed: {e}"),
     }
 }
 
@@ -195,18 +230,24 @@ async fn send_and_close<S: futures_lite::AsyncWrite + Unpin>(mut stream: S, byte
     let _ = stream.close().await;
 }
 
-/// Stops reading on every connection (in-flight requests still get their responses), then
-/// waits for connection tasks to finish, at most `SHUTDOWN_DRAIN`.
-async fn drain(front: &Front, gate: &Gate) {
+/// Drain cut short (second SIGTERM or `network.drain_timeout_ms`): shuts every open socket
+/// down (readers see EOF, writes fail), then waits at most `drain::STOP_NOW_WAIT` for the
+/// connection tasks. Responses not yet written are lost; their writes, if any, are durable
+/// (nothing is acknowledged before its log entry is).
+async fn close_all(front: &Front, gate: &Gate) {
     for fd in front.open.borrow().values() {
         // SAFETY: fd belongs to a live connection on this executor (removed from `open` before
-        // its stream is dropped); shutdown(SHUT_RD) does not close it.
+        // its stream is dropped); shutdown(2) does not close it.
         unsafe {
-            libc::shutdown(*fd, libc::SHUT_RD);
+            libc::shutdown(*fd, libc::SHUT_RDWR);
         }
     }
-    let closed = glommio::timer::timeout(SHUTDOWN_DRAIN, async { Ok(gate.close().await) }).await;
+    let closed =
+        glommio::timer::timeout(drain::STOP_NOW_WAIT, async { Ok(gate.close().await) }).await;
     if closed.is_err() {
-        log::warn!("shutdown: connections still busy after {SHUTDOWN_DRAIN:?}; closing them");
+        log::warn!(
+            "shutdown: connections still open after {:?}",
+            drain::STOP_NOW_WAIT
+        );
     }
 }

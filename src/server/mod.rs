@@ -7,8 +7,10 @@
 
 pub mod connection;
 pub mod control;
+pub mod drain;
 pub mod fanout;
 pub mod front;
+pub mod peer;
 pub mod router;
 pub mod session;
 
@@ -38,6 +40,13 @@ use router::RouterChannels;
 
 /// How long start-up waits for shards to recover and report ready.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long start-up retries a bind that fails with "address in use": a killed process's
+/// listening socket lingers briefly while the kernel tears down its io_uring.
+const BIND_RETRY_FOR: Duration = Duration::from_secs(10);
+/// Pause between bind attempts.
+const BIND_RETRY_EVERY: Duration = Duration::from_millis(50);
+/// How often main checks for a second signal while the fronts drain.
+const DRAIN_POLL: Duration = Duration::from_millis(10);
 
 /// Where each executor runs.
 #[derive(Debug, Clone)]
@@ -86,7 +95,9 @@ pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         .map(StdListener::local_addr)
         .transpose()
         .map_err(|e| e.to_string())?;
-    let signals = Signals::install()?;
+    let mut signals = Signals::install()?;
+    let draining = Arc::new(drain::Draining::default());
+    let peers = Arc::new(peer::Peers::default());
     let live = Live::new(&config, config_path)?;
     crate::security::reload_on_sighup(live.clone())?;
 
@@ -135,6 +146,7 @@ pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                 connections_limit: u64::from(config.network.max_connections),
                 role: config.replication.role,
                 started,
+                draining: draining.clone(),
             },
         }),
     };
@@ -155,9 +167,11 @@ pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         idle_timeout: (config.network.idle_timeout_secs > 0)
             .then(|| Duration::from_secs(config.network.idle_timeout_secs)),
         subscription_queue_max: config.subscriptions.queue_max as usize,
+        proxy_protocol: config.network.proxy_protocol,
     };
     let active = Arc::new(AtomicU64::new(0));
-    let mut shutdowns = vec![ctl_shutdown];
+    let mut shutdowns = Vec::new();
+    let (drained_tx, drained_rx) = mpsc::channel();
     let fronts = place
         .fronts
         .iter()
@@ -180,25 +194,94 @@ pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             active: active.clone(),
             info: info.clone(),
             live: live.clone(),
+            peers: peers.clone(),
+            drained: drained_tx.clone(),
         };
         handles.push(spawn(&format!("front{i}"), *cpu, io_memory, move || {
             front::run(setup)
         })?);
     }
     drop(listener);
-    announce(&local, shard_count, metrics_addr, &place);
+    drop(drained_tx);
+    announce(&config, &local, shard_count, metrics_addr, &place);
 
-    signals.wait();
-    log::info!("shutting down: draining connections");
-    for mut s in shutdowns {
-        let _ = s.write_all(b"x");
-    }
+    signals.wait(None);
+    let network = &config.network;
+    shut_down(
+        &mut signals,
+        &draining,
+        &mut shutdowns,
+        &drained_rx,
+        Duration::from_millis(network.drain_grace_ms),
+        Duration::from_millis(network.drain_timeout_ms),
+    );
+    let mut ctl_shutdown = ctl_shutdown;
+    let _ = ctl_shutdown.write_all(b"x");
     for h in handles {
         h.join().map_err(|e| format!("executor failed: {e}"))?;
     }
     drop(data_dir);
     log::info!("stopped");
     Ok(())
+}
+
+/// The SIGTERM drain (CONTRACT §11, `drain` module): `/health` 503 at once, serve on for
+/// `grace`, then the fronts stop accepting and drain; a second signal or `timeout` (counted
+/// from the first signal) makes them close every connection at once. Returns when every front
+/// has finished.
+fn shut_down(
+    signals: &mut Signals,
+    draining: &drain::Draining,
+    fronts: &mut [StdUnixStream],
+    drained: &mpsc::Receiver<()>,
+    grace: Duration,
+    timeout: Duration,
+) {
+    let first = Instant::now();
+    draining.begin();
+    log::info!(
+        "shutting down: /health answers 503; serving for {} ms, then draining (at most {} ms)",
+        grace.as_millis(),
+        timeout.as_millis()
+    );
+    let tell = |fronts: &mut [StdUnixStream], byte: u8| {
+        for s in fronts.iter_mut() {
+            let _ = s.write_all(&[byte]);
+        }
+    };
+    let mut now = signals.wait(Some(grace));
+    if now {
+        log::info!("second signal: stopping at once");
+    } else {
+        log::info!("draining: no longer accepting; answering SHUTTING_DOWN to new requests");
+    }
+    tell(fronts, drain::STOP_DRAIN);
+    let mut left = fronts.len();
+    while left > 0 {
+        if !now && signals.wait(Some(DRAIN_POLL)) {
+            log::info!("second signal: closing every connection now");
+            now = true;
+        }
+        if !now && first.elapsed() >= timeout {
+            log::warn!(
+                "drain not finished after network.drain_timeout_ms = {} ms: closing every connection now",
+                timeout.as_millis()
+            );
+            now = true;
+        }
+        if now {
+            tell(fronts, drain::STOP_NOW);
+            // Fronts finish within drain::STOP_NOW_WAIT of it; no further signal matters.
+            while left > 0 && drained.recv().is_ok() {
+                left -= 1;
+            }
+            break;
+        }
+        while left > 0 && drained.try_recv().is_ok() {
+            left -= 1;
+        }
+    }
+    log::info!("drained in {} ms", first.elapsed().as_millis());
 }
 
 /// The log configuration of shard `shard` from `storage.*`.
@@ -227,10 +310,36 @@ fn role_name(role: Option<Role>) -> &'static str {
 }
 
 /// Prints the bound addresses on stdout (tests and scripts read them when binding port 0):
-/// `smdb-server listening on ADDR shards=N metrics=MADDR` (no ` metrics=` when disabled).
-fn announce(addr: &SocketAddr, shards: u32, metrics: Option<SocketAddr>, place: &Placements) {
-    let metrics = metrics.map(|m| format!(" metrics={m}")).unwrap_or_default();
-    println!("smdb-server listening on {addr} shards={shards}{metrics}");
+/// `smdb-server listening on ADDR shards=N metrics=MADDR` (no ` metrics=` when disabled); with
+/// `logging.format = "json"`, one JSON line with the message `smdb-server listening` and the
+/// fields `addr`, `shards` and `metrics_addr` (absent when disabled).
+fn announce(
+    config: &Config,
+    addr: &SocketAddr,
+    shards: u32,
+    metrics: Option<SocketAddr>,
+    place: &Placements,
+) {
+    match config.logging.format {
+        crate::config::LogFormat::Text => {
+            let metrics = metrics.map(|m| format!(" metrics={m}")).unwrap_or_default();
+            println!("smdb-server listening on {addr} shards={shards}{metrics}");
+        }
+        crate::config::LogFormat::Json => {
+            let mut line = serde_json::json!({
+                "timestamp": crate::logging::now_rfc3339(),
+                "level": "INFO",
+                "target": "smdb::server",
+                "message": "smdb-server listening",
+                "addr": addr.to_string(),
+                "shards": shards,
+            });
+            if let Some(m) = metrics {
+                line["metrics_addr"] = m.to_string().into();
+            }
+            println!("{line}");
+        }
+    }
     let _ = std::io::stdout().flush();
     log::info!(
         "listening on {addr}: {shards} shard(s) on cores {:?}, {} front(s) on cores {:?}",
@@ -242,15 +351,41 @@ fn announce(addr: &SocketAddr, shards: u32, metrics: Option<SocketAddr>, place: 
 
 /// Binds without SO_REUSEPORT (glommio's own bind sets it, letting a second server silently
 /// share the port: GLOMMIO.md pitfall 2), so a busy port fails with "address in use".
+///
+/// "Address in use" is retried every `BIND_RETRY_EVERY` for `BIND_RETRY_FOR` (logged once):
+/// right after a SIGKILL the old process's socket lingers while its io_uring is torn down.
 fn bind_exclusive(key: &str, addr: &str) -> Result<StdListener, String> {
     let resolved = crate::config::resolve_addr(key, addr).map_err(|e| e.0)?;
-    StdListener::bind(resolved).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AddrInUse {
-            format!("cannot listen on {addr} ({key}): address in use ({e})")
-        } else {
-            format!("cannot listen on {addr} ({key}): {e}")
+    let started = Instant::now();
+    loop {
+        match StdListener::bind(resolved) {
+            Ok(l) => {
+                if started.elapsed() > BIND_RETRY_EVERY {
+                    log::info!(
+                        "{key}: bound {addr} after {} ms",
+                        started.elapsed().as_millis()
+                    );
+                }
+                return Ok(l);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                if started.elapsed() >= BIND_RETRY_FOR {
+                    return Err(format!(
+                        "cannot listen on {addr} ({key}): address in use after retrying for {} s ({e})",
+                        BIND_RETRY_FOR.as_secs()
+                    ));
+                }
+                if started.elapsed() < BIND_RETRY_EVERY {
+                    log::warn!(
+                        "{key}: {addr} is in use; retrying for up to {} s",
+                        BIND_RETRY_FOR.as_secs()
+                    );
+                }
+                std::thread::sleep(BIND_RETRY_EVERY);
+            }
+            Err(e) => return Err(format!("cannot listen on {addr} ({key}): {e}")),
         }
-    })
+    }
 }
 
 type ShardEnds = Vec<Vec<ClientChannels>>;
@@ -320,15 +455,38 @@ impl Signals {
         Ok(Signals(read))
     }
 
-    fn wait(mut self) {
+    /// Waits for a signal, at most `limit` (`None`: forever). True when one arrived.
+    fn wait(&mut self, limit: Option<Duration>) -> bool {
         use std::io::Read;
+        // A zero timeout is refused by the socket; wait 1 ms at least.
+        let limit = limit.map(|d| d.max(Duration::from_millis(1)));
+        if self.0.set_read_timeout(limit).is_err() {
+            return false;
+        }
+        let deadline = limit.map(|d| Instant::now() + d);
         let mut byte = [0u8; 1];
         loop {
             match self.0.read(&mut byte) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Ok(_) | Err(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return false
+                }
+                Ok(_) => break,
+                Err(_) => return false,
+            }
+            if let Some(d) = deadline {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() || self.0.set_read_timeout(Some(left)).is_err() {
+                    return false;
+                }
             }
         }
         log::info!("received SIGTERM or SIGINT");
+        true
     }
 }

@@ -273,6 +273,7 @@ async fn info(front: &Front) -> Reply {
             "max_inflight_per_connection": l.max_inflight,
             "idle_timeout_secs": l.idle_timeout.map_or(0, |d| d.as_secs()),
         },
+        "connections": front.peers.info(l.proxy_protocol),
         "instances": sum("instances"),
         "machines": shards.first().and_then(|s| s["machines"].as_u64()).unwrap_or(0),
         "wal": { "offset": sum("wal_offset"), "durable_offset": sum("wal_durable_offset") },

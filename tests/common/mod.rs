@@ -163,20 +163,27 @@ impl Server {
             .map_err(|e| e.to_string())?;
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
+        let copy = self.dir.join("server.stdout");
         std::thread::spawn(move || {
+            use std::io::Write;
+            let mut copy = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(copy)
+                .ok();
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(rest) = line.strip_prefix("smdb-server listening on ") {
-                    let _ = tx.send(rest.to_string());
+                if let Some(f) = copy.as_mut() {
+                    let _ = writeln!(f, "{line}");
+                }
+                if let Some(found) = listening_addrs(&line) {
+                    let _ = tx.send(found);
                 }
             }
         });
         match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(rest) => {
-                // `ADDR shards=N[ metrics=MADDR]`
-                let mut words = rest.split_whitespace();
-                let addr = words.next().unwrap_or("");
+            Ok((addr, metrics)) => {
                 self.addr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
-                self.metrics_addr = match words.find_map(|w| w.strip_prefix("metrics=")) {
+                self.metrics_addr = match metrics {
                     Some(m) => Some(m.parse().map_err(|e| format!("{m}: {e}"))?),
                     None => None,
                 };
@@ -192,6 +199,29 @@ impl Server {
                 ))
             }
         }
+    }
+
+    /// The server's stdout so far (every line, as written).
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.stdout")).unwrap_or_default()
+    }
+
+    /// Sends `sig` to the server without waiting.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(self.pid() as i32, sig) };
+    }
+
+    /// Waits for the server to exit by itself (after `signal`), at most `t`.
+    pub fn wait_exit(&mut self, t: Duration) -> Option<ExitStatus> {
+        let mut c = self.child.take()?;
+        wait_timeout(&mut c, t)
+    }
+
+    /// Starts the server again (same dir and config) after it exited or was killed.
+    pub fn relaunch(&mut self) -> Result<(), String> {
+        self.kill();
+        self.launch()
     }
 
     /// The server's stderr so far.
@@ -232,12 +262,6 @@ impl Server {
         std::fs::write(self.dir.join("smdb.toml"), &self.config).expect("write config");
     }
 
-    /// Sends `sig` to the server process.
-    pub fn signal(&self, sig: i32) {
-        // SAFETY: sending a signal to our own child process.
-        unsafe { libc::kill(self.pid() as i32, sig) };
-    }
-
     /// Waits (up to 10 s) until the server log holds `needle` at least `n` times.
     pub fn wait_for_log(&self, needle: &str, n: usize) -> String {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -273,6 +297,25 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The addresses in the start-up announcement, text (`smdb-server listening on ADDR shards=N[
+/// metrics=MADDR]`) or JSON (`{"message":"smdb-server listening","addr":..,"metrics_addr":..}`).
+pub fn listening_addrs(line: &str) -> Option<(String, Option<String>)> {
+    if let Some(rest) = line.strip_prefix("smdb-server listening on ") {
+        let mut words = rest.split_whitespace();
+        let addr = words.next().unwrap_or("").to_string();
+        let metrics = words
+            .find_map(|w| w.strip_prefix("metrics="))
+            .map(str::to_string);
+        return Some((addr, metrics));
+    }
+    let v: Value = serde_json::from_str(line).ok()?;
+    if v["message"] != "smdb-server listening" {
+        return None;
+    }
+    let addr = v["addr"].as_str()?.to_string();
+    Some((addr, v["metrics_addr"].as_str().map(str::to_string)))
 }
 
 pub fn wait_timeout(c: &mut Child, t: Duration) -> Option<ExitStatus> {

@@ -1,0 +1,245 @@
+//! tuning/haproxy.cfg against the real HAProxy, when it is installed (`.ci/run` installs it;
+//! without it each test prints that it skipped): the file is valid, and a rolling drain behind
+//! it loses no request: two smdb servers with PROXY v2, client load through HAProxy, one server
+//! drained by SIGTERM. tuning/lb-check.sh runs the same check by hand.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+use smdb::client::reconnect::Reconnecting;
+use smdb::client::ConnectOptions;
+
+fn haproxy() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+            .map(|d| d.join("haproxy"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        eprintln!("SKIPPED: haproxy is not installed (apt-get install haproxy; .ci/run does)");
+    }
+    found
+}
+
+fn config_file() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tuning/haproxy.cfg")
+}
+
+#[test]
+fn haproxy_accepts_the_tuning_config() {
+    let Some(bin) = haproxy() else { return };
+    let out = Command::new(bin)
+        .arg("-c")
+        .arg("-f")
+        .arg(config_file())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "haproxy -c: {text}");
+    assert!(text.contains("Configuration file is valid"), "{text}");
+}
+
+/// What one load thread did.
+#[derive(Default, Debug)]
+struct Load {
+    requests: u64,
+    retries: u64,
+    failures: u64,
+    connects: u64,
+    created: Vec<String>,
+}
+
+const SERVER: &str = "[network]\nproxy_protocol = true\ndrain_grace_ms = 2000\ndrain_timeout_ms = 10000\n[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"\n[logging]\nlevel = \"debug\"";
+
+struct Haproxy(Child);
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A client straight to a server that wants PROXY headers: a v2 LOCAL header (as a balancer's
+/// own connection), then HELLO.
+fn direct(s: &Server) -> Client {
+    use std::io::Write;
+    let mut tcp = std::net::TcpStream::connect(s.addr).unwrap();
+    let mut local = smdb::proxy::V2_SIGNATURE.to_vec();
+    local.extend_from_slice(&[0x20, 0x00, 0, 0]);
+    tcp.write_all(&local).unwrap();
+    let mut c = Client::from_stream(tcp).unwrap();
+    c.set_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.hello("lb-test").unwrap();
+    c
+}
+
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+#[test]
+fn a_drained_server_behind_haproxy_costs_clients_no_request() {
+    let Some(bin) = haproxy() else { return };
+    let (mut s1, _d1) = Server::start_with_env(SERVER, &[("RUST_LOG", "")]);
+    let (s2, _d2) = Server::start_with_env(SERVER, &[("RUST_LOG", "")]);
+    for s in [&s1, &s2] {
+        put_order_machine(&mut direct(s));
+    }
+    let lb = free_addr();
+    let haproxy_log = s1.dir.join("haproxy.log");
+    let child = Command::new(bin)
+        .arg("-db")
+        .arg("-f")
+        .arg(config_file())
+        .env("SMDB_LB_BIND", &lb)
+        .env("SMDB1_ADDR", s1.addr.to_string())
+        .env(
+            "SMDB1_METRICS_PORT",
+            s1.metrics_addr.unwrap().port().to_string(),
+        )
+        .env("SMDB2_ADDR", s2.addr.to_string())
+        .env(
+            "SMDB2_METRICS_PORT",
+            s2.metrics_addr.unwrap().port().to_string(),
+        )
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&haproxy_log).unwrap())
+        .spawn()
+        .unwrap();
+    let _haproxy = Haproxy(child);
+    // Both servers up: `rise 2` at 500 ms.
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (lb, stop) = (lb.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let opts = ConnectOptions {
+                    client_name: format!("lb-load-{t}"),
+                    timeout: Some(Duration::from_secs(10)),
+                    ..ConnectOptions::default()
+                };
+                let mut c = Reconnecting::new(&lb, opts);
+                let mut load = Load::default();
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let id = format!("t{t}-{n}");
+                    n += 1;
+                    let params =
+                        json!({"machine":"order","version":1,"id":id,"context":{"total":1}});
+                    load.requests += 2;
+                    match c.call("CREATE_INSTANCE", params) {
+                        Ok(_) => load.created.push(id),
+                        Err(e) => {
+                            eprintln!("thread {t}: CREATE_INSTANCE failed: {e}");
+                            load.failures += 1;
+                        }
+                    }
+                    if let Err(e) = c.call("PING", json!(null)) {
+                        eprintln!("thread {t}: PING failed: {e}");
+                        load.failures += 1;
+                    }
+                }
+                load.retries = c.retries;
+                load.connects = c.connects;
+                load
+            })
+        })
+        .collect();
+
+    std::thread::sleep(Duration::from_millis(1000));
+    let t0 = Instant::now();
+    s1.signal(libc::SIGTERM);
+    let status = s1
+        .wait_exit(Duration::from_secs(15))
+        .expect("server 1 exits");
+    let drained_in = t0.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let loads: Vec<Load> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let sum = |f: fn(&Load) -> u64| loads.iter().map(f).sum::<u64>();
+    let (requests, retries, failures, connects) = (
+        sum(|l| l.requests),
+        sum(|l| l.retries),
+        sum(|l| l.failures),
+        sum(|l| l.connects),
+    );
+    eprintln!(
+        "haproxy rolling drain: requests {requests}, SHUTTING_DOWN retries {retries}, failures {failures}, connections {connects}; server 1 drained and exited in {drained_in:?}"
+    );
+    assert_eq!(status.code(), Some(0), "{}", s1.log());
+    let lb_log = std::fs::read_to_string(&haproxy_log).unwrap_or_default();
+    assert_eq!(failures, 0, "no request failed; haproxy:\n{lb_log}");
+    assert!(retries > 0, "the drained server's clients were sent away");
+    assert!(requests > 100, "load ran: {requests}");
+    // Clients reached the servers through HAProxy, named by PROXY v2 headers.
+    assert!(s2.log().contains("connection opened"), "{}", s2.log());
+
+    // Every acknowledged create is on one of the two servers.
+    s1.relaunch().unwrap();
+    let created: usize = loads.iter().map(|l| l.created.len()).sum();
+    let count = |s: &Server| direct(s).info().unwrap()["instances"].as_u64().unwrap() as usize;
+    assert_eq!(count(&s1) + count(&s2), created);
+}
+
+/// The drain timing the tuning files promise holds together: the grace the HAProxy file asks
+/// for covers its time to mark a server down twice, and systemd waits longer than the drain.
+#[test]
+fn tuning_files_match_the_drain_timing() {
+    let tuning = |f: &str| {
+        std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tuning")
+                .join(f),
+        )
+        .unwrap()
+    };
+    let cfg = tuning("haproxy.cfg");
+    let number_after = |text: &str, key: &str| -> u64 {
+        let at = text.find(key).unwrap_or_else(|| panic!("{key} missing")) + key.len();
+        text[at..]
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap_or_else(|_| panic!("no number after {key}"))
+    };
+    let grace = number_after(&cfg, "drain_grace_ms =");
+    let line = cfg
+        .lines()
+        .find(|l| l.trim_start().starts_with("default-server"))
+        .expect("a default-server line");
+    let inter = number_after(line, " inter");
+    let fall = number_after(line, " fall");
+    assert!(cfg.contains("send-proxy-v2"), "PROXY v2 on");
+    assert!(cfg.contains("uri /health"), "health check on /health");
+    assert!(
+        grace >= 2 * inter * fall,
+        "drain_grace_ms {grace} vs inter {inter} ms x fall {fall}"
+    );
+    let envoy = tuning("envoy.yaml");
+    assert!(envoy.contains("version: V2") && envoy.contains("path: /health"));
+    let unit = tuning("smdb.service");
+    let stop = number_after(&unit, "\nTimeoutStopSec=");
+    let drain = smdb::config::Config::from_toml("")
+        .unwrap()
+        .network
+        .drain_timeout_ms;
+    assert!(
+        stop * 1000 >= drain + 5000,
+        "TimeoutStopSec={stop} s must exceed network.drain_timeout_ms = {drain} ms"
+    );
+}
