@@ -32,11 +32,13 @@ pub enum ErrorCode {
     ShuttingDown,
     WalIoError,
     InternalError,
+    BatchAborted,
+    CrossShard,
 }
 
 impl ErrorCode {
     /// All codes, in declaration order (used to size per-code metric arrays).
-    pub const ALL: [ErrorCode; 24] = [
+    pub const ALL: [ErrorCode; 26] = [
         ErrorCode::HelloRequired,
         ErrorCode::UnsupportedProtocol,
         ErrorCode::BadRequest,
@@ -61,6 +63,8 @@ impl ErrorCode {
         ErrorCode::ShuttingDown,
         ErrorCode::WalIoError,
         ErrorCode::InternalError,
+        ErrorCode::BatchAborted,
+        ErrorCode::CrossShard,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -89,6 +93,8 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::WalIoError => "WAL_IO_ERROR",
             ErrorCode::InternalError => "INTERNAL_ERROR",
+            ErrorCode::BatchAborted => "BATCH_ABORTED",
+            ErrorCode::CrossShard => "CROSS_SHARD",
         }
     }
 

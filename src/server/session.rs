@@ -167,6 +167,11 @@ async fn dispatch(
                 )
                 .await)
         }
+        Op::Batch => {
+            // The batch's ops, typed, parsed once: per-op checks go right here.
+            let batch = crate::ops::batch::parse_batch(params)?;
+            super::batch::start(front, batch).await
+        }
         Op::GetMachine | Op::ListMachines => {
             let call = ShardCall::Op {
                 op,
