@@ -461,7 +461,10 @@ mod tests {
         assert_eq!(v["params"]["mode"], "atomic");
         let ops = v["params"]["ops"].as_array().unwrap();
         assert_eq!(ops.len(), 10);
-        let first = ops[0]["params"]["instance_id"].as_str().unwrap().to_string();
+        let first = ops[0]["params"]["instance_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let tag = &first[..first.find(':').unwrap()];
         for (m, op) in ops.iter().enumerate() {
             assert_eq!(op["op"], "APPLY_EVENT");

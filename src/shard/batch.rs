@@ -51,7 +51,10 @@ impl Shard {
         };
         if at != offset {
             // `append` assigns head + 1; results decided above name `offset`.
-            log::error!("shard {}: batch logged at {at}, decided for {offset}", self.index);
+            log::error!(
+                "shard {}: batch logged at {at}, decided for {offset}",
+                self.index
+            );
         }
         let Entry::Batch { entries } = record else {
             return (Err(internal("batch record changed kind")), 0);

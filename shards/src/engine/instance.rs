@@ -141,8 +141,12 @@ impl<'a> InstanceView<'a> {
 
     /// The first result of the APPLY_EVENT that used idempotency key `key`.
     pub(crate) fn key(&self, key: &str) -> Option<&'a Value> {
-        (self.batch_keys.iter().find(|(k, _)| k == key).map(|(_, v)| v))
-            .or_else(|| self.keys.and_then(|store| store.get(key)))
+        (self
+            .batch_keys
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v))
+        .or_else(|| self.keys.and_then(|store| store.get(key)))
     }
 }
 

@@ -282,7 +282,10 @@ impl<'a> Reader<'a> {
         for _ in 0..count {
             let start = self.pos;
             let bytes = self.bytes()?;
-            if !matches!(bytes.first(), Some(&(KIND_CREATE | KIND_APPLY | KIND_DELETE))) {
+            if !matches!(
+                bytes.first(),
+                Some(&(KIND_CREATE | KIND_APPLY | KIND_DELETE))
+            ) {
                 return Err(DecodeError {
                     at: start,
                     what: "a batch holds only create, apply and delete entries".into(),

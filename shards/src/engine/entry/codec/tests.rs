@@ -231,10 +231,7 @@ fn the_documented_batch_example_encodes_exactly() {
             },
         ],
     };
-    assert_eq!(
-        b.to_bytes(),
-        vec![5, 2, 4, 4, 5, 1, b'a', 4, 4, 5, 1, b'b']
-    );
+    assert_eq!(b.to_bytes(), vec![5, 2, 4, 4, 5, 1, b'a', 4, 4, 5, 1, b'b']);
 }
 
 #[test]
