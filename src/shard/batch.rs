@@ -4,12 +4,12 @@
 //! in between, so no other request on this shard sees half of the batch. The reply, like the
 //! pushes, leaves once the record is durable.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use shards::engine::{Entry, Step};
 use shards::{ErrorCode, Rejection};
 
 use super::message::ReplyBody;
-use super::runtime::{to_json, Outcome, Shard};
+use super::runtime::{Outcome, Shard};
 use crate::ops::batch::{aborted, engine_op, BatchItem};
 use crate::util::time::now_ms;
 
@@ -87,12 +87,21 @@ impl Shard {
     }
 }
 
+/// `{"results":[{"status":"ok","result":R},...]}`, written straight into one buffer.
 fn reply(results: Vec<Value>) -> ReplyBody {
-    let results: Vec<Value> = results
-        .into_iter()
-        .map(|result| json!({"status": "ok", "result": result}))
-        .collect();
-    ReplyBody::Json(to_json(&json!({ "results": results })))
+    let mut out = Vec::with_capacity(64 + results.len() * 160);
+    out.extend_from_slice(br#"{"results":["#);
+    for (i, result) in results.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"status":"ok","result":"#);
+        // Serialising a Value into a Vec cannot fail: no I/O, and every key is a string.
+        let _ = serde_json::to_writer(&mut out, result);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+    ReplyBody::Json(out)
 }
 
 fn internal(msg: &str) -> Rejection {

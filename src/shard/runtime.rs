@@ -505,7 +505,7 @@ impl Shard {
     }
 }
 
-pub(super) fn to_json(v: &Value) -> Vec<u8> {
+fn to_json(v: &Value) -> Vec<u8> {
     // Serialising a Value into a Vec cannot fail: no I/O and every map key is a string.
     serde_json::to_vec(v).unwrap_or_default()
 }

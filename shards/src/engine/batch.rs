@@ -174,6 +174,12 @@ impl Engine {
             engine: self,
             touched: HashMap::new(),
         };
+        // Only an instance that a later op reads again needs a scratch copy: the common batch
+        // (each op on its own instance) decides straight against the engine.
+        let mut seen: HashMap<&str, usize> = HashMap::with_capacity(ops.len());
+        for op in ops {
+            *seen.entry(op_id(op)).or_default() += 1;
+        }
         let mut steps = Vec::with_capacity(ops.len());
         for (index, op) in ops.iter().enumerate() {
             let abort = |error| BatchAbort { index, error };
@@ -201,7 +207,9 @@ impl Engine {
             match decision.map_err(abort)? {
                 Decision::Answer(v) => steps.push(Step::Answer(v)),
                 Decision::Write(entry) => {
-                    overlay.apply(&entry, offset);
+                    if seen.get(op_id(op)).is_some_and(|n| *n > 1) {
+                        overlay.apply(&entry, offset);
+                    }
                     steps.push(Step::Write(entry));
                 }
             }
@@ -230,6 +238,19 @@ impl Engine {
             }
         }
         Value::Array(results)
+    }
+}
+
+/// The instance an op names.
+fn op_id(op: &BatchOp) -> &str {
+    match op {
+        BatchOp::Get { id }
+        | BatchOp::Write(Command::CreateInstance { id, .. })
+        | BatchOp::Write(Command::DeleteInstance { id })
+        | BatchOp::Write(Command::ApplyEvent {
+            instance_id: id, ..
+        }) => id,
+        BatchOp::Write(Command::PutMachine { machine, .. }) => machine,
     }
 }
 
