@@ -12,7 +12,7 @@ use common::scrape::scrape;
 use common::*;
 use serde_json::{json, Value};
 use smdb::auth::table::{hex, sha256};
-use smdb::auth::{required_scope, Scope};
+use smdb::auth::{need, required_scope, Need, Scope};
 use smdb::protocol::Op;
 
 const FULL: &str = "full-secret-4f1c9a";
@@ -70,9 +70,12 @@ fn every_op_before_auth_is_unauthorized() {
     let (s, _dir) = Server::start(&auth_config());
     let mut c = s.client();
     assert_eq!(c.hello_result().unwrap()["auth_required"], true);
-    let ops = scoped_ops();
-    assert!(ops.len() >= 13, "{ops:?}");
-    for (op, _) in ops {
+    let ops: Vec<Op> = Op::ALL
+        .into_iter()
+        .filter(|op| need(*op) != Need::Nothing)
+        .collect();
+    assert!(ops.len() >= 14 && ops.contains(&Op::Batch), "{ops:?}");
+    for op in ops {
         let (code, _) = server_error(c.call(op.as_str(), json!({"id": "x", "instance_id": "x"})));
         assert_eq!(code, "UNAUTHORIZED", "{op:?}");
     }
@@ -113,6 +116,40 @@ fn each_scope_allows_exactly_its_ops() {
             }
         }
     }
+}
+
+#[test]
+fn a_batch_needs_the_scope_of_each_op_inside() {
+    let (s, _dir) = Server::start(&auth_config());
+    put_order_machine(&mut authed(&s, FULL));
+    let batch = |ops: Value| json!({"mode": "atomic", "ops": ops});
+    let create = json!({"op": "CREATE_INSTANCE",
+        "params": {"machine": "order", "version": 1, "id": "b-1", "context": {"total": 1}}});
+    let get = json!({"op": "GET_INSTANCE", "params": {"id": "b-1"}});
+    let mut reader = authed(&s, SCOPED[0].0);
+    let (code, details) = server_error(reader.call("BATCH", batch(json!([get, create]))));
+    assert_eq!(
+        (code.as_str(), &details["scope"], &details["index"]),
+        ("FORBIDDEN", &json!("write"), &json!(1))
+    );
+    let mut writer = authed(&s, SCOPED[1].0);
+    let (code, details) = server_error(writer.call("BATCH", batch(json!([create, get]))));
+    assert_eq!(
+        (code.as_str(), &details["scope"], &details["index"]),
+        ("FORBIDDEN", &json!("read"), &json!(1))
+    );
+    let (code, _) = server_error(reader.get_instance("b-1"));
+    assert_eq!(
+        code, "INSTANCE_NOT_FOUND",
+        "a refused batch runs none of its ops"
+    );
+    writer
+        .call("BATCH", batch(json!([create])))
+        .expect("write-only batch");
+    let r = reader
+        .call("BATCH", batch(json!([get])))
+        .expect("read-only batch");
+    assert_eq!(r["results"][0]["result"]["state"], "new");
 }
 
 #[test]

@@ -631,3 +631,32 @@ fn watch_stops_cleanly_on_ctrl_c() {
     let got: Vec<String> = ops.try_iter().collect();
     assert_eq!(got, ["HELLO", "WATCH_ALL", "UNWATCH", "BYE"]);
 }
+
+#[test]
+fn batch_runs_ops_from_a_file_or_stdin() {
+    let (s, dir) = Server::start("");
+    put_order_machine(&mut s.client());
+    let ops = json!([
+        {"op": "CREATE_INSTANCE", "params": {"machine": "order", "version": 1, "id": "{c}:a",
+            "context": {"total": 1}}},
+        {"op": "APPLY_EVENT", "params": {"instance_id": "{c}:a", "event": "pay",
+            "payload": {"amount": 1}}},
+    ]);
+    let file = write_file(dir.path(), "ops.json", &ops);
+    let r = cli(&s, &["--json", "batch", &format!("@{file}")]);
+    let v = r.ok().json();
+    assert_eq!(v["results"][1]["result"]["to_state"], "paid");
+    // Atomic: a failing op aborts the whole batch with the server's code.
+    let again = serde_json::to_string(&ops).unwrap();
+    cli_in(&s.addr.to_string(), &["batch", "-"], &again).fails_with(1, "BATCH_ABORTED");
+    // Best effort: the batch succeeds, the human form shows one line per op.
+    let r = cli_in(
+        &s.addr.to_string(),
+        &["batch", "--best-effort", "-"],
+        &again,
+    );
+    let out = r.ok().stdout.clone();
+    assert!(out.contains("0 error INSTANCE_EXISTS"), "{out}");
+    assert!(out.contains("1 error INVALID_TRANSITION"), "{out}");
+    cli(&s, &["batch", "{}"]).fails_with(2, "USAGE");
+}

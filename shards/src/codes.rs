@@ -33,11 +33,13 @@ pub enum ErrorCode {
     WalIoError,
     InternalError,
     Forbidden,
+    BatchAborted,
+    CrossShard,
 }
 
 impl ErrorCode {
     /// All codes, in declaration order (used to size per-code metric arrays).
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::HelloRequired,
         ErrorCode::UnsupportedProtocol,
         ErrorCode::BadRequest,
@@ -63,6 +65,8 @@ impl ErrorCode {
         ErrorCode::WalIoError,
         ErrorCode::InternalError,
         ErrorCode::Forbidden,
+        ErrorCode::BatchAborted,
+        ErrorCode::CrossShard,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -92,6 +96,8 @@ impl ErrorCode {
             ErrorCode::WalIoError => "WAL_IO_ERROR",
             ErrorCode::InternalError => "INTERNAL_ERROR",
             ErrorCode::Forbidden => "FORBIDDEN",
+            ErrorCode::BatchAborted => "BATCH_ABORTED",
+            ErrorCode::CrossShard => "CROSS_SHARD",
         }
     }
 

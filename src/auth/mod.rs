@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use shards::{ErrorCode, Rejection};
 
-pub use scope::{required_scope, Scope, Scopes};
+pub use scope::{need, required_scope, Need, Scope, Scopes};
 pub use table::{Grant, Table};
 
 use crate::protocol::Op;
@@ -59,25 +59,37 @@ impl SessionAuth {
     /// successful AUTH (when auth is required), `FORBIDDEN` with `details.scope` when the
     /// token lacks the op's scope.
     pub fn check(&self, op: Op) -> Result<(), Rejection> {
-        let Some(scope) = required_scope(op) else {
-            return Ok(());
+        let scope = match need(op) {
+            Need::Nothing => return Ok(()),
+            Need::Scope(scope) => Some(scope),
+            Need::EachOpsScope => None,
         };
         if !self.required {
             return Ok(());
         }
-        match &self.grant {
-            None => Err(Rejection::new(
+        match (&self.grant, scope) {
+            (None, _) => Err(Rejection::new(
                 ErrorCode::Unauthorized,
                 "authentication required: send AUTH first",
             )),
-            Some(g) if g.scopes.contains(scope) => Ok(()),
-            Some(g) => Err(Rejection::new(
+            (Some(_), None) => Ok(()),
+            (Some(g), Some(scope)) if g.scopes.contains(scope) => Ok(()),
+            (Some(g), Some(scope)) => Err(Rejection::new(
                 ErrorCode::Forbidden,
                 format!("token {:?} lacks the {} scope", g.name, scope.as_str()),
             )
             .with("scope", scope.as_str())
             .with("op", op.as_str())),
         }
+    }
+
+    /// `check` for each op inside a BATCH: the first op the session may not run refuses the
+    /// whole batch, with its index in `details.index`.
+    pub fn check_each(&self, ops: impl Iterator<Item = Op>) -> Result<(), Rejection> {
+        for (index, op) in ops.enumerate() {
+            self.check(op).map_err(|rej| rej.with("index", index))?;
+        }
+        Ok(())
     }
 
     /// May this session receive subscription pushes (it holds the read scope)?
@@ -143,9 +155,9 @@ mod tests {
     fn every_scoped_op_is_refused_before_auth_and_free_ops_pass() {
         let s = SessionAuth::new(true);
         for op in Op::ALL {
-            match required_scope(op) {
-                Some(_) => assert_eq!(s.check(op).unwrap_err().code, ErrorCode::Unauthorized),
-                None => assert!(s.check(op).is_ok()),
+            match need(op) {
+                Need::Nothing => assert!(s.check(op).is_ok()),
+                _ => assert_eq!(s.check(op).unwrap_err().code, ErrorCode::Unauthorized),
             }
         }
         assert!(!s.may_read());
@@ -172,6 +184,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_batch_needs_the_scope_of_each_op() {
+        let mut s = SessionAuth::new(true);
+        assert_eq!(
+            s.check(Op::Batch).unwrap_err().code,
+            ErrorCode::Unauthorized
+        );
+        assert!(matches!(auth(&mut s, "w"), AuthOutcome::Granted(_)));
+        assert!(s.check(Op::Batch).is_ok());
+        let ops = [Op::CreateInstance, Op::ApplyEvent, Op::GetInstance];
+        let e = s.check_each(ops.into_iter()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Forbidden);
+        assert_eq!(
+            (e.details["index"].as_u64(), e.details["scope"].as_str()),
+            (Some(2), Some("read"))
+        );
+        assert!(s.check_each(ops[..2].iter().copied()).is_ok());
     }
 
     #[test]

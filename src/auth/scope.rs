@@ -58,11 +58,31 @@ impl Scopes {
     }
 }
 
+/// What a session needs to run an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Every session may run it (HELLO, PING, BYE, AUTH itself; the label-only pseudo-ops).
+    Nothing,
+    /// The session's token must carry this scope.
+    Scope(Scope),
+    /// An authenticated session, and the scope of each op inside (BATCH).
+    EachOpsScope,
+}
+
+/// What a session needs to run `op`.
+pub fn need(op: Op) -> Need {
+    match op {
+        Op::Batch => Need::EachOpsScope,
+        op => required_scope(op).map_or(Need::Nothing, Need::Scope),
+    }
+}
+
 /// The scope a session needs to run `op`; `None` for the ops every session may run (HELLO,
-/// PING, BYE, AUTH itself) and for the label-only pseudo-ops.
+/// PING, BYE, AUTH itself), for the label-only pseudo-ops, and for BATCH (whose ops each
+/// need their own: see `need`).
 pub fn required_scope(op: Op) -> Option<Scope> {
     match op {
-        Op::Hello | Op::Ping | Op::Bye | Op::Auth | Op::Frame | Op::Unknown => None,
+        Op::Hello | Op::Ping | Op::Bye | Op::Auth | Op::Frame | Op::Unknown | Op::Batch => None,
         Op::GetInstance
         | Op::GetMachine
         | Op::ListMachines
@@ -105,7 +125,7 @@ mod tests {
                 op,
                 Op::Hello | Op::Ping | Op::Bye | Op::Auth | Op::Frame | Op::Unknown
             );
-            assert_eq!(required_scope(op).is_none(), free, "{op:?}");
+            assert_eq!(need(op) == Need::Nothing, free, "{op:?}");
         }
     }
 }

@@ -147,12 +147,17 @@ fn run_load(opts: &Options, target: &Target) -> Result<RunReport, String> {
         Some(n) => n,
         None => setup::shard_count(&mut c).map_err(|e| format!("{e} (pass --shards)"))?,
     };
-    let instances = if mix.needs_instances() {
-        opts.instances
-    } else {
-        0
+    let batch_size = match opts.workload {
+        workload::WorkloadKind::Batch => opts.batch_size,
+        _ => 0,
     };
-    let plan = Plan::new(mix, instances, opts.payload_bytes, &run_tag());
+    let instances = match (mix.needs_instances(), batch_size) {
+        (false, _) => 0,
+        (true, 0) => opts.instances,
+        (true, n) => opts.instances.div_ceil(n) * n,
+    };
+    let plan =
+        Plan::new(mix, instances, opts.payload_bytes, &run_tag()).with_batch_size(batch_size);
     if mix.needs_machine() {
         setup::put_machine(&mut c)?;
     }
@@ -204,6 +209,7 @@ fn run_load(opts: &Options, target: &Target) -> Result<RunReport, String> {
         ..RunReport::default()
     };
     run.fill_counts(&counts, opts.duration);
+    run.set_batch_size(batch_size);
     Ok(run)
 }
 

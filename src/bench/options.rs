@@ -30,6 +30,7 @@ Examples:
   smdb-bench --workload apply -c 16 --in-flight 8 --duration 10
   smdb-bench --spawn --fsync always --workload get --pin-cpu 1 --server-cores 0 --json
   smdb-bench --scale 2 --workload apply --server-cores 1,0
+  smdb-bench --spawn --workload batch --batch-size 10 -c 16 --in-flight 8
   smdb-bench --report out/*.json";
 
 /// smdb-bench: closed-loop RCP1 load generator for smdb.
@@ -72,6 +73,11 @@ pub struct Options {
         value_name = "K=W,.."
     )]
     pub mix: Mix,
+
+    /// Ops per atomic BATCH for --workload batch (instances are grouped by this many under
+    /// one hash tag; --instances is rounded up to a multiple).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub batch_size: u64,
 
     /// Instances pre-created for get, apply and mixed (ids are random among them).
     #[arg(long, default_value_t = 10_000, value_name = "N")]
@@ -205,6 +211,9 @@ impl Options {
         let mix = Mix::for_workload(self.workload, self.mix);
         if mix.needs_instances() && self.instances == 0 {
             return Err("--instances must be >= 1 for get, apply and mixed".into());
+        }
+        if !(1..=1000).contains(&self.batch_size) {
+            return Err("--batch-size must be 1 to 1000".into());
         }
         if self.scale == Some(0) || self.server_shards == Some(0) || self.shards == Some(0) {
             return Err("shard counts must be >= 1".into());

@@ -43,6 +43,10 @@ pub struct RunReport {
     pub errors_outside_window: u64,
     pub per_op: BTreeMap<String, OpReport>,
     pub cpu: Usage,
+    /// Ops per BATCH (0: not a batch run). Then `ops` counts batches, and
+    /// `batch_ops_per_sec` is the instance changes per second (batches/s x size).
+    pub batch_size: u64,
+    pub batch_ops_per_sec: f64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -111,6 +115,12 @@ impl RunReport {
         }
     }
 
+    /// Marks a batch run: ops inside batches per second, from the batches counted.
+    pub fn set_batch_size(&mut self, size: u64) {
+        self.batch_size = size;
+        self.batch_ops_per_sec = self.ops_per_sec * size as f64;
+    }
+
     pub fn to_json_line(&self) -> String {
         // A struct of numbers, strings and maps with string keys always serialises.
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
@@ -153,6 +163,15 @@ impl RunReport {
             thousands(self.ops_per_sec),
             thousands(self.ops_per_sec_per_shard)
         );
+        if self.batch_size > 0 {
+            let _ = writeln!(
+                s,
+                "batches      {} batches/s of {} = {} ops/s (instance changes)",
+                thousands(self.ops_per_sec),
+                self.batch_size,
+                thousands(self.batch_ops_per_sec)
+            );
+        }
         let _ = writeln!(s, "latency us   {}", latency_text(&self.latency_us));
         let _ = writeln!(
             s,

@@ -40,6 +40,9 @@ pub enum WorkloadKind {
     Apply,
     /// A random mix by `--mix` weights.
     Mixed,
+    /// Atomic BATCH of `--batch-size` APPLY_EVENTs, one per member of a random group of
+    /// pre-created instances sharing one hash tag (`{b<run>-<group>}:<member>`).
+    Batch,
 }
 
 impl WorkloadKind {
@@ -50,6 +53,7 @@ impl WorkloadKind {
             WorkloadKind::Create => "create",
             WorkloadKind::Apply => "apply",
             WorkloadKind::Mixed => "mixed",
+            WorkloadKind::Batch => "batch",
         }
     }
 }
@@ -61,12 +65,18 @@ pub enum OpKind {
     Get = 1,
     Create = 2,
     Apply = 3,
+    Batch = 4,
 }
 
 impl OpKind {
-    pub const COUNT: usize = 4;
-    pub const ALL: [OpKind; OpKind::COUNT] =
-        [OpKind::Ping, OpKind::Get, OpKind::Create, OpKind::Apply];
+    pub const COUNT: usize = 5;
+    pub const ALL: [OpKind; OpKind::COUNT] = [
+        OpKind::Ping,
+        OpKind::Get,
+        OpKind::Create,
+        OpKind::Apply,
+        OpKind::Batch,
+    ];
 
     /// The wire op name.
     pub fn op_name(self) -> &'static str {
@@ -75,6 +85,7 @@ impl OpKind {
             OpKind::Get => "GET_INSTANCE",
             OpKind::Create => "CREATE_INSTANCE",
             OpKind::Apply => "APPLY_EVENT",
+            OpKind::Batch => "BATCH",
         }
     }
 
@@ -85,6 +96,7 @@ impl OpKind {
             OpKind::Get => "get",
             OpKind::Create => "create",
             OpKind::Apply => "apply",
+            OpKind::Batch => "batch",
         }
     }
 
@@ -115,6 +127,7 @@ impl Mix {
             WorkloadKind::Create => Mix::only(OpKind::Create),
             WorkloadKind::Apply => Mix::only(OpKind::Apply),
             WorkloadKind::Mixed => mix,
+            WorkloadKind::Batch => Mix::only(OpKind::Batch),
         }
     }
 
@@ -128,7 +141,9 @@ impl Mix {
 
     /// True when some op of the mix needs pre-created instances.
     pub fn needs_instances(&self) -> bool {
-        self.weight(OpKind::Get) > 0 || self.weight(OpKind::Apply) > 0
+        self.weight(OpKind::Get) > 0
+            || self.weight(OpKind::Apply) > 0
+            || self.weight(OpKind::Batch) > 0
     }
 
     /// True when some op of the mix needs the bench machine.
@@ -176,6 +191,7 @@ impl FromStr for Mix {
                 .ok_or_else(|| format!("mix entry {part:?} is not KEY=WEIGHT"))?;
             let op = OpKind::ALL
                 .into_iter()
+                .filter(|op| *op != OpKind::Batch) // its own workload: ids come in groups
                 .find(|op| op.mix_key() == key.trim())
                 .ok_or_else(|| format!("mix key {key:?} is not one of ping, get, create, apply"))?;
             weights[op.index()] = value
@@ -201,6 +217,9 @@ pub struct Plan {
     pub create_prefix: String,
     /// The JSON object sent as APPLY_EVENT payload and CREATE_INSTANCE context.
     pub payload_json: String,
+    /// Ops per BATCH (0 unless the mix sends batches): instances come in groups of this
+    /// many that share a hash tag, and a batch changes every member of one group.
+    pub batch_size: u64,
 }
 
 impl Plan {
@@ -212,12 +231,23 @@ impl Plan {
             instances,
             create_prefix: format!("n{tag}-"),
             payload_json: payload_object(payload_bytes),
+            batch_size: 0,
         }
     }
 
-    /// The id of pre-created instance `k`.
+    /// Instances in groups of `size` sharing a hash tag, for the batch workload.
+    pub fn with_batch_size(mut self, size: u64) -> Plan {
+        self.batch_size = size;
+        self
+    }
+
+    /// The id of pre-created instance `k`: `{prefix}{k}`, or with batches
+    /// `{{prefix}{group}}:{member}`.
     pub fn instance_id(&self, k: u64) -> String {
-        format!("{}{k}", self.instance_prefix)
+        match self.batch_size {
+            0 => format!("{}{k}", self.instance_prefix),
+            n => format!("{{{}{}}}:{}", self.instance_prefix, k / n, k % n),
+        }
     }
 }
 
@@ -287,10 +317,34 @@ impl RequestWriter {
                 out.extend_from_slice(plan.payload_json.as_bytes());
                 out.push(b'}');
             }
+            OpKind::Batch => self.write_batch(plan, out),
         }
         out.push(b'}');
         finish_frame(out, start);
         op
+    }
+
+    /// `,"params":{"mode":"atomic","ops":[APPLY_EVENT on each member of a random group]}`.
+    fn write_batch(&mut self, plan: &Plan, out: &mut Vec<u8>) {
+        let size = plan.batch_size.max(1);
+        let group = self.rng.below((plan.instances / size).max(1));
+        out.extend_from_slice(br#","params":{"mode":"atomic","ops":["#);
+        for member in 0..size {
+            if member > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(br#"{"op":"APPLY_EVENT","params":{"instance_id":"{"#);
+            out.extend_from_slice(plan.instance_prefix.as_bytes());
+            push_u64(out, group);
+            out.extend_from_slice(b"}:");
+            push_u64(out, member);
+            out.extend_from_slice(br#"","event":""#);
+            out.extend_from_slice(EVENT.as_bytes());
+            out.extend_from_slice(br#"","payload":"#);
+            out.extend_from_slice(plan.payload_json.as_bytes());
+            out.extend_from_slice(b"}}");
+        }
+        out.extend_from_slice(b"]}");
     }
 
     fn push_existing_id(&mut self, plan: &Plan, out: &mut Vec<u8>) {
@@ -391,6 +445,31 @@ mod tests {
             let v = decode(&out);
             assert_eq!(v["op"], op.op_name());
             assert_eq!(v["id"], u64::MAX);
+        }
+    }
+
+    #[test]
+    fn batch_requests_change_one_tagged_group() {
+        let plan = Plan::new(Mix::only(OpKind::Batch), 30, 0, "t1").with_batch_size(10);
+        assert_eq!(plan.instance_id(0), "{bt1-0}:0");
+        assert_eq!(plan.instance_id(27), "{bt1-2}:7");
+        let mut w = RequestWriter::new(1, 3);
+        let mut out = Vec::new();
+        assert_eq!(w.write(&plan, 5, &mut out), OpKind::Batch);
+        let v = decode(&out);
+        assert_eq!(v["op"], "BATCH");
+        assert_eq!(v["params"]["mode"], "atomic");
+        let ops = v["params"]["ops"].as_array().unwrap();
+        assert_eq!(ops.len(), 10);
+        let first = ops[0]["params"]["instance_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let tag = &first[..first.find(':').unwrap()];
+        for (m, op) in ops.iter().enumerate() {
+            assert_eq!(op["op"], "APPLY_EVENT");
+            assert_eq!(op["params"]["instance_id"], format!("{tag}:{m}"));
+            assert_eq!(op["params"]["payload"], serde_json::json!({}));
         }
     }
 

@@ -215,6 +215,19 @@ pub enum Command {
     /// (--from-cursor) and exits 1.
     Watch(WatchArgs),
 
+    /// Run several ops as one BATCH: atomic (all or nothing, one shard) unless --best-effort.
+    ///
+    /// OPS is a JSON array of {"op": NAME, "params": {...}} (CREATE_INSTANCE, APPLY_EVENT,
+    /// DELETE_INSTANCE, GET_INSTANCE; at most 1000), `@FILE` or `-` for standard input.
+    /// Example: smdb-cli batch '[{"op":"GET_INSTANCE","params":{"id":"{o7}:a"}}]'
+    Batch {
+        /// The ops: a JSON array, `@FILE` or `-` for standard input.
+        ops: String,
+        /// Run each op on its own, across shards (mode best_effort).
+        #[arg(long)]
+        best_effort: bool,
+    },
+
     /// Send any operation with JSON params and print the raw result.
     ///
     /// Example: smdb-cli raw GET_INSTANCE '{"id":"order-1"}'

@@ -129,6 +129,21 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
             out.result("GET_HISTORY", &r)
         }
         Command::Watch(args) => watch::run(args, s, out),
+        Command::Batch { ops, best_effort } => {
+            let ops = json_arg(ops, "OPS")?;
+            if !ops.is_array() {
+                return Err(CliError::usage(format!(
+                    "OPS must be a JSON array, got {ops}"
+                )));
+            }
+            let mode = if *best_effort {
+                "best_effort"
+            } else {
+                "atomic"
+            };
+            let r = s.run(|c| c.call("BATCH", json!({"mode": mode, "ops": ops})))?;
+            out.result("BATCH", &r)
+        }
         Command::Raw { op, params } => {
             let p = match params {
                 Some(p) => object_arg(p, "params")?,

@@ -129,6 +129,7 @@ pub fn result(op: &str, v: &Value) -> String {
             cell(&v["wal_offset"])
         ),
         "APPLY_EVENT" => apply_event(v),
+        "BATCH" => batch(v),
         "GET_HISTORY" => history(v),
         "WATCH_INSTANCE" | "WATCH_ALL" => format!(
             "subscription {} at cursor {}",
@@ -137,6 +138,24 @@ pub fn result(op: &str, v: &Value) -> String {
         ),
         _ => kv(v, &[]),
     }
+}
+
+/// One line per op: its index, status and result (or error code and message) as JSON.
+fn batch(v: &Value) -> String {
+    let mut out = String::new();
+    for (i, r) in v["results"].as_array().into_iter().flatten().enumerate() {
+        let line = match r["status"].as_str() {
+            Some("ok") => format!("{i} ok {}", r["result"]),
+            _ => format!(
+                "{i} error {}: {}",
+                cell(&r["error"]["code"]),
+                cell(&r["error"]["message"])
+            ),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.trim_end().to_string()
 }
 
 fn info(v: &Value) -> String {

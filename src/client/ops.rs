@@ -233,6 +233,18 @@ impl Client {
         self.call("WATCH_ALL", Value::Object(p))
     }
 
+    /// BATCH → `{results:[{status:"ok", result} | {status:"error", error}]}`, one per op in
+    /// order. `ops` are `(op name, params)`; `atomic` means all or nothing on one shard
+    /// (`BATCH_ABORTED`, `CROSS_SHARD`), else each op runs on its own (`best_effort`).
+    pub fn batch(&mut self, atomic: bool, ops: &[(&str, Value)]) -> Result<Value, ClientError> {
+        let ops: Vec<Value> = ops
+            .iter()
+            .map(|(op, params)| json!({"op": op, "params": params}))
+            .collect();
+        let mode = if atomic { "atomic" } else { "best_effort" };
+        self.call("BATCH", json!({"mode": mode, "ops": ops}))
+    }
+
     /// UNWATCH → `{removed}`.
     pub fn unwatch(&mut self, subscription_id: &Value) -> Result<Value, ClientError> {
         self.call("UNWATCH", json!({"subscription_id": subscription_id}))

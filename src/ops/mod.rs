@@ -4,10 +4,12 @@
 //! * `machines`: PUT_MACHINE, GET_MACHINE, LIST_MACHINES.
 //! * `instances`: CREATE_INSTANCE, GET_INSTANCE, LIST_INSTANCES, DELETE_INSTANCE.
 //! * `events`: APPLY_EVENT, GET_HISTORY.
+//! * `batch`: BATCH (its op list; each op's params are parsed by the modules above).
 //!
 //! Param structs accept the spec's names and the aliases of CONTRACT §5 and reject unknown
 //! fields, so a typo is a `BAD_REQUEST` naming the field instead of a silently ignored option.
 
+pub mod batch;
 pub mod events;
 pub mod instances;
 pub mod machines;

@@ -23,13 +23,14 @@ pub enum Op {
     WatchInstance,
     WatchAll,
     Unwatch,
+    Batch,
     Frame,
     Unknown,
 }
 
 impl Op {
     /// All ops in declaration order (sizes per-op metric arrays).
-    pub const ALL: [Op; 19] = [
+    pub const ALL: [Op; 20] = [
         Op::Hello,
         Op::Ping,
         Op::Bye,
@@ -47,6 +48,7 @@ impl Op {
         Op::WatchInstance,
         Op::WatchAll,
         Op::Unwatch,
+        Op::Batch,
         Op::Frame,
         Op::Unknown,
     ];
@@ -70,6 +72,7 @@ impl Op {
             Op::WatchInstance => "WATCH_INSTANCE",
             Op::WatchAll => "WATCH_ALL",
             Op::Unwatch => "UNWATCH",
+            Op::Batch => "BATCH",
             Op::Frame => "FRAME",
             Op::Unknown => "UNKNOWN",
         }

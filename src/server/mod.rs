@@ -5,6 +5,7 @@
 //! one control executor (start-up fan-out, the metrics listener; replication later). Every front
 //! and the control executor hold one request/response channel pair per shard, created here.
 
+mod batch;
 pub mod connection;
 pub mod control;
 pub mod drain;

@@ -104,7 +104,7 @@ impl Session {
             return Flow::Continue;
         }
         let mut instance_id = None;
-        let slot = match dispatch(op, params, front, &mut instance_id).await {
+        let slot = match dispatch(op, params, front, &self.auth, &mut instance_id).await {
             Ok(slot) => slot,
             Err(rej) => {
                 respond_err(conn, front, Some(req.id), op, &rej, started);
@@ -193,6 +193,7 @@ async fn dispatch(
     op: Op,
     params: Option<&[u8]>,
     front: &Rc<Front>,
+    auth: &SessionAuth,
     instance_id: &mut Option<Box<str>>,
 ) -> Result<super::router::ReplySlot, Rejection> {
     let router = &front.router;
@@ -215,6 +216,12 @@ async fn dispatch(
                     },
                 )
                 .await)
+        }
+        Op::Batch => {
+            // The batch's ops, typed, parsed once; each passes the session's check.
+            let batch = crate::ops::batch::parse_batch(params)?;
+            auth.check_each(batch.ops.iter().map(|item| item.op))?;
+            super::batch::start(front, batch).await
         }
         Op::GetMachine | Op::ListMachines => {
             let call = ShardCall::Op {

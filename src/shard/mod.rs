@@ -4,6 +4,7 @@
 //! A shard alone owns its engine and log; nothing else touches them. Cross-core traffic is
 //! messages only (`message.rs`).
 
+mod batch;
 pub mod durability;
 pub mod message;
 pub mod runtime;

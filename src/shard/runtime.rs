@@ -38,7 +38,7 @@ pub struct ShardSetup {
 /// What one shard owns.
 pub struct Shard {
     pub index: u32,
-    engine: RefCell<Engine>,
+    pub(super) engine: RefCell<Engine>,
     pub(super) log: Durability,
     snapshots: Snapshots,
     /// Replies waiting in this shard's outboxes (a metrics gauge).
@@ -209,7 +209,7 @@ impl Outbox {
     }
 }
 
-type Outcome = (Result<ReplyBody, Rejection>, u64);
+pub(super) type Outcome = (Result<ReplyBody, Rejection>, u64);
 
 impl Shard {
     /// Starts a background snapshot when enough entries have accumulated. Serialising the
@@ -251,6 +251,7 @@ impl Shard {
     fn execute(&self, call: ShardCall) -> Outcome {
         match call {
             ShardCall::Op { op, params } => self.execute_op(op, params.as_deref()),
+            ShardCall::Batch(ops) => self.execute_batch(&ops),
             ShardCall::InstallMachines(entries) => self.install_machines(entries),
             ShardCall::MachineEntries => (
                 Ok(ReplyBody::Entries(self.engine.borrow().machine_entries())),

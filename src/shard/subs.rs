@@ -369,15 +369,22 @@ async fn read_events(
         if i % REPLAY_YIELD_EVERY == REPLAY_YIELD_EVERY - 1 {
             glommio::yield_if_needed().await;
         }
-        if !Entry::record_is_event(payload) {
+        if !Entry::record_is_event(payload) && !Entry::record_is_batch(payload) {
             continue;
         }
         let entry = Entry::decode(payload).map_err(|e| {
             let msg = format!("log entry at offset {offset} does not decode: {e}");
             Rejection::new(ErrorCode::InternalError, msg)
         })?;
-        if let Some(ev) = EventView::of(&entry).filter(|ev| filter.matches(ev)) {
-            events.push((*offset, ev.body(None, true)));
+        // An atomic batch's events all carry its one offset, in order.
+        let inner = match &entry {
+            Entry::Batch { entries } => entries.as_slice(),
+            single => std::slice::from_ref(single),
+        };
+        for e in inner {
+            if let Some(ev) = EventView::of(e).filter(|ev| filter.matches(ev)) {
+                events.push((*offset, ev.body(None, true)));
+            }
         }
     }
     Ok(ReplyBody::Events { events, next })

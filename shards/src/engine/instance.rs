@@ -55,6 +55,19 @@ impl Instance {
         })
     }
 
+    /// The APPLY_EVENT result for an event that moved this instance from `from` to its current
+    /// state at `wal_offset`.
+    pub(crate) fn event_result(&self, from: &str, wal_offset: u64) -> Value {
+        json!({
+            "instance_id": self.id,
+            "from_state": from,
+            "to_state": self.state,
+            "context": self.context,
+            "wal_offset": wal_offset,
+            "applied": true,
+        })
+    }
+
     /// The CREATE_INSTANCE result.
     pub fn create_result(&self) -> Value {
         json!({
@@ -104,6 +117,39 @@ pub(crate) struct InstanceRecord {
     pub(crate) created: Option<CreatedWithKey>,
 }
 
+/// What `decide` reads about one instance: the engine's record, or an atomic batch's scratch
+/// copy of it (`engine::batch`).
+#[derive(Clone, Copy)]
+pub(crate) struct InstanceView<'a> {
+    pub(crate) instance: &'a Instance,
+    pub(crate) created: Option<&'a CreatedWithKey>,
+    /// The APPLY_EVENT keys recorded before the batch (None once the batch recreated the id).
+    pub(crate) keys: Option<&'a IdempotencyStore>,
+    /// Keys recorded by earlier ops of the batch being decided.
+    pub(crate) batch_keys: &'a [(String, Value)],
+}
+
+impl<'a> InstanceView<'a> {
+    pub(crate) fn of(record: &'a InstanceRecord) -> Self {
+        InstanceView {
+            instance: &record.instance,
+            created: record.created.as_ref(),
+            keys: Some(&record.keys),
+            batch_keys: &[],
+        }
+    }
+
+    /// The first result of the APPLY_EVENT that used idempotency key `key`.
+    pub(crate) fn key(&self, key: &str) -> Option<&'a Value> {
+        (self
+            .batch_keys
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v))
+        .or_else(|| self.keys.and_then(|store| store.get(key)))
+    }
+}
+
 impl InstanceRecord {
     pub(crate) fn new(instance: Instance) -> Self {
         InstanceRecord {
@@ -137,14 +183,7 @@ impl InstanceRecord {
     /// The APPLY_EVENT result for an event that moved this instance from `from` to its current
     /// state at `wal_offset` (what `advance` just did).
     pub(crate) fn event_result(&self, from: &str, wal_offset: u64) -> Value {
-        json!({
-            "instance_id": self.instance.id,
-            "from_state": from,
-            "to_state": self.instance.state,
-            "context": self.instance.context,
-            "wal_offset": wal_offset,
-            "applied": true,
-        })
+        self.instance.event_result(from, wal_offset)
     }
 
     /// The GET_HISTORY result for `from` (first seq wanted, 1-based) and `limit` items.

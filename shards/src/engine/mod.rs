@@ -9,9 +9,11 @@
 //! The engine owns no I/O. The shard runtime (server crate) logs entries and releases answers
 //! once they are durable.
 
+mod batch;
 mod command;
 mod entry;
 
+pub use batch::{BatchAbort, BatchOp, Step};
 pub use command::Command;
 pub use entry::{DecodeError, Entry, EventRef, Record};
 

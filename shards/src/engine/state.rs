@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::catalog::Catalog;
 use super::index::InstanceMap;
+use super::instance::InstanceView;
 use super::names::{Interner, Name};
 use super::ops::rejections;
 use super::{Command, Entry, Instance, Record};
@@ -63,10 +64,19 @@ impl Engine {
     pub fn decide(&self, cmd: &Command, now_ms: u64) -> Result<Decision, Rejection> {
         match cmd {
             Command::PutMachine { .. } => self.decide_put_machine(cmd, now_ms),
-            Command::CreateInstance { .. } => self.decide_create(cmd, now_ms),
-            Command::ApplyEvent { .. } => self.decide_apply_event(cmd, now_ms),
-            Command::DeleteInstance { .. } => self.decide_delete(cmd, now_ms),
+            Command::CreateInstance { id, .. } => self.decide_create(self.view(id), cmd, now_ms),
+            Command::ApplyEvent { instance_id, .. } => {
+                self.decide_apply_event(self.view(instance_id), cmd, now_ms)
+            }
+            Command::DeleteInstance { id } => self.decide_delete(self.view(id), cmd, now_ms),
         }
+    }
+
+    /// What `decide` reads about instance `id`.
+    pub(crate) fn view(&self, id: &str) -> Option<InstanceView<'_>> {
+        self.instances
+            .get(id)
+            .map(|record| InstanceView::of(record))
     }
 
     /// Mutates state from a logged entry at WAL `offset`. Returns the response `result` when
@@ -81,6 +91,7 @@ impl Engine {
                 self.apply_event(event, offset, want_result)
             }
             Entry::Delete { .. } => self.apply_delete(entry, offset),
+            Entry::Batch { entries } => Some(self.apply_batch(entries, offset, want_result)),
         };
         result.filter(|_| want_result)
     }

@@ -9,6 +9,7 @@
 //! | 2 create  | version, at_ms, id, machine, state, ?idempotency_key, context |
 //! | 3 apply   | at_ms, instance_id, event, from, to, ?idempotency_key, ?machine, ?version, ?payload |
 //! | 4 delete  | at_ms, id |
+//! | 5 batch   | count, then `count` times: length, entry (kinds 2-4, no nesting) |
 //!
 //! Integers are unsigned LEB128; strings are a LEB128 byte length and UTF-8; JSON values
 //! (definition, context, payload) are a length and compact JSON text; `?x` is a presence byte
@@ -25,10 +26,13 @@ const KIND_MACHINE: u8 = 1;
 const KIND_CREATE: u8 = 2;
 const KIND_APPLY: u8 = 3;
 const KIND_DELETE: u8 = 4;
+const KIND_BATCH: u8 = 5;
 /// First byte of a format-1 (JSON) entry.
 const JSON_OPEN: u8 = b'{';
 /// How a format-1 APPLY entry starts (serde writes the tag first).
 const JSON_APPLY_PREFIX: &[u8] = br#"{"k":"apply""#;
+/// How a JSON batch entry starts.
+const JSON_BATCH_PREFIX: &[u8] = br#"{"k":"batch""#;
 
 /// Why a log record is not an entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +143,17 @@ impl Entry {
                 put_uint(out, *at_ms);
                 put_str(out, id);
             }
+            Entry::Batch { entries } => {
+                out.push(KIND_BATCH);
+                put_uint(out, entries.len() as u64);
+                let mut inner = Vec::with_capacity(128);
+                for entry in entries {
+                    inner.clear();
+                    entry.encode(&mut inner);
+                    put_uint(out, inner.len() as u64);
+                    out.extend_from_slice(&inner);
+                }
+            }
         }
     }
 
@@ -167,6 +182,11 @@ impl Entry {
                 what: "empty entry".into(),
             }),
         }
+    }
+
+    /// True when the record holds an atomic batch (binary or JSON), without decoding it.
+    pub fn record_is_batch(bytes: &[u8]) -> bool {
+        bytes.first() == Some(&KIND_BATCH) || bytes.starts_with(JSON_BATCH_PREFIX)
     }
 
     /// True when the record holds an APPLY entry (either format), without decoding it.
@@ -242,11 +262,43 @@ impl<'a> Reader<'a> {
                 at_ms: self.uint()?,
                 id: self.string()?,
             },
+            KIND_BATCH => self.batch()?,
             other => {
                 self.pos -= 1;
                 return Err(self.error(format!("unknown entry kind {other}")));
             }
         })
+    }
+
+    /// The entries of a batch (after its kind byte). Each is a length and a complete entry of
+    /// kind create, apply or delete; a count above the bytes left is damage, not a reason to
+    /// allocate.
+    fn batch(&mut self) -> Result<Entry, DecodeError> {
+        let count = self.uint()?;
+        if count > (self.bytes.len() - self.pos) as u64 {
+            return Err(self.error(format!("batch of {count} entries runs past the entry")));
+        }
+        let mut entries = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let start = self.pos;
+            let bytes = self.bytes()?;
+            if !matches!(
+                bytes.first(),
+                Some(&(KIND_CREATE | KIND_APPLY | KIND_DELETE))
+            ) {
+                return Err(DecodeError {
+                    at: start,
+                    what: "a batch holds only create, apply and delete entries".into(),
+                });
+            }
+            let mut inner = Reader { bytes, pos: 0 };
+            let entry = inner.entry().and_then(|e| inner.end().map(|()| e));
+            entries.push(entry.map_err(|e| DecodeError {
+                at: self.pos - bytes.len() + e.at,
+                what: format!("batch entry: {}", e.what),
+            })?);
+        }
+        Ok(Entry::Batch { entries })
     }
 
     /// The fields of an APPLY entry (after its kind byte).

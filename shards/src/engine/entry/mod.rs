@@ -61,6 +61,10 @@ pub enum Entry {
     },
     #[serde(rename = "delete")]
     Delete { id: String, at_ms: u64 },
+    /// An atomic BATCH: its CREATE, APPLY and DELETE entries, in order, logged as one record
+    /// (one offset, one CRC) so recovery applies all of them or none. Never nested.
+    #[serde(rename = "batch")]
+    Batch { entries: Vec<Entry> },
 }
 
 /// An APPLY entry with borrowed fields: what `apply` reads, whether the entry was just decided
@@ -127,7 +131,7 @@ impl Entry {
     /// The instance this entry concerns, if any.
     pub fn instance_id(&self) -> Option<&str> {
         match self {
-            Entry::PutMachine { .. } => None,
+            Entry::PutMachine { .. } | Entry::Batch { .. } => None,
             Entry::Create { id, .. } | Entry::Delete { id, .. } => Some(id),
             Entry::Apply { instance_id, .. } => Some(instance_id),
         }

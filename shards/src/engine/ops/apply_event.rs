@@ -12,7 +12,7 @@ use super::rejections::{misrouted, replayed};
 use crate::engine::definition::Resolution;
 use crate::engine::history::NewItem;
 use crate::engine::index::InstanceMap;
-use crate::engine::instance::InstanceRecord;
+use crate::engine::instance::{InstanceRecord, InstanceView};
 use crate::engine::{Command, Decision, Engine, Entry, EventRef, Instance, JsonText};
 use crate::{ErrorCode, Rejection};
 
@@ -72,8 +72,10 @@ fn refused(code: ErrorCode, message: String, state: &str, event: &str) -> Reject
 }
 
 impl Engine {
+    /// Decides on `cmd` against `current`, the instance it names as this decision sees it.
     pub(crate) fn decide_apply_event(
         &self,
+        current: Option<InstanceView<'_>>,
         cmd: &Command,
         now_ms: u64,
     ) -> Result<Decision, Rejection> {
@@ -89,12 +91,11 @@ impl Engine {
             return Err(misrouted("APPLY_EVENT"));
         };
         check_idempotency_key(idempotency_key.as_deref())?;
-        let record = (self.instances.get(instance_id.as_str()))
-            .ok_or_else(|| instance_not_found(instance_id))?;
-        if let Some(first) = idempotency_key.as_deref().and_then(|k| record.keys.get(k)) {
+        let current = current.ok_or_else(|| instance_not_found(instance_id))?;
+        if let Some(first) = idempotency_key.as_deref().and_then(|k| current.key(k)) {
             return Ok(Decision::Answer(replayed(first)));
         }
-        let instance = &record.instance;
+        let instance = current.instance;
         check_expectations(instance, expected_state.as_deref(), *expected_wal_offset)?;
         let to = self.resolve(instance, event, payload.as_ref())?;
         Ok(Decision::Write(Entry::Apply {

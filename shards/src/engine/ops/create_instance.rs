@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::rejections::{bad_field, check_idempotency_key, machine_not_found, misrouted, replayed};
-use crate::engine::instance::{CreatedWithKey, InstanceRecord};
+use crate::engine::instance::{CreatedWithKey, InstanceRecord, InstanceView};
 use crate::engine::limits::INSTANCE_ID_BYTES_MAX;
 use crate::engine::{Command, Decision, Engine, Entry, Instance};
 use crate::{ErrorCode, Rejection};
@@ -24,7 +24,13 @@ pub(crate) fn check_instance_id(id: &str) -> Result<(), Rejection> {
 }
 
 impl Engine {
-    pub(crate) fn decide_create(&self, cmd: &Command, now_ms: u64) -> Result<Decision, Rejection> {
+    /// Decides on `cmd`; `existing` is the instance with its id as this decision sees it.
+    pub(crate) fn decide_create(
+        &self,
+        existing: Option<InstanceView<'_>>,
+        cmd: &Command,
+        now_ms: u64,
+    ) -> Result<Decision, Rejection> {
         let Command::CreateInstance {
             id,
             machine,
@@ -39,8 +45,8 @@ impl Engine {
         check_idempotency_key(idempotency_key.as_deref())?;
         let stored = (self.catalog.get(machine, *version))
             .ok_or_else(|| machine_not_found(machine, Some(*version)))?;
-        if let Some(record) = self.instances.get(id.as_str()) {
-            return match (idempotency_key, &record.created) {
+        if let Some(existing) = existing {
+            return match (idempotency_key, existing.created) {
                 (Some(key), Some(created)) if created.key == *key => {
                     Ok(Decision::Answer(replayed(&created.result)))
                 }

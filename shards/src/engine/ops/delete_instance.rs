@@ -3,15 +3,22 @@
 use serde_json::{json, Value};
 
 use super::rejections::{instance_not_found, misrouted};
+use crate::engine::instance::InstanceView;
 use crate::engine::{Command, Decision, Engine, Entry};
 use crate::Rejection;
 
 impl Engine {
-    pub(crate) fn decide_delete(&self, cmd: &Command, now_ms: u64) -> Result<Decision, Rejection> {
+    /// Decides on `cmd`; `existing` is the instance as this decision sees it.
+    pub(crate) fn decide_delete(
+        &self,
+        existing: Option<InstanceView<'_>>,
+        cmd: &Command,
+        now_ms: u64,
+    ) -> Result<Decision, Rejection> {
         let Command::DeleteInstance { id } = cmd else {
             return Err(misrouted("DELETE_INSTANCE"));
         };
-        if !self.instances.contains_key(id.as_str()) {
+        if existing.is_none() {
             return Err(instance_not_found(id));
         }
         Ok(Decision::Write(Entry::Delete {

@@ -1,6 +1,7 @@
 //! Engine-level tests: each op's rules and error codes, reads, stats, snapshots, and the
 //! property tests against a reference model.
 
+mod batch;
 mod events;
 mod instances;
 mod machines;

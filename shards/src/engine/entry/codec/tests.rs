@@ -181,3 +181,79 @@ fn the_documented_example_encodes_exactly() {
     want.extend_from_slice(br#"{"amount":10}"#);
     assert_eq!(e.to_bytes(), want);
 }
+
+/// An atomic batch: the create, apply and delete samples in one record.
+fn batch_sample() -> Entry {
+    Entry::Batch {
+        entries: samples()
+            .into_iter()
+            .filter(|e| !matches!(e, Entry::PutMachine { .. }))
+            .collect(),
+    }
+}
+
+#[test]
+fn a_batch_round_trips_and_is_one_barrier_record() {
+    let b = batch_sample();
+    let bytes = b.to_bytes();
+    assert_eq!(bytes[0], 5);
+    assert_eq!(bytes[1], 4, "entry count");
+    assert_eq!(Entry::decode(&bytes), Ok(b.clone()));
+    assert_eq!(
+        crate::engine::Record::decode(&bytes),
+        Ok(crate::engine::Record::Entry(b.clone()))
+    );
+    assert!(Entry::record_is_batch(&bytes));
+    assert!(!Entry::record_is_event(&bytes));
+    // No instance id: replay treats the record as a barrier and keeps log order around it.
+    assert_eq!(super::record_instance_id(&bytes), None);
+    assert_eq!(b.instance_id(), None);
+    // The JSON form (format 1 style) decodes too.
+    let json = serde_json::to_vec(&b).unwrap();
+    assert!(Entry::record_is_batch(&json));
+    assert_eq!(Entry::decode(&json), Ok(b));
+    let empty = Entry::Batch { entries: vec![] };
+    assert_eq!(Entry::decode(&empty.to_bytes()), Ok(empty));
+}
+
+/// The layout of docs/wal.md: kind 5, count, then each entry as a length and its own bytes.
+#[test]
+fn the_documented_batch_example_encodes_exactly() {
+    let b = Entry::Batch {
+        entries: vec![
+            Entry::Delete {
+                id: "a".into(),
+                at_ms: 5,
+            },
+            Entry::Delete {
+                id: "b".into(),
+                at_ms: 5,
+            },
+        ],
+    };
+    assert_eq!(b.to_bytes(), vec![5, 2, 4, 4, 5, 1, b'a', 4, 4, 5, 1, b'b']);
+}
+
+#[test]
+fn damaged_batches_are_errors_not_panics() {
+    let bytes = batch_sample().to_bytes();
+    for cut in 1..bytes.len() {
+        assert!(Entry::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+    }
+    // A count far beyond the bytes present fails before allocating.
+    assert!(Entry::decode(&[5, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F]).is_err());
+    // Nested batches and machine entries are refused inside a batch.
+    let nested = Entry::Batch {
+        entries: vec![Entry::Batch { entries: vec![] }],
+    };
+    let err = Entry::decode(&nested.to_bytes()).unwrap_err();
+    assert!(err.what.contains("only create, apply and delete"), "{err}");
+    let machine = Entry::Batch {
+        entries: samples().into_iter().take(1).collect(),
+    };
+    assert!(Entry::decode(&machine.to_bytes()).is_err());
+    // Bytes after the last entry of the batch.
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert!(Entry::decode(&longer).is_err());
+}
