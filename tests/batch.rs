@@ -184,10 +184,7 @@ fn later_ops_see_earlier_ones_pushes_come_in_order_and_a_restart_keeps_the_batch
     let mut w = s.client();
     w.call("WATCH_ALL", json!({"from_cursor": "0"})).unwrap();
     let replayed: Vec<Value> = (0..3).map(|_| w.recv_push().unwrap()).collect();
-    assert!(
-        replayed.iter().all(|p| p["wal_offset"] == at),
-        "{replayed:?}"
-    );
+    assert!(replayed.iter().all(|p| p["wal_offset"] == at), "{replayed:?}");
     assert_eq!(replayed[2]["event"], "ship");
 }
 
@@ -325,9 +322,7 @@ fn idempotency_keys_inside_a_batch_behave_as_for_single_ops() {
     );
     assert_eq!(again["results"][1]["result"]["event_count"], 1);
     assert_eq!(wal_offset(&mut c), head);
-    let single = c
-        .call("APPLY_EVENT", keyed("p1")["params"].clone())
-        .unwrap();
+    let single = c.call("APPLY_EVENT", keyed("p1")["params"].clone()).unwrap();
     assert_eq!(single["applied"], false);
     assert_eq!(single["wal_offset"], r[1]["result"]["wal_offset"]);
 }
@@ -337,22 +332,13 @@ fn bad_batches_are_bad_requests() {
     let (s, _d) = Server::start("");
     let mut c = s.client();
     let bad = |c: &mut Client, p: Value| err_code(c.call("BATCH", p));
-    assert_eq!(
-        bad(&mut c, json!({"mode": "atomic", "ops": []})),
-        "BAD_REQUEST"
-    );
-    assert_eq!(
-        bad(&mut c, json!({"mode": "x", "ops": [get("a")]})),
-        "BAD_REQUEST"
-    );
+    assert_eq!(bad(&mut c, json!({"mode": "atomic", "ops": []})), "BAD_REQUEST");
+    assert_eq!(bad(&mut c, json!({"mode": "x", "ops": [get("a")]})), "BAD_REQUEST");
     let put = json!({"op": "PUT_MACHINE", "params": {}});
     let (code, d) = details(batch(&mut c, "atomic", json!([get("a"), put])));
     assert_eq!((code.as_str(), &d["index"]), ("BAD_REQUEST", &json!(1)));
     let many: Vec<Value> = (0..1001).map(|_| get("a")).collect();
-    assert_eq!(
-        bad(&mut c, json!({"mode": "best_effort", "ops": many})),
-        "BAD_REQUEST"
-    );
+    assert_eq!(bad(&mut c, json!({"mode": "best_effort", "ops": many})), "BAD_REQUEST");
     // The server is fine afterwards.
     c.call("PING", json!({})).unwrap();
 }
@@ -382,9 +368,7 @@ fn batch_writer(
                         "event": "inc", "payload": {"n": next}}})
                 })
                 .collect();
-            if c.send("BATCH", &json!({"mode": "atomic", "ops": ops}))
-                .is_err()
-            {
+            if c.send("BATCH", &json!({"mode": "atomic", "ops": ops})).is_err() {
                 return;
             }
             inflight.push_back(next);
@@ -466,8 +450,5 @@ fn sigkill_during_atomic_batches_leaves_each_batch_whole_or_absent() {
             floor.insert(t, values[0].0);
         }
     }
-    assert!(
-        floor.values().all(|n| *n > 0),
-        "no batch got through: {floor:?}"
-    );
+    assert!(floor.values().all(|n| *n > 0), "no batch got through: {floor:?}");
 }

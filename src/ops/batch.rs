@@ -87,17 +87,15 @@ pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
     }
     let mut ops = Vec::with_capacity(p.ops.len());
     for (index, item) in p.ops.into_iter().enumerate() {
-        let op = Op::parse(&item.op)
-            .filter(|op| batchable(*op))
-            .ok_or_else(|| {
-                bad(format!(
-                    "op {:?} cannot be batched (CREATE_INSTANCE, APPLY_EVENT, DELETE_INSTANCE, \
+        let op = Op::parse(&item.op).filter(|op| batchable(*op)).ok_or_else(|| {
+            bad(format!(
+                "op {:?} cannot be batched (CREATE_INSTANCE, APPLY_EVENT, DELETE_INSTANCE, \
                  GET_INSTANCE can)",
-                    item.op
-                ))
-                .with("index", index)
-                .with("op", item.op.as_str())
-            })?;
+                item.op
+            ))
+            .with("index", index)
+            .with("op", item.op.as_str())
+        })?;
         let params = (item.params)
             .map(RawValue::get)
             .filter(|text| *text != "null")
@@ -123,11 +121,7 @@ pub fn engine_op(item: &BatchItem) -> Result<BatchOp, Rejection> {
 pub fn aborted(index: usize, error: &Rejection) -> Rejection {
     Rejection::new(
         ErrorCode::BatchAborted,
-        format!(
-            "op {index} failed ({}): {}",
-            error.code.as_str(),
-            error.message
-        ),
+        format!("op {index} failed ({}): {}", error.code.as_str(), error.message),
     )
     .with("index", index)
     .with("error", error_object(error))

@@ -19,19 +19,15 @@ fn arb_op() -> impl Strategy<Value = BatchOp> {
     prop_oneof![
         (id.clone(), key.clone(), 0i64..20)
             .prop_map(|(id, key, total)| BatchOp::Write(create_keyed(id, total, key))),
-        (
-            id.clone(),
-            proptest::sample::select(EVENTS.to_vec()),
-            key,
-            0i64..20
-        )
-            .prop_map(|(id, ev, key, amount)| {
+        (id.clone(), proptest::sample::select(EVENTS.to_vec()), key, 0i64..20).prop_map(
+            |(id, ev, key, amount)| {
                 let payload = Some(json!({ "amount": amount }));
                 BatchOp::Write(match key {
                     Some(k) => keyed_event(id, ev, payload, k),
                     None => event(id, ev, payload),
                 })
-            }),
+            }
+        ),
         id.clone().prop_map(|id| BatchOp::Write(delete(id))),
         id.prop_map(|id| BatchOp::Get { id: id.into() }),
     ]
@@ -81,12 +77,7 @@ fn seeded() -> Shard {
     let mut s = Shard::with_order();
     s.ok(create_keyed("{t}:a", 10, Some("k1")));
     s.ok(create_keyed("{t}:b", 5, None));
-    s.ok(keyed_event(
-        "{t}:b",
-        "pay",
-        Some(json!({"amount": 5})),
-        "k2",
-    ));
+    s.ok(keyed_event("{t}:b", "pay", Some(json!({"amount": 5})), "k2"));
     s
 }
 
