@@ -219,6 +219,7 @@ fn record_decode(bencher: Bencher) {
         at_ms: 1_700_000_000_000,
         machine: Some("smdb_bench".into()),
         version: Some(1),
+        timer: false,
     };
     let bytes = entry.to_bytes();
     bencher.bench(|| match Record::decode(black_box(&bytes)) {

@@ -528,6 +528,7 @@ fn synthetic_expositions() -> Vec<String> {
         .by_state
         .insert(key("we\"ird\\name", "st\nate"), 1);
     shard.engine.events_applied.insert("order".into(), 4);
+    shard.engine.timers_fired.insert("order".into(), 1);
     let t = ("order".into(), "new".into(), "paid".into());
     shard.engine.transitions.insert(t, 1);
     shard.log.write_duration.buckets[2].1 = 3;

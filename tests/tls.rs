@@ -387,3 +387,29 @@ fn sighup_rotates_the_certificate_and_an_open_connection_survives() {
     ping(&mut connect(&s, trust(&new)).expect("a failed reload keeps the running certificate"));
     ping(&mut open);
 }
+
+#[test]
+fn behind_a_proxy_header_the_tls_handshake_follows_it() {
+    let pki = pki();
+    let cfg = tls_config(&pki, "[network]\nproxy_protocol = true\n");
+    let (s, _dir) = Server::start_with_env(&cfg, &[("RUST_LOG", "info,smdb::connection=debug")]);
+    let mut sock = TcpStream::connect(s.addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    sock.write_all(b"PROXY TCP4 192.0.2.44 10.0.0.1 40123 7401\r\n")
+        .unwrap();
+    let config = smdb::tls::client_config(&trust(&pki)).unwrap();
+    let transport = Transport::tls(sock, config, "localhost").expect("TLS after the header");
+    let mut c = Client::from_transport(transport);
+    c.hello("proxy-tls").unwrap();
+    ping(&mut c);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !s.log().contains("192.0.2.44:40123") {
+        assert!(
+            Instant::now() < deadline,
+            "no log line names the client:\n{}",
+            s.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -8,6 +8,7 @@
 pub mod codes;
 pub mod engine;
 pub mod routing;
+pub mod timers;
 pub mod wal;
 
 pub use codes::{ErrorCode, Rejection};

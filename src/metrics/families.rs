@@ -43,6 +43,7 @@ pub fn registry(s: &Scrape) -> Registry {
         s.fronts.errors[Op::Auth.index()][ErrorCode::AuthFailed.index()],
     );
     machines(&mut r, &s.shards);
+    timers(&mut r, &s.shards);
     wal(&mut r, &s.shards);
     gauge(
         &mut r,
@@ -196,6 +197,38 @@ fn machines(r: &mut Registry, shards: &[ShardStats]) {
         "svc_transitions_total",
         "State changes per machine and state pair",
         c,
+    );
+}
+
+/// Durable timers (CONTRACT §4 "Timed transitions").
+fn timers(r: &mut Registry, shards: &[ShardStats]) {
+    let pending = shards.iter().map(|s| s.timers_pending).sum::<u64>();
+    gauge(r, "svc_timers_pending", "Armed durable timers", pending);
+    let mut fired: BTreeMap<&str, u64> = BTreeMap::new();
+    for s in shards {
+        for (m, n) in &s.engine.timers_fired {
+            *fired.entry(m).or_default() += n;
+        }
+    }
+    let mut c = Series::new(MetricType::Counter);
+    for (m, n) in fired {
+        c.push(labels(&[("machine", m)]), ConstCounter::new(n));
+    }
+    register_counter(
+        r,
+        "svc_timers_fired_total",
+        "Events applied by durable timers per machine",
+        c,
+    );
+    let lateness = merged(
+        shards,
+        |s| &s.timer_lateness,
+        &crate::shard::timers::LATENESS_BOUNDS_SECONDS,
+    );
+    r.register(
+        "svc_timer_lateness_seconds",
+        "Seconds from a timer's due time to its fire",
+        Hist(lateness),
     );
 }
 

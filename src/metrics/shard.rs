@@ -18,6 +18,10 @@ pub struct ShardStats {
     pub machines: u64,
     /// Replies waiting in the shard's outboxes for the log to become durable.
     pub queue_depth: u64,
+    /// Instances with an armed durable timer.
+    pub timers_pending: u64,
+    /// Seconds from a timer's due time to its fire (empty until the first fire).
+    pub timer_lateness: HistogramSnapshot,
     pub log: LogStats,
 }
 
@@ -83,7 +87,7 @@ impl From<&WalStats> for LogStats {
 }
 
 /// The log's histogram (bounds plus one overflow bucket, not cumulative) as a snapshot.
-fn snapshot(h: &WalHistogram) -> HistogramSnapshot {
+pub(crate) fn snapshot(h: &WalHistogram) -> HistogramSnapshot {
     let mut buckets: Vec<(f64, u64)> = h.bounds.iter().copied().zip(h.buckets).collect();
     buckets.push((f64::INFINITY, h.buckets[h.bounds.len()]));
     HistogramSnapshot {

@@ -77,6 +77,8 @@ struct ListParams {
     limit: Option<usize>,
     #[serde(default)]
     cursor: Option<String>,
+    #[serde(default)]
+    has_timer: Option<bool>,
 }
 
 /// A validated LIST_INSTANCES request: `after` is the decoded cursor (last id of the previous
@@ -87,6 +89,8 @@ pub struct ListQuery {
     pub state: Option<String>,
     pub limit: usize,
     pub after: Option<String>,
+    /// Only instances with (true) or without (false) an armed timer.
+    pub has_timer: Option<bool>,
 }
 
 pub fn list_query(raw: Option<&[u8]>) -> Result<ListQuery, Rejection> {
@@ -112,6 +116,7 @@ pub fn list_query(raw: Option<&[u8]>) -> Result<ListQuery, Rejection> {
         state: p.state,
         limit,
         after,
+        has_timer: p.has_timer,
     })
 }
 

@@ -68,6 +68,7 @@ pub async fn list_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
             machine: q.machine.clone(),
             state: q.state.clone(),
             after: q.after.clone(),
+            has_timer: q.has_timer,
             limit: q.limit,
         };
         match router.call(shard, call).await? {

@@ -114,6 +114,8 @@ pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             clients: ends,
             wal: wal_config(&config, data_dir.shard_dir(i as u32), i as u32),
             snapshot_every: config.storage.snapshot_every_entries,
+            // Replicas never fire timers (CONTRACT §4); a promoted one will re-arm from state.
+            fires_timers: config.replication.role != Some(Role::Replica),
             ready: ready_tx.clone(),
         };
         handles.push(spawn(&format!("shard{i}"), *cpu, io_memory, move || {

@@ -72,7 +72,9 @@ impl Shard {
     /// ops); returns their results in order.
     fn apply_in_order(&self, entries: Vec<Entry>, offset: u64) -> Vec<Value> {
         let mut results = Vec::with_capacity(entries.len());
+        let mut touched = Vec::new();
         for entry in entries {
+            touched.extend(self.timers.touched(&entry));
             let published = self.subs.is_watched(&entry).then(|| entry.clone());
             let result = (self.engine.borrow_mut())
                 .apply(entry, offset, true)
@@ -83,6 +85,8 @@ impl Shard {
             }
             results.push(result);
         }
+        // Timers of the states the batch left its instances in (not the ones passed through).
+        (self.timers).arm_after(&mut self.engine.borrow_mut(), &touched, offset);
         results
     }
 }

@@ -29,6 +29,7 @@ pub enum ShardCall {
         machine: Option<String>,
         state: Option<String>,
         after: Option<String>,
+        has_timer: Option<bool>,
         limit: usize,
     },
     /// Counts and log position for INFO.

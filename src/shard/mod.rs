@@ -9,6 +9,7 @@ pub mod durability;
 pub mod message;
 pub mod runtime;
 pub mod subs;
+pub mod timers;
 
 pub use message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
 

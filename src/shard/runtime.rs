@@ -17,6 +17,7 @@ use shards::{ErrorCode, Rejection};
 use super::durability::Durability;
 use super::message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
 use super::subs::{self, Registry};
+use super::timers::Timers;
 use crate::metrics::{LogStats, ShardStats};
 use crate::ops;
 use crate::protocol::Op;
@@ -32,6 +33,8 @@ pub struct ShardSetup {
     pub wal: WalConfig,
     /// Entries between snapshots (`storage.snapshot_every_entries`).
     pub snapshot_every: u64,
+    /// Fire durable timers (primary or standalone; a replica will set false).
+    pub fires_timers: bool,
     pub ready: std::sync::mpsc::Sender<Result<(), String>>,
 }
 
@@ -44,6 +47,7 @@ pub struct Shard {
     /// Replies waiting in this shard's outboxes (a metrics gauge).
     queued: Cell<u64>,
     pub(super) subs: Registry,
+    pub(super) timers: Timers,
 }
 
 /// Snapshot scheduling: after `every` entries, serialise the engine and let the log write it
@@ -76,7 +80,10 @@ pub async fn run(setup: ShardSetup) {
         },
         queued: Cell::new(0),
         subs: Registry::start(),
+        timers: Timers::new(setup.fires_timers),
     });
+    shard.timers.rebuild(&mut shard.engine.borrow_mut());
+    let timer_task = glommio::spawn_local(Timers::run(shard.clone()));
     // The receiver may be gone if start-up already failed elsewhere; nothing to do then.
     let _ = setup.ready.send(Ok(()));
     let tasks: Vec<_> = setup
@@ -88,6 +95,8 @@ pub async fn run(setup: ShardSetup) {
     for t in tasks {
         t.await;
     }
+    shard.timers.stop();
+    timer_task.await;
     shard.subs.close().await;
     shard.log.close().await;
     log::debug!("shard {} stopped", shard.index);
@@ -261,12 +270,14 @@ impl Shard {
                 machine,
                 state,
                 after,
+                has_timer,
                 limit,
             } => {
                 let page = self.engine.borrow().list_instances(
                     machine.as_deref(),
                     state.as_deref(),
                     after.as_deref(),
+                    has_timer,
                     limit,
                 );
                 (Ok(ReplyBody::Page(page)), self.log.head())
@@ -319,15 +330,18 @@ impl Shard {
         }
     }
 
-    fn log_and_apply(&self, entry: Entry) -> Result<(Value, u64), Rejection> {
+    /// Logs `entry`, applies it, arms the timers of the states it entered and publishes it.
+    pub(super) fn log_and_apply(&self, entry: Entry) -> Result<(Value, u64), Rejection> {
         let bytes = entry.to_bytes();
         let offset = self.log.append(&bytes)?;
         let published = self.subs.is_watched(&entry).then(|| entry.clone());
-        let result = self
-            .engine
-            .borrow_mut()
-            .apply(entry, offset, true)
-            .unwrap_or(Value::Null);
+        let touched = self.timers.touched(&entry);
+        let result = {
+            let mut engine = self.engine.borrow_mut();
+            let result = engine.apply(entry, offset, true).unwrap_or(Value::Null);
+            self.timers.arm_after(&mut engine, &touched, offset);
+            result
+        };
         if let Some(entry) = published {
             let engine = self.engine.borrow();
             self.subs.publish(self.index, &entry, offset, &engine);
@@ -487,6 +501,8 @@ impl Shard {
             "wal_durable_offset": self.log.durable(),
             "subscriptions": self.subs.count(),
             "pushes_pending": self.subs.pending_pushes(),
+            "timers_pending": engine.timers_armed(),
+            "timers_queued": self.timers.queued(),
         })
     }
 }
@@ -500,6 +516,8 @@ impl Shard {
             instances: engine.instance_count() as u64,
             machines: engine.machine_count() as u64,
             queue_depth: self.queued.get(),
+            timers_pending: engine.timers_armed(),
+            timer_lateness: crate::metrics::shard::snapshot(&self.timers.lateness()),
             log: LogStats::from(&self.log.stats()),
         }
     }

@@ -67,6 +67,8 @@ pub struct EventView<'a> {
     pub from: &'a str,
     pub to: &'a str,
     pub payload: Option<&'a JsonText>,
+    /// Applied by a durable timer.
+    pub timer: bool,
 }
 
 impl<'a> EventView<'a> {
@@ -85,6 +87,7 @@ impl<'a> EventView<'a> {
             from: ev.from,
             to: ev.to,
             payload,
+            timer: ev.timer,
         })
     }
 
@@ -104,6 +107,9 @@ impl<'a> EventView<'a> {
         }
         if let Some(ctx) = context {
             member(&mut out, "context", ctx, true);
+        }
+        if self.timer {
+            out.extend_from_slice(br#","timer":true"#);
         }
         if replayed {
             out.extend_from_slice(br#","replayed":true"#);
@@ -430,6 +436,7 @@ mod tests {
             at_ms: 1,
             machine: machine.map(str::to_string),
             version: machine.map(|_| 2),
+            timer: false,
         }
     }
 

@@ -2,19 +2,23 @@
 //! checksum, and (in `compile`) validation into a `CompiledMachine`.
 //!
 //! Definition object: `{"states":[..], "initial":S, "final":[..]?, "transitions":[{"from":
-//! S | [S,..] | "*", "event":E, "to":S, "guard":EXPR?}]}`. Unknown fields are refused.
+//! S | [S,..] | "*", "event":E, "to":S, "guard":EXPR?, "after_ms":N?, "at":"ctx.<path>"?}]}`.
+//! Unknown fields are refused. `after_ms` / `at` make a transition timed (CONTRACT §4 "Timed
+//! transitions"; `definition::compile` validates them, `engine::timers` computes deadlines).
 //!
 //! The normalised form always has `final` (possibly empty) and omits absent guards, so two
 //! definitions that differ only in those spellings are the same version. The canonical JSON is
 //! the normalised form with object keys sorted and no whitespace; its CRC32C is the checksum.
 
 mod compile;
+mod timed;
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 pub use compile::{CompiledMachine, Resolution};
+pub use timed::{Delay, TIMER_DELAY_MS_MAX};
 
 /// The definition object as sent by a client.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +42,16 @@ pub struct TransitionDef {
     pub to: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<String>,
+    /// Timed: fires this many milliseconds after the instance entered `from`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "after_ms"
+    )]
+    pub after_ms: Option<u64>,
+    /// Timed: fires at the time held by this context field (`ctx.<path>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
 }
 
 /// The `from` of a transition: one state, a list of states, or `"*"` (every non-final state).
@@ -68,6 +82,16 @@ impl<'de> Deserialize<'de> for FromSpec {
                 .map(FromSpec::Many),
             _ => Err(D::Error::custom(shape)),
         }
+    }
+}
+
+/// `after_ms`: a non-negative integer (zero is refused by `compile` with its own reason).
+fn after_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Number(n) if n.as_u64().is_some() => Ok(n.as_u64()),
+        other => Err(D::Error::custom(format!(
+            "`after_ms` must be a positive integer of milliseconds, got {other}"
+        ))),
     }
 }
 
@@ -143,6 +167,12 @@ impl TransitionDef {
         map.insert("to".into(), Value::String(self.to.clone()));
         if let Some(guard) = &self.guard {
             map.insert("guard".into(), Value::String(guard.clone()));
+        }
+        if let Some(after_ms) = self.after_ms {
+            map.insert("after_ms".into(), Value::from(after_ms));
+        }
+        if let Some(at) = &self.at {
+            map.insert("at".into(), Value::String(at.clone()));
         }
         Value::Object(map)
     }

@@ -115,6 +115,26 @@ pub(crate) struct InstanceRecord {
     pub(crate) keys: IdempotencyStore,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) created: Option<CreatedWithKey>,
+    /// When and at which log offset the instance entered its current state (creation or the
+    /// last event that changed the state): the base of `after_ms` timers, and the timer's
+    /// generation (`engine::timers`). `UNKNOWN` in a snapshot written before these existed;
+    /// restore fills in `updated_at_ms` / `wal_offset`.
+    #[serde(default = "unknown")]
+    pub(crate) entered_at_ms: u64,
+    #[serde(default = "unknown")]
+    pub(crate) entered_offset: u64,
+    /// Due time (epoch ms) of the live timer the shard's timer queue holds for this entry into
+    /// the state; 0 when none (set by `Engine::arm_timer`, cleared when the state is left or
+    /// the timer fires or is spent). Not in snapshots: timers are rebuilt from the state.
+    #[serde(skip)]
+    pub(crate) timer_due_ms: u64,
+}
+
+/// `entered_*` of a snapshot that predates them.
+pub(crate) const UNKNOWN: u64 = u64::MAX;
+
+fn unknown() -> u64 {
+    UNKNOWN
 }
 
 /// What `decide` reads about one instance: the engine's record, or an atomic batch's scratch
@@ -153,6 +173,9 @@ impl<'a> InstanceView<'a> {
 impl InstanceRecord {
     pub(crate) fn new(instance: Instance) -> Self {
         InstanceRecord {
+            entered_at_ms: instance.created_at_ms,
+            entered_offset: instance.wal_offset,
+            timer_due_ms: 0,
             instance,
             history: History::default(),
             keys: IdempotencyStore::default(),
@@ -162,8 +185,15 @@ impl InstanceRecord {
 
     /// Applies a logged event described by `item`: merges the payload into the context
     /// (top-level keys overwrite), moves the state, counts the event and appends it to the
-    /// history as the next event number.
-    pub(crate) fn advance(&mut self, item: NewItem<'_>) {
+    /// history as the next event number. Returns true when this left the state while a timer
+    /// was armed for it (the timer is cancelled).
+    pub(crate) fn advance(&mut self, item: NewItem<'_>) -> bool {
+        let mut cancelled = false;
+        if *item.from_state != item.to_state {
+            self.entered_at_ms = item.at_ms;
+            self.entered_offset = item.wal_offset;
+            cancelled = std::mem::take(&mut self.timer_due_ms) != 0;
+        }
         let instance = &mut self.instance;
         if let Some(payload) = item.payload {
             if let Err(e) = JsonText::merge_str_into(payload, &mut instance.context) {
@@ -178,6 +208,7 @@ impl InstanceRecord {
         let to = item.to_state.clone();
         self.history.push(seq, item);
         self.instance.state = to;
+        cancelled
     }
 
     /// The APPLY_EVENT result for an event that moved this instance from `from` to its current

@@ -1,4 +1,4 @@
-//! LIST_INSTANCES on one shard: filter by machine and state, page by id.
+//! LIST_INSTANCES on one shard: filter by machine, state and armed timer, page by id.
 //!
 //! The instance map is hashed (the hot path wants O(1) lookups), so a page scans it once and
 //! keeps the `limit + 1` smallest matching ids in a bounded max-heap: O(n log limit) time and
@@ -16,6 +16,7 @@ impl Engine {
         machine: Option<&str>,
         state: Option<&str>,
         after: Option<&str>,
+        has_timer: Option<bool>,
         limit: usize,
     ) -> ListPage {
         let keep = limit.saturating_add(1);
@@ -24,7 +25,8 @@ impl Engine {
             let instance = &record.instance;
             let wanted = machine.is_none_or(|m| *instance.machine == *m)
                 && state.is_none_or(|s| *instance.state == *s)
-                && after.is_none_or(|a| id.as_str() > a);
+                && after.is_none_or(|a| id.as_str() > a)
+                && has_timer.is_none_or(|t| (record.timer_due_ms != 0) == t);
             if !wanted || (heap.len() == keep && heap.peek().is_some_and(|max| id.as_str() > *max))
             {
                 continue;

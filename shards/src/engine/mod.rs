@@ -34,6 +34,7 @@ pub mod rfc3339;
 mod snapshot;
 mod state;
 mod stats;
+mod timers;
 
 pub use definition::{CompiledMachine, Definition};
 pub use instance::{HistoryItem, Instance};
@@ -41,6 +42,7 @@ pub use json_text::JsonText;
 pub use names::Name;
 pub use replay::Replay;
 pub use state::{Decision, Engine, EngineStats, ListPage};
+pub use timers::{Armed, Fire};
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! Milliseconds since the Unix epoch to RFC 3339 UTC text with milliseconds
-//! (`2026-01-31T12:00:00.123Z`). No time zone data, no clock: a pure function.
+//! (`2026-01-31T12:00:00.123Z`), and back (`parse_ms`, any offset, fraction cut to ms). No
+//! time zone data, no clock: pure functions.
 
 const MS_PER_DAY: u64 = 86_400_000;
 
@@ -30,6 +31,89 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + u64::from(month <= 2);
     (year, month, day)
+}
+
+/// Reads `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` (`t`/`z`/space accepted as RFC 3339 allows)
+/// as epoch milliseconds; digits beyond milliseconds are cut. None for anything else, or for
+/// instants before 1970.
+pub fn parse_ms(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    let num = |from: usize, len: usize| -> Option<i64> {
+        let digits = b.get(from..from + len)?;
+        digits.iter().try_fold(0i64, |acc, d| {
+            d.is_ascii_digit().then(|| acc * 10 + i64::from(d - b'0'))
+        })
+    };
+    let sep = |at: usize, want: &[u8]| b.get(at).is_some_and(|c| want.contains(c));
+    if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
+        return None;
+    }
+    let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
+    let (hour, min, sec) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
+    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
+        return None;
+    }
+    if hour > 23 || min > 59 || sec > 60 {
+        return None;
+    }
+    let mut at = 19;
+    let mut millis = 0i64;
+    if b.get(at) == Some(&b'.') {
+        at += 1;
+        let start = at;
+        while b.get(at).is_some_and(u8::is_ascii_digit) {
+            if at - start < 3 {
+                millis = millis * 10 + i64::from(b[at] - b'0');
+            }
+            at += 1;
+        }
+        if at == start {
+            return None;
+        }
+        for _ in (at - start)..3 {
+            millis *= 10;
+        }
+    }
+    let offset_min = match b.get(at)? {
+        b'Z' | b'z' if at + 1 == b.len() => 0,
+        sign @ (b'+' | b'-') if at + 6 == b.len() && sep(at + 3, b":") => {
+            let (oh, om) = (num(at + 1, 2)?, num(at + 4, 2)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let m = oh * 60 + om;
+            if *sign == b'-' {
+                -m
+            } else {
+                m
+            }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(year, month, day);
+    let secs = days * 86_400 + hour * 3600 + min * 60 + sec - offset_min * 60;
+    u64::try_from(secs * 1000 + millis).ok()
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -80,6 +164,49 @@ mod tests {
                     y += 1;
                 }
             }
+        }
+    }
+
+    #[test]
+    fn parse_reads_back_what_format_writes() {
+        for ms in [0, 951_782_400_000, 1_769_860_800_123, 253_402_300_799_999] {
+            assert_eq!(parse_ms(&format_ms(ms)), Some(ms));
+        }
+    }
+
+    #[test]
+    fn parse_applies_offsets_and_cuts_fractions() {
+        assert_eq!(parse_ms("2026-01-31T12:00:00Z"), Some(1_769_860_800_000));
+        assert_eq!(
+            parse_ms("2026-01-31T13:30:00+01:30"),
+            Some(1_769_860_800_000)
+        );
+        assert_eq!(
+            parse_ms("2026-01-31T11:00:00-01:00"),
+            Some(1_769_860_800_000)
+        );
+        assert_eq!(
+            parse_ms("2026-01-31t12:00:00.1234567z"),
+            Some(1_769_860_800_123)
+        );
+        assert_eq!(parse_ms("2026-01-31T12:00:00.5Z"), Some(1_769_860_800_500));
+    }
+
+    #[test]
+    fn parse_refuses_what_is_not_a_time() {
+        for bad in [
+            "",
+            "2026-01-31",
+            "2026-01-31T12:00:00",
+            "2026-02-30T12:00:00Z",
+            "2026-13-01T12:00:00Z",
+            "2026-01-31T24:00:00Z",
+            "2026-01-31T12:00:00.Z",
+            "2026-01-31T12:00:00+0100",
+            "1969-12-31T23:59:59Z",
+            "2026-01-31T12:00:00Zjunk",
+        ] {
+            assert_eq!(parse_ms(bad), None, "{bad:?}");
         }
     }
 

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::instance::InstanceRecord;
+use super::instance::{InstanceRecord, UNKNOWN};
 use super::stats::StatsForm;
 use super::{Engine, Entry};
 
@@ -75,6 +75,11 @@ impl Engine {
         }
         let mut instances = HashMap::with_capacity(snapshot.instances.len());
         for mut record in snapshot.instances {
+            if record.entered_offset == UNKNOWN || record.entered_at_ms == UNKNOWN {
+                // Written before state-entry times were kept: the last change is the best guess.
+                record.entered_at_ms = record.instance.updated_at_ms;
+                record.entered_offset = record.instance.wal_offset;
+            }
             engine.names.adopt(&mut record.instance.machine);
             engine.names.adopt(&mut record.instance.state);
             record.history.share_names(&mut engine.names);

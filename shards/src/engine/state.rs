@@ -42,6 +42,8 @@ pub struct EngineStats {
     pub transitions: HashMap<(Name, Name, Name), u64>,
     /// (machine, state) -> current instances in that state (entries stay at 0 once seen).
     pub by_state: HashMap<(Name, Name), u64>,
+    /// machine -> events applied by a timer (`Entry::Apply { timer: true }`).
+    pub timers_fired: HashMap<Name, u64>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -52,6 +54,8 @@ pub struct Engine {
     pub(super) stats: EngineStats,
     /// Machine, state and event names shared by history items and counters.
     pub(super) names: Interner,
+    /// Instances whose `timer_due_ms` is set (`engine::timers`).
+    pub(super) timers_armed: u64,
 }
 
 impl Engine {
@@ -117,7 +121,12 @@ impl Engine {
 
     /// The GET_INSTANCE result.
     pub fn instance_json(&self, id: &str) -> Option<Value> {
-        self.instance(id).map(Instance::to_json)
+        let record = self.instances.get(id)?;
+        let mut json = record.instance.to_json();
+        if let (Some(timer), Some(map)) = (self.timer_json(record), json.as_object_mut()) {
+            map.insert("timer".into(), timer);
+        }
+        Some(json)
     }
 
     /// The GET_HISTORY result: events with seq >= `from` (1-based; 0 acts as 1), at most

@@ -43,6 +43,11 @@ impl EngineStats {
         bump(&mut self.by_state, (machine.clone(), to.clone()));
     }
 
+    /// A timer applied its event.
+    pub(crate) fn count_timer_fired(&mut self, machine: &Name) {
+        bump(&mut self.timers_fired, machine.clone());
+    }
+
     /// An instance in `state` was deleted.
     pub(crate) fn count_delete(&mut self, machine: &Name, state: &Name) {
         self.leave(machine, state);
@@ -62,6 +67,7 @@ pub(crate) struct StatsForm {
     events_applied: Vec<(String, u64)>,
     transitions: Vec<(String, String, String, u64)>,
     by_state: Vec<(String, String, u64)>,
+    timers_fired: Vec<(String, u64)>,
 }
 
 impl From<&EngineStats> for StatsForm {
@@ -78,7 +84,11 @@ impl From<&EngineStats> for StatsForm {
             by_state: (s.by_state.iter())
                 .map(|((m, st), n)| (m.to_string(), st.to_string(), *n))
                 .collect(),
+            timers_fired: (s.timers_fired.iter())
+                .map(|(m, n)| (m.to_string(), *n))
+                .collect(),
         };
+        form.timers_fired.sort();
         form.events_applied.sort();
         form.transitions.sort();
         form.by_state.sort();
@@ -101,6 +111,9 @@ impl From<StatsForm> for EngineStats {
                 .by_state
                 .into_iter()
                 .map(|(m, s, n)| ((m.into(), s.into()), n))
+                .collect(),
+            timers_fired: (f.timers_fired.into_iter())
+                .map(|(m, n)| (Name::from(m), n))
                 .collect(),
         }
     }

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use super::timed::{Delay, Timed};
 use super::{Definition, DefinitionError, FromSpec, TransitionDef};
 use crate::engine::guard::Guard;
 use crate::engine::limits::{NAME_BYTES_MAX, STATES_MAX, TRANSITIONS_MAX};
@@ -22,6 +23,8 @@ pub struct CompiledMachine {
     finals: StateSet,
     /// event -> transitions on that event, in definition order.
     by_event: HashMap<String, Vec<Transition>>,
+    /// The timed transitions (`after_ms` / `at`), in definition order.
+    pub(super) timed: Vec<Timed>,
 }
 
 #[derive(Debug, Clone)]
@@ -44,7 +47,7 @@ pub enum Resolution<'m> {
 
 /// A set of state indexes, one bit each.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct StateSet(Vec<u64>);
+pub(super) struct StateSet(Vec<u64>);
 
 impl StateSet {
     fn empty(states: usize) -> Self {
@@ -57,7 +60,7 @@ impl StateSet {
         }
     }
 
-    fn contains(&self, i: u16) -> bool {
+    pub(super) fn contains(&self, i: u16) -> bool {
         self.0
             .get(usize::from(i) / 64)
             .is_some_and(|word| word & (1 << (i % 64)) != 0)
@@ -123,6 +126,7 @@ impl CompiledMachine {
             initial,
             finals,
             by_event: HashMap::new(),
+            timed: Vec::new(),
         };
         machine.add_transitions(&def.transitions)?;
         Ok(machine)
@@ -139,6 +143,13 @@ impl CompiledMachine {
         for (i, def) in defs.iter().enumerate() {
             let at = |reason: String| DefinitionError::new(format!("transitions[{i}]: {reason}"));
             let transition = self.compile_transition(def).map_err(|e| at(e.reason))?;
+            if let Some(delay) = Delay::of(def).map_err(|e| at(e.reason))? {
+                self.timed.push(Timed {
+                    from: transition.from.clone(),
+                    event: def.event.clone(),
+                    delay,
+                });
+            }
             if transition.guard.is_none() {
                 let seen = unguarded
                     .entry(def.event.as_str())
@@ -208,7 +219,7 @@ impl CompiledMachine {
             .ok_or_else(|| DefinitionError::new(format!("{what} `{name}` is not a declared state")))
     }
 
-    fn name(&self, i: u16) -> &str {
+    pub(super) fn name(&self, i: u16) -> &str {
         self.states.get(usize::from(i)).map_or("?", String::as_str)
     }
 
@@ -220,6 +231,11 @@ impl CompiledMachine {
     /// The declared states, in definition order.
     pub fn states(&self) -> &[String] {
         &self.states
+    }
+
+    /// The index of `state`, if declared.
+    pub(super) fn state_at(&self, state: &str) -> Option<u16> {
+        self.index.get(state).copied()
     }
 
     pub fn is_final(&self, state: &str) -> bool {

@@ -2,6 +2,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::TIMER_DELAY_MS_MAX;
 use super::*;
 use crate::engine::limits::{GUARD_SOURCE_BYTES_MAX, NAME_BYTES_MAX, STATES_MAX, TRANSITIONS_MAX};
 
@@ -308,4 +309,59 @@ fn normalised_definition_prepares_to_itself() {
     let again = prepare(&p.normalised).unwrap();
     assert_eq!(again.normalised, p.normalised);
     assert_eq!(again.checksum, p.checksum);
+}
+
+fn timed(t: Value) -> Value {
+    json!({"states": ["a", "b", "z"], "initial": "a", "final": ["z"], "transitions": [t]})
+}
+
+#[test]
+fn timed_transitions_are_validated() {
+    let r = |t: Value| reason(timed(t));
+    assert!(r(json!({"from": "a", "event": "e", "to": "b", "after_ms": 0})).contains("positive"));
+    assert!(r(json!({"from": "a", "event": "e", "to": "b", "after_ms": -1})).contains("after_ms"));
+    assert!(r(json!({"from": "a", "event": "e", "to": "b", "after_ms": "5"})).contains("after_ms"));
+    let huge = TIMER_DELAY_MS_MAX + 1;
+    assert!(
+        r(json!({"from": "a", "event": "e", "to": "b", "after_ms": huge})).contains("100 years")
+    );
+    let both = json!({"from": "a", "event": "e", "to": "b", "after_ms": 5, "at": "ctx.t"});
+    assert!(r(both).contains("both"));
+    for bad in ["t", "ctx", "ctx.", "ctx..t", "ctx.a b", "payload.t"] {
+        let t = json!({"from": "a", "event": "e", "to": "b", "at": bad});
+        assert!(r(t).contains("ctx.<path>"), "{bad}");
+    }
+    let from_final = json!({"from": "z", "event": "e", "to": "b", "after_ms": 5});
+    assert!(r(from_final).contains("final"));
+    let no_event = json!({"from": "a", "event": "", "to": "b", "after_ms": 5});
+    assert!(r(no_event).contains("event name"));
+}
+
+#[test]
+fn timed_transitions_normalise_and_compute_the_earliest_deadline() {
+    let def = json!({
+        "states": ["a", "b", "z"], "initial": "a", "final": ["z"],
+        "transitions": [
+            {"from": "a", "event": "slow", "to": "b", "after_ms": 500},
+            {"from": ["a", "b"], "event": "fast", "to": "z", "after_ms": 200},
+            {"from": "*", "event": "due", "to": "z", "at": "ctx.when.at"},
+            {"from": "a", "event": "manual", "to": "b"}
+        ]
+    });
+    let p = prepare(&def).unwrap();
+    assert_eq!(p.normalised["transitions"][0]["after_ms"], 500);
+    assert_eq!(p.normalised["transitions"][2]["at"], "ctx.when.at");
+    assert!(p.normalised["transitions"][3].get("after_ms").is_none());
+    let m = p.compiled;
+    assert!(m.has_timers());
+    let ctx = |v: Value| v.as_object().unwrap().clone();
+    assert_eq!(m.timer("a", 1000, &Map::new()), Some(("fast", 1200)));
+    let early = ctx(json!({"when": {"at": 1100}}));
+    assert_eq!(m.timer("a", 1000, &early), Some(("due", 1100)));
+    let text = ctx(json!({"when": {"at": "1970-01-01T00:00:01.050Z"}}));
+    assert_eq!(m.timer("b", 1000, &text), Some(("due", 1050)));
+    let junk = ctx(json!({"when": {"at": "later"}}));
+    assert_eq!(m.timer("b", 0, &junk), Some(("fast", 200)));
+    assert_eq!(m.timer("z", 0, &early), None, "final states have no timers");
+    assert!(!compiled(door()).has_timers());
 }

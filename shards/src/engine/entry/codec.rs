@@ -7,13 +7,15 @@
 //! |---|---|
 //! | 1 machine | version, at_ms, machine, checksum, definition |
 //! | 2 create  | version, at_ms, id, machine, state, ?idempotency_key, context |
-//! | 3 apply   | at_ms, instance_id, event, from, to, ?idempotency_key, ?machine, ?version, ?payload |
+//! | 3 apply   | at_ms, instance_id, event, from, to, ?idempotency_key, ?machine, ?version, ?payload, [flags] |
 //! | 4 delete  | at_ms, id |
 //! | 5 batch   | count, then `count` times: length, entry (kinds 2-4, no nesting) |
 //!
 //! Integers are unsigned LEB128; strings are a LEB128 byte length and UTF-8; JSON values
 //! (definition, context, payload) are a length and compact JSON text; `?x` is a presence byte
-//! (0 or 1) followed by x when 1. A JSON entry starts with `{`, which no kind byte equals, so
+//! (0 or 1) followed by x when 1. `[flags]` is an optional trailing integer, written only when
+//! non-zero (bit 0: applied by a timer), so entries without flags keep their old bytes and old
+//! records read as flags 0. A JSON entry starts with `{`, which no kind byte equals, so
 //! one decoder reads logs of either format. See docs/wal.md.
 
 use std::fmt;
@@ -27,6 +29,8 @@ const KIND_CREATE: u8 = 2;
 const KIND_APPLY: u8 = 3;
 const KIND_DELETE: u8 = 4;
 const KIND_BATCH: u8 = 5;
+/// APPLY flags bit: the event was applied by a timer.
+const APPLY_FLAG_TIMER: u64 = 1;
 /// First byte of a format-1 (JSON) entry.
 const JSON_OPEN: u8 = b'{';
 /// How a format-1 APPLY entry starts (serde writes the tag first).
@@ -136,6 +140,9 @@ impl Entry {
                     put_opt(out, ev.machine, put_str);
                     put_opt(out, ev.version.map(u64::from), put_uint);
                     put_opt(out, ev.payload, put_str);
+                    if ev.timer {
+                        put_uint(out, APPLY_FLAG_TIMER);
+                    }
                 }
             }
             Entry::Delete { id, at_ms } => {
@@ -303,7 +310,7 @@ impl<'a> Reader<'a> {
 
     /// The fields of an APPLY entry (after its kind byte).
     fn event(&mut self) -> Result<EventRef<'a>, DecodeError> {
-        Ok(EventRef {
+        let mut event = EventRef {
             at_ms: self.uint()?,
             instance_id: self.str()?,
             event: self.str()?,
@@ -313,7 +320,21 @@ impl<'a> Reader<'a> {
             machine: self.opt(Self::str)?,
             version: self.opt(Self::u32)?,
             payload: self.opt(Self::str)?,
-        })
+            timer: false,
+        };
+        if self.pos < self.bytes.len() {
+            let at = self.pos;
+            match self.uint()? {
+                APPLY_FLAG_TIMER => event.timer = true,
+                other => {
+                    return Err(DecodeError {
+                        at,
+                        what: format!("unknown apply flags {other}"),
+                    })
+                }
+            }
+        }
+        Ok(event)
     }
 
     /// Fails when bytes remain after the entry.

@@ -58,6 +58,9 @@ pub enum Entry {
         machine: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         version: Option<u32>,
+        /// Applied by the shard's timer, not a client (CONTRACT §4 "Timed transitions").
+        #[serde(default, skip_serializing_if = "is_false")]
+        timer: bool,
     },
     #[serde(rename = "delete")]
     Delete { id: String, at_ms: u64 },
@@ -81,6 +84,12 @@ pub struct EventRef<'a> {
     pub at_ms: u64,
     pub machine: Option<&'a str>,
     pub version: Option<u32>,
+    /// Applied by a timer.
+    pub timer: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl EventRef<'_> {
@@ -95,6 +104,7 @@ impl EventRef<'_> {
             at_ms: self.at_ms,
             machine: self.machine.map(str::to_owned),
             version: self.version,
+            timer: self.timer,
         }
     }
 }
@@ -113,6 +123,7 @@ impl Entry {
                 at_ms,
                 machine,
                 version,
+                timer,
             } => Some(EventRef {
                 instance_id,
                 event,
@@ -123,6 +134,7 @@ impl Entry {
                 at_ms: *at_ms,
                 machine: machine.as_deref(),
                 version: *version,
+                timer: *timer,
             }),
             _ => None,
         }

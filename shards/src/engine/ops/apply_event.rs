@@ -108,6 +108,7 @@ impl Engine {
             at_ms: now_ms,
             machine: Some(instance.machine.to_string()),
             version: Some(instance.version),
+            timer: false,
         }))
     }
 
@@ -171,7 +172,10 @@ impl Engine {
         let to = names.intern(ev.to);
         let from = record.instance.state.clone();
         self.stats.count_event(&record.instance.machine, &from, &to);
-        record.advance(NewItem {
+        if ev.timer {
+            self.stats.count_timer_fired(&record.instance.machine);
+        }
+        let cancelled = record.advance(NewItem {
             event: names.intern(ev.event),
             from_state: &from,
             to_state: to,
@@ -179,6 +183,9 @@ impl Engine {
             at_ms: ev.at_ms,
             wal_offset: offset,
         });
+        if cancelled {
+            self.timers_armed = self.timers_armed.saturating_sub(1);
+        }
         if !want_result && ev.idempotency_key.is_none() {
             return None;
         }

@@ -36,6 +36,9 @@ impl Engine {
             log::warn!("skipping delete of unknown instance `{id}` at offset {offset}");
             return None;
         };
+        if record.timer_due_ms != 0 {
+            self.timers_armed = self.timers_armed.saturating_sub(1);
+        }
         let instance = &record.instance;
         self.stats.count_delete(&instance.machine, &instance.state);
         Some(json!({"id": id, "deleted": true, "wal_offset": offset}))

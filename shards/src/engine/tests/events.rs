@@ -50,6 +50,7 @@ fn apply_entry_carries_from_to_and_payload() {
         at_ms: 77,
         machine: Some("order".into()),
         version: Some(1),
+        timer: false,
     };
     assert_eq!(decision, Ok(Decision::Write(expected)));
 }

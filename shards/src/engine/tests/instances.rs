@@ -165,6 +165,7 @@ fn entries_that_do_not_fit_are_skipped_on_apply() {
             at_ms: 1,
             machine: None,
             version: None,
+            timer: false,
         },
         Entry::Apply {
             instance_id: "o1".into(),
@@ -176,6 +177,7 @@ fn entries_that_do_not_fit_are_skipped_on_apply() {
             at_ms: 1,
             machine: None,
             version: None,
+            timer: false,
         },
         Entry::Create {
             id: "o1".into(),

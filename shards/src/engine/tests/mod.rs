@@ -8,6 +8,7 @@ mod machines;
 mod model;
 mod reads;
 mod replay;
+mod timers;
 
 use serde_json::{json, Map, Value};
 

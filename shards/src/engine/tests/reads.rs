@@ -102,15 +102,19 @@ fn list_instances_pages_by_id_after_a_cursor() {
     for id in ["d", "b", "e", "a", "c"] {
         shard.ok(create(id, 1));
     }
-    let page = shard.engine.list_instances(None, None, None, 2);
+    let page = shard.engine.list_instances(None, None, None, None, 2);
     assert_eq!((ids(&page), page.more), (vec!["a", "b"], true));
-    let page = shard.engine.list_instances(None, None, Some("b"), 2);
+    let page = shard.engine.list_instances(None, None, Some("b"), None, 2);
     assert_eq!((ids(&page), page.more), (vec!["c", "d"], true));
-    let page = shard.engine.list_instances(None, None, Some("d"), 2);
+    let page = shard.engine.list_instances(None, None, Some("d"), None, 2);
     assert_eq!((ids(&page), page.more), (vec!["e"], false));
-    let page = shard.engine.list_instances(None, None, Some("bb"), 10);
+    let page = shard
+        .engine
+        .list_instances(None, None, Some("bb"), None, 10);
     assert_eq!((ids(&page), page.more), (vec!["c", "d", "e"], false));
-    let page = shard.engine.list_instances(None, None, None, usize::MAX);
+    let page = shard
+        .engine
+        .list_instances(None, None, None, None, usize::MAX);
     assert_eq!(ids(&page), vec!["a", "b", "c", "d", "e"]);
     assert_eq!(page.instances[0], shard.engine.instance_json("a").unwrap());
 }
@@ -118,10 +122,10 @@ fn list_instances_pages_by_id_after_a_cursor() {
 #[test]
 fn list_instances_with_limit_zero_only_says_whether_more_exist() {
     let mut shard = Shard::with_order();
-    let page = shard.engine.list_instances(None, None, None, 0);
+    let page = shard.engine.list_instances(None, None, None, None, 0);
     assert_eq!((page.instances.len(), page.more), (0, false));
     shard.ok(create("a", 1));
-    let page = shard.engine.list_instances(None, None, None, 0);
+    let page = shard.engine.list_instances(None, None, None, None, 0);
     assert_eq!((page.instances.len(), page.more), (0, true));
 }
 
@@ -144,19 +148,21 @@ fn list_instances_filters_by_machine_and_state() {
         idempotency_key: None,
     });
     shard.ok(event("o2", "cancel", None));
-    let all_new = shard.engine.list_instances(None, Some("new"), None, 10);
+    let all_new = shard
+        .engine
+        .list_instances(None, Some("new"), None, None, 10);
     assert_eq!(ids(&all_new), vec!["o1", "o3", "x1"]);
     let orders_new = shard
         .engine
-        .list_instances(Some("order"), Some("new"), None, 10);
+        .list_instances(Some("order"), Some("new"), None, None, 10);
     assert_eq!(ids(&orders_new), vec!["o1", "o3"]);
     let cancelled = shard
         .engine
-        .list_instances(Some("order"), Some("cancelled"), None, 10);
+        .list_instances(Some("order"), Some("cancelled"), None, None, 10);
     assert_eq!(ids(&cancelled), vec!["o2"]);
     assert!(shard
         .engine
-        .list_instances(Some("none"), None, None, 10)
+        .list_instances(Some("none"), None, None, None, 10)
         .instances
         .is_empty());
 }

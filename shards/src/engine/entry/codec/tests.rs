@@ -38,6 +38,7 @@ fn samples() -> Vec<Entry> {
             at_ms: u64::MAX,
             machine: Some("order".into()),
             version: Some(u32::MAX),
+            timer: false,
         },
         Entry::Apply {
             instance_id: String::new(),
@@ -49,6 +50,7 @@ fn samples() -> Vec<Entry> {
             at_ms: 0,
             machine: None,
             version: None,
+            timer: false,
         },
         Entry::Delete {
             id: "o-1".into(),
@@ -157,6 +159,7 @@ proptest! {
             at_ms,
             machine: version.map(|v| format!("m{v}")),
             version,
+            timer: false,
         };
         prop_assert_eq!(Entry::decode(&e.to_bytes()), Ok(e));
     }
@@ -175,6 +178,7 @@ fn the_documented_example_encodes_exactly() {
         at_ms: 5,
         machine: Some("order".into()),
         version: Some(3),
+        timer: false,
     };
     let mut want = vec![3, 5, 3];
     want.extend_from_slice(b"o-1\x03pay\x03new\x04paid\x00\x01\x05order\x01\x03\x01\x0d");
@@ -256,4 +260,42 @@ fn damaged_batches_are_errors_not_panics() {
     let mut longer = bytes.clone();
     longer.push(0);
     assert!(Entry::decode(&longer).is_err());
+}
+
+/// The timer flag: a trailing flags integer, written only when set, read back; entries without
+/// it keep their old bytes; unknown flags are damage.
+#[test]
+fn timer_flag_is_a_trailing_integer_only_when_set() {
+    let plain = Entry::Apply {
+        instance_id: "p-1".into(),
+        event: "expire".into(),
+        from: "pending".into(),
+        to: "expired".into(),
+        payload: None,
+        idempotency_key: None,
+        at_ms: 7,
+        machine: Some("payment".into()),
+        version: Some(1),
+        timer: false,
+    };
+    let mut fired = plain.clone();
+    if let Entry::Apply { timer, .. } = &mut fired {
+        *timer = true;
+    }
+    let (a, b) = (plain.to_bytes(), fired.to_bytes());
+    assert_eq!(&b[..a.len()], &a[..]);
+    assert_eq!(&b[a.len()..], &[1]);
+    assert_eq!(Entry::decode(&b), Ok(fired.clone()));
+    assert_eq!(Entry::decode(&a), Ok(plain.clone()));
+    match crate::engine::Record::decode(&b) {
+        Ok(crate::engine::Record::Event(ev)) => assert!(ev.timer),
+        other => panic!("{other:?}"),
+    }
+    let mut unknown = a.clone();
+    unknown.push(2);
+    assert_eq!(Entry::decode(&unknown).unwrap_err().at, a.len());
+    let json = serde_json::to_string(&fired).unwrap();
+    assert!(json.contains(r#""timer":true"#), "{json}");
+    assert!(!serde_json::to_string(&plain).unwrap().contains("timer"));
+    assert_eq!(serde_json::from_str::<Entry>(&json).unwrap(), fired);
 }

@@ -1,0 +1,157 @@
+//! The engine's side of durable timers (CONTRACT §4 "Timed transitions"): which timer an
+//! instance has, arming and spending it, and deciding a fire. Pure: the shard runtime passes
+//! the time in; the deadline-ordered queue itself is `crate::timers::TimerQueue`.
+//!
+//! A timer belongs to one entry into a state: its generation is the log offset of the entry
+//! that moved the instance there (`InstanceRecord::entered_offset`). Leaving the state clears
+//! `timer_due_ms` in `apply`, so a queued timer of an older generation is stale and skipped.
+
+use serde_json::{json, Value};
+
+use super::instance::InstanceRecord;
+use super::rfc3339::format_ms;
+use super::{Command, Decision, Engine, Entry};
+use crate::Rejection;
+
+/// A timer to queue: due time (epoch ms), generation, instance id.
+pub type Armed = (u64, u64, Box<str>);
+
+/// What a due timer does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fire {
+    /// The instance left the state, was deleted or its timer is spent: nothing to do.
+    Stale,
+    /// Log and apply this entry (an `Entry::Apply` with `timer: true`).
+    Write(Entry),
+    /// The event does not apply now (a false guard): the timer is spent, nothing is logged.
+    Refused(Rejection),
+}
+
+impl Engine {
+    /// (event, due) of the timer `record` has in its current state, from its definition.
+    fn timer_of<'a>(&'a self, record: &'a InstanceRecord) -> Option<(&'a str, u64)> {
+        let instance = &record.instance;
+        let stored = self.catalog.get(&instance.machine, instance.version)?;
+        (stored.compiled).timer(&instance.state, record.entered_at_ms, &instance.context)
+    }
+
+    /// Arms the timer of instance `id` if it entered its state in the record at `offset` and
+    /// that state has a timer. Returns the due time to queue.
+    pub fn arm_timer(&mut self, id: &str, offset: u64) -> Option<u64> {
+        let record = self.instances.get(id)?;
+        if record.entered_offset != offset || record.timer_due_ms != 0 {
+            return None;
+        }
+        let due = self.timer_of(record)?.1.max(1);
+        self.instances.get_mut(id)?.timer_due_ms = due;
+        self.timers_armed += 1;
+        Some(due)
+    }
+
+    /// Arms every instance's timer (recovery, promotion): the queue's initial contents.
+    pub fn arm_all_timers(&mut self) -> Vec<Armed> {
+        let mut out: Vec<Armed> = Vec::new();
+        for (id, record) in &self.instances {
+            if record.timer_due_ms != 0 {
+                out.push((
+                    record.timer_due_ms,
+                    record.entered_offset,
+                    id.as_str().into(),
+                ));
+            } else if let Some((_, due)) = self.timer_of(record) {
+                out.push((due.max(1), record.entered_offset, id.as_str().into()));
+            }
+        }
+        for (due, _, id) in &out {
+            if let Some(record) = self.instances.get_mut(&**id) {
+                if record.timer_due_ms == 0 {
+                    record.timer_due_ms = *due;
+                    self.timers_armed += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Decides what the timer of generation `gen` of instance `id` does at `now_ms`: the event
+    /// through the same decide as a client's APPLY_EVENT (payload `{}`), marked as a timer's.
+    pub fn decide_timer(&self, id: &str, gen: u64, now_ms: u64) -> Fire {
+        let Some(record) = self.instances.get(id) else {
+            return Fire::Stale;
+        };
+        if record.entered_offset != gen || record.timer_due_ms == 0 {
+            return Fire::Stale;
+        }
+        let Some((event, _)) = self.timer_of(record) else {
+            return Fire::Stale;
+        };
+        let cmd = Command::ApplyEvent {
+            instance_id: id.to_owned(),
+            event: event.to_owned(),
+            payload: None,
+            expected_state: None,
+            expected_wal_offset: None,
+            idempotency_key: None,
+        };
+        match self.decide(&cmd, now_ms) {
+            Ok(Decision::Write(Entry::Apply {
+                instance_id,
+                event,
+                from,
+                to,
+                payload,
+                idempotency_key,
+                at_ms,
+                machine,
+                version,
+                ..
+            })) => Fire::Write(Entry::Apply {
+                instance_id,
+                event,
+                from,
+                to,
+                payload,
+                idempotency_key,
+                at_ms,
+                machine,
+                version,
+                timer: true,
+            }),
+            Ok(_) => Fire::Stale, // without a key or expectations decide always writes
+            Err(rejection) => Fire::Refused(rejection),
+        }
+    }
+
+    /// Marks the timer of generation `gen` of `id` as used (it fired and the instance stayed,
+    /// or it was refused): it fires at most once per entry into the state.
+    pub fn spend_timer(&mut self, id: &str, gen: u64) {
+        if let Some(record) = self.instances.get_mut(id) {
+            if record.entered_offset == gen && record.timer_due_ms != 0 {
+                record.timer_due_ms = 0;
+                self.timers_armed = self.timers_armed.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Instances with an armed timer (the `svc_timers_pending` gauge).
+    pub fn timers_armed(&self) -> u64 {
+        self.timers_armed
+    }
+
+    /// GET_INSTANCE's `timer` object, while one is armed.
+    pub(crate) fn timer_json(&self, record: &InstanceRecord) -> Option<Value> {
+        if record.timer_due_ms == 0 {
+            return None;
+        }
+        let (event, _) = self.timer_of(record)?;
+        Some(json!({"event": event, "due_at": format_ms(record.timer_due_ms)}))
+    }
+}
+
+impl Engine {
+    /// The generation of `id`'s armed timer, if one is armed (queue compaction).
+    pub fn timer_generation(&self, id: &str) -> Option<u64> {
+        let record = self.instances.get(id)?;
+        (record.timer_due_ms != 0).then_some(record.entered_offset)
+    }
+}

@@ -1,0 +1,193 @@
+//! Durable timers on the shard (CONTRACT §4 "Timed transitions"): one entry point,
+//! `Timers::run`, a task beside the client tasks that fires due timers through the same
+//! decide → log → apply path as a client's APPLY_EVENT (`Shard::log_and_apply`), so history,
+//! metrics and subscriptions see a fired timer like any event.
+//!
+//! Arming: after every logged entry, each instance it moved into a new state (or created) gets
+//! its state's timer queued (`Timers::arm_after`); leaving the state cancels lazily (the engine
+//! clears the instance's timer; the queued entry is skipped when popped). Recovery arms every
+//! instance from its state (`Timers::rebuild`); overdue timers fire at once.
+//!
+//! Pacing: at most `FIRES_PER_BATCH` fires, then the task yields, so client requests queued on
+//! this shard run between batches however many timers are due.
+//!
+//! Only a primary or standalone server fires timers (`fires_timers`; a replica will start with
+//! it off and arm nothing, then `rebuild` when promoted).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use shards::engine::{Engine, Entry, Fire};
+use shards::timers::TimerQueue;
+use shards::wal::Histogram;
+
+use super::runtime::Shard;
+use crate::util::notify::Notify;
+use crate::util::time::now_ms;
+
+/// Timers fired (or found stale) per turn before the task yields to client requests.
+pub const FIRES_PER_BATCH: usize = 256;
+
+/// How long a fire that could not be logged (log I/O failure) waits before it is retried.
+const RETRY_AFTER_LOG_FAILURE_MS: u64 = 1000;
+
+/// Upper bounds (seconds) of `svc_timer_lateness_seconds`.
+pub static LATENESS_BOUNDS_SECONDS: [f64; 13] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
+];
+
+/// The timer state of one shard.
+pub struct Timers {
+    /// Off on a replica: nothing is armed or fired.
+    pub fires_timers: bool,
+    queue: RefCell<TimerQueue>,
+    /// Wakes the task when a timer earlier than the one it sleeps for is armed, or at stop.
+    wake: Notify,
+    /// The deadline the task currently sleeps until (u64::MAX: none).
+    sleeping_until: Cell<u64>,
+    stopped: Cell<bool>,
+    lateness: RefCell<Histogram>,
+}
+
+impl Timers {
+    pub fn new(fires_timers: bool) -> Self {
+        Timers {
+            fires_timers,
+            queue: RefCell::new(TimerQueue::default()),
+            wake: Notify::default(),
+            sleeping_until: Cell::new(u64::MAX),
+            stopped: Cell::new(false),
+            lateness: RefCell::new(Histogram::new(&LATENESS_BOUNDS_SECONDS)),
+        }
+    }
+
+    /// Arms every instance's timer from its state (after recovery).
+    pub fn rebuild(&self, engine: &mut Engine) {
+        if !self.fires_timers {
+            return;
+        }
+        let started = Instant::now();
+        let armed = engine.arm_all_timers();
+        let n = armed.len();
+        *self.queue.borrow_mut() = TimerQueue::from_armed(armed);
+        log::info!(
+            "timers: {n} armed from state in {:.1} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        self.wake.notify();
+    }
+
+    /// The instances `entry` may have moved into a new state: what `arm_after` looks at.
+    pub fn touched(&self, entry: &Entry) -> Vec<String> {
+        if !self.fires_timers {
+            return Vec::new();
+        }
+        match entry {
+            Entry::Create { id, .. } => vec![id.clone()],
+            Entry::Apply {
+                instance_id,
+                from,
+                to,
+                ..
+            } if from != to => vec![instance_id.clone()],
+            Entry::Batch { entries } => entries.iter().flat_map(|e| self.touched(e)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Queues the timers of `ids` that entered their state in the record at `offset`.
+    pub fn arm_after(&self, engine: &mut Engine, ids: &[String], offset: u64) {
+        for id in ids {
+            if let Some(due) = engine.arm_timer(id, offset) {
+                self.queue.borrow_mut().push(due, offset, id);
+                if due < self.sleeping_until.get() {
+                    self.wake.notify();
+                }
+            }
+        }
+    }
+
+    /// Entries in the queue, live or cancelled (INFO).
+    pub fn queued(&self) -> usize {
+        self.queue.borrow().len()
+    }
+
+    pub fn lateness(&self) -> Histogram {
+        *self.lateness.borrow()
+    }
+
+    /// Ends `run` (shard shutdown).
+    pub fn stop(&self) {
+        self.stopped.set(true);
+        self.wake.notify();
+    }
+
+    /// The firing task: sleeps until the earliest deadline (or a wake-up), fires what is due
+    /// in batches of `FIRES_PER_BATCH`, yields between batches.
+    pub async fn run(shard: Rc<Shard>) {
+        let timers = &shard.timers;
+        if !timers.fires_timers {
+            return;
+        }
+        while !timers.stopped.get() {
+            let now = now_ms();
+            let next = timers.queue.borrow().next_due();
+            match next {
+                Some(due) if due <= now => {
+                    fire_batch(&shard, now);
+                    futures_lite::future::yield_now().await;
+                }
+                _ => {
+                    let until = next.unwrap_or(u64::MAX);
+                    timers.sleeping_until.set(until);
+                    let wait = Duration::from_millis((until - now).min(60_000));
+                    futures_lite::future::or(glommio::timer::sleep(wait), timers.wake.wait()).await;
+                    timers.sleeping_until.set(u64::MAX);
+                }
+            }
+        }
+    }
+}
+
+/// Fires up to `FIRES_PER_BATCH` timers due at `now`.
+fn fire_batch(shard: &Shard, now: u64) {
+    let timers = &shard.timers;
+    for _ in 0..FIRES_PER_BATCH {
+        let Some((due, generation, id)) = timers.queue.borrow_mut().pop_due(now) else {
+            break;
+        };
+        let fire = shard
+            .engine
+            .borrow()
+            .decide_timer(&id, generation, now_ms());
+        match fire {
+            Fire::Stale => continue,
+            Fire::Refused(rejection) => {
+                log::debug!("timer of `{id}` refused: {}", rejection.message);
+            }
+            Fire::Write(entry) => {
+                if let Err(rejection) = shard.log_and_apply(entry) {
+                    log::error!("timer of `{id}` not logged: {}", rejection.message);
+                    let retry = now_ms() + RETRY_AFTER_LOG_FAILURE_MS;
+                    timers.queue.borrow_mut().push(retry, generation, &id);
+                    continue;
+                }
+            }
+        }
+        let late_ms = now_ms().saturating_sub(due);
+        timers
+            .lateness
+            .borrow_mut()
+            .observe(late_ms as f64 / 1000.0);
+        shard.engine.borrow_mut().spend_timer(&id, generation);
+    }
+    let engine = shard.engine.borrow();
+    let armed = engine.timers_armed();
+    timers
+        .queue
+        .borrow_mut()
+        .compact(armed, |(_, generation, id)| {
+            engine.timer_generation(id) == Some(*generation)
+        });
+}
