@@ -94,29 +94,12 @@ impl Engine {
             idempotency_key: None,
         };
         match self.decide(&cmd, now_ms) {
-            Ok(Decision::Write(Entry::Apply {
-                instance_id,
-                event,
-                from,
-                to,
-                payload,
-                idempotency_key,
-                at_ms,
-                machine,
-                version,
-                ..
-            })) => Fire::Write(Entry::Apply {
-                instance_id,
-                event,
-                from,
-                to,
-                payload,
-                idempotency_key,
-                at_ms,
-                machine,
-                version,
-                timer: true,
-            }),
+            Ok(Decision::Write(mut entry @ Entry::Apply { .. })) => {
+                if let Entry::Apply { timer, .. } = &mut entry {
+                    *timer = true;
+                }
+                Fire::Write(entry)
+            }
             Ok(_) => Fire::Stale, // without a key or expectations decide always writes
             Err(rejection) => Fire::Refused(rejection),
         }
