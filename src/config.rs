@@ -246,6 +246,13 @@ pub struct Replication {
     pub fanout_max: u32,
     pub heartbeat_ms: u64,
     pub reconnect_max_ms: u64,
+    /// TLS on the replica's link to its primary: the CA that signs the primary's certificate
+    /// (setting it turns TLS on), the name to check in it, and a client certificate and key
+    /// for a primary that asks for one (mutual TLS).
+    pub tls_ca_path: Option<PathBuf>,
+    pub tls_server_name: Option<String>,
+    pub tls_cert_path: Option<PathBuf>,
+    pub tls_key_path: Option<PathBuf>,
 }
 
 impl Default for Replication {
@@ -262,6 +269,10 @@ impl Default for Replication {
             fanout_max: 4096,
             heartbeat_ms: 1000,
             reconnect_max_ms: 30_000,
+            tls_ca_path: None,
+            tls_server_name: None,
+            tls_cert_path: None,
+            tls_key_path: None,
         }
     }
 }

@@ -43,6 +43,11 @@ impl DataDir {
         })
     }
 
+    /// Whether `path` holds a data directory already (its metadata file exists).
+    pub fn has_data(path: &Path) -> bool {
+        path.join(META_FILE).exists()
+    }
+
     /// `<data_dir>/shard-<n>`.
     pub fn shard_dir(&self, shard: u32) -> PathBuf {
         self.path.join(format!("shard-{shard}"))

@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod ops;
 pub mod protocol;
 pub mod proxy;
+pub mod replication;
 pub mod security;
 pub mod server;
 pub mod shard;

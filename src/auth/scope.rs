@@ -91,9 +91,11 @@ pub fn required_scope(op: Op) -> Option<Scope> {
         | Op::Info
         | Op::WatchInstance
         | Op::WatchAll
-        | Op::Unwatch => Some(Scope::Read),
+        | Op::Unwatch
+        | Op::ReplicationStatus => Some(Scope::Read),
         Op::CreateInstance | Op::ApplyEvent | Op::DeleteInstance => Some(Scope::Write),
-        Op::PutMachine => Some(Scope::Admin),
+        Op::PutMachine | Op::Promote => Some(Scope::Admin),
+        Op::Replicate => Some(Scope::Replicate),
     }
 }
 

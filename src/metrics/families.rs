@@ -372,6 +372,18 @@ fn primary(r: &mut Registry, p: &PrimaryStats) {
         "Per-replica last acknowledged log sequence",
         acked,
     );
+    truncated(r, p.truncated_entries);
+}
+
+/// Entries a member dropped from its log when it rejoined as a replica (CONTRACT §10); shown
+/// in both roles, since a rejoined member that is later promoted keeps its count.
+fn truncated(r: &mut Registry, n: u64) {
+    counter(
+        r,
+        "svc_replication_truncated_entries_total",
+        "Log entries dropped when rejoining as a replica (an unreplicated tail)",
+        n,
+    );
 }
 
 fn replica(r: &mut Registry, p: &ReplicaStats) {
@@ -387,6 +399,7 @@ fn replica(r: &mut Registry, p: &ReplicaStats) {
         "Seconds behind the primary's latest write",
         secs,
     );
+    truncated(r, p.truncated_entries);
 }
 
 fn gauge(r: &mut Registry, name: &str, help: &str, v: u64) {

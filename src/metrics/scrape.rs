@@ -23,8 +23,9 @@ pub struct Sources {
     pub subs: Vec<Arc<SubsStats>>,
     /// `network.max_connections`, exposed as `svc_connections_limit`.
     pub connections_limit: u64,
-    /// `replication.role`: replication metrics are emitted only when it is set.
-    pub role: Option<Role>,
+    /// The replication role and figures: replication metrics are emitted only when a role is
+    /// set (a promoted replica shows the primary's).
+    pub replication: Arc<crate::replication::ReplState>,
     pub started: Instant,
     /// Set at the first SIGTERM: `/health` answers 503 from then on.
     pub draining: Arc<crate::server::drain::Draining>,
@@ -61,6 +62,8 @@ pub struct PrimaryStats {
     pub sync_timeouts: u64,
     pub slow_replica_disconnects: u64,
     pub replicas: Vec<ReplicaPosition>,
+    /// Entries dropped from this member's log when it rejoined as a replica.
+    pub truncated_entries: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +77,7 @@ pub struct ReplicaPosition {
 pub struct ReplicaStats {
     pub lag_entries: u64,
     pub lag_seconds: f64,
+    pub truncated_entries: u64,
 }
 
 impl ReplicationStats {
@@ -110,6 +114,7 @@ pub async fn shard_stats(router: &Router) -> Result<Vec<ShardStats>, Rejection> 
 /// Gathers one scrape.
 pub async fn gather(setup: &Sources, router: &Router) -> Result<Scrape, Rejection> {
     let shards = shard_stats(router).await?;
+    let replication = replication_stats(&setup.replication, &shards);
     Ok(Scrape {
         fronts: FrontTotals::sum(&setup.fronts),
         shards,
@@ -124,8 +129,44 @@ pub async fn gather(setup: &Sources, router: &Router) -> Result<Scrape, Rejectio
                 setup.subs.iter().map(|s| at(s)).sum()
             })
             .collect(),
-        replication: ReplicationStats::for_role(setup.role),
+        replication,
     })
+}
+
+/// The replication figures for the role in force now.
+fn replication_stats(
+    state: &crate::replication::ReplState,
+    shards: &[ShardStats],
+) -> Option<ReplicationStats> {
+    let s = &state.stats;
+    match ReplicationStats::for_role(state.role())? {
+        ReplicationStats::Primary(mut p) => {
+            p.entries_sent = s.entries_sent.load(Relaxed);
+            p.slow_replica_disconnects = s.slow_replica_disconnects.load(Relaxed);
+            p.sync_timeouts = shards.iter().map(|sh| sh.sync_timeouts).sum();
+            if let Ok(r) = s.replicas.lock() {
+                p.connected_replicas = r.len() as u64;
+                p.replicas = r
+                    .iter()
+                    .map(|(id, v)| ReplicaPosition {
+                        replica_id: id.clone(),
+                        lag_entries: v.lag_entries,
+                        last_acked_sequence: v.acked_sequence(),
+                    })
+                    .collect();
+            }
+            p.truncated_entries = s.truncated_entries.load(Relaxed);
+            Some(ReplicationStats::Primary(p))
+        }
+        ReplicationStats::Replica(mut p) => {
+            if let Ok(f) = s.follower.lock() {
+                p.lag_entries = f.lag_entries;
+                p.lag_seconds = f.lag_seconds;
+            }
+            p.truncated_entries = s.truncated_entries.load(Relaxed);
+            Some(ReplicationStats::Replica(p))
+        }
+    }
 }
 
 fn sum(subs: &[Arc<SubsStats>], field: fn(&SubsStats) -> &AtomicU64) -> u64 {

@@ -24,13 +24,16 @@ pub enum Op {
     WatchAll,
     Unwatch,
     Batch,
+    Replicate,
+    ReplicationStatus,
+    Promote,
     Frame,
     Unknown,
 }
 
 impl Op {
     /// All ops in declaration order (sizes per-op metric arrays).
-    pub const ALL: [Op; 20] = [
+    pub const ALL: [Op; 23] = [
         Op::Hello,
         Op::Ping,
         Op::Bye,
@@ -49,6 +52,9 @@ impl Op {
         Op::WatchAll,
         Op::Unwatch,
         Op::Batch,
+        Op::Replicate,
+        Op::ReplicationStatus,
+        Op::Promote,
         Op::Frame,
         Op::Unknown,
     ];
@@ -73,6 +79,9 @@ impl Op {
             Op::WatchAll => "WATCH_ALL",
             Op::Unwatch => "UNWATCH",
             Op::Batch => "BATCH",
+            Op::Replicate => "REPLICATE",
+            Op::ReplicationStatus => "REPLICATION_STATUS",
+            Op::Promote => "PROMOTE",
             Op::Frame => "FRAME",
             Op::Unknown => "UNKNOWN",
         }

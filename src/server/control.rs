@@ -1,6 +1,6 @@
 //! The control executor (the "dedicated core" of the design): start-up work that spans shards
 //! (copying definitions, loading `storage.definitions_dir`), the metrics listener
-//! (`metrics::http`), and later replication.
+//! (`metrics::http`), and replication (`crate::replication::hub`).
 
 use std::os::fd::{FromRawFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -19,11 +19,17 @@ pub struct ControlSetup {
     pub ready: std::sync::mpsc::Sender<Result<(), String>>,
     /// Present when `metrics.enabled`.
     pub metrics: Option<MetricsSetup>,
+    /// Present when `replication.role` is set.
+    pub replication: Option<crate::replication::hub::HubSetup>,
 }
 
 pub async fn run(setup: ControlSetup) {
     let router = Router::connect(setup.channels).await;
-    let started = start_up(&router, setup.definitions_dir.as_deref()).await;
+    let hub = match setup.replication {
+        Some(r) => Some(crate::replication::hub::Hub::start(r, router.clone()).await),
+        None => None,
+    };
+    let started = start_up(&router, setup.definitions_dir.as_deref(), hub.as_deref()).await;
     let failed = started.is_err();
     let metrics = match setup.metrics {
         Some(m) if !failed => Some(metrics_http::start(m, router.clone())),
@@ -40,10 +46,27 @@ pub async fn run(setup: ControlSetup) {
     if let Some(m) = metrics {
         m.shut_down().await;
     }
+    if let Some(hub) = hub {
+        hub.shut_down();
+    }
     router.close();
 }
 
-async fn start_up(router: &Router, definitions_dir: Option<&Path>) -> Result<(), String> {
+async fn start_up(
+    router: &Router,
+    definitions_dir: Option<&Path>,
+    hub: Option<&crate::replication::hub::Hub>,
+) -> Result<(), String> {
+    if let Some(hub) = hub {
+        crate::replication::promote::start_up(hub).await?;
+        if hub.state.is_replica() {
+            // A replica writes nothing of its own: its definitions come with the stream.
+            if definitions_dir.is_some() {
+                log::info!("replica: storage.definitions_dir is not loaded (definitions come from the primary)");
+            }
+            return Ok(());
+        }
+    }
     let n = fanout::reconcile_definitions(router)
         .await
         .map_err(|r| format!("copying machine definitions to shards: {}", r.message))?;

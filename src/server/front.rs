@@ -42,7 +42,8 @@ pub struct Limits {
 #[derive(Debug)]
 pub struct ServerInfo {
     pub started: Instant,
-    pub role: &'static str,
+    /// The replication role (a replica becomes a primary on PROMOTE) and epoch.
+    pub replication: Arc<crate::replication::ReplState>,
     pub acceptor_cores: u32,
 }
 
@@ -52,6 +53,8 @@ pub struct FrontSetup {
     pub listener_fd: RawFd,
     pub shutdown_fd: RawFd,
     pub channels: RouterChannels,
+    /// This front's replication relay channels (when `replication.role` is set).
+    pub relay: Option<crate::replication::relay::FrontEnds>,
     pub limits: Limits,
     pub stats: Arc<FrontStats>,
     /// This front's subscription counters (read by the metrics scrape).
@@ -70,6 +73,8 @@ pub struct FrontSetup {
 /// What every connection task on this executor shares.
 pub struct Front {
     pub router: Rc<Router>,
+    /// Relays REPLICATE connections and replication ops to the control executor.
+    pub relay: Option<Rc<crate::replication::relay::Relay>>,
     pub limits: Limits,
     pub stats: Arc<FrontStats>,
     pub info: Arc<ServerInfo>,
@@ -96,6 +101,10 @@ impl Front {
 
 pub async fn run(setup: FrontSetup) {
     let router = Router::connect(setup.channels).await;
+    let relay = match setup.relay {
+        Some(ends) => Some(crate::replication::relay::Relay::connect(ends, setup.index).await),
+        None => None,
+    };
     // SAFETY: main created this fd for this executor alone (a dup of the bound, listening,
     // exclusive socket) and nothing else closes it; the listener takes ownership.
     let listener = unsafe { TcpListener::from_raw_fd(setup.listener_fd) };
@@ -103,6 +112,7 @@ pub async fn run(setup: FrontSetup) {
     let mut shutdown = unsafe { UnixStream::from_raw_fd(setup.shutdown_fd) };
     let front = Rc::new(Front {
         router,
+        relay,
         limits: setup.limits,
         stats: setup.stats,
         info: setup.info,

@@ -2,7 +2,7 @@
 //! shutdown. See docs/architecture.md.
 //!
 //! Executors: `S` shards (each owns its instances and log), `F` fronts (accept, decode, route),
-//! one control executor (start-up fan-out, the metrics listener; replication later). Every front
+//! one control executor (start-up fan-out, the metrics listener, replication). Every front
 //! and the control executor hold one request/response channel pair per shard, created here.
 
 mod batch;
@@ -77,8 +77,21 @@ pub fn placements(config: &Config, cpus: usize) -> Placements {
 
 /// Runs the server until SIGTERM/SIGINT; SIGHUP reloads `auth` and `tls` from `config_path`.
 /// Returns a one-line error on start-up failure.
-pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
+pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let repl_settings = match config.replication.role {
+        Some(_) => Some(crate::replication::hub::Settings::from_config(&config)?),
+        None => None,
+    };
+    if let Some(follower) = repl_settings.as_ref().and_then(|s| s.follower.as_ref()) {
+        // A replica mirrors its primary's layout: an empty one adopts the primary's shard count.
+        if !DataDir::has_data(&config.storage.data_dir) {
+            let n = crate::replication::preflight::primary_shard_count(follower);
+            log::info!("replication: new replica: adopting the primary's {n} shard(s)");
+            config.shards.count = Some(n);
+            config.shards.cores = None;
+        }
+    }
     let place = placements(&config, cpus);
     let shard_count = place.shards.len() as u32;
     let data_dir = DataDir::open(&config.storage.data_dir, shard_count)?;
@@ -102,6 +115,17 @@ pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let live = Live::new(&config, config_path)?;
     crate::security::reload_on_sighup(live.clone())?;
 
+    let repl = Arc::new(crate::replication::ReplState::new(config.replication.role));
+    let (relay_fronts, relay_control) = match repl_settings {
+        Some(_) => {
+            let (f, c) = crate::replication::relay::channels(place.fronts.len());
+            (f.into_iter().map(Some).collect(), Some(c))
+        }
+        None => (
+            (0..place.fronts.len()).map(|_| None).collect::<Vec<_>>(),
+            None,
+        ),
+    };
     let clients = place.fronts.len() + 1;
     let (shard_ends, mut client_ends) = make_channels(shard_count as usize, clients);
     let io_memory = config.shards.io_memory_bytes;
@@ -141,13 +165,18 @@ pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         shutdown_fd: ctl_fd.into_raw_fd(),
         definitions_dir: config.storage.definitions_dir.clone(),
         ready: ready_tx.clone(),
+        replication: repl_settings.map(|settings| crate::replication::hub::HubSetup {
+            fronts: relay_control.unwrap_or_default(),
+            state: repl.clone(),
+            settings,
+        }),
         metrics: metrics_listener.map(|listener| MetricsSetup {
             listener,
             sources: Sources {
                 fronts: front_stats.clone(),
                 subs: subs_stats.clone(),
                 connections_limit: u64::from(config.network.max_connections),
-                role: config.replication.role,
+                replication: repl.clone(),
                 started,
                 draining: draining.clone(),
             },
@@ -160,7 +189,7 @@ pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
 
     let info = Arc::new(ServerInfo {
         started,
-        role: role_name(config.replication.role),
+        replication: repl.clone(),
         acceptor_cores: place.fronts.len() as u32,
     });
     let limits = Limits {
@@ -178,9 +207,9 @@ pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let fronts = place
         .fronts
         .iter()
-        .zip(client_ends)
+        .zip(client_ends.into_iter().zip(relay_fronts))
         .zip(front_stats.into_iter().zip(subs_stats));
-    for (i, ((cpu, channels), (stats, subs_stats))) in fronts.enumerate() {
+    for (i, ((cpu, (channels, relay)), (stats, subs_stats))) in fronts.enumerate() {
         let fd = listener
             .try_clone()
             .map_err(|e| format!("dup listener: {e}"))?;
@@ -191,6 +220,7 @@ pub fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             listener_fd: fd.into_raw_fd(),
             shutdown_fd: stop_fd.into_raw_fd(),
             channels,
+            relay,
             limits: limits.clone(),
             stats,
             subs_stats,
@@ -301,14 +331,6 @@ fn wal_config(config: &Config, dir: std::path::PathBuf, shard: u32) -> WalConfig
         segment_bytes: st.segment_bytes,
         fsync,
         retain_bytes: st.retain_bytes,
-    }
-}
-
-fn role_name(role: Option<Role>) -> &'static str {
-    match role {
-        None => "standalone",
-        Some(Role::Primary) => "primary",
-        Some(Role::Replica) => "replica",
     }
 }
 

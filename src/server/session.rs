@@ -32,6 +32,20 @@ pub enum Flow {
 pub struct Session {
     hello: bool,
     auth: SessionAuth,
+    /// Set once REPLICATE succeeded: the connection is a replication stream from then on.
+    stream: Option<StreamLink>,
+}
+
+/// A connection turned into a replication stream; tells the control executor when it ends.
+struct StreamLink {
+    relay: Rc<crate::replication::relay::Relay>,
+    link: u64,
+}
+
+impl Drop for StreamLink {
+    fn drop(&mut self) {
+        self.relay.closed(self.link);
+    }
 }
 
 impl Session {
@@ -40,11 +54,17 @@ impl Session {
         Session {
             hello: false,
             auth: SessionAuth::new(auth_required),
+            stream: None,
         }
     }
 
     /// Handles one request payload: queues its response (or a reply slot) on `conn`.
     pub async fn handle(&mut self, payload: &[u8], conn: &Rc<Conn>, front: &Rc<Front>) -> Flow {
+        if let Some(s) = &self.stream {
+            // A replica's ack: the control executor reads it.
+            s.relay.frame(s.link, payload).await;
+            return Flow::Continue;
+        }
         let started = Instant::now();
         let req = match parse_request(payload) {
             Ok(r) => r,
@@ -71,6 +91,21 @@ impl Session {
         }
         if let Err(rej) = self.auth.check(op) {
             respond_err(conn, front, Some(req.id), op, &rej, started);
+            return Flow::Continue;
+        }
+        if let Err(rej) = crate::replication::gate::check(&front.info.replication, op) {
+            respond_err(conn, front, Some(req.id), op, &rej, started);
+            return Flow::Continue;
+        }
+        if matches!(op, Op::Replicate | Op::ReplicationStatus | Op::Promote) {
+            let slot = self.replication_op(op, params, conn, front).await;
+            conn.push(Pending::Reply {
+                id: req.id.into(),
+                op,
+                instance_id: None,
+                started,
+                slot,
+            });
             return Flow::Continue;
         }
         if op == Op::Auth {
@@ -153,6 +188,37 @@ impl Session {
         }
     }
 
+    /// REPLICATE (the connection becomes a stream), REPLICATION_STATUS and PROMOTE: relayed to
+    /// the control executor. Without a replication role: REPLICATION_STATUS says so, the
+    /// others are refused.
+    async fn replication_op(
+        &mut self,
+        op: Op,
+        params: Option<&[u8]>,
+        conn: &Rc<Conn>,
+        front: &Rc<Front>,
+    ) -> super::router::ReplySlot {
+        let Some(relay) = &front.relay else {
+            let slot = Slot::new();
+            slot.fill(match op {
+                Op::ReplicationStatus => Ok(ReplyBody::Json(
+                    br#"{"role":"standalone","replicas":[]}"#.to_vec(),
+                )),
+                _ => Err(crate::replication::relay::not_running()),
+            });
+            return slot;
+        };
+        if op != Op::Replicate {
+            return relay.call(op, params).await;
+        }
+        let (link, slot) = relay.open(conn, params, String::new()).await;
+        self.stream = Some(StreamLink {
+            relay: relay.clone(),
+            link,
+        });
+        slot
+    }
+
     fn hello(&mut self, params: Option<&[u8]>, front: &Front) -> Result<Value, Rejection> {
         #[derive(Deserialize)]
         struct Hello {
@@ -181,7 +247,7 @@ impl Session {
             "server_name": "smdb",
             "server_version": env!("CARGO_PKG_VERSION"),
             "auth_required": self.auth.required(),
-            "role": front.info.role,
+            "role": front.info.replication.role_name(),
             "features": ["pipelining", "idempotency", "guards", "expectations"],
         }))
     }
@@ -221,6 +287,8 @@ async fn dispatch(
             // The batch's ops, typed, parsed once; each passes the session's check.
             let batch = crate::ops::batch::parse_batch(params)?;
             auth.check_each(batch.ops.iter().map(|item| item.op))?;
+            let repl = &front.info.replication;
+            crate::replication::gate::check_batch(repl, batch.ops.iter().map(|item| item.op))?;
             super::batch::start(front, batch).await
         }
         Op::GetMachine | Op::ListMachines => {
@@ -271,7 +339,7 @@ async fn info(front: &Front) -> Reply {
         "server_name": "smdb",
         "server_version": env!("CARGO_PKG_VERSION"),
         "uptime_seconds": front.info.started.elapsed().as_secs(),
-        "role": front.info.role,
+        "role": front.info.replication.role_name(),
         "shards": front.router.shard_count(),
         "acceptor_cores": front.info.acceptor_cores,
         "limits": {

@@ -1,0 +1,440 @@
+//! The control executor's side of replication: it receives what the fronts relay (`relay`),
+//! serves `REPLICATE` (agreement per shard, then a `sender` task per replica), collects acks
+//! (lag, sync quorum), answers REPLICATION_STATUS and PROMOTE, and runs the `follower` when
+//! this member is a replica.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use glommio::channels::shared_channel::{ConnectedReceiver, ConnectedSender};
+use serde_json::{json, Value};
+use shards::{ErrorCode, Rejection};
+
+use super::relay::{ControlEnds, Down, Up};
+use super::sender::{self, Link};
+use super::state::{ReplState, ReplicaView};
+use super::wire::{self, ReplicateParams, ReplicateResult};
+use super::{follower, promote};
+use crate::config::{Config, ReplicationMode, Role};
+use crate::protocol::Op;
+use crate::server::router::Router;
+use crate::shard::{ReplyBody, ShardCall};
+use crate::util::notify::Notify;
+use crate::util::time::now_ms;
+
+/// The replication settings the control executor needs (from `replication.*`).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub mode: ReplicationMode,
+    pub sync_replicas: u32,
+    pub fanout_max: u64,
+    pub heartbeat: Duration,
+    pub follower: Option<follower::Settings>,
+}
+
+impl Settings {
+    pub fn from_config(c: &Config) -> Result<Settings, String> {
+        let r = &c.replication;
+        let follower = match r.role {
+            Some(Role::Replica) => Some(follower::Settings::from_config(c)?),
+            _ => None,
+        };
+        Ok(Settings {
+            mode: r.mode,
+            sync_replicas: r.sync_replicas.max(1),
+            fanout_max: u64::from(r.fanout_max.max(1)),
+            heartbeat: Duration::from_millis(r.heartbeat_ms.max(1)),
+            follower,
+        })
+    }
+}
+
+/// What `main` hands the control executor for replication.
+pub struct HubSetup {
+    pub fronts: Vec<ControlEnds>,
+    pub state: Arc<ReplState>,
+    pub settings: Settings,
+}
+
+/// A shard's log position, as `ShardCall::LogPosition` answers it.
+pub struct Position {
+    pub head: u64,
+    pub durable: u64,
+    pub oldest: u64,
+    pub last_epoch: u64,
+    pub epochs: Vec<(u64, u64)>,
+    pub handle: shards::wal::LogHandle,
+}
+
+pub struct Hub {
+    pub router: Rc<Router>,
+    pub state: Arc<ReplState>,
+    pub settings: Settings,
+    downs: Vec<ConnectedSender<Down>>,
+    links: RefCell<HashMap<u64, Rc<Link>>>,
+    /// Per shard, the offset last reported to the shard as acknowledged by a sync quorum.
+    synced: RefCell<Vec<u64>>,
+    /// Ends the follower (PROMOTE, shutdown); `follower_running` says whether it still runs.
+    pub follower_stop: Notify,
+    pub follower_running: Cell<bool>,
+    /// Set at shutdown: the follower stops for good.
+    pub stopping: Cell<bool>,
+}
+
+impl Hub {
+    /// Connects the relay channels, starts one task per front, and the follower on a replica.
+    pub async fn start(setup: HubSetup, router: Rc<Router>) -> Rc<Hub> {
+        let connects: Vec<_> = setup
+            .fronts
+            .into_iter()
+            .map(|(rx, tx)| {
+                glommio::spawn_local(async move {
+                    futures_lite::future::zip(rx.connect(), tx.connect()).await
+                })
+            })
+            .collect();
+        let mut ups = Vec::new();
+        let mut downs = Vec::new();
+        for c in connects {
+            let (rx, tx) = c.await;
+            ups.push(rx);
+            downs.push(tx);
+        }
+        let shards = router.shard_count() as usize;
+        let hub = Rc::new(Hub {
+            router,
+            state: setup.state,
+            settings: setup.settings,
+            downs,
+            links: RefCell::new(HashMap::new()),
+            synced: RefCell::new(vec![0; shards]),
+            follower_stop: Notify::default(),
+            follower_running: Cell::new(false),
+            stopping: Cell::new(false),
+        });
+        for (front, rx) in ups.into_iter().enumerate() {
+            glommio::spawn_local(serve_front(Rc::downgrade(&hub), front, rx)).detach();
+        }
+        if hub.state.is_replica() {
+            hub.follower_running.set(true);
+            glommio::spawn_local(follower::run(hub.clone())).detach();
+        }
+        hub
+    }
+
+    /// Sends `msg` to front `front` (waits for room: the front drains its channel without
+    /// waiting on anything).
+    pub async fn down(&self, front: usize, msg: Down) -> bool {
+        match self.downs.get(front) {
+            Some(tx) => tx.send(msg).await.is_ok(),
+            None => false,
+        }
+    }
+
+    /// Every shard's log position.
+    pub async fn positions(&self) -> Result<Vec<Position>, Rejection> {
+        let mut slots = Vec::new();
+        for shard in 0..self.router.shard_count() {
+            slots.push(self.router.start(shard, ShardCall::LogPosition).await);
+        }
+        let mut out = Vec::with_capacity(slots.len());
+        for slot in slots {
+            match slot.wait().await? {
+                ReplyBody::Position {
+                    head,
+                    durable,
+                    oldest,
+                    last_epoch,
+                    epochs,
+                    handle,
+                } => out.push(Position {
+                    head,
+                    durable,
+                    oldest,
+                    last_epoch,
+                    epochs,
+                    handle,
+                }),
+                _ => return Err(internal("unexpected reply to LogPosition")),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Shutdown: every stream ends, the follower stops.
+    pub fn shut_down(&self) {
+        self.stopping.set(true);
+        self.stop_links();
+        self.follower_stop.notify();
+    }
+
+    /// Stops every link.
+    pub fn stop_links(&self) {
+        for link in self.links.borrow().values() {
+            link.stop();
+        }
+    }
+
+    pub fn remove_link(&self, id: u64) {
+        if let Some(link) = self.links.borrow_mut().remove(&id) {
+            link.stop();
+            if let Ok(mut r) = self.state.stats.replicas.lock() {
+                if r.get(&link.replica_id).is_some_and(|v| v.link == id) {
+                    r.remove(&link.replica_id);
+                }
+            }
+        }
+    }
+
+    /// A replica acknowledged `positions`: records them and, in sync mode, tells each shard
+    /// the offset a quorum of `replication.sync_replicas` replicas has made durable.
+    async fn on_ack(&self, id: u64, payload: &[u8]) {
+        let Some(link) = self.links.borrow().get(&id).cloned() else {
+            return;
+        };
+        let ack: wire::Ack = match serde_json::from_slice(payload) {
+            Ok(a) => a,
+            Err(e) => {
+                log::warn!("replica {}: bad ack ({e}); closing", link.replica_id);
+                link.stop();
+                return;
+            }
+        };
+        let n = self.router.shard_count();
+        let Ok(acked) = wire::positions_vec(&ack.positions, n) else {
+            link.stop();
+            return;
+        };
+        link.record_ack(&acked, &self.state);
+        if self.settings.mode == ReplicationMode::Sync {
+            self.report_quorum().await;
+        }
+    }
+
+    async fn report_quorum(&self) {
+        let k = self.settings.sync_replicas as usize;
+        let n = self.router.shard_count() as usize;
+        for shard in 0..n {
+            let mut acks: Vec<u64> = self
+                .links
+                .borrow()
+                .values()
+                .map(|l| l.acked_at(shard))
+                .collect();
+            if acks.len() < k {
+                continue;
+            }
+            acks.sort_unstable_by(|a, b| b.cmp(a));
+            let through = acks[k - 1];
+            if through > self.synced.borrow()[shard] {
+                self.synced.borrow_mut()[shard] = through;
+                // Fire and forget: the shard answers at once; nobody needs the reply.
+                drop(
+                    self.router
+                        .start(shard as u32, ShardCall::ReplicaAcked { through })
+                        .await,
+                );
+            }
+        }
+    }
+
+    /// `REPLICATE` from a replica: checks, agreement per shard, then the sender task.
+    async fn open(
+        self: &Rc<Self>,
+        front: usize,
+        id: u64,
+        params: Option<Vec<u8>>,
+        peer: String,
+    ) -> Result<Vec<u8>, Rejection> {
+        if self.state.role() != Some(Role::Primary) {
+            return Err(Rejection::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "this server is a {}, not a primary: REPLICATE is refused",
+                    self.state.role_name()
+                ),
+            ));
+        }
+        let p: ReplicateParams = crate::ops::params::parse(params.as_deref())?;
+        let own = self.state.epoch();
+        if p.epoch > own {
+            return Err(Rejection::new(
+                ErrorCode::StaleEpoch,
+                format!(
+                    "the replica has seen epoch {}, newer than this primary's epoch {own}",
+                    p.epoch
+                ),
+            )
+            .with("epoch", own));
+        }
+        let n = self.router.shard_count();
+        let theirs = p.positions.len() as u32;
+        if theirs != n {
+            return Err(Rejection::new(
+                ErrorCode::BadRequest,
+                format!("shard counts differ: the primary has {n}, the replica {theirs}"),
+            )
+            .with("shards", n));
+        }
+        let positions = wire::positions_vec(&p.positions, n)
+            .map_err(|e| Rejection::new(ErrorCode::BadRequest, e))?;
+        let epochs = wire::positions_vec(&p.epochs, n)
+            .map_err(|e| Rejection::new(ErrorCode::BadRequest, e))?;
+        let logs = self.positions().await?;
+        let mut agree = Vec::with_capacity(n as usize);
+        for (shard, log) in logs.iter().enumerate() {
+            let their_epoch = match epochs[shard] {
+                0 => p.epoch,
+                e => e,
+            };
+            agree.push(positions[shard].min(epoch_end(&log.epochs, their_epoch, log.durable)));
+        }
+        let result = ReplicateResult {
+            epoch: own,
+            shards: n,
+            agree: wire::positions_map(&agree),
+            heads: wire::positions_map(&logs.iter().map(|l| l.durable).collect::<Vec<_>>()),
+        };
+        let link = Rc::new(Link::new(id, front, p.replica_id.clone(), &agree));
+        if let Some(old) = self.links.borrow_mut().insert(id, link.clone()) {
+            old.stop();
+        }
+        if let Ok(mut r) = self.state.stats.replicas.lock() {
+            r.insert(
+                p.replica_id.clone(),
+                ReplicaView {
+                    link: id,
+                    addr: peer,
+                    acked: agree.clone(),
+                    lag_entries: 0,
+                    live: false,
+                    connected_at_ms: now_ms(),
+                },
+            );
+        }
+        log::info!(
+            "replica {} connected: streaming from {:?} (epoch {own})",
+            p.replica_id,
+            agree
+        );
+        let handles = logs.into_iter().map(|l| l.handle).collect();
+        glommio::spawn_local(sender::run(self.clone(), link, handles)).detach();
+        serde_json::to_vec(&result).map_err(|e| internal(&e.to_string()))
+    }
+
+    async fn call(self: &Rc<Self>, op: Op) -> Result<Vec<u8>, Rejection> {
+        let v = match op {
+            Op::ReplicationStatus => self.status().await?,
+            Op::Promote => promote::promote(self).await?,
+            _ => return Err(internal("not a replication op")),
+        };
+        serde_json::to_vec(&v).map_err(|e| internal(&e.to_string()))
+    }
+
+    /// REPLICATION_STATUS.
+    async fn status(&self) -> Result<Value, Rejection> {
+        let logs = self.positions().await?;
+        let heads: Vec<u64> = logs.iter().map(|l| l.durable).collect();
+        let stats = &self.state.stats;
+        let mut v = json!({
+            "role": self.state.role_name(),
+            "epoch": self.state.epoch(),
+            "mode": match self.settings.mode {
+                ReplicationMode::Async => "async",
+                ReplicationMode::Sync => "sync",
+            },
+            "shards": heads.len(),
+            "positions": wire::positions_map(&heads),
+            "truncated_entries": stats.truncated_entries.load(std::sync::atomic::Ordering::Relaxed),
+        });
+        let replicas: Vec<Value> = stats
+            .replicas
+            .lock()
+            .map(|r| {
+                r.iter()
+                    .map(|(id, view)| {
+                        json!({
+                            "replica_id": id,
+                            "addr": view.addr,
+                            "acked": wire::positions_map(&view.acked),
+                            "last_acked_sequence": view.acked_sequence(),
+                            "lag_entries": view.lag_entries,
+                            "live": view.live,
+                            "connected_seconds": now_ms().saturating_sub(view.connected_at_ms) as f64 / 1000.0,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        v["replicas"] = Value::Array(replicas);
+        if let Some(f) = &self.settings.follower {
+            let view = stats.follower.lock().map(|f| f.clone()).unwrap_or_default();
+            v["replica_id"] = json!(f.replica_id);
+            v["upstream"] = json!(f.upstream);
+            v["following"] = json!(self.follower_running.get());
+            v["connected"] = json!(view.connected);
+            v["primary_epoch"] = json!(view.primary_epoch);
+            v["primary_heads"] = json!(wire::positions_map(&view.primary_heads));
+            v["lag_entries"] = json!(view.lag_entries);
+            v["lag_seconds"] = json!(view.lag_seconds);
+            v["last_error"] = json!(view.last_error);
+        }
+        Ok(v)
+    }
+}
+
+/// The last offset written under an epoch <= `epoch`: just before the first epoch record of a
+/// later epoch, or the head when there is none (Kafka's leader-epoch end offset).
+pub fn epoch_end(epochs: &[(u64, u64)], epoch: u64, head: u64) -> u64 {
+    epochs
+        .iter()
+        .find(|(e, _)| *e > epoch)
+        .map_or(head, |(_, first)| first.saturating_sub(1))
+}
+
+/// Receives what one front relays, until the front goes away.
+async fn serve_front(hub: std::rc::Weak<Hub>, front: usize, rx: ConnectedReceiver<Up>) {
+    while let Some(msg) = rx.recv().await {
+        let Some(hub) = hub.upgrade() else { return };
+        match msg {
+            Up::Open { link, params, peer } => {
+                let result = hub.open(front, link, params, peer).await;
+                hub.down(front, Down::Opened { link, result }).await;
+            }
+            Up::Frame { link, payload } => hub.on_ack(link, &payload).await,
+            Up::Closed { link } => hub.remove_link(link),
+            Up::Call { token, op, .. } => {
+                // PROMOTE can take a while (epoch records): answer from a task of its own.
+                let hub2 = hub.clone();
+                glommio::spawn_local(async move {
+                    let result = hub2.call(op).await;
+                    hub2.down(front, Down::Answer { token, result }).await;
+                })
+                .detach();
+            }
+        }
+    }
+}
+
+pub fn internal(msg: &str) -> Rejection {
+    Rejection::new(ErrorCode::InternalError, msg.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::epoch_end;
+
+    #[test]
+    fn an_epoch_ends_where_the_next_begins() {
+        let epochs = [(1, 1), (2, 50), (4, 90)];
+        assert_eq!(epoch_end(&epochs, 1, 100), 49);
+        assert_eq!(epoch_end(&epochs, 2, 100), 89);
+        assert_eq!(epoch_end(&epochs, 3, 100), 89);
+        assert_eq!(epoch_end(&epochs, 4, 100), 100);
+        assert_eq!(epoch_end(&[], 1, 7), 7);
+        assert_eq!(epoch_end(&epochs, 0, 100), 0);
+    }
+}

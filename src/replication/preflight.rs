@@ -1,0 +1,94 @@
+//! Before a replica with an empty data directory starts its shards, it asks the primary how
+//! many shards it has, and adopts that count (CONTRACT §10: a replica mirrors the primary's
+//! layout). Blocking, in `main`, before any executor exists: HELLO, AUTH, INFO over a plain
+//! std socket (or rustls), retried with backoff until the primary answers.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+use serde_json::{json, Value};
+
+use super::follower::Settings;
+use crate::protocol::frame::{decode_frame, encode_frame};
+
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The primary's shard count, asking until it answers (a replica with nothing cannot serve
+/// anything until it has followed once).
+pub fn primary_shard_count(cfg: &Settings) -> u32 {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match ask(cfg) {
+            Ok(n) => return n,
+            Err(e) => {
+                log::warn!(
+                    "replication: asking {} for its shard count failed: {e}; retrying in {} ms",
+                    cfg.upstream,
+                    backoff.as_millis()
+                );
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(cfg.reconnect_max);
+            }
+        }
+    }
+}
+
+fn ask(cfg: &Settings) -> Result<u32, String> {
+    let tcp = TcpStream::connect(&cfg.upstream).map_err(|e| format!("connect: {e}"))?;
+    tcp.set_read_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    tcp.set_write_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    match &cfg.tls {
+        None => talk(tcp, cfg),
+        Some(tls) => {
+            let name = ServerName::try_from(cfg.server_name.clone()).map_err(|e| e.to_string())?;
+            let conn =
+                rustls::ClientConnection::new(tls.clone(), name).map_err(|e| e.to_string())?;
+            talk(rustls::StreamOwned::new(conn, tcp), cfg)
+        }
+    }
+}
+
+fn talk<S: Read + Write>(mut s: S, cfg: &Settings) -> Result<u32, String> {
+    call(
+        &mut s,
+        "HELLO",
+        json!({"protocol_version": 1, "client_name": "smdb-replica"}),
+    )?;
+    if let Some(token) = &cfg.auth_token {
+        call(&mut s, "AUTH", json!({"method": "bearer", "token": token}))?;
+    }
+    let info = call(&mut s, "INFO", json!({}))?;
+    info["shards"]
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| *n > 0)
+        .ok_or_else(|| "INFO has no shard count".into())
+}
+
+fn call<S: Read + Write>(s: &mut S, op: &str, params: Value) -> Result<Value, String> {
+    let body = json!({"type": "request", "id": op, "op": op, "params": params});
+    let mut out = Vec::new();
+    encode_frame(body.to_string().as_bytes(), &mut out);
+    s.write_all(&out).map_err(|e| format!("write: {e}"))?;
+    s.flush().map_err(|e| format!("write: {e}"))?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 << 10];
+    loop {
+        if let Some((range, _)) = decode_frame(&buf, 16 << 20).map_err(|e| e.to_string())? {
+            let v: Value = serde_json::from_slice(&buf[range]).map_err(|e| e.to_string())?;
+            if v["status"] == "ok" {
+                return Ok(v["result"].clone());
+            }
+            return Err(format!("{op} refused: {}", v["error"]));
+        }
+        let n = s.read(&mut chunk).map_err(|e| format!("read: {e}"))?;
+        if n == 0 {
+            return Err("closed".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}

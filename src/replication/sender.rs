@@ -1,0 +1,291 @@
+//! One replica's stream on the primary (control executor): reads each shard's log through a
+//! `LogReader` of its own (never on a shard's commit path), sends durable entries in order,
+//! a snapshot first where the replica's position was compacted away, and heartbeats. Flow
+//! control: at most `replication.fanout_max` entries sent and not yet acknowledged (the
+//! replica's fan-out queue); a replica that keeps it full with no ack for two heartbeats is
+//! disconnected and counted (CONTRACT §10), and catches up when it reconnects.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use shards::wal::{LogHandle, LogReader, WalError};
+
+use super::hub::Hub;
+use super::relay::Down;
+use super::state::ReplState;
+use super::wire;
+use crate::util::notify::Notify;
+use crate::util::time::now_ms;
+
+/// How often an idle stream looks for newly durable entries.
+const POLL: Duration = Duration::from_millis(1);
+
+/// One connected replica.
+pub struct Link {
+    pub id: u64,
+    pub front: usize,
+    pub replica_id: String,
+    /// Durable on the replica, per shard.
+    acked: RefCell<Vec<u64>>,
+    /// Per shard, the offset of a snapshot sent: flow control counts entries after it only.
+    floor: RefCell<Vec<u64>>,
+    last_ack: Cell<Instant>,
+    wake: Notify,
+    stopped: Cell<bool>,
+}
+
+impl Link {
+    pub fn new(id: u64, front: usize, replica_id: String, start: &[u64]) -> Link {
+        Link {
+            id,
+            front,
+            replica_id,
+            acked: RefCell::new(start.to_vec()),
+            floor: RefCell::new(vec![0; start.len()]),
+            last_ack: Cell::new(Instant::now()),
+            wake: Notify::default(),
+            stopped: Cell::new(false),
+        }
+    }
+
+    pub fn stop(&self) {
+        self.stopped.set(true);
+        self.wake.notify();
+    }
+
+    pub fn acked_at(&self, shard: usize) -> u64 {
+        self.acked.borrow().get(shard).copied().unwrap_or(0)
+    }
+
+    fn floor_at(&self, shard: usize) -> u64 {
+        self.floor.borrow().get(shard).copied().unwrap_or(0)
+    }
+
+    pub fn record_ack(&self, positions: &[u64], state: &ReplState) {
+        let mut acked = self.acked.borrow_mut();
+        let mut moved = false;
+        for (a, p) in acked.iter_mut().zip(positions) {
+            if *p > *a {
+                *a = *p;
+                moved = true;
+            }
+        }
+        if moved {
+            self.last_ack.set(Instant::now());
+        }
+        if let Ok(mut r) = state.stats.replicas.lock() {
+            if let Some(view) = r.get_mut(&self.replica_id) {
+                view.acked.clone_from(&acked);
+            }
+        }
+        self.wake.notify();
+    }
+}
+
+/// Streams to `link` until it stops, its connection ends or it is too slow.
+pub async fn run(hub: Rc<Hub>, link: Rc<Link>, handles: Vec<LogHandle>) {
+    let mut readers: Vec<LogReader> = handles.iter().map(LogHandle::reader).collect();
+    let mut next: Vec<u64> = link.acked.borrow().iter().map(|a| a + 1).collect();
+    let why = stream(&hub, &link, &mut readers, &mut next).await;
+    if !link.stopped.get() {
+        log::warn!("replica {}: disconnecting: {why}", link.replica_id);
+        hub.down(link.front, Down::Close { link: link.id }).await;
+    } else {
+        log::info!("replica {}: stream ended", link.replica_id);
+    }
+    hub.remove_link(link.id);
+}
+
+async fn stream(hub: &Hub, link: &Link, readers: &mut [LogReader], next: &mut [u64]) -> String {
+    let max = hub.settings.fanout_max;
+    let beat = hub.settings.heartbeat;
+    let mut last_beat: Option<Instant> = None;
+    while !link.stopped.get() {
+        let in_flight: u64 = next
+            .iter()
+            .enumerate()
+            .map(|(s, n)| (n - 1).saturating_sub(link.acked_at(s).max(link.floor_at(s))))
+            .sum();
+        let mut out = Vec::new();
+        let mut sent = 0u64;
+        let mut room = max.saturating_sub(in_flight);
+        for (shard, reader) in readers.iter_mut().enumerate() {
+            if room == 0 {
+                break;
+            }
+            if next[shard] > reader.durable() {
+                continue;
+            }
+            let want = (room as usize).min(wire::ENTRIES_PER_FRAME_MAX);
+            match reader
+                .read_from(next[shard], want, wire::ENTRY_BYTES_PER_FRAME_MAX)
+                .await
+            {
+                Ok(records) if records.is_empty() => {}
+                Ok(records) => {
+                    if records[0].0 != next[shard] {
+                        return format!(
+                            "shard {shard}: log read gave offset {} for {}",
+                            records[0].0, next[shard]
+                        );
+                    }
+                    let first = next[shard];
+                    let bodies: Vec<Vec<u8>> = records.into_iter().map(|(_, b)| b).collect();
+                    let epoch = hub.state.epoch();
+                    wire::entries_frame(&mut out, shard as u32, epoch, first, now_ms(), &bodies);
+                    next[shard] += bodies.len() as u64;
+                    sent += bodies.len() as u64;
+                    room = room.saturating_sub(bodies.len() as u64);
+                }
+                Err(WalError::Trimmed { oldest, .. }) => {
+                    match send_snapshot(hub, link, reader, shard, oldest).await {
+                        Ok(at) => {
+                            next[shard] = at + 1;
+                            link.floor.borrow_mut()[shard] = at;
+                            link.last_ack.set(Instant::now());
+                        }
+                        Err(e) => return e,
+                    }
+                }
+                Err(e) => return format!("shard {shard}: reading the log: {e}"),
+            }
+        }
+        if !out.is_empty() {
+            if !hub
+                .down(
+                    link.front,
+                    Down::Frames {
+                        link: link.id,
+                        bytes: out,
+                    },
+                )
+                .await
+            {
+                return "front gone".into();
+            }
+            hub.state.stats.entries_sent.fetch_add(sent, Relaxed);
+        }
+        update_lag(hub, link, readers);
+        let beat_due = last_beat.is_none_or(|t| t.elapsed() >= beat);
+        if beat_due {
+            let heads: Vec<u64> = readers.iter().map(LogReader::durable).collect();
+            let mut hb = Vec::new();
+            wire::heartbeat_frame(&mut hb, hub.state.epoch(), &heads, now_ms());
+            if !hub
+                .down(
+                    link.front,
+                    Down::Frames {
+                        link: link.id,
+                        bytes: hb,
+                    },
+                )
+                .await
+            {
+                return "front gone".into();
+            }
+            last_beat = Some(Instant::now());
+        }
+        if room == 0 {
+            // The replica's queue is full: wait for an ack; too long without one is too slow.
+            if link.last_ack.get().elapsed() >= beat * 2 {
+                hub.state
+                    .stats
+                    .slow_replica_disconnects
+                    .fetch_add(1, Relaxed);
+                return format!(
+                    "too slow: {max} entries (replication.fanout_max) unacknowledged for {} ms",
+                    (beat * 2).as_millis()
+                );
+            }
+            wait(link, beat / 4).await;
+        } else if sent == 0 {
+            wait(link, POLL).await;
+        }
+    }
+    "stopped".into()
+}
+
+async fn wait(link: &Link, at_most: Duration) {
+    futures_lite::future::or(link.wake.wait(), glommio::timer::sleep(at_most)).await;
+}
+
+/// The replica's lag in entries (durable here, not acknowledged there).
+fn update_lag(hub: &Hub, link: &Link, readers: &[LogReader]) {
+    let lag: u64 = readers
+        .iter()
+        .enumerate()
+        .map(|(s, r)| r.durable().saturating_sub(link.acked_at(s)))
+        .sum();
+    if let Ok(mut r) = hub.state.stats.replicas.lock() {
+        if let Some(view) = r.get_mut(&link.replica_id) {
+            view.lag_entries = lag;
+            if lag == 0 {
+                view.live = true;
+            }
+        }
+    }
+}
+
+/// The replica needs entries older than the oldest one kept: send the newest snapshot of
+/// `shard` in parts; the stream continues after its offset. Returns that offset.
+async fn send_snapshot(
+    hub: &Hub,
+    link: &Link,
+    reader: &mut LogReader,
+    shard: usize,
+    oldest: u64,
+) -> Result<u64, String> {
+    let snap = reader
+        .newest_snapshot()
+        .await
+        .map_err(|e| format!("shard {shard}: reading the snapshot: {e}"))?;
+    let Some((offset, payload)) = snap else {
+        return Err(format!(
+            "shard {shard}: the replica needs entries before offset {oldest}, which were compacted, and there is no snapshot"
+        ));
+    };
+    if offset + 1 < oldest {
+        return Err(format!(
+            "shard {shard}: the newest snapshot (offset {offset}) is older than the oldest entry kept ({oldest})"
+        ));
+    }
+    log::info!(
+        "replica {}: shard {shard}: sending the snapshot at offset {offset} ({} bytes): its position was compacted away",
+        link.replica_id,
+        payload.len()
+    );
+    let parts: Vec<&[u8]> = if payload.is_empty() {
+        vec![&[][..]]
+    } else {
+        payload.chunks(wire::SNAPSHOT_PART_BYTES).collect()
+    };
+    let count = parts.len();
+    for (i, part) in parts.into_iter().enumerate() {
+        let mut out = Vec::new();
+        let epoch = hub.state.epoch();
+        wire::snapshot_frame(
+            &mut out,
+            shard as u32,
+            epoch,
+            offset,
+            i as u32,
+            i + 1 == count,
+            part,
+        );
+        if !hub
+            .down(
+                link.front,
+                Down::Frames {
+                    link: link.id,
+                    bytes: out,
+                },
+            )
+            .await
+        {
+            return Err("front gone".into());
+        }
+    }
+    Ok(offset)
+}

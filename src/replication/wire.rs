@@ -1,0 +1,239 @@
+//! The replication stream on the wire (docs/replication.md): after `REPLICATE` succeeds, the
+//! primary sends `stream` frames (entries, snapshot parts, heartbeats) and the replica sends
+//! `ack` frames. All are ordinary RCP1 frames with a JSON payload; log records travel as
+//! base64 text, byte for byte as they are in the primary's log.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::base64;
+use crate::protocol::frame::{begin_frame, finish_frame};
+
+/// Records per `entries` frame, at most.
+pub const ENTRIES_PER_FRAME_MAX: usize = 512;
+/// Record bytes per `entries` frame (the first record always goes, whatever its size).
+pub const ENTRY_BYTES_PER_FRAME_MAX: usize = 1 << 20;
+/// Bytes of snapshot per `snapshot` frame (well under the default 16 MiB frame limit, after
+/// base64).
+pub const SNAPSHOT_PART_BYTES: usize = 4 << 20;
+
+/// `REPLICATE` params.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicateParams {
+    pub replica_id: String,
+    /// The highest epoch the replica has seen.
+    #[serde(default)]
+    pub epoch: u64,
+    /// The replica's durable head per shard ("0": offset, ...).
+    pub positions: BTreeMap<String, u64>,
+    /// The epoch of the replica's last entry per shard.
+    #[serde(default)]
+    pub epochs: BTreeMap<String, u64>,
+}
+
+/// `REPLICATE` result: per shard, the offset up to which both logs agree (the replica
+/// truncates whatever follows it), and the primary's heads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplicateResult {
+    pub epoch: u64,
+    pub shards: u32,
+    pub agree: BTreeMap<String, u64>,
+    pub heads: BTreeMap<String, u64>,
+}
+
+/// One frame from the primary after `REPLICATE`.
+#[derive(Debug, Deserialize)]
+pub struct StreamFrame {
+    #[serde(rename = "type")]
+    pub kind_of: String,
+    pub kind: String,
+    #[serde(default)]
+    pub shard: u32,
+    #[serde(default)]
+    pub epoch: u64,
+    #[serde(default)]
+    pub first: u64,
+    #[serde(default)]
+    pub time_ms: u64,
+    #[serde(default)]
+    pub entries: Vec<String>,
+    #[serde(default)]
+    pub offset: u64,
+    #[serde(default)]
+    pub part: u32,
+    #[serde(default)]
+    pub last: bool,
+    #[serde(default)]
+    pub data: String,
+    #[serde(default)]
+    pub heads: BTreeMap<String, u64>,
+}
+
+/// A replica's acknowledgement: every shard's durable offset.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Ack {
+    #[serde(rename = "type")]
+    pub kind_of: String,
+    pub epoch: u64,
+    pub positions: BTreeMap<String, u64>,
+}
+
+/// Appends one `entries` frame: `records[k]` is the record at offset `first + k`.
+pub fn entries_frame(
+    out: &mut Vec<u8>,
+    shard: u32,
+    epoch: u64,
+    first: u64,
+    time_ms: u64,
+    records: &[Vec<u8>],
+) {
+    let start = begin_frame(out);
+    out.extend_from_slice(
+        format!(
+            "{{\"type\":\"stream\",\"kind\":\"entries\",\"shard\":{shard},\"epoch\":{epoch},\
+             \"first\":{first},\"time_ms\":{time_ms},\"entries\":["
+        )
+        .as_bytes(),
+    );
+    for (i, r) in records.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'"');
+        base64::encode_into(r, out);
+        out.push(b'"');
+    }
+    out.extend_from_slice(b"]}");
+    finish_frame(out, start);
+}
+
+/// Appends one `snapshot` frame carrying `data`, part `part` of the snapshot at `offset`.
+pub fn snapshot_frame(
+    out: &mut Vec<u8>,
+    shard: u32,
+    epoch: u64,
+    offset: u64,
+    part: u32,
+    last: bool,
+    data: &[u8],
+) {
+    let start = begin_frame(out);
+    out.extend_from_slice(
+        format!(
+            "{{\"type\":\"stream\",\"kind\":\"snapshot\",\"shard\":{shard},\"epoch\":{epoch},\
+             \"offset\":{offset},\"part\":{part},\"last\":{last},\"data\":\""
+        )
+        .as_bytes(),
+    );
+    base64::encode_into(data, out);
+    out.extend_from_slice(b"\"}");
+    finish_frame(out, start);
+}
+
+/// Appends one `heartbeat` frame with the primary's durable heads and clock.
+pub fn heartbeat_frame(out: &mut Vec<u8>, epoch: u64, heads: &[u64], time_ms: u64) {
+    let start = begin_frame(out);
+    let body = serde_json::json!({
+        "type": "stream",
+        "kind": "heartbeat",
+        "epoch": epoch,
+        "heads": positions_map(heads),
+        "time_ms": time_ms,
+    });
+    out.extend_from_slice(body.to_string().as_bytes());
+    finish_frame(out, start);
+}
+
+/// Appends one `ack` frame.
+pub fn ack_frame(out: &mut Vec<u8>, epoch: u64, positions: &[u64]) {
+    let ack = Ack {
+        kind_of: "ack".into(),
+        epoch,
+        positions: positions_map(positions),
+    };
+    let start = begin_frame(out);
+    // Serialising a struct of integers and strings cannot fail.
+    let _ = serde_json::to_writer(&mut *out, &ack);
+    finish_frame(out, start);
+}
+
+/// `[a, b]` as `{"0": a, "1": b}`.
+pub fn positions_map(values: &[u64]) -> BTreeMap<String, u64> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i.to_string(), *v))
+        .collect()
+}
+
+/// `{"0": a, "1": b}` as `[a, b]` for `shards` shards; a missing shard reads as 0, a key that
+/// is not a shard index of `0..shards` is an error naming it.
+pub fn positions_vec(map: &BTreeMap<String, u64>, shards: u32) -> Result<Vec<u64>, String> {
+    let mut out = vec![0; shards as usize];
+    for (k, v) in map {
+        match k.parse::<u32>() {
+            Ok(i) if i < shards => out[i as usize] = *v,
+            _ => return Err(format!("no shard {k:?} (the primary has {shards})")),
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes the records of an `entries` frame.
+pub fn decode_entries(frame: &StreamFrame) -> Result<Vec<Vec<u8>>, String> {
+    frame
+        .entries
+        .iter()
+        .map(|e| base64::decode(e.as_bytes()).ok_or_else(|| "bad base64 in entries".to_string()))
+        .collect()
+}
+
+pub fn decode_data(frame: &StreamFrame) -> Result<Vec<u8>, String> {
+    base64::decode(frame.data.as_bytes()).ok_or_else(|| "bad base64 in snapshot".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::frame::decode_frame;
+
+    fn payload(frame: &[u8]) -> &[u8] {
+        let (range, used) = decode_frame(frame, 1 << 24).unwrap().unwrap();
+        assert_eq!(used, frame.len());
+        &frame[range]
+    }
+
+    #[test]
+    fn entries_round_trip_byte_for_byte() {
+        let records = vec![vec![0u8, 1, 2, 255], vec![], b"{\"x\":1}".to_vec()];
+        let mut out = Vec::new();
+        entries_frame(&mut out, 1, 2, 40, 99, &records);
+        let f: StreamFrame = serde_json::from_slice(payload(&out)).unwrap();
+        assert_eq!(
+            (f.kind.as_str(), f.shard, f.epoch, f.first),
+            ("entries", 1, 2, 40)
+        );
+        assert_eq!(decode_entries(&f).unwrap(), records);
+    }
+
+    #[test]
+    fn snapshot_heartbeat_and_ack_frames_parse() {
+        let mut out = Vec::new();
+        snapshot_frame(&mut out, 0, 3, 77, 2, true, b"state");
+        let f: StreamFrame = serde_json::from_slice(payload(&out)).unwrap();
+        assert_eq!((f.offset, f.part, f.last), (77, 2, true));
+        assert_eq!(decode_data(&f).unwrap(), b"state");
+        let mut out = Vec::new();
+        heartbeat_frame(&mut out, 3, &[5, 6], 1000);
+        let f: StreamFrame = serde_json::from_slice(payload(&out)).unwrap();
+        assert_eq!(positions_vec(&f.heads, 2).unwrap(), vec![5, 6]);
+        let mut out = Vec::new();
+        ack_frame(&mut out, 3, &[4, 6]);
+        let a: Ack = serde_json::from_slice(payload(&out)).unwrap();
+        assert_eq!((a.kind_of.as_str(), a.epoch), ("ack", 3));
+        assert_eq!(positions_vec(&a.positions, 2).unwrap(), vec![4, 6]);
+        assert!(positions_vec(&a.positions, 1).is_err());
+    }
+}

@@ -1,0 +1,633 @@
+//! Replication against real primary and replica processes on loopback (CONTRACT §10): a
+//! replica converges and mirrors offsets; it refuses writes and serves reads and pushes;
+//! SIGKILL of either side under load loses and duplicates nothing; PROMOTE keeps offsets and
+//! subscription cursors; a former primary rejoins and drops its unreplicated tail; a replica
+//! that starts after compaction gets a snapshot; sync mode times out on a stopped replica with
+//! the write committed; a slow replica is dropped, counted, and catches up; the link
+//! authenticates; stale epochs and shard-count mismatches are refused.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::scrape::scrape;
+use common::*;
+use serde_json::{json, Value};
+
+const METRICS: &str = "[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A primary on a fixed port (so a restart keeps its address).
+fn primary(extra: &str) -> (Server, tempfile::TempDir) {
+    let port = free_port();
+    let cfg = format!(
+        "[network]\nbind_addr = \"127.0.0.1:{port}\"\n[replication]\nrole = \"primary\"\n\
+         heartbeat_ms = 200\n{METRICS}\n{extra}"
+    );
+    Server::start(&cfg)
+}
+
+fn replica_config(upstream: &str, id: &str, extra: &str) -> String {
+    format!(
+        "[replication]\nrole = \"replica\"\nupstream = \"{upstream}\"\nreplica_id = \"{id}\"\n\
+         heartbeat_ms = 200\nreconnect_max_ms = 500\n{METRICS}\n{extra}"
+    )
+}
+
+fn replica_of(p: &Server, id: &str, extra: &str) -> (Server, tempfile::TempDir) {
+    Server::start(&replica_config(&p.addr.to_string(), id, extra))
+}
+
+fn status(s: &Server) -> Value {
+    s.client().call("REPLICATION_STATUS", json!({})).unwrap()
+}
+
+/// Waits until the replica's log heads equal the primary's (at most 30 s).
+fn converge(p: &Server, r: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ps, rs) = (status(p), status(r));
+        if ps["positions"] == rs["positions"] && rs["connected"] == true {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no convergence:\nprimary {ps}\nreplica {rs}\nreplica log:\n{}",
+            r.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn put_machine(c: &mut Client) {
+    put_order_machine(c);
+}
+
+fn create(c: &mut Client, id: &str) -> Value {
+    c.call(
+        "CREATE_INSTANCE",
+        json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}}),
+    )
+    .unwrap()
+}
+
+fn touch(c: &mut Client, id: &str, i: u64) -> Result<Value, ClientError> {
+    c.call(
+        "APPLY_EVENT",
+        json!({"instance_id": id, "event": "touch", "payload": {"i": i}}),
+    )
+}
+
+/// Every instance's state, offset and full history, as one comparable value.
+fn snapshot_of(s: &Server, ids: &[String]) -> BTreeMap<String, Value> {
+    let mut c = s.client();
+    ids.iter()
+        .map(|id| {
+            let inst = c.call("GET_INSTANCE", json!({"instance_id": id}));
+            let hist = c.call("GET_HISTORY", json!({"instance_id": id, "limit": 1000}));
+            let v = match (inst, hist) {
+                (Ok(i), Ok(h)) => json!({"state": i["state"], "wal_offset": i["wal_offset"],
+                    "context": i["context"], "history": h}),
+                (Err(e), _) | (_, Err(e)) => json!({"error": e.code()}),
+            };
+            (id.clone(), v)
+        })
+        .collect()
+}
+
+fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+#[test]
+fn a_replica_converges_mirrors_offsets_and_refuses_writes() {
+    let (p, _pd) = primary("");
+    let mut w = p.client();
+    put_machine(&mut w);
+    let ids = ids("a", 30);
+    for (i, id) in ids.iter().enumerate() {
+        create(&mut w, id);
+        touch(&mut w, id, i as u64).unwrap();
+    }
+    let (r, _rd) = replica_of(&p, "r1", "");
+    converge(&p, &r);
+    let want = snapshot_of(&p, &ids);
+    assert_eq!(
+        snapshot_of(&r, &ids),
+        want,
+        "replica state equals the primary's"
+    );
+
+    // Live entries follow.
+    touch(&mut w, &ids[0], 99).unwrap();
+    converge(&p, &r);
+    assert_eq!(snapshot_of(&r, &ids[..1]), snapshot_of(&p, &ids[..1]));
+
+    // Reads work, writes are refused, roles show.
+    let mut rc = r.client();
+    assert_eq!(rc.hello_result().unwrap()["role"], "replica");
+    assert_eq!(rc.call("INFO", json!({})).unwrap()["role"], "replica");
+    assert_eq!(err_code(touch(&mut rc, &ids[0], 1)), "READ_ONLY_MODE");
+    assert_eq!(
+        err_code(Ok::<_, ClientError>(json!(null)).and(create_err(&mut rc))),
+        "READ_ONLY_MODE"
+    );
+    let batch = json!({"mode": "atomic", "ops": [{"op": "GET_INSTANCE", "params": {"instance_id": ids[0]}},
+        {"op": "APPLY_EVENT", "params": {"instance_id": ids[0], "event": "touch"}}]});
+    assert_eq!(err_code(rc.call("BATCH", batch)), "READ_ONLY_MODE");
+    assert_eq!(
+        p.client().call("INFO", json!({})).unwrap()["role"],
+        "primary"
+    );
+
+    // Status and metrics on both sides.
+    let ps = status(&p);
+    assert_eq!(ps["role"], "primary");
+    assert_eq!(ps["epoch"], 1);
+    assert_eq!(ps["replicas"][0]["replica_id"], "r1");
+    let rs = status(&r);
+    assert_eq!(
+        (rs["role"].as_str(), rs["lag_entries"].as_u64()),
+        (Some("replica"), Some(0))
+    );
+    let m = scrape(&p);
+    assert_eq!(m.get("svc_replication_connected_replicas", &[]), 1.0);
+    assert!(m.get("svc_replication_entries_sent_total", &[]) >= 62.0);
+    let acked = m.get(
+        "svc_replication_replica_last_acked_sequence",
+        &[("replica_id", "r1")],
+    );
+    assert_eq!(acked, ps["positions"]["0"].as_f64().unwrap());
+    assert_eq!(
+        m.get(
+            "svc_replication_replica_lag_entries",
+            &[("replica_id", "r1")]
+        ),
+        0.0
+    );
+    let rm = scrape(&r);
+    assert_eq!(rm.get("svc_replication_lag_entries", &[]), 0.0);
+    assert_eq!(rm.get("svc_replication_lag_seconds", &[]), 0.0);
+}
+
+fn create_err(c: &mut Client) -> Result<Value, ClientError> {
+    c.call(
+        "CREATE_INSTANCE",
+        json!({"machine": "order", "version": 1, "id": "nope", "context": {"total": 1}}),
+    )
+}
+
+#[test]
+fn a_replica_subscriber_receives_pushes_as_entries_apply() {
+    let (p, _pd) = primary("");
+    let mut w = p.client();
+    put_machine(&mut w);
+    create(&mut w, "s-1");
+    let (r, _rd) = replica_of(&p, "r1", "");
+    converge(&p, &r);
+    let mut sub = r.client();
+    sub.call("WATCH_ALL", json!({"events": ["touch"]})).unwrap();
+    let applied = touch(&mut w, "s-1", 7).unwrap();
+    let push = sub.recv_push().unwrap();
+    assert_eq!(push["instance_id"], "s-1");
+    assert_eq!(push["payload"], json!({"i": 7}));
+    assert_eq!(push["wal_offset"], applied["wal_offset"]);
+}
+
+/// A writer thread applying events and recording what was acknowledged.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<(String, u64)>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(addr: std::net::SocketAddr, ids: Vec<String>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let (s2, a2) = (stop.clone(), acked.clone());
+        let thread = std::thread::spawn(move || {
+            let mut i = 0u64;
+            let mut c: Option<Client> = None;
+            while !s2.load(Ordering::Relaxed) {
+                if c.is_none() {
+                    c = Client::connect_hello(addr, "load").ok();
+                    if c.is_none() {
+                        std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    }
+                }
+                let id = &ids[i as usize % ids.len()];
+                match touch(c.as_mut().unwrap(), id, i) {
+                    Ok(_) => a2.lock().unwrap().push((id.clone(), i)),
+                    Err(_) => c = None,
+                }
+                i += 1;
+            }
+        });
+        Load {
+            stop,
+            acked,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> Vec<(String, u64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap();
+        self.acked.lock().unwrap().clone()
+    }
+}
+
+/// Every acknowledged touch is in the instance's history exactly once.
+fn assert_acked_present_once(s: &Server, acked: &[(String, u64)]) {
+    let mut by_id: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for (id, i) in acked {
+        by_id.entry(id).or_default().push(*i);
+    }
+    let mut c = s.client();
+    for (id, want) in by_id {
+        let h = c
+            .call("GET_HISTORY", json!({"instance_id": id, "limit": 1000}))
+            .unwrap();
+        let got: Vec<u64> = h["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == "touch")
+            .map(|e| e["payload"]["i"].as_u64().unwrap())
+            .collect();
+        for i in &want {
+            assert_eq!(
+                got.iter().filter(|g| *g == i).count(),
+                1,
+                "{id}: acknowledged touch {i} must be there exactly once: {got:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn sigkill_of_replica_and_primary_under_load_loses_and_repeats_nothing() {
+    let (mut p, _pd) = primary("");
+    let mut w = p.client();
+    put_machine(&mut w);
+    let ids = ids("k", 8);
+    for id in &ids {
+        create(&mut w, id);
+    }
+    let (mut r, _rd) = replica_of(&p, "r1", "");
+    let load = Load::start(p.addr, ids.clone());
+    for round in 0..3 {
+        std::thread::sleep(Duration::from_millis(300 + 137 * round));
+        r.kill();
+        std::thread::sleep(Duration::from_millis(100));
+        r.relaunch().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    p.kill(); // the primary too, mid-load
+    p.relaunch().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    r.kill(); // and both
+    p.kill();
+    p.relaunch().unwrap();
+    r.relaunch().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let acked = load.finish();
+    assert!(acked.len() > 50, "the load ran: {}", acked.len());
+    converge(&p, &r);
+    assert_acked_present_once(&p, &acked);
+    assert_eq!(
+        snapshot_of(&r, &ids),
+        snapshot_of(&p, &ids),
+        "histories agree"
+    );
+}
+
+#[test]
+fn promotion_keeps_offsets_and_a_cursor_resumes_without_gap_or_duplicate() {
+    let (mut p, _pd) = primary("");
+    let mut w = p.client();
+    put_machine(&mut w);
+    create(&mut w, "c-1");
+    let (r, _rd) = replica_of(&p, "r1", "");
+    let mut sub = p.client();
+    sub.call("WATCH_ALL", json!({"events": ["touch"]})).unwrap();
+    for i in 0..5 {
+        touch(&mut w, "c-1", i).unwrap();
+    }
+    let seen: Vec<Value> = (0..5).map(|_| sub.recv_push().unwrap()).collect();
+    let cursor = seen[2]["cursor"].as_str().unwrap().to_string();
+    converge(&p, &r);
+    let last_offset = seen[4]["wal_offset"].as_u64().unwrap();
+    p.kill();
+
+    let mut rc = r.client();
+    let promoted = rc.call("PROMOTE", json!({})).unwrap();
+    assert_eq!(promoted["role"], "primary");
+    assert_eq!(promoted["epoch"], 2);
+    assert_eq!(rc.call("INFO", json!({})).unwrap()["role"], "primary");
+    let after = touch(&mut rc, "c-1", 5).unwrap();
+    assert!(
+        after["wal_offset"].as_u64().unwrap() > last_offset,
+        "offsets continue: {after}"
+    );
+    // The cursor taken on the old primary resumes on the new one: events 3, 4, 5.
+    let mut again = r.client();
+    again
+        .call(
+            "WATCH_ALL",
+            json!({"events": ["touch"], "from_cursor": cursor}),
+        )
+        .unwrap();
+    let got: Vec<u64> = (0..3)
+        .map(|_| again.recv_push().unwrap()["payload"]["i"].as_u64().unwrap())
+        .collect();
+    assert_eq!(got, vec![3, 4, 5]);
+    assert!(again
+        .next_push(Some(Duration::from_millis(300)))
+        .unwrap()
+        .is_none());
+    assert_eq!(err_code(rc.call("PROMOTE", json!({}))), "BAD_REQUEST");
+}
+
+#[test]
+fn a_former_primary_rejoins_as_a_replica_and_drops_its_unreplicated_tail() {
+    let (mut p, _pd) = primary("");
+    let mut w = p.client();
+    put_machine(&mut w);
+    let ids = ids("t", 4);
+    for id in &ids {
+        create(&mut w, id);
+    }
+    let (mut r, _rd) = replica_of(&p, "r1", "");
+    converge(&p, &r);
+    r.kill();
+    // Writes that never reach the replica.
+    for i in 0..7 {
+        touch(&mut w, &ids[0], 100 + i).unwrap();
+    }
+    p.kill();
+    // The replica comes back (its primary is gone) and is promoted; new writes.
+    r.relaunch().unwrap();
+    let mut rc = r.client();
+    rc.call("PROMOTE", json!({})).unwrap();
+    touch(&mut rc, &ids[1], 1).unwrap();
+    touch(&mut rc, &ids[0], 2).unwrap();
+    // The old primary restarts as a replica of the new one.
+    p.rewrite_config(&replica_config(&r.addr.to_string(), "old-primary", ""));
+    p.relaunch().unwrap();
+    converge(&r, &p);
+    assert_eq!(snapshot_of(&p, &ids), snapshot_of(&r, &ids), "one history");
+    let h = p
+        .client()
+        .call("GET_HISTORY", json!({"instance_id": ids[0], "limit": 100}))
+        .unwrap();
+    assert!(
+        !h.to_string().contains("\"i\":100"),
+        "the unreplicated tail is gone: {h}"
+    );
+    let m = scrape(&p);
+    assert_eq!(m.get("svc_replication_truncated_entries_total", &[]), 7.0);
+    assert!(p.log().contains("that the primary does not have"));
+}
+
+#[test]
+fn a_replica_that_starts_after_compaction_converges_from_a_snapshot() {
+    let (p, _pd) = primary(
+        "[storage]\nsegment_bytes = 1048576\nsnapshot_every_entries = 500\nretain_bytes = 0\nfsync = \"never\"",
+    );
+    let mut w = p.client();
+    put_machine(&mut w);
+    let ids = ids("z", 20);
+    for id in &ids {
+        create(&mut w, id);
+    }
+    let blob = "x".repeat(900);
+    for i in 0..3000u64 {
+        w.call(
+            "APPLY_EVENT",
+            json!({"instance_id": ids[i as usize % 20], "event": "touch", "payload": {"i": i, "b": blob}}),
+        )
+        .unwrap();
+    }
+    let info = w.call("INFO", json!({})).unwrap();
+    let oldest = info["shard_details"][0]["wal_oldest_offset"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(oldest > 1, "the primary compacted its log: {info}");
+    let (r, _rd) = replica_of(&p, "late", "[storage]\nfsync = \"never\"");
+    converge(&p, &r);
+    assert!(
+        r.log().contains("installing the primary's snapshot"),
+        "{}",
+        r.log()
+    );
+    let pick: Vec<String> = ids.iter().step_by(5).cloned().collect();
+    assert_eq!(
+        snapshot_of(&r, &pick)
+            .into_iter()
+            .map(|(k, v)| (
+                k,
+                (
+                    v["state"].clone(),
+                    v["wal_offset"].clone(),
+                    v["context"].clone()
+                )
+            ))
+            .collect::<Vec<_>>(),
+        snapshot_of(&p, &pick)
+            .into_iter()
+            .map(|(k, v)| (
+                k,
+                (
+                    v["state"].clone(),
+                    v["wal_offset"].clone(),
+                    v["context"].clone()
+                )
+            ))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn sync_mode_times_out_on_a_stopped_replica_and_the_write_is_committed() {
+    let (p, _pd) = primary("[replication]\nmode = \"sync\"\nsync_timeout_ms = 400");
+    let mut w = p.client();
+    put_machine(&mut w);
+    let (r, _rd) = replica_of(&p, "r1", "");
+    // With the replica attached, sync writes succeed.
+    let t = Instant::now();
+    create(&mut w, "y-1");
+    touch(&mut w, "y-1", 1).unwrap();
+    assert!(t.elapsed() < Duration::from_millis(400 * 2));
+    converge(&p, &r);
+    r.signal(libc::SIGSTOP);
+    let t = Instant::now();
+    let e = touch(&mut w, "y-1", 2).unwrap_err();
+    let took = t.elapsed();
+    r.signal(libc::SIGCONT);
+    assert_eq!(e.code(), Some("SYNC_TIMEOUT"), "{e:?}");
+    let body = format!("{e:?}");
+    assert!(body.contains("committed"), "{body}");
+    assert!(took >= Duration::from_millis(380), "{took:?}");
+    assert!(took < Duration::from_millis(3000), "{took:?}");
+    // Committed: the primary shows it, and so does the replica once it runs again.
+    let h = w
+        .call("GET_HISTORY", json!({"instance_id": "y-1", "limit": 10}))
+        .unwrap();
+    assert!(h.to_string().contains("\"i\":2"), "{h}");
+    assert!(scrape(&p).get("svc_replication_sync_timeouts_total", &[]) >= 1.0);
+    converge(&p, &r);
+}
+
+#[test]
+fn promotion_after_the_primary_dies_keeps_every_sync_acknowledged_write() {
+    let (mut p, _pd) = primary("[replication]\nmode = \"sync\"\nsync_timeout_ms = 5000");
+    let mut w = p.client();
+    put_machine(&mut w);
+    let (r, _rd) = replica_of(&p, "r1", "");
+    let ids = ids("q", 4);
+    converge(&p, &r);
+    let mut acked = Vec::new();
+    for id in &ids {
+        create(&mut w, id);
+    }
+    for i in 0..40u64 {
+        touch(&mut w, &ids[i as usize % 4], i).unwrap();
+        acked.push((ids[i as usize % 4].clone(), i));
+    }
+    p.kill();
+    r.client().call("PROMOTE", json!({})).unwrap();
+    assert_acked_present_once(&r, &acked);
+}
+
+#[test]
+fn a_slow_replica_is_dropped_counted_and_catches_up() {
+    let (p, _pd) = primary("[replication]\nfanout_max = 16\n[storage]\nfsync = \"never\"");
+    let mut w = p.client();
+    put_machine(&mut w);
+    create(&mut w, "l-1");
+    let (r, _rd) = replica_of(&p, "slow", "");
+    converge(&p, &r);
+    r.signal(libc::SIGSTOP);
+    for i in 0..300 {
+        touch(&mut w, "l-1", i).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while scrape(&p).get("svc_replication_slow_replica_disconnects_total", &[]) < 1.0 {
+        assert!(Instant::now() < deadline, "never dropped:\n{}", p.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    r.signal(libc::SIGCONT);
+    converge(&p, &r);
+    assert_eq!(
+        snapshot_of(&r, &["l-1".into()]),
+        snapshot_of(&p, &["l-1".into()])
+    );
+}
+
+#[test]
+fn the_link_authenticates_and_a_bad_token_does_not_follow() {
+    // sha256("repl-secret")
+    let digest = sha256_hex("repl-secret");
+    let (p, _pd) = primary(&format!(
+        "[auth]\nrequired = true\ntoken_hashes = []\n[replication]\ntoken_hashes = [\"{digest}\"]"
+    ));
+    let (r, _rd) = replica_of(&p, "auth", "[replication]\nauth_token = \"repl-secret\"");
+    converge_authed(&p, &r);
+    let (bad, _bd) = replica_of(&p, "bad", "[replication]\nauth_token = \"wrong\"");
+    bad.wait_for_log("AUTH refused", 1);
+    let s = bad.client().call("REPLICATION_STATUS", json!({})).unwrap();
+    assert_eq!(s["connected"], false);
+}
+
+fn converge_authed(_p: &Server, r: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while status(r)["connected"] != true {
+        assert!(Instant::now() < deadline, "never connected:\n{}", r.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn sha256_hex(s: &str) -> String {
+    let (code, out, _) = run_to_exit_stdin(s);
+    assert_eq!(code, 0);
+    out.trim().to_string()
+}
+
+fn run_to_exit_stdin(input: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_smdb-cli"))
+        .arg("hash-token")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn stale_epochs_and_other_members_are_refused_clearly() {
+    let (p, _pd) = primary("");
+    let mut c = p.client();
+    let newer = c.call(
+        "REPLICATE",
+        json!({"replica_id": "x", "epoch": 99, "positions": {"0": 0}}),
+    );
+    assert_eq!(err_code(newer), "STALE_EPOCH");
+    let mut c = p.client();
+    let shards = c.call(
+        "REPLICATE",
+        json!({"replica_id": "x", "epoch": 1, "positions": {"0": 0, "1": 0}}),
+    );
+    assert_eq!(err_code(shards), "BAD_REQUEST");
+    // A standalone server is not a primary.
+    let (s, _sd) = Server::start("");
+    assert_eq!(
+        err_code(s.client().call(
+            "REPLICATE",
+            json!({"replica_id": "x", "positions": {"0": 0}})
+        )),
+        "BAD_REQUEST"
+    );
+    assert_eq!(
+        s.client().call("REPLICATION_STATUS", json!({})).unwrap()["role"],
+        "standalone"
+    );
+    assert_eq!(
+        err_code(s.client().call("PROMOTE", json!({}))),
+        "BAD_REQUEST"
+    );
+    // A replica holding data of another shard count refuses to follow, naming both counts.
+    let (two, dir) = Server::start("[shards]\ncount = 2");
+    drop(two);
+    let r = Server::start_in(
+        dir.path(),
+        &replica_config(&p.addr.to_string(), "two", "[shards]\ncount = 2"),
+    )
+    .unwrap();
+    r.wait_for_log("shard counts differ: the primary has 1, the replica 2", 1);
+}
