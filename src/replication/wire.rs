@@ -48,6 +48,9 @@ pub struct ReplicateResult {
 pub struct StreamFrame {
     #[serde(rename = "type")]
     pub kind_of: String,
+    /// Absent on a `response` (e.g. `SHUTTING_DOWN` while the primary drains), which the
+    /// follower skips.
+    #[serde(default)]
     pub kind: String,
     #[serde(default)]
     pub shard: u32,
