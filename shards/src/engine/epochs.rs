@@ -17,7 +17,9 @@ impl Engine {
         if epoch > last && offset > at {
             self.epochs.push((epoch, offset));
         } else {
-            log::warn!("skipping epoch entry {epoch} at offset {offset}: epoch {last} began at {at}");
+            log::warn!(
+                "skipping epoch entry {epoch} at offset {offset}: epoch {last} began at {at}"
+            );
         }
         json!({})
     }
@@ -46,7 +48,9 @@ impl Engine {
             .windows(2)
             .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1);
         if !ascending || epochs.iter().any(|&(e, o)| e == 0 || o == 0) {
-            return Err(format!("snapshot epoch history is not ascending: {epochs:?}"));
+            return Err(format!(
+                "snapshot epoch history is not ascending: {epochs:?}"
+            ));
         }
         self.epochs = epochs;
         Ok(())
