@@ -4,7 +4,7 @@
 use std::rc::Rc;
 
 use shards::engine::{Engine, Replay};
-use shards::wal::{Recovered, Wal, WalConfig, WalError, WalStats};
+use shards::wal::{LogHandle, Recovered, Wal, WalConfig, WalError, WalStats};
 use shards::{ErrorCode, Rejection};
 
 pub struct Durability {
@@ -66,6 +66,11 @@ impl Durability {
 
     pub fn wal(&self) -> &Rc<Wal> {
         &self.wal
+    }
+
+    /// The log's view for other executors (replication).
+    pub fn handle(&self) -> LogHandle {
+        self.wal.handle()
     }
 
     /// Flushes and syncs what is pending (graceful shutdown).

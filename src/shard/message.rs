@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 use shards::engine::{Entry, ListPage};
+use shards::wal::LogHandle;
 use shards::Rejection;
 
 use super::subs::{Filter, PushMsg};
@@ -49,6 +50,9 @@ pub enum ShardCall {
         to: u64,
         max: usize,
     },
+    /// Replication (`shard/replica.rs`): the log's position, epochs and a handle to read it
+    /// from another executor. Answered with `Position`.
+    LogPosition,
 }
 
 pub enum ReplyBody {
@@ -78,6 +82,16 @@ pub enum ReplyBody {
     Watch {
         result: Vec<u8>,
         subscription: u64,
+    },
+    /// `LogPosition`: head (appended), durable and oldest retained offsets, the newest epoch
+    /// (0: none) and every `(epoch, first offset)`, and a handle for reading the log.
+    Position {
+        head: u64,
+        durable: u64,
+        oldest: u64,
+        last_epoch: u64,
+        epochs: Vec<(u64, u64)>,
+        handle: LogHandle,
     },
 }
 

@@ -7,6 +7,7 @@
 mod batch;
 pub mod durability;
 pub mod message;
+mod replica;
 pub mod runtime;
 pub mod subs;
 pub mod timers;

@@ -284,6 +284,7 @@ impl Shard {
             }
             ShardCall::Info => (Ok(ReplyBody::Value(self.info())), 0),
             ShardCall::Stats => (Ok(ReplyBody::Stats(Box::new(self.stats()))), 0),
+            ShardCall::LogPosition => (Ok(self.position()), 0),
             ShardCall::Subscribe { .. }
             | ShardCall::Unsubscribe { .. }
             | ShardCall::ReadEvents { .. } => {

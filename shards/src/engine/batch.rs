@@ -155,7 +155,7 @@ impl<'e> Overlay<'e> {
                     keys: Vec::new(),
                 };
             }
-            Entry::PutMachine { .. } | Entry::Batch { .. } => {}
+            Entry::PutMachine { .. } | Entry::Batch { .. } | Entry::Epoch { .. } => {}
         }
     }
 }
@@ -227,9 +227,12 @@ impl Engine {
     ) -> Value {
         let mut results = Vec::with_capacity(if want_result { entries.len() } else { 0 });
         for entry in entries {
-            if matches!(entry, Entry::Batch { .. } | Entry::PutMachine { .. }) {
+            if matches!(
+                entry,
+                Entry::Batch { .. } | Entry::PutMachine { .. } | Entry::Epoch { .. }
+            ) {
                 // The codec refuses these inside a batch; a JSON entry could still hold one.
-                log::warn!("skipping a nested batch or machine entry at offset {offset}");
+                log::warn!("skipping a nested batch, machine or epoch entry at offset {offset}");
                 continue;
             }
             let result = self.apply(entry, offset, want_result);

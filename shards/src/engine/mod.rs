@@ -19,6 +19,7 @@ pub use entry::{DecodeError, Entry, EventRef, Record};
 
 mod catalog;
 pub mod definition;
+mod epochs;
 pub mod guard;
 mod history;
 mod idempotency;

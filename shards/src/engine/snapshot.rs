@@ -1,8 +1,10 @@
 //! Snapshots: the whole engine (definitions, instances with histories and idempotency records,
 //! counters) as one JSON document, and back.
 //!
-//! Form: `{"v":1, "machines":[<PutMachine entry>..], "instances":[<record>..], "stats":{..}}`,
-//! machines by name and version, instances by id, so equal engines give equal bytes.
+//! Form: `{"v":1, "machines":[<PutMachine entry>..], "instances":[<record>..], "stats":{..},
+//! "epochs":[[epoch,offset]..]}`, machines by name and version, instances by id, so equal
+//! engines give equal bytes. `epochs` is left out while empty, and reads as empty when absent
+//! (snapshots written before replication).
 //! Definitions are recompiled on restore, the same path `apply` takes.
 
 use std::collections::HashMap;
@@ -22,6 +24,8 @@ struct SnapshotOut<'a> {
     machines: Vec<Entry>,
     instances: Vec<&'a InstanceRecord>,
     stats: StatsForm,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    epochs: &'a [(u64, u64)],
 }
 
 #[derive(Deserialize)]
@@ -30,6 +34,8 @@ struct SnapshotIn {
     machines: Vec<Entry>,
     instances: Vec<InstanceRecord>,
     stats: StatsForm,
+    #[serde(default)]
+    epochs: Vec<(u64, u64)>,
 }
 
 impl Engine {
@@ -42,6 +48,7 @@ impl Engine {
             machines: self.machine_entries(),
             instances,
             stats: StatsForm::from(&self.stats),
+            epochs: &self.epochs,
         };
         // Cannot fail: every map in the snapshot has string keys and no Serialize impl here
         // returns an error, which are serde_json's only failure causes when writing to a Vec.
@@ -93,6 +100,7 @@ impl Engine {
         }
         engine.instances = instances;
         engine.stats = snapshot.stats.into();
+        engine.set_epochs(snapshot.epochs)?;
         Ok(engine)
     }
 }

@@ -56,6 +56,8 @@ pub struct Engine {
     pub(super) names: Interner,
     /// Instances whose `timer_due_ms` is set (`engine::timers`).
     pub(super) timers_armed: u64,
+    /// Replication epochs: `(epoch, offset of its epoch entry)`, ascending (`engine::epochs`).
+    pub(super) epochs: Vec<(u64, u64)>,
 }
 
 impl Engine {
@@ -96,6 +98,7 @@ impl Engine {
             }
             Entry::Delete { .. } => self.apply_delete(entry, offset),
             Entry::Batch { entries } => Some(self.apply_batch(entries, offset, want_result)),
+            Entry::Epoch { epoch } => Some(self.apply_epoch(epoch, offset)),
         };
         result.filter(|_| want_result)
     }

@@ -35,6 +35,7 @@ pub(crate) async fn compact(shared: &Shared) -> Result<(), WalError> {
         // Out of the list first, so readers see the new oldest offset at once.
         segs.drain(..n).map(|s| s.path).collect()
     };
+    shared.publish_oldest();
     if victims.is_empty() {
         return Ok(());
     }

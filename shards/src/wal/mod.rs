@@ -11,7 +11,9 @@ mod compaction;
 mod config;
 mod error;
 mod files;
+mod handle;
 pub mod limits;
+mod log_reader;
 mod reader;
 pub mod record;
 mod recovery;
@@ -35,6 +37,8 @@ use glommio::task::JoinHandle;
 
 pub use config::{FsyncPolicy, WalConfig};
 pub use error::WalError;
+pub use handle::LogHandle;
+pub use log_reader::LogReader;
 pub use stats::{Histogram, WalStats, BATCH_BOUNDS_ENTRIES, DURATION_BOUNDS_SECONDS};
 
 use limits::SNAPSHOTS_KEPT;
@@ -72,12 +76,40 @@ impl Wal {
         cfg: WalConfig,
         on: &mut dyn FnMut(Recovered<'_>) -> Result<(), String>,
     ) -> Result<Rc<Wal>, WalError> {
+        let handle = LogHandle::new(&cfg);
+        Wal::open_with(cfg, handle, on).await
+    }
+
+    /// `open`, publishing into an existing `handle` of the same log (taken from the `Wal` this
+    /// one replaces after a `truncate_after` or `install_snapshot`), so handles given out
+    /// earlier keep reporting the live log. Readers made from it drop their caches.
+    pub async fn open_with(
+        cfg: WalConfig,
+        handle: LogHandle,
+        on: &mut dyn FnMut(Recovered<'_>) -> Result<(), String>,
+    ) -> Result<Rc<Wal>, WalError> {
+        if handle.dir != cfg.dir || handle.shard != cfg.shard {
+            return Err(WalError::Config(format!(
+                "the log handle of {} (shard {}) does not belong to {} (shard {})",
+                handle.dir.display(),
+                handle.shard,
+                cfg.dir.display(),
+                cfg.shard
+            )));
+        }
+        handle.published.bump_generation();
         cfg.validate()?;
         create_dirs(&cfg).await?;
         files::probe_device(&cfg.dir).await?;
         let out = recovery::recover(&cfg, on).await?;
         let shard = cfg.shard;
-        let shared = Rc::new(Shared::new(cfg, out.head, out.segments, out.snapshots));
+        let shared = Rc::new(Shared::new(
+            cfg,
+            out.head,
+            out.segments,
+            out.snapshots,
+            handle,
+        ));
         let writer = match out.tail {
             Some(t) => SegmentWriter::resume(&shared, t.path, t.first, t.pos).await?,
             None => {
@@ -87,6 +119,8 @@ impl Wal {
                 SegmentWriter::create(&shared, out.head + 1, Some((file, spare.path()))).await?
             }
         };
+        shared.handle.published.set_durable(out.head);
+        shared.publish_oldest();
         log::info!(
             "wal: shard {shard}: recovered through offset {} ({} segment(s), oldest offset {})",
             out.head,
@@ -161,6 +195,12 @@ impl Wal {
             check,
         }
         .await
+    }
+
+    /// A thread-safe view of this log for other executors (durable and oldest offsets, and
+    /// readers with their own files). See `LogHandle`.
+    pub fn handle(&self) -> LogHandle {
+        self.shared.handle.clone()
     }
 
     /// Highest durable offset.

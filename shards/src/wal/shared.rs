@@ -13,6 +13,7 @@ use glommio::io::DmaFile;
 use super::config::{FsyncPolicy, WalConfig};
 use super::error::WalError;
 use super::files;
+use super::handle::LogHandle;
 use super::limits::{
     INDEX_STRIDE_BYTES, MARKER_BYTES, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
     SEGMENT_HEADER_BYTES,
@@ -130,12 +131,21 @@ pub(crate) struct Shared {
     /// Offsets of the snapshots on disk, ascending.
     pub snapshots: RefCell<Vec<u64>>,
     pub counters: RefCell<Counters>,
+    /// What other executors see (`LogHandle`): published by `publish_durable`,
+    /// `publish_oldest`.
+    pub handle: LogHandle,
     #[cfg(test)]
     pub faults: Faults,
 }
 
 impl Shared {
-    pub fn new(cfg: WalConfig, head: u64, segments: Vec<SegmentMeta>, snaps: Vec<u64>) -> Shared {
+    pub fn new(
+        cfg: WalConfig,
+        head: u64,
+        segments: Vec<SegmentMeta>,
+        snaps: Vec<u64>,
+        handle: LogHandle,
+    ) -> Shared {
         let room = cfg.segment_bytes - SEGMENT_HEADER_BYTES;
         let payload_max =
             (room as usize - MARKER_BYTES - RECORD_HEADER_BYTES).min(RECORD_PAYLOAD_BYTES_MAX);
@@ -158,6 +168,7 @@ impl Shared {
             current: RefCell::new(None),
             snapshots: RefCell::new(snaps),
             counters: RefCell::new(Counters::default()),
+            handle,
             #[cfg(test)]
             faults: Faults::default(),
         }
@@ -171,6 +182,11 @@ impl Shared {
     pub fn oldest(&self) -> u64 {
         let segs = self.segments.borrow();
         segs.first().map_or(self.head.get() + 1, |s| s.first)
+    }
+
+    /// Tells other executors the current oldest offset (after the segment list changed).
+    pub fn publish_oldest(&self) {
+        self.handle.published.set_oldest(self.oldest());
     }
 
     /// Marks the log failed for good and fails every waiter. Logs the cause once.
@@ -196,6 +212,7 @@ impl Shared {
             "durable offset must not go backwards"
         );
         self.durable.set(offset);
+        self.handle.published.set_durable(offset);
         let wakers = self.waiters.borrow_mut().take_through(offset);
         wake_all(wakers);
     }

@@ -10,6 +10,7 @@
 //! | 3 apply   | at_ms, instance_id, event, from, to, ?idempotency_key, ?machine, ?version, ?payload, [flags] |
 //! | 4 delete  | at_ms, id |
 //! | 5 batch   | count, then `count` times: length, entry (kinds 2-4, no nesting) |
+//! | 6 epoch   | epoch |
 //!
 //! Integers are unsigned LEB128; strings are a LEB128 byte length and UTF-8; JSON values
 //! (definition, context, payload) are a length and compact JSON text; `?x` is a presence byte
@@ -29,6 +30,7 @@ const KIND_CREATE: u8 = 2;
 const KIND_APPLY: u8 = 3;
 const KIND_DELETE: u8 = 4;
 const KIND_BATCH: u8 = 5;
+const KIND_EPOCH: u8 = 6;
 /// APPLY flags bit: the event was applied by a timer.
 const APPLY_FLAG_TIMER: u64 = 1;
 /// First byte of a format-1 (JSON) entry.
@@ -161,6 +163,10 @@ impl Entry {
                     out.extend_from_slice(&inner);
                 }
             }
+            Entry::Epoch { epoch } => {
+                out.push(KIND_EPOCH);
+                put_uint(out, *epoch);
+            }
         }
     }
 
@@ -270,6 +276,9 @@ impl<'a> Reader<'a> {
                 id: self.string()?,
             },
             KIND_BATCH => self.batch()?,
+            KIND_EPOCH => Entry::Epoch {
+                epoch: self.uint()?,
+            },
             other => {
                 self.pos -= 1;
                 return Err(self.error(format!("unknown entry kind {other}")));

@@ -68,6 +68,11 @@ pub enum Entry {
     /// (one offset, one CRC) so recovery applies all of them or none. Never nested.
     #[serde(rename = "batch")]
     Batch { entries: Vec<Entry> },
+    /// The start of a primary's term (replication epochs): every entry after it, up to the
+    /// next epoch entry, was written under `epoch`. `decide` never makes one; the shard appends
+    /// it directly when a term begins. Never inside a batch.
+    #[serde(rename = "epoch")]
+    Epoch { epoch: u64 },
 }
 
 /// An APPLY entry with borrowed fields: what `apply` reads, whether the entry was just decided
@@ -143,7 +148,7 @@ impl Entry {
     /// The instance this entry concerns, if any.
     pub fn instance_id(&self) -> Option<&str> {
         match self {
-            Entry::PutMachine { .. } | Entry::Batch { .. } => None,
+            Entry::PutMachine { .. } | Entry::Batch { .. } | Entry::Epoch { .. } => None,
             Entry::Create { id, .. } | Entry::Delete { id, .. } => Some(id),
             Entry::Apply { instance_id, .. } => Some(instance_id),
         }

@@ -2,6 +2,7 @@
 //! property tests against a reference model.
 
 mod batch;
+mod epochs;
 mod events;
 mod instances;
 mod machines;

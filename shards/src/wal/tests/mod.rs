@@ -3,6 +3,7 @@
 mod basic;
 mod helpers;
 mod poison;
+mod reader;
 mod recovery;
 mod snapshots;
 mod speed;

@@ -1,0 +1,90 @@
+//! `LogHandle`: what another executor may know about a shard's log without touching it.
+//!
+//! The `Wal` lives on its shard's executor and is `!Send`. A `LogHandle` is `Send + Sync` and
+//! holds only the log's paths and three atomics the `Wal` publishes as they move: the durable
+//! offset, the oldest retained offset, and a generation that changes whenever the log is
+//! rewound or replaced (`truncate_after`, `install_snapshot`). Readers on any executor make a
+//! `LogReader` from it, which opens its own read-only files (`log_reader.rs`).
+//!
+//! A handle survives the reopen that follows a rewind: the shard passes it to `Wal::open_with`,
+//! so one taken earlier keeps reporting the live log.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::config::WalConfig;
+use super::log_reader::LogReader;
+
+/// The figures a `Wal` publishes for other executors.
+#[derive(Debug, Default)]
+pub(crate) struct Published {
+    durable: AtomicU64,
+    oldest: AtomicU64,
+    generation: AtomicU64,
+}
+
+/// A cloneable, thread-safe view of one shard's log: its durable and oldest offsets, and
+/// `reader()` for reading it from any glommio executor.
+#[derive(Debug, Clone)]
+pub struct LogHandle {
+    pub(crate) published: Arc<Published>,
+    pub(crate) dir: PathBuf,
+    pub(crate) shard: u32,
+}
+
+impl LogHandle {
+    pub(crate) fn new(cfg: &WalConfig) -> LogHandle {
+        LogHandle {
+            published: Arc::new(Published::default()),
+            dir: cfg.dir.clone(),
+            shard: cfg.shard,
+        }
+    }
+
+    /// A reader for the executor this is called on (the reader is `!Send`).
+    pub fn reader(&self) -> LogReader {
+        LogReader::new(self.clone())
+    }
+
+    /// Highest durable offset (0 while the log is empty).
+    pub fn durable(&self) -> u64 {
+        self.published.durable.load(Ordering::Acquire)
+    }
+
+    /// Oldest offset a reader can read from the log; older ones are only in a snapshot.
+    pub fn oldest(&self) -> u64 {
+        self.published.oldest.load(Ordering::Acquire)
+    }
+
+    pub fn shard(&self) -> u32 {
+        self.shard
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.published.generation.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn wal_dir(&self) -> PathBuf {
+        self.dir.join("wal")
+    }
+
+    pub(crate) fn snapshot_dir(&self) -> PathBuf {
+        self.dir.join("snapshots")
+    }
+}
+
+impl Published {
+    pub fn set_durable(&self, offset: u64) {
+        self.durable.store(offset, Ordering::Release);
+    }
+
+    pub fn set_oldest(&self, offset: u64) {
+        self.oldest.store(offset, Ordering::Release);
+    }
+
+    /// The log was rewound or replaced: readers drop what they cached.
+    pub fn bump_generation(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+}
