@@ -8,12 +8,8 @@
 //! clears the instance's timer; the queued entry is skipped when popped). Recovery arms every
 //! instance from its state (`Timers::rebuild`); overdue timers fire at once.
 //!
-//! Pacing: at most `FIRES_PER_BATCH` fires, then the task sleeps for `FIRE_PAUSE`, so client
-//! requests queued on this shard run between batches however many timers are due. A sleep, not
-//! a yield: glommio polls io_uring only when no task is runnable (or at its 100 ms preemption
-//! timer), so a task that only yields would hold back every I/O completion, the log's writes
-//! included, and with them every reply, for up to 100 ms at a time (measured: 215-293 ms
-//! maximum client latency while 100k timers fired, before this pause).
+//! Pacing: at most `FIRES_PER_BATCH` fires, then the task yields, so client requests queued on
+//! this shard run between batches however many timers are due.
 //!
 //! Only a primary or standalone server fires timers (`fires_timers`; a replica will start with
 //! it off and arm nothing, then `rebuild` when promoted).
@@ -32,10 +28,6 @@ use crate::util::time::now_ms;
 
 /// Timers fired (or found stale) per turn before the task yields to client requests.
 pub const FIRES_PER_BATCH: usize = 256;
-
-/// The pause between fire batches: lets the executor poll io_uring (log writes complete,
-/// client requests arrive) before the next batch.
-const FIRE_PAUSE: Duration = Duration::from_micros(50);
 
 /// How long a fire that could not be logged (log I/O failure) waits before it is retried.
 const RETRY_AFTER_LOG_FAILURE_MS: u64 = 1000;
@@ -132,7 +124,7 @@ impl Timers {
     }
 
     /// The firing task: sleeps until the earliest deadline (or a wake-up), fires what is due
-    /// in batches of `FIRES_PER_BATCH`, pauses `FIRE_PAUSE` between batches.
+    /// in batches of `FIRES_PER_BATCH`, yields between batches.
     pub async fn run(shard: Rc<Shard>) {
         let timers = &shard.timers;
         if !timers.fires_timers {
@@ -144,7 +136,7 @@ impl Timers {
             match next {
                 Some(due) if due <= now => {
                     fire_batch(&shard, now);
-                    glommio::timer::sleep(FIRE_PAUSE).await;
+                    futures_lite::future::yield_now().await;
                 }
                 _ => {
                     let until = next.unwrap_or(u64::MAX);
