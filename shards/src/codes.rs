@@ -35,11 +35,13 @@ pub enum ErrorCode {
     Forbidden,
     BatchAborted,
     CrossShard,
+    /// Replication: a stream or term from an epoch older than one this member has seen.
+    StaleEpoch,
 }
 
 impl ErrorCode {
     /// All codes, in declaration order (used to size per-code metric arrays).
-    pub const ALL: [ErrorCode; 27] = [
+    pub const ALL: [ErrorCode; 28] = [
         ErrorCode::HelloRequired,
         ErrorCode::UnsupportedProtocol,
         ErrorCode::BadRequest,
@@ -67,6 +69,7 @@ impl ErrorCode {
         ErrorCode::Forbidden,
         ErrorCode::BatchAborted,
         ErrorCode::CrossShard,
+        ErrorCode::StaleEpoch,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -98,6 +101,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => "FORBIDDEN",
             ErrorCode::BatchAborted => "BATCH_ABORTED",
             ErrorCode::CrossShard => "CROSS_SHARD",
+            ErrorCode::StaleEpoch => "STALE_EPOCH",
         }
     }
 
