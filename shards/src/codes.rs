@@ -35,6 +35,7 @@ pub enum ErrorCode {
     Forbidden,
     BatchAborted,
     CrossShard,
+    /// Replication: a stream or term from an epoch older than one this member has seen.
     StaleEpoch,
 }
 

@@ -53,6 +53,20 @@ pub enum ShardCall {
     /// Replication (`shard/replica.rs`): the log's position, epochs and a handle to read it
     /// from another executor. Answered with `Position`.
     LogPosition,
+    /// Replication, on a replica: `entries[k]` is the primary's record payload at offset
+    /// `first + k`, sent under the primary's `epoch`. Appended unchanged, applied as recovery
+    /// does, answered with `Replicated` once durable. `BAD_REQUEST` (details `expected`) unless
+    /// `first` is head + 1; `STALE_EPOCH` if `epoch` is older than one this shard has seen.
+    ReplicaAppend {
+        epoch: u64,
+        first: u64,
+        entries: Vec<Vec<u8>>,
+    },
+    /// Replication, on a primary: a term begins. Logs `Entry::Epoch`, answers `{"offset": n}`
+    /// once durable; `STALE_EPOCH` unless `epoch` is above every epoch seen.
+    BeginEpoch { epoch: u64 },
+    /// A replica becomes primary: this shard starts firing timers. Answers `{}`.
+    Promote,
 }
 
 pub enum ReplyBody {
@@ -82,6 +96,12 @@ pub enum ReplyBody {
     Watch {
         result: Vec<u8>,
         subscription: u64,
+    },
+    /// `ReplicaAppend`: durable through `through`; `last_at_ms` is the `at_ms` of the last
+    /// entry in the call that has one (0: none).
+    Replicated {
+        through: u64,
+        last_at_ms: u64,
     },
     /// `LogPosition`: head (appended), durable and oldest retained offsets, the newest epoch
     /// (0: none) and every `(epoch, first offset)`, and a handle for reading the log.

@@ -12,6 +12,9 @@ pub mod runtime;
 pub mod subs;
 pub mod timers;
 
+#[cfg(test)]
+mod tests;
+
 pub use message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
 
 /// Depth of each front→shard request channel and shard→front response channel (replies and

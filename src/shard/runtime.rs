@@ -16,6 +16,7 @@ use shards::{ErrorCode, Rejection};
 
 use super::durability::Durability;
 use super::message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
+use super::replica::ReplState;
 use super::subs::{self, Registry};
 use super::timers::Timers;
 use crate::metrics::{LogStats, ShardStats};
@@ -48,6 +49,7 @@ pub struct Shard {
     queued: Cell<u64>,
     pub(super) subs: Registry,
     pub(super) timers: Timers,
+    pub(super) repl: ReplState,
 }
 
 /// Snapshot scheduling: after `every` entries, serialise the engine and let the log write it
@@ -81,6 +83,7 @@ pub async fn run(setup: ShardSetup) {
         queued: Cell::new(0),
         subs: Registry::start(),
         timers: Timers::new(setup.fires_timers),
+        repl: ReplState::default(),
     });
     shard.timers.rebuild(&mut shard.engine.borrow_mut());
     let timer_task = glommio::spawn_local(Timers::run(shard.clone()));
@@ -285,6 +288,13 @@ impl Shard {
             ShardCall::Info => (Ok(ReplyBody::Value(self.info())), 0),
             ShardCall::Stats => (Ok(ReplyBody::Stats(Box::new(self.stats()))), 0),
             ShardCall::LogPosition => (Ok(self.position()), 0),
+            ShardCall::ReplicaAppend {
+                epoch,
+                first,
+                entries,
+            } => self.replica_append(epoch, first, entries),
+            ShardCall::BeginEpoch { epoch } => self.begin_epoch(epoch),
+            ShardCall::Promote => self.promote(),
             ShardCall::Subscribe { .. }
             | ShardCall::Unsubscribe { .. }
             | ShardCall::ReadEvents { .. } => {

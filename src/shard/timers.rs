@@ -11,8 +11,9 @@
 //! Pacing: at most `FIRES_PER_BATCH` fires, then the task yields, so client requests queued on
 //! this shard run between batches however many timers are due.
 //!
-//! Only a primary or standalone server fires timers (`fires_timers`; a replica will start with
-//! it off and arm nothing, then `rebuild` when promoted).
+//! Only a primary or standalone server fires timers (`fires_timers`). A replica arms timers in
+//! the engine (so reads and `timers_pending` show them) but queues and fires nothing; `promote`
+//! turns firing on and rebuilds the queue from state, so overdue timers fire at once.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -39,8 +40,8 @@ pub static LATENESS_BOUNDS_SECONDS: [f64; 13] = [
 
 /// The timer state of one shard.
 pub struct Timers {
-    /// Off on a replica: nothing is armed or fired.
-    pub fires_timers: bool,
+    /// Off on a replica: timers are armed in the engine, never queued or fired.
+    fires_timers: Cell<bool>,
     queue: RefCell<TimerQueue>,
     /// Wakes the task when a timer earlier than the one it sleeps for is armed, or at stop.
     wake: Notify,
@@ -53,7 +54,7 @@ pub struct Timers {
 impl Timers {
     pub fn new(fires_timers: bool) -> Self {
         Timers {
-            fires_timers,
+            fires_timers: Cell::new(fires_timers),
             queue: RefCell::new(TimerQueue::default()),
             wake: Notify::default(),
             sleeping_until: Cell::new(u64::MAX),
@@ -62,14 +63,30 @@ impl Timers {
         }
     }
 
-    /// Arms every instance's timer from its state (after recovery).
-    pub fn rebuild(&self, engine: &mut Engine) {
-        if !self.fires_timers {
+    /// Whether this shard fires timers (primary or standalone).
+    pub fn fires(&self) -> bool {
+        self.fires_timers.get()
+    }
+
+    /// Starts firing (a replica promoted to primary): the queue is rebuilt from state and
+    /// overdue timers fire on the task's next turn. No-op when already firing.
+    pub fn promote(&self, engine: &mut Engine) {
+        if self.fires_timers.replace(true) {
             return;
         }
+        self.rebuild(engine);
+    }
+
+    /// Arms every instance's timer from its state (after recovery, a rebuilt engine, or
+    /// promotion); queues them when this shard fires timers.
+    pub fn rebuild(&self, engine: &mut Engine) {
         let started = Instant::now();
         let armed = engine.arm_all_timers();
         let n = armed.len();
+        if !self.fires_timers.get() {
+            *self.queue.borrow_mut() = TimerQueue::default();
+            return;
+        }
         *self.queue.borrow_mut() = TimerQueue::from_armed(armed);
         log::info!(
             "timers: {n} armed from state in {:.1} ms",
@@ -80,9 +97,6 @@ impl Timers {
 
     /// The instances `entry` may have moved into a new state: what `arm_after` looks at.
     pub fn touched(&self, entry: &Entry) -> Vec<String> {
-        if !self.fires_timers {
-            return Vec::new();
-        }
         match entry {
             Entry::Create { id, .. } => vec![id.clone()],
             Entry::Apply {
@@ -100,6 +114,9 @@ impl Timers {
     pub fn arm_after(&self, engine: &mut Engine, ids: &[String], offset: u64) {
         for id in ids {
             if let Some(due) = engine.arm_timer(id, offset) {
+                if !self.fires_timers.get() {
+                    continue; // a replica: armed in the engine, fired by no one until promoted
+                }
                 self.queue.borrow_mut().push(due, offset, id);
                 if due < self.sleeping_until.get() {
                     self.wake.notify();
@@ -127,10 +144,11 @@ impl Timers {
     /// in batches of `FIRES_PER_BATCH`, yields between batches.
     pub async fn run(shard: Rc<Shard>) {
         let timers = &shard.timers;
-        if !timers.fires_timers {
-            return;
-        }
         while !timers.stopped.get() {
+            if !timers.fires_timers.get() {
+                timers.wake.wait().await; // a replica: until promoted or stopped
+                continue;
+            }
             let now = now_ms();
             let next = timers.queue.borrow().next_due();
             match next {

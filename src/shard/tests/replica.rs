@@ -1,0 +1,222 @@
+//! Replication calls on real shards: a primary's records applied on a replica at the same
+//! offsets give the same state, epochs and pushes; wrong offsets and stale epochs are refused;
+//! timers are armed but not fired until promotion.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use shards::wal::LogHandle;
+use shards::ErrorCode;
+
+use super::*;
+use crate::shard::subs::Filter;
+
+fn machine() -> Value {
+    json!({"machine": "order", "version": 1, "definition": {
+        "states": ["new", "paid", "expired"],
+        "initial": "new",
+        "final": ["expired"],
+        "transitions": [
+            {"from": "new", "event": "pay", "to": "paid"},
+            {"from": "paid", "event": "note", "to": "paid"},
+            {"from": "paid", "event": "expire", "to": "expired", "after_ms": 1}
+        ]
+    }})
+}
+
+async fn position(s: &mut TestShard) -> (u64, u64, Vec<(u64, u64)>, LogHandle) {
+    match s.call(ShardCall::LogPosition).await.expect("position") {
+        ReplyBody::Position {
+            head,
+            last_epoch,
+            epochs,
+            handle,
+            durable,
+            ..
+        } => {
+            assert!(durable <= head);
+            (head, last_epoch, epochs, handle)
+        }
+        _ => panic!("not a position"),
+    }
+}
+
+async fn append(s: &mut TestShard, epoch: u64, first: u64, entries: &[Vec<u8>]) -> ReplyBody {
+    let call = ShardCall::ReplicaAppend {
+        epoch,
+        first,
+        entries: entries.to_vec(),
+    };
+    s.call(call).await.expect("replica append")
+}
+
+fn code(r: Result<ReplyBody, Rejection>) -> Rejection {
+    match r {
+        Ok(_) => panic!("expected a rejection"),
+        Err(rej) => rej,
+    }
+}
+
+#[test]
+fn replica_applies_the_primary_log_at_the_same_offsets() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let no_timers = Options {
+            fires_timers: false,
+            ..Options::default()
+        };
+        let mut p = TestShard::start(&root.join("p"), no_timers).await;
+        p.op(Op::PutMachine, machine()).await.expect("put");
+        let b = p
+            .json(ShardCall::BeginEpoch { epoch: 1 })
+            .await
+            .expect("epoch 1");
+        assert_eq!(b, json!({"offset": 2}));
+        let stale = p.call(ShardCall::BeginEpoch { epoch: 1 }).await;
+        assert_eq!(code(stale).code, ErrorCode::StaleEpoch);
+        for id in ["o-1", "o-2", "o-3"] {
+            let create = json!({"machine": "order", "version": 1, "id": id});
+            p.op(Op::CreateInstance, create).await.expect("create");
+        }
+        p.op(
+            Op::ApplyEvent,
+            json!({"instance_id": "o-1", "event": "pay"}),
+        )
+        .await
+        .expect("pay");
+        p.json(ShardCall::BeginEpoch { epoch: 2 })
+            .await
+            .expect("epoch 2");
+        p.op(
+            Op::ApplyEvent,
+            json!({"instance_id": "o-2", "event": "pay"}),
+        )
+        .await
+        .expect("pay");
+        p.op(
+            Op::ApplyEvent,
+            json!({"instance_id": "o-1", "event": "note", "payload": {"n": 1}}),
+        )
+        .await
+        .expect("note");
+        let (head, last_epoch, epochs, handle) = position(&mut p).await;
+        assert_eq!((head, last_epoch), (9, 2));
+        assert_eq!(epochs, vec![(1, 2), (2, 7)]);
+        let records = handle
+            .reader()
+            .read_from(1, 100, 1 << 20)
+            .await
+            .expect("read");
+        let entries: Vec<Vec<u8>> = records.into_iter().map(|(_, p)| p).collect();
+        assert_eq!(entries.len(), 9);
+
+        let mut r = TestShard::start(&root.join("r"), no_timers).await;
+        let watch = ShardCall::Subscribe {
+            sub: 7,
+            filter: Filter::default(),
+        };
+        assert!(matches!(
+            r.call(watch).await,
+            Ok(ReplyBody::Watching { head: 0, .. })
+        ));
+        let wrong = code(
+            r.call(ShardCall::ReplicaAppend {
+                epoch: 2,
+                first: 2,
+                entries: vec![],
+            })
+            .await,
+        );
+        assert_eq!(wrong.code, ErrorCode::BadRequest);
+        assert_eq!(wrong.details["expected"], json!(1));
+        let ReplyBody::Replicated { through, .. } = append(&mut r, 2, 1, &entries[..4]).await
+        else {
+            panic!("not replicated")
+        };
+        assert_eq!(through, 4);
+        let stale = r
+            .call(ShardCall::ReplicaAppend {
+                epoch: 1,
+                first: 5,
+                entries: vec![],
+            })
+            .await;
+        assert_eq!(code(stale).code, ErrorCode::StaleEpoch);
+        let bad = vec![entries[4].clone(), vec![3, 0, 200]];
+        let bad = code(
+            r.call(ShardCall::ReplicaAppend {
+                epoch: 2,
+                first: 5,
+                entries: bad,
+            })
+            .await,
+        );
+        assert_eq!(bad.code, ErrorCode::BadRequest);
+        assert!(bad.message.contains("offset 6"), "{}", bad.message);
+        let ReplyBody::Replicated {
+            through,
+            last_at_ms,
+        } = append(&mut r, 2, 5, &entries[4..]).await
+        else {
+            panic!("not replicated")
+        };
+        assert_eq!(through, 9);
+        let Ok(shards::engine::Entry::Apply { at_ms, .. }) =
+            shards::engine::Entry::decode(&entries[8])
+        else {
+            panic!("the last record is the note event")
+        };
+        assert_eq!(last_at_ms, at_ms);
+        let (r_head, r_epoch, r_epochs, _) = position(&mut r).await;
+        assert_eq!((r_head, r_epoch, r_epochs), (head, last_epoch, epochs));
+        for id in ["o-1", "o-2", "o-3"] {
+            let get = json!({"instance_id": id});
+            let on_p = p.op(Op::GetInstance, get.clone()).await.expect("get p");
+            let on_r = r.op(Op::GetInstance, get).await.expect("get r");
+            assert_eq!(on_p, on_r, "{id}");
+        }
+        // Pushes of the three events, at their offsets, none for creates or epochs.
+        let offsets: Vec<u64> = r.pushes.iter().map(|p| p.offset).collect();
+        assert_eq!(offsets, vec![6, 8, 9]);
+        // o-1 and o-2 are in `paid` with a 1 ms timer: armed, not fired on a replica.
+        let o1 = r
+            .op(Op::GetInstance, json!({"instance_id": "o-1"}))
+            .await
+            .expect("get");
+        assert_eq!(
+            (o1["state"].clone(), o1["timer"]["event"].clone()),
+            (json!("paid"), json!("expire"))
+        );
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+        assert_eq!(position(&mut r).await.0, 9, "a replica fires nothing");
+        // Promoted, it fires both overdue timers through its own log.
+        assert_eq!(
+            r.json(ShardCall::Promote).await.expect("promote"),
+            json!({})
+        );
+        let mut fired = 0;
+        for _ in 0..200 {
+            fired = position(&mut r).await.0 - 9;
+            if fired == 2 {
+                break;
+            }
+            glommio::timer::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(fired, 2);
+        let o1 = r
+            .op(Op::GetInstance, json!({"instance_id": "o-1"}))
+            .await
+            .expect("get");
+        assert_eq!(o1["state"], json!("expired"));
+        let stale = r.call(ShardCall::BeginEpoch { epoch: 2 }).await;
+        assert_eq!(code(stale).code, ErrorCode::StaleEpoch);
+        let b = r
+            .json(ShardCall::BeginEpoch { epoch: 3 })
+            .await
+            .expect("epoch 3");
+        assert_eq!(b, json!({"offset": 12}));
+        p.stop().await;
+        r.stop().await;
+    });
+}
