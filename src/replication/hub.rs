@@ -73,7 +73,8 @@ pub struct Hub {
     pub router: Rc<Router>,
     pub state: Arc<ReplState>,
     pub settings: Settings,
-    downs: Vec<ConnectedSender<Down>>,
+    /// Each front's down channel, once that front has connected it.
+    downs: RefCell<Vec<Option<Rc<ConnectedSender<Down>>>>>,
     links: RefCell<HashMap<u64, Rc<Link>>>,
     /// Per shard, the offset last reported to the shard as acknowledged by a sync quorum.
     synced: RefCell<Vec<u64>>,
@@ -85,38 +86,31 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// Connects the relay channels, starts one task per front, and the follower on a replica.
+    /// Starts one task per front (it connects that front's relay channels, which completes
+    /// only once the front runs, after start-up), and the follower on a replica.
     pub async fn start(setup: HubSetup, router: Rc<Router>) -> Rc<Hub> {
-        let connects: Vec<_> = setup
-            .fronts
-            .into_iter()
-            .map(|(rx, tx)| {
-                glommio::spawn_local(async move {
-                    futures_lite::future::zip(rx.connect(), tx.connect()).await
-                })
-            })
-            .collect();
-        let mut ups = Vec::new();
-        let mut downs = Vec::new();
-        for c in connects {
-            let (rx, tx) = c.await;
-            ups.push(rx);
-            downs.push(tx);
-        }
         let shards = router.shard_count() as usize;
         let hub = Rc::new(Hub {
             router,
             state: setup.state,
             settings: setup.settings,
-            downs,
+            downs: RefCell::new((0..setup.fronts.len()).map(|_| None).collect()),
             links: RefCell::new(HashMap::new()),
             synced: RefCell::new(vec![0; shards]),
             follower_stop: Notify::default(),
             follower_running: Cell::new(false),
             stopping: Cell::new(false),
         });
-        for (front, rx) in ups.into_iter().enumerate() {
-            glommio::spawn_local(serve_front(Rc::downgrade(&hub), front, rx)).detach();
+        for (front, (rx, tx)) in setup.fronts.into_iter().enumerate() {
+            let weak = Rc::downgrade(&hub);
+            glommio::spawn_local(async move {
+                let (rx, tx) = futures_lite::future::zip(rx.connect(), tx.connect()).await;
+                if let Some(hub) = weak.upgrade() {
+                    hub.downs.borrow_mut()[front] = Some(Rc::new(tx));
+                }
+                serve_front(weak, front, rx).await;
+            })
+            .detach();
         }
         if hub.state.is_replica() {
             hub.follower_running.set(true);
@@ -128,7 +122,8 @@ impl Hub {
     /// Sends `msg` to front `front` (waits for room: the front drains its channel without
     /// waiting on anything).
     pub async fn down(&self, front: usize, msg: Down) -> bool {
-        match self.downs.get(front) {
+        let tx = self.downs.borrow().get(front).cloned().flatten();
+        match tx {
             Some(tx) => tx.send(msg).await.is_ok(),
             None => false,
         }
