@@ -134,7 +134,13 @@ async fn receive(
         let Some(call) = subs::intercept(shard, client, req.token, req.call, outbox) else {
             continue;
         };
-        let (result, needs) = shard.execute(call);
+        let (result, needs) = match call {
+            // Replication rewinds close and reopen the log: this client waits for them.
+            call @ (ShardCall::Truncate { .. } | ShardCall::InstallSnapshot { .. }) => {
+                shard.rewind(call).await
+            }
+            call => shard.execute(call),
+        };
         outbox.push(
             needs,
             ShardResponse {
@@ -173,6 +179,15 @@ impl Outbox {
 
     fn close(&self) {
         self.closed.set(true);
+        self.wake.notify();
+    }
+
+    /// After a log rewind to `head`: what waits for a later offset waited on the old log,
+    /// which made everything it had durable when it closed, so it may leave now.
+    pub(super) fn clamp_needs(&self, head: u64) {
+        for (needs, _) in self.queue.borrow_mut().iter_mut() {
+            *needs = (*needs).min(head);
+        }
         self.wake.notify();
     }
 
@@ -224,6 +239,18 @@ impl Outbox {
 pub(super) type Outcome = (Result<ReplyBody, Rejection>, u64);
 
 impl Shard {
+    /// Waits until no background snapshot is being written (before a log rewind).
+    pub(super) async fn snapshot_idle(&self) {
+        while self.snapshots.running.get() {
+            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    /// The log was rewound to `head`: the next snapshot is due `every` entries from there.
+    pub(super) fn snapshot_from(&self, head: u64) {
+        self.snapshots.last_offset.set(head);
+    }
+
     /// Starts a background snapshot when enough entries have accumulated. Serialising the
     /// engine happens here, synchronously (the state must not move under it); writing, syncing
     /// and compacting happen in a task that waits for the offset to be durable first.
@@ -299,6 +326,9 @@ impl Shard {
             | ShardCall::Unsubscribe { .. }
             | ShardCall::ReadEvents { .. } => {
                 (Err(internal("subscription call not intercepted")), 0)
+            }
+            ShardCall::Truncate { .. } | ShardCall::InstallSnapshot { .. } => {
+                (Err(internal("rewind call not awaited")), 0)
             }
         }
     }
