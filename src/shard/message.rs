@@ -75,6 +75,9 @@ pub enum ShardCall {
     /// as of `offset` (the next entry is `offset + 1`), then rebuild the state. Answers `{}`;
     /// `BAD_REQUEST` when the payload is not an engine snapshot (nothing changes).
     InstallSnapshot { offset: u64, payload: Vec<u8> },
+    /// Sync replication, on a primary (`shard/sync.rs`): `sync_replicas` replicas hold this
+    /// shard's log through `through` (monotonic). Answers `{}` at once.
+    ReplicaAcked { through: u64 },
 }
 
 pub enum ReplyBody {

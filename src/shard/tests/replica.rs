@@ -267,6 +267,7 @@ fn truncate_and_snapshot_install_rebuild_the_state_from_the_log() {
         let opts = Options {
             fires_timers: false,
             segment_bytes: 16 << 10,
+            sync: None,
         };
         let mut r = TestShard::start(&root.join("r"), opts).await;
         append(&mut r, 2, 1, &entries).await;
