@@ -295,16 +295,13 @@ impl Shard {
         s.running.set(true);
         s.last_offset.set(head);
         let bytes = self.engine.borrow().snapshot();
+        // The log whose state this is: after a replication rewind it refuses the snapshot.
+        let wal = self.log.wal();
         let shard = self.clone();
         glommio::spawn_local(async move {
-            let written = match shard.log.wait_durable(head).await {
-                Ok(()) => shard
-                    .log
-                    .wal()
-                    .write_snapshot(head, &bytes)
-                    .await
-                    .map_err(|e| e.to_string()),
-                Err(r) => Err(r.message),
+            let written = match wal.wait_durable(head).await {
+                Ok(()) => (wal.write_snapshot(head, &bytes).await).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             };
             match written {
                 Ok(()) => log::info!("shard {}: snapshot at offset {head}", shard.index),

@@ -124,6 +124,8 @@ impl Outbox {
         let Some(sync) = shard.sync.as_ref() else {
             return self.run(shard.clone(), tx).await;
         };
+        // Bound: replies only, moved here from `queue`, so the outbox's bound (the client's
+        // requests in flight on this shard) bounds both; each leaves by `sync_timeout_ms`.
         let mut held: VecDeque<(u64, ShardMessage, Option<Instant>)> = VecDeque::new();
         let mut failure: Option<Rejection> = None;
         loop {
