@@ -105,12 +105,12 @@ impl ErrorCode {
         }
     }
 
-    /// CONTRACT §6: the codes a client may retry unchanged.
+    /// CONTRACT §6: the codes a client may retry unchanged. `SYNC_TIMEOUT` is not one: the
+    /// write it answers is committed (CONTRACT §10), so a retry would apply it twice.
     pub fn retryable(self) -> bool {
         matches!(
             self,
-            ErrorCode::SyncTimeout
-                | ErrorCode::RateLimited
+            ErrorCode::RateLimited
                 | ErrorCode::ShuttingDown
                 | ErrorCode::ConnectionLimit
                 | ErrorCode::WalIoError

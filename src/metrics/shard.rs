@@ -22,6 +22,8 @@ pub struct ShardStats {
     pub timers_pending: u64,
     /// Seconds from a timer's due time to its fire (empty until the first fire).
     pub timer_lateness: HistogramSnapshot,
+    /// Sync replication: write replies that became `SYNC_TIMEOUT` (0 unless sync mode).
+    pub sync_timeouts: u64,
     pub log: LogStats,
 }
 

@@ -146,6 +146,7 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
             snapshot_every: config.storage.snapshot_every_entries,
             // Replicas never fire timers (CONTRACT §4); a promoted one will re-arm from state.
             fires_timers: config.replication.role != Some(Role::Replica),
+            sync: crate::shard::sync::SyncSetup::from_config(&config.replication),
             ready: ready_tx.clone(),
         };
         handles.push(spawn(&format!("shard{i}"), *cpu, io_memory, move || {

@@ -1,6 +1,11 @@
 //! The shard's log: where entries get offsets and when they count as durable. A thin layer over
 //! `shards::wal::Wal` that recovers the engine at open and turns log failures into wire codes.
+//!
+//! The `Wal` is swappable: a replication rewind (`rewind`) closes it, changes its files, and
+//! reopens the directory through the start-up recovery path, so the rebuilt engine is exactly
+//! what the log holds. Nothing holds a borrow of the cell across an await.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use shards::engine::{Engine, Replay};
@@ -8,77 +13,151 @@ use shards::wal::{LogHandle, Recovered, Wal, WalConfig, WalError, WalStats};
 use shards::{ErrorCode, Rejection};
 
 pub struct Durability {
-    wal: Rc<Wal>,
+    wal: RefCell<Rc<Wal>>,
+    cfg: WalConfig,
+}
+
+/// What a replication rewind does to the log before it is reopened.
+pub enum Rewind {
+    /// Drop every entry after this offset.
+    TruncateAfter(u64),
+    /// Replace the log with this engine snapshot at this offset.
+    Install { offset: u64, payload: Vec<u8> },
 }
 
 impl Durability {
     /// Opens the shard's log and rebuilds `engine` from the newest snapshot and the entries
     /// after it. A corrupt log (anything but a torn tail) is an error naming file and offset.
     pub async fn open(cfg: WalConfig, engine: &mut Engine) -> Result<Durability, String> {
-        let started = std::time::Instant::now();
-        let mut replay = Replay::new();
-        let mut on = |rec: Recovered<'_>| -> Result<(), String> {
-            match rec {
-                Recovered::Snapshot { offset, bytes } => {
-                    replay.flush(engine)?;
-                    *engine = Engine::restore(bytes)
-                        .map_err(|e| format!("snapshot at offset {offset}: {e}"))?;
-                }
-                Recovered::Record { offset, payload } => replay.push(engine, offset, payload)?,
+        let wal = recover(cfg.clone(), None, engine).await?;
+        Ok(Durability {
+            wal: RefCell::new(wal),
+            cfg,
+        })
+    }
+
+    /// Applies `what` to the log, reopens it (recovery, as at start-up) and returns the number
+    /// of entries dropped and the engine rebuilt from it. A refused rewind (a truncation the
+    /// retained log cannot serve) changes nothing; a failure after the log was closed leaves
+    /// it closed (the shard then refuses writes until restarted, as after an I/O error).
+    pub async fn rewind(&self, what: Rewind) -> Result<(u64, Engine), Rejection> {
+        let wal = self.wal();
+        let removed = match &what {
+            Rewind::TruncateAfter(after) => wal.truncate_after(*after).await,
+            Rewind::Install { offset, payload } => {
+                let head = wal.head_offset();
+                (wal.install_snapshot(*offset, payload).await)
+                    .map(|()| head.saturating_sub(*offset))
             }
-            Ok(())
         };
-        let wal = Wal::open(cfg, &mut on).await.map_err(|e| e.to_string())?;
-        replay.flush(engine)?;
-        let entries = replay.applied();
-        log::info!(
-            "shard recovered {entries} log entries in {:?}: {} instances, head offset {}",
-            started.elapsed(),
-            engine.instance_count(),
-            wal.head_offset()
-        );
-        Ok(Durability { wal })
+        let removed = match removed {
+            Ok(n) => n,
+            Err(WalError::Trimmed { requested, oldest }) => {
+                let msg = format!(
+                    "cannot keep the log through offset {}: it is retained from offset {oldest} \
+                     only; install a snapshot instead",
+                    requested - 1
+                );
+                return Err(Rejection::new(ErrorCode::BadRequest, msg).with("oldest", oldest));
+            }
+            Err(e) => {
+                log::error!("{}: rewinding the log failed: {e}", self.cfg.dir.display());
+                return Err(rejection(e));
+            }
+        };
+        let mut engine = Engine::new();
+        let reopened = recover(self.cfg.clone(), Some(wal.handle()), &mut engine).await;
+        match reopened {
+            Ok(new) => {
+                *self.wal.borrow_mut() = new;
+                Ok((removed, engine))
+            }
+            Err(e) => {
+                log::error!(
+                    "{}: reopening the rewound log failed: {e}",
+                    self.cfg.dir.display()
+                );
+                Err(Rejection::new(ErrorCode::InternalError, e))
+            }
+        }
     }
 
     /// Buffers one entry for the next group commit and returns its offset.
     pub fn append(&self, payload: &[u8]) -> Result<u64, Rejection> {
-        self.wal.append(payload).map_err(rejection)
+        self.wal.borrow().append(payload).map_err(rejection)
     }
 
     pub fn head(&self) -> u64 {
-        self.wal.head_offset()
+        self.wal.borrow().head_offset()
     }
 
     pub fn durable(&self) -> u64 {
-        self.wal.durable_offset()
+        self.wal.borrow().durable_offset()
     }
 
     pub async fn wait_durable(&self, offset: u64) -> Result<(), Rejection> {
-        if offset <= self.wal.durable_offset() {
+        let wal = self.wal();
+        if offset <= wal.durable_offset() {
             return Ok(());
         }
-        self.wal.wait_durable(offset).await.map_err(rejection)
+        wal.wait_durable(offset).await.map_err(rejection)
     }
 
     pub fn stats(&self) -> WalStats {
-        self.wal.stats()
+        self.wal.borrow().stats()
     }
 
-    pub fn wal(&self) -> &Rc<Wal> {
-        &self.wal
+    /// The current log (replaced by `rewind`).
+    pub fn wal(&self) -> Rc<Wal> {
+        self.wal.borrow().clone()
     }
 
-    /// The log's view for other executors (replication).
+    /// The log's view for other executors (replication); the same across rewinds.
     pub fn handle(&self) -> LogHandle {
-        self.wal.handle()
+        self.wal.borrow().handle()
     }
 
     /// Flushes and syncs what is pending (graceful shutdown).
     pub async fn close(&self) {
-        if let Err(e) = self.wal.close().await {
+        if let Err(e) = self.wal().close().await {
             log::error!("closing the log: {e}");
         }
     }
+}
+
+/// Opens the log in `cfg` (into `handle` when reopening) and replays it into `engine`.
+async fn recover(
+    cfg: WalConfig,
+    handle: Option<LogHandle>,
+    engine: &mut Engine,
+) -> Result<Rc<Wal>, String> {
+    let started = std::time::Instant::now();
+    let mut replay = Replay::new();
+    let mut on = |rec: Recovered<'_>| -> Result<(), String> {
+        match rec {
+            Recovered::Snapshot { offset, bytes } => {
+                replay.flush(engine)?;
+                *engine = Engine::restore(bytes)
+                    .map_err(|e| format!("snapshot at offset {offset}: {e}"))?;
+            }
+            Recovered::Record { offset, payload } => replay.push(engine, offset, payload)?,
+        }
+        Ok(())
+    };
+    let wal = match handle {
+        Some(handle) => Wal::open_with(cfg, handle, &mut on).await,
+        None => Wal::open(cfg, &mut on).await,
+    }
+    .map_err(|e| e.to_string())?;
+    replay.flush(engine)?;
+    let entries = replay.applied();
+    log::info!(
+        "shard recovered {entries} log entries in {:?}: {} instances, head offset {}",
+        started.elapsed(),
+        engine.instance_count(),
+        wal.head_offset()
+    );
+    Ok(wal)
 }
 
 /// How a log failure reaches a client.

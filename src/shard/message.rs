@@ -67,6 +67,17 @@ pub enum ShardCall {
     BeginEpoch { epoch: u64 },
     /// A replica becomes primary: this shard starts firing timers. Answers `{}`.
     Promote,
+    /// Replication, on a replica: drop every log entry after `after` (the primary's log
+    /// diverged there), then rebuild the state from the log. Answered with `Truncated`.
+    /// `BAD_REQUEST` (details `oldest`) when the retained log cannot keep that prefix.
+    Truncate { after: u64 },
+    /// Replication, on a replica: replace the log with the primary's engine snapshot `payload`
+    /// as of `offset` (the next entry is `offset + 1`), then rebuild the state. Answers `{}`;
+    /// `BAD_REQUEST` when the payload is not an engine snapshot (nothing changes).
+    InstallSnapshot { offset: u64, payload: Vec<u8> },
+    /// Sync replication, on a primary (`shard/sync.rs`): `sync_replicas` replicas hold this
+    /// shard's log through `through` (monotonic). Answers `{}` at once.
+    ReplicaAcked { through: u64 },
 }
 
 pub enum ReplyBody {
@@ -102,6 +113,10 @@ pub enum ReplyBody {
     Replicated {
         through: u64,
         last_at_ms: u64,
+    },
+    /// `Truncate`: how many entries were dropped.
+    Truncated {
+        removed: u64,
     },
     /// `LogPosition`: head (appended), durable and oldest retained offsets, the newest epoch
     /// (0: none) and every `(epoch, first offset)`, and a handle for reading the log.

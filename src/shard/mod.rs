@@ -10,6 +10,7 @@ pub mod message;
 mod replica;
 pub mod runtime;
 pub mod subs;
+pub mod sync;
 pub mod timers;
 
 #[cfg(test)]

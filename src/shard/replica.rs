@@ -8,18 +8,24 @@
 //!   subscriptions; timers are armed in the engine but not fired. Answered once durable.
 //! - `BeginEpoch` (primary): a term begins; its epoch entry goes through the normal log path.
 //! - `Promote` (replica becoming primary): start firing timers.
+//! - `Truncate` / `InstallSnapshot` (replica): rewind the log (`Durability::rewind`: drop
+//!   what follows the point where it agrees with the primary's, or replace it with the
+//!   primary's snapshot), then rebuild the engine from the log exactly as at start-up.
+//!   Subscriptions stay registered; timers are re-armed from the rebuilt state.
 //!
 //! A replica mirrors its primary's layout, so every record lands at the primary's offset on
 //! the same shard, and the epoch history (kept by the engine from epoch entries) is the same
 //! wherever the logs agree.
 
 use std::cell::Cell;
+use std::rc::Rc;
 
 use serde_json::json;
-use shards::engine::{Entry, Record};
+use shards::engine::{Engine, Entry, Record};
 use shards::{ErrorCode, Rejection};
 
-use super::message::ReplyBody;
+use super::durability::Rewind;
+use super::message::{ReplyBody, ShardCall};
 use super::runtime::{Outcome, Shard};
 
 /// Replication state a shard keeps beside its engine.
@@ -168,6 +174,61 @@ impl Shard {
     pub(super) fn promote(&self) -> Outcome {
         self.timers.promote(&mut self.engine.borrow_mut());
         (Ok(ReplyBody::Json(b"{}".to_vec())), 0)
+    }
+}
+
+impl Shard {
+    /// `ShardCall::Truncate` and `ShardCall::InstallSnapshot`: rewind the log, rebuild the
+    /// engine from it. The caller's requests wait; others see the old state until the swap.
+    pub(super) async fn rewind(self: &Rc<Self>, call: ShardCall) -> Outcome {
+        let what = match call {
+            ShardCall::Truncate { after } => {
+                if after >= self.log.head() {
+                    return (Ok(ReplyBody::Truncated { removed: 0 }), 0);
+                }
+                Rewind::TruncateAfter(after)
+            }
+            ShardCall::InstallSnapshot { offset, payload } => {
+                // Checked before anything changes: a payload recovery cannot load would leave
+                // the shard unable to start.
+                if let Err(e) = Engine::restore(&payload) {
+                    let msg = format!("the snapshot at offset {offset} does not load: {e}");
+                    return (Err(Rejection::new(ErrorCode::BadRequest, msg)), 0);
+                }
+                Rewind::Install { offset, payload }
+            }
+            _ => {
+                let rej = Rejection::new(ErrorCode::InternalError, "not a rewind call");
+                return (Err(rej), 0);
+            }
+        };
+        let install = matches!(what, Rewind::Install { .. });
+        self.snapshot_idle().await;
+        let (removed, mut engine) = match self.log.rewind(what).await {
+            Ok(done) => done,
+            Err(rej) => return (Err(rej), 0),
+        };
+        let head = self.log.head();
+        self.timers.rebuild(&mut engine);
+        *self.engine.borrow_mut() = engine;
+        self.snapshot_from(head);
+        for outbox in self.subs.outboxes() {
+            outbox.clamp_needs(head);
+        }
+        if install {
+            log::warn!(
+                "shard {}: state replaced by a snapshot at offset {head} ({removed} entries \
+                 dropped)",
+                self.index
+            );
+            (Ok(ReplyBody::Json(b"{}".to_vec())), 0)
+        } else {
+            log::warn!(
+                "shard {}: truncated {removed} log entries after offset {head}",
+                self.index
+            );
+            (Ok(ReplyBody::Truncated { removed }), 0)
+        }
     }
 }
 

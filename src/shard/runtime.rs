@@ -5,6 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::time::Instant;
 
 use glommio::channels::shared_channel::{
     ConnectedReceiver, ConnectedSender, SharedReceiver, SharedSender,
@@ -18,6 +19,7 @@ use super::durability::Durability;
 use super::message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
 use super::replica::ReplState;
 use super::subs::{self, Registry};
+use super::sync::{self as sync_mode, SyncSetup, SyncState};
 use super::timers::Timers;
 use crate::metrics::{LogStats, ShardStats};
 use crate::ops;
@@ -36,6 +38,9 @@ pub struct ShardSetup {
     pub snapshot_every: u64,
     /// Fire durable timers (primary or standalone; a replica will set false).
     pub fires_timers: bool,
+    /// Sync replication (a primary in `replication.mode = "sync"`): write replies wait for
+    /// replica acknowledgement (`shard/sync.rs`). None: they wait for the local log only.
+    pub sync: Option<SyncSetup>,
     pub ready: std::sync::mpsc::Sender<Result<(), String>>,
 }
 
@@ -50,6 +55,7 @@ pub struct Shard {
     pub(super) subs: Registry,
     pub(super) timers: Timers,
     pub(super) repl: ReplState,
+    pub(super) sync: Option<SyncState>,
 }
 
 /// Snapshot scheduling: after `every` entries, serialise the engine and let the log write it
@@ -84,6 +90,7 @@ pub async fn run(setup: ShardSetup) {
         subs: Registry::start(),
         timers: Timers::new(setup.fires_timers),
         repl: ReplState::default(),
+        sync: setup.sync.map(SyncState::new),
     });
     shard.timers.rebuild(&mut shard.engine.borrow_mut());
     let timer_task = glommio::spawn_local(Timers::run(shard.clone()));
@@ -115,7 +122,10 @@ async fn serve_client(
     let (rx, tx) = futures_lite::future::zip(rx.connect(), tx.connect()).await;
     let outbox = Rc::new(Outbox::default());
     shard.subs.attach(client, outbox.clone());
-    let pump = glommio::spawn_local(outbox.clone().run(shard.clone(), tx));
+    let pump = match shard.sync {
+        None => glommio::spawn_local(outbox.clone().run(shard.clone(), tx)),
+        Some(_) => glommio::spawn_local(outbox.clone().run_sync(shard.clone(), tx)),
+    };
     receive(&shard, client, &rx, &outbox).await;
     shard.subs.detach(client);
     outbox.close();
@@ -134,14 +144,20 @@ async fn receive(
         let Some(call) = subs::intercept(shard, client, req.token, req.call, outbox) else {
             continue;
         };
-        let (result, needs) = shard.execute(call);
-        outbox.push(
-            needs,
-            ShardResponse {
-                token: req.token,
-                result,
+        let ((result, needs), gate) = match shard.sync {
+            None => match call {
+                call @ (ShardCall::Truncate { .. } | ShardCall::InstallSnapshot { .. }) => {
+                    (shard.rewind(call).await, None)
+                }
+                call => (shard.execute(call), None),
             },
-        );
+            Some(_) => sync_mode::run_call(shard, call).await,
+        };
+        let resp = ShardResponse {
+            token: req.token,
+            result,
+        };
+        outbox.push(needs, resp, gate);
         shard.maybe_snapshot();
     }
 }
@@ -154,20 +170,26 @@ async fn receive(
 /// they match (`subs::Registry::pending`, a gauge in INFO). So it cannot grow without bound.
 #[derive(Default)]
 pub(super) struct Outbox {
-    queue: RefCell<VecDeque<(u64, ShardMessage)>>,
-    wake: Notify,
-    closed: std::cell::Cell<bool>,
+    /// `(needs, message, queued at)`: the time is set on a sync-mode write reply only.
+    pub(super) queue: RefCell<VecDeque<(u64, ShardMessage, Option<Instant>)>>,
+    pub(super) wake: Notify,
+    pub(super) closed: std::cell::Cell<bool>,
+    /// Sync mode: replicas acknowledged more (`shard/sync.rs`).
+    pub(super) acked: Notify,
 }
 
 impl Outbox {
-    fn push(&self, needs: u64, resp: ShardResponse) {
-        self.push_message(needs, ShardMessage::Reply(resp));
+    /// Queues a reply; `gate` (sync mode) also makes it wait for replica acknowledgement.
+    fn push(&self, needs: u64, resp: ShardResponse, gate: Option<Instant>) {
+        let msg = ShardMessage::Reply(resp);
+        self.queue.borrow_mut().push_back((needs, msg, gate));
+        self.wake.notify();
     }
 
     /// Queues `msg` to leave once the log is durable through `needs`, after everything
     /// queued before it.
     pub(super) fn push_message(&self, needs: u64, msg: ShardMessage) {
-        self.queue.borrow_mut().push_back((needs, msg));
+        self.queue.borrow_mut().push_back((needs, msg, None));
         self.wake.notify();
     }
 
@@ -176,9 +198,18 @@ impl Outbox {
         self.wake.notify();
     }
 
-    async fn run(self: Rc<Self>, shard: Rc<Shard>, tx: ConnectedSender<ShardMessage>) {
+    /// After a log rewind to `head`: what waits for a later offset waited on the old log,
+    /// which made everything it had durable when it closed, so it may leave now.
+    pub(super) fn clamp_needs(&self, head: u64) {
+        for (needs, _, _) in self.queue.borrow_mut().iter_mut() {
+            *needs = (*needs).min(head);
+        }
+        self.wake.notify();
+    }
+
+    pub(super) async fn run(self: Rc<Self>, shard: Rc<Shard>, tx: ConnectedSender<ShardMessage>) {
         loop {
-            let front = self.queue.borrow().front().map(|(n, _)| *n);
+            let front = self.queue.borrow().front().map(|(n, _, _)| *n);
             let Some(needs) = front else {
                 if self.closed.get() {
                     return;
@@ -192,11 +223,11 @@ impl Outbox {
                 let next = {
                     let mut q = self.queue.borrow_mut();
                     match q.front() {
-                        Some((n, _)) if *n <= durable || failure.is_some() => q.pop_front(),
+                        Some((n, _, _)) if *n <= durable || failure.is_some() => q.pop_front(),
                         _ => None,
                     }
                 };
-                let Some((n, mut msg)) = next else { break };
+                let Some((n, mut msg, _)) = next else { break };
                 match &mut msg {
                     ShardMessage::Reply(resp) => {
                         shard.queued.set(shard.queued.get().saturating_sub(1));
@@ -224,6 +255,34 @@ impl Outbox {
 pub(super) type Outcome = (Result<ReplyBody, Rejection>, u64);
 
 impl Shard {
+    /// Runs one call; replication rewinds close and reopen the log, so their caller's
+    /// requests wait for them.
+    pub(super) async fn dispatch(self: &Rc<Self>, call: ShardCall) -> Outcome {
+        match call {
+            call @ (ShardCall::Truncate { .. } | ShardCall::InstallSnapshot { .. }) => {
+                self.rewind(call).await
+            }
+            call => self.execute(call),
+        }
+    }
+
+    /// An outbox sent (or failed) one reply.
+    pub(super) fn reply_left(&self) {
+        self.queued.set(self.queued.get().saturating_sub(1));
+    }
+
+    /// Waits until no background snapshot is being written (before a log rewind).
+    pub(super) async fn snapshot_idle(&self) {
+        while self.snapshots.running.get() {
+            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    /// The log was rewound to `head`: the next snapshot is due `every` entries from there.
+    pub(super) fn snapshot_from(&self, head: u64) {
+        self.snapshots.last_offset.set(head);
+    }
+
     /// Starts a background snapshot when enough entries have accumulated. Serialising the
     /// engine happens here, synchronously (the state must not move under it); writing, syncing
     /// and compacting happen in a task that waits for the offset to be durable first.
@@ -236,16 +295,13 @@ impl Shard {
         s.running.set(true);
         s.last_offset.set(head);
         let bytes = self.engine.borrow().snapshot();
+        // The log whose state this is: after a replication rewind it refuses the snapshot.
+        let wal = self.log.wal();
         let shard = self.clone();
         glommio::spawn_local(async move {
-            let written = match shard.log.wait_durable(head).await {
-                Ok(()) => shard
-                    .log
-                    .wal()
-                    .write_snapshot(head, &bytes)
-                    .await
-                    .map_err(|e| e.to_string()),
-                Err(r) => Err(r.message),
+            let written = match wal.wait_durable(head).await {
+                Ok(()) => (wal.write_snapshot(head, &bytes).await).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             };
             match written {
                 Ok(()) => log::info!("shard {}: snapshot at offset {head}", shard.index),
@@ -295,10 +351,14 @@ impl Shard {
             } => self.replica_append(epoch, first, entries),
             ShardCall::BeginEpoch { epoch } => self.begin_epoch(epoch),
             ShardCall::Promote => self.promote(),
+            ShardCall::ReplicaAcked { through } => self.replica_acked(through),
             ShardCall::Subscribe { .. }
             | ShardCall::Unsubscribe { .. }
             | ShardCall::ReadEvents { .. } => {
                 (Err(internal("subscription call not intercepted")), 0)
+            }
+            ShardCall::Truncate { .. } | ShardCall::InstallSnapshot { .. } => {
+                (Err(internal("rewind call not awaited")), 0)
             }
         }
     }
@@ -529,6 +589,7 @@ impl Shard {
             queue_depth: self.queued.get(),
             timers_pending: engine.timers_armed(),
             timer_lateness: crate::metrics::shard::snapshot(&self.timers.lateness()),
+            sync_timeouts: self.sync.as_ref().map_or(0, SyncState::timeouts),
             log: LogStats::from(&self.log.stats()),
         }
     }

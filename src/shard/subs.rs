@@ -212,6 +212,13 @@ impl Registry {
         self.count.get()
     }
 
+    /// The outbox of every connected client.
+    pub(super) fn outboxes(&self) -> Vec<Rc<Outbox>> {
+        (self.clients.borrow().iter().flatten())
+            .map(|c| c.outbox.clone())
+            .collect()
+    }
+
     pub fn pending_pushes(&self) -> u64 {
         self.pending.get()
     }

@@ -174,13 +174,26 @@ impl LogReader {
                 Some(j) => j,
                 None => {
                     self.relist()?;
-                    self.position(expected).ok_or_else(|| {
-                        let reason = format!(
-                            "no segment starts at offset {expected}, below the durable offset \
-                             {durable}"
-                        );
-                        WalError::corrupt(&self.handle.wal_dir(), 0, reason)
-                    })?
+                    match self.position(expected) {
+                        Some(j) => j,
+                        // Compacted while this reader was in the segment before it.
+                        None if expected < self.handle.oldest() => {
+                            if !c.out.is_empty() {
+                                break;
+                            }
+                            return Err(WalError::Trimmed {
+                                requested: c.next,
+                                oldest: self.handle.oldest(),
+                            });
+                        }
+                        None => {
+                            let reason = format!(
+                                "no segment starts at offset {expected}, below the durable \
+                                 offset {durable}"
+                            );
+                            return Err(WalError::corrupt(&self.handle.wal_dir(), 0, reason));
+                        }
+                    }
                 }
             };
         }

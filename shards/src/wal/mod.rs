@@ -17,6 +17,7 @@ mod log_reader;
 mod reader;
 pub mod record;
 mod recovery;
+mod rewind;
 mod scan;
 mod segment;
 mod shared;
@@ -278,6 +279,9 @@ impl Wal {
             .await
             .map_err(|_| WalError::Closed)?;
         let s = &*self.shared;
+        if s.rewound.get() {
+            return Err(WalError::Closed);
+        }
         let durable = s.durable.get();
         if offset > durable {
             return Err(WalError::NotDurable { offset, durable });
@@ -342,6 +346,8 @@ impl Drop for Wal {
 
 async fn create_dirs(cfg: &WalConfig) -> Result<(), WalError> {
     let fresh = !cfg.dir.exists();
+    // An interrupted `install_snapshot`: the log it replaced.
+    rewind::remove_old_wal(&cfg.dir.join(rewind::OLD_WAL_DIR))?;
     for d in [cfg.dir.clone(), cfg.wal_dir(), cfg.snapshot_dir()] {
         if !d.exists() {
             std::fs::create_dir_all(&d).map_err(|e| WalError::std_io("mkdir", &d, e))?;

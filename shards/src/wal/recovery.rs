@@ -311,7 +311,7 @@ async fn settle_newest_tail(
 /// Zeroes `[end, nonzero_end)`: rewrites the block holding `end` keeping its valid prefix, and
 /// overwrites later blocks with zeros, then syncs. Stale records must not survive past the
 /// end, or a later crash could splice them onto new records with the same offsets.
-async fn truncate_tail(path: &Path, end: u64, nonzero_end: u64) -> Result<(), WalError> {
+pub(crate) async fn truncate_tail(path: &Path, end: u64, nonzero_end: u64) -> Result<(), WalError> {
     let file = files::open_rw(path).await?;
     let res = async {
         let block_start = align_down(end);

@@ -123,6 +123,9 @@ pub(crate) struct Shared {
     pub closing: Cell<bool>,
     /// The committer task has exited.
     pub stopped: Cell<bool>,
+    /// `truncate_after` or `install_snapshot` changed the files: no more snapshots from this
+    /// `Wal` (its state is not the log's any more).
+    pub rewound: Cell<bool>,
     pub waiters: RefCell<Waiters>,
     pub doorbell: Doorbell,
     pub segments: RefCell<Vec<SegmentMeta>>,
@@ -162,6 +165,7 @@ impl Shared {
             poisoned: Cell::new(false),
             closing: Cell::new(false),
             stopped: Cell::new(false),
+            rewound: Cell::new(false),
             waiters: RefCell::new(Waiters::default()),
             doorbell: Doorbell::default(),
             segments: RefCell::new(segments),

@@ -3,6 +3,7 @@
 //! (replication's storage side).
 
 mod replica;
+mod sync;
 
 use std::future::Future;
 use std::path::Path;
@@ -47,6 +48,7 @@ pub struct TestShard {
 pub struct Options {
     pub fires_timers: bool,
     pub segment_bytes: u64,
+    pub sync: Option<super::sync::SyncSetup>,
 }
 
 impl Default for Options {
@@ -54,6 +56,7 @@ impl Default for Options {
         Options {
             fires_timers: true,
             segment_bytes: 64 << 10,
+            sync: None,
         }
     }
 }
@@ -73,6 +76,7 @@ impl TestShard {
             wal,
             snapshot_every: u64::MAX / 2,
             fires_timers: opts.fires_timers,
+            sync: opts.sync,
             ready: ready_tx,
         };
         let task = glommio::spawn_local(runtime::run(setup)).detach();
@@ -92,16 +96,26 @@ impl TestShard {
     }
 
     pub async fn call(&mut self, call: ShardCall) -> Result<ReplyBody, Rejection> {
+        let token = self.send(call).await;
+        let (got, result) = self.reply().await;
+        assert_eq!(got, token, "replies in order");
+        result
+    }
+
+    /// Sends a request without waiting for its reply; returns its token.
+    pub async fn send(&mut self, call: ShardCall) -> u32 {
         self.next_token += 1;
         let token = self.next_token;
         let sent = self.tx.send(ShardRequest { token, call }).await;
         assert!(sent.is_ok(), "shard gone");
+        token
+    }
+
+    /// The next reply (token and result), collecting pushes that come before it.
+    pub async fn reply(&mut self) -> (u32, Result<ReplyBody, Rejection>) {
         loop {
             match self.rx.recv().await.expect("shard answers") {
-                ShardMessage::Reply(r) => {
-                    assert_eq!(r.token, token, "replies in order");
-                    return r.result;
-                }
+                ShardMessage::Reply(r) => return (r.token, r.result),
                 ShardMessage::Push(p) => self.pushes.push(p),
             }
         }

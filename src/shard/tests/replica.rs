@@ -220,3 +220,143 @@ fn replica_applies_the_primary_log_at_the_same_offsets() {
         r.stop().await;
     });
 }
+
+/// A primary's log of 9 records (as in the test above) and the primary itself.
+async fn primary(root: &std::path::Path) -> (TestShard, Vec<Vec<u8>>) {
+    let no_timers = Options {
+        fires_timers: false,
+        ..Options::default()
+    };
+    let mut p = TestShard::start(&root.join("p"), no_timers).await;
+    p.op(Op::PutMachine, machine()).await.expect("put");
+    p.json(ShardCall::BeginEpoch { epoch: 1 })
+        .await
+        .expect("epoch");
+    for id in ["o-1", "o-2", "o-3"] {
+        let create = json!({"machine": "order", "version": 1, "id": id});
+        p.op(Op::CreateInstance, create).await.expect("create");
+    }
+    let pay = |id: &str| json!({"instance_id": id, "event": "pay"});
+    p.op(Op::ApplyEvent, pay("o-1")).await.expect("pay");
+    p.json(ShardCall::BeginEpoch { epoch: 2 })
+        .await
+        .expect("epoch");
+    p.op(Op::ApplyEvent, pay("o-2")).await.expect("pay");
+    p.op(Op::ApplyEvent, pay("o-3")).await.expect("pay");
+    let (_, _, _, handle) = position(&mut p).await;
+    let records = handle
+        .reader()
+        .read_from(1, 100, 1 << 20)
+        .await
+        .expect("read");
+    (p, records.into_iter().map(|(_, p)| p).collect())
+}
+
+async fn state(s: &mut TestShard, id: &str) -> Value {
+    let got = s.op(Op::GetInstance, json!({"instance_id": id})).await;
+    got.expect("get")["state"].clone()
+}
+
+#[test]
+fn truncate_and_snapshot_install_rebuild_the_state_from_the_log() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let (mut p, entries) = primary(&root).await;
+        assert_eq!(entries.len(), 9);
+        let opts = Options {
+            fires_timers: false,
+            segment_bytes: 16 << 10,
+            sync: None,
+        };
+        let mut r = TestShard::start(&root.join("r"), opts).await;
+        append(&mut r, 2, 1, &entries).await;
+        let watch = ShardCall::Subscribe {
+            sub: 1,
+            filter: Filter::default(),
+        };
+        r.call(watch).await.expect("watch");
+        // Keep what agrees through offset 6 (epoch 1), drop epoch 2's entries.
+        let t = r
+            .call(ShardCall::Truncate { after: 6 })
+            .await
+            .expect("truncate");
+        assert!(matches!(t, ReplyBody::Truncated { removed: 3 }));
+        let (head, last_epoch, epochs, _) = position(&mut r).await;
+        assert_eq!((head, last_epoch, epochs), (6, 1, vec![(1, 2)]));
+        assert_eq!(state(&mut r, "o-1").await, json!("paid"));
+        assert_eq!(state(&mut r, "o-2").await, json!("new"));
+        let t = r
+            .call(ShardCall::Truncate { after: 50 })
+            .await
+            .expect("no-op");
+        assert!(matches!(t, ReplyBody::Truncated { removed: 0 }));
+        // The stream resumes at 7; the subscription still gets the events.
+        append(&mut r, 2, 7, &entries[6..]).await;
+        assert_eq!(state(&mut r, "o-3").await, json!("paid"));
+        let pushed: Vec<u64> = r.pushes.iter().map(|p| p.offset).collect();
+        assert_eq!(pushed, vec![8, 9]);
+
+        // A snapshot install: refused when it does not load, else it replaces everything.
+        let bad = ShardCall::InstallSnapshot {
+            offset: 9,
+            payload: b"{}".to_vec(),
+        };
+        assert_eq!(code(r.call(bad).await).code, ErrorCode::BadRequest);
+        let mut engine = shards::engine::Engine::new();
+        let mut replay = shards::engine::Replay::new();
+        for (k, bytes) in entries.iter().enumerate() {
+            replay
+                .push(&mut engine, k as u64 + 1, bytes)
+                .expect("replay");
+        }
+        replay.flush(&mut engine).expect("replay");
+        let mut fresh = TestShard::start(&root.join("f"), opts).await;
+        let install = ShardCall::InstallSnapshot {
+            offset: 9,
+            payload: engine.snapshot(),
+        };
+        assert_eq!(fresh.json(install).await.expect("install"), json!({}));
+        let (head, last_epoch, epochs, handle) = position(&mut fresh).await;
+        assert_eq!((head, last_epoch, epochs), (9, 2, vec![(1, 2), (2, 7)]));
+        assert_eq!(handle.oldest(), 10);
+        for id in ["o-1", "o-2", "o-3"] {
+            let get = json!({"instance_id": id});
+            let on_p = p.op(Op::GetInstance, get.clone()).await.expect("get p");
+            let on_f = fresh.op(Op::GetInstance, get).await.expect("get f");
+            assert_eq!(on_p, on_f, "{id}");
+        }
+        let note = json!({"instance_id": "o-1", "event": "note"});
+        p.op(Op::ApplyEvent, note).await.expect("note");
+        let tail = handle_read(&mut p, 10).await;
+        let done = append(&mut fresh, 2, 10, &tail).await;
+        assert!(matches!(done, ReplyBody::Replicated { through: 10, .. }));
+        // Installing over a log that holds entries replaces them too.
+        let install = ShardCall::InstallSnapshot {
+            offset: 9,
+            payload: engine.snapshot(),
+        };
+        r.json(install).await.expect("install over a log");
+        assert_eq!(position(&mut r).await.0, 9);
+        fresh.stop().await;
+        r.stop().await;
+        // After a restart the installed state and the entry after it are recovered.
+        let mut fresh = TestShard::start(&root.join("f"), opts).await;
+        assert_eq!(position(&mut fresh).await.0, 10);
+        let get = json!({"instance_id": "o-1"});
+        let on_p = p.op(Op::GetInstance, get.clone()).await.expect("get p");
+        assert_eq!(fresh.op(Op::GetInstance, get).await.expect("get f"), on_p);
+        fresh.stop().await;
+        p.stop().await;
+    });
+}
+
+async fn handle_read(s: &mut TestShard, from: u64) -> Vec<Vec<u8>> {
+    let (_, _, _, handle) = position(s).await;
+    let records = handle
+        .reader()
+        .read_from(from, 100, 1 << 20)
+        .await
+        .expect("read");
+    records.into_iter().map(|(_, p)| p).collect()
+}

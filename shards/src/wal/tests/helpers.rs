@@ -58,8 +58,17 @@ impl Collected {
 }
 
 pub async fn open_collect(cfg: WalConfig) -> Result<(Rc<Wal>, Collected), WalError> {
+    let handle = crate::wal::LogHandle::new(&cfg);
+    reopen_collect(cfg, handle).await
+}
+
+/// `open_collect` through `Wal::open_with`, keeping `handle`.
+pub async fn reopen_collect(
+    cfg: WalConfig,
+    handle: crate::wal::LogHandle,
+) -> Result<(Rc<Wal>, Collected), WalError> {
     let mut got = Collected::default();
-    let wal = Wal::open(cfg, &mut |r| {
+    let wal = Wal::open_with(cfg, handle, &mut |r| {
         match r {
             Recovered::Snapshot { offset, bytes } => {
                 assert!(got.records.is_empty(), "snapshot must come first");

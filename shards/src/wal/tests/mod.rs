@@ -5,5 +5,6 @@ mod helpers;
 mod poison;
 mod reader;
 mod recovery;
+mod rewind;
 mod snapshots;
 mod speed;

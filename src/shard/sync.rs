@@ -1,0 +1,239 @@
+//! Sync replication on a primary's shard (CONTRACT §10 "Sync mode"; REPLICATION.md S7).
+//!
+//! A client write's reply leaves only once the log is durable through its offset AND the
+//! replicas have acknowledged it (`ReplicaAcked { through }`, sent by the control executor
+//! whenever the offset acknowledged by `sync_replicas` replicas advances), or once
+//! `sync_timeout_ms` has passed since it was queued: then it becomes `SYNC_TIMEOUT`
+//! (`committed: true`, not retryable: the write is in the log) and `sync_timeouts` counts it.
+//!
+//! Only replies to client writes (an op or BATCH that appended entries) wait. Reads, pushes
+//! and every other reply do not wait for replicas, but replies stay in order per outbox: a
+//! reply queued after a waiting write waits behind it, while pushes go out as soon as their
+//! entry is durable. Standalone and async primaries never come here: `serve_client` picks
+//! `Outbox::run_sync` only when `ShardSetup::sync` is set, and `receive` checks the option
+//! once per request.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use futures_lite::future::{or, pending};
+use glommio::channels::shared_channel::ConnectedSender;
+use shards::{ErrorCode, Rejection};
+
+use super::message::{ReplyBody, ShardCall, ShardMessage};
+use super::runtime::{Outbox, Outcome, Shard};
+use crate::config::{Replication, ReplicationMode, Role};
+
+/// Default `replication.sync_timeout_ms` (CONTRACT §10).
+const SYNC_TIMEOUT_MS_DEFAULT: u64 = 5000;
+
+/// Sync-mode settings of a primary's shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncSetup {
+    /// How long a write waits for replica acknowledgement (`replication.sync_timeout_ms`).
+    pub timeout: Duration,
+    /// `replication.sync_replicas`, named in the `SYNC_TIMEOUT` message.
+    pub replicas: u32,
+}
+
+impl SyncSetup {
+    /// Some for `replication.role = "primary"` with `replication.mode = "sync"`.
+    pub fn from_config(r: &Replication) -> Option<SyncSetup> {
+        (r.role == Some(Role::Primary) && r.mode == ReplicationMode::Sync).then(|| SyncSetup {
+            timeout: Duration::from_millis(r.sync_timeout_ms.unwrap_or(SYNC_TIMEOUT_MS_DEFAULT)),
+            replicas: r.sync_replicas,
+        })
+    }
+}
+
+/// The shard's sync-mode state.
+pub(super) struct SyncState {
+    setup: SyncSetup,
+    /// Highest offset acknowledged by enough replicas.
+    acked: Cell<u64>,
+    /// Write replies turned into `SYNC_TIMEOUT` (`ShardStats::sync_timeouts`).
+    timeouts: Cell<u64>,
+}
+
+impl SyncState {
+    pub fn new(setup: SyncSetup) -> SyncState {
+        SyncState {
+            setup,
+            acked: Cell::new(0),
+            timeouts: Cell::new(0),
+        }
+    }
+
+    pub fn timeouts(&self) -> u64 {
+        self.timeouts.get()
+    }
+
+    fn timed_out(&self, offset: u64) -> Rejection {
+        let msg = format!(
+            "write committed locally; not acknowledged by {} replica(s) within {} ms",
+            self.setup.replicas,
+            self.setup.timeout.as_millis()
+        );
+        Rejection::new(ErrorCode::SyncTimeout, msg)
+            .with("committed", true)
+            .with("wal_offset", offset)
+    }
+}
+
+/// Runs one call on a sync-mode shard: the reply's `needs`, and the time it was queued when it
+/// answers a client write that appended entries (it then waits for replicas too).
+pub(super) async fn run_call(shard: &Rc<Shard>, call: ShardCall) -> (Outcome, Option<Instant>) {
+    let write = matches!(call, ShardCall::Op { .. } | ShardCall::Batch(_));
+    let before = shard.log.head();
+    let outcome = shard.dispatch(call).await;
+    let gate = (write && shard.log.head() > before).then(Instant::now);
+    (outcome, gate)
+}
+
+impl Shard {
+    /// `ShardCall::ReplicaAcked`: replicas hold everything through `through`.
+    pub(super) fn replica_acked(&self, through: u64) -> Outcome {
+        if let Some(sync) = &self.sync {
+            if through > sync.acked.get() {
+                sync.acked.set(through);
+                for outbox in self.subs.outboxes() {
+                    outbox.acked.notify();
+                }
+            }
+        }
+        (Ok(ReplyBody::Json(b"{}".to_vec())), 0)
+    }
+}
+
+/// What woke the sync pump.
+enum Woke {
+    Any,
+    Durable(Result<(), Rejection>),
+}
+
+impl Outbox {
+    /// The pump of a sync-mode shard: `Outbox::run`, plus a queue of replies held for replica
+    /// acknowledgement (see the module docs).
+    pub(super) async fn run_sync(
+        self: Rc<Self>,
+        shard: Rc<Shard>,
+        tx: ConnectedSender<ShardMessage>,
+    ) {
+        let Some(sync) = shard.sync.as_ref() else {
+            return self.run(shard.clone(), tx).await;
+        };
+        // Bound: replies only, moved here from `queue`, so the outbox's bound (the client's
+        // requests in flight on this shard) bounds both; each leaves by `sync_timeout_ms`.
+        let mut held: VecDeque<(u64, ShardMessage, Option<Instant>)> = VecDeque::new();
+        let mut failure: Option<Rejection> = None;
+        loop {
+            // Held replies, in order: acknowledged, timed out, or not waiting for replicas.
+            while let Some(&(n, _, gate)) = held.front() {
+                let timed_out = match gate {
+                    Some(queued) if sync.acked.get() < n => {
+                        if queued.elapsed() < sync.setup.timeout {
+                            break;
+                        }
+                        true
+                    }
+                    _ => false,
+                };
+                let Some((n, mut msg, _)) = held.pop_front() else {
+                    break;
+                };
+                if let (true, ShardMessage::Reply(resp)) = (timed_out, &mut msg) {
+                    if resp.result.is_ok() {
+                        resp.result = Err(sync.timed_out(n));
+                        sync.timeouts.set(sync.timeouts.get() + 1);
+                    }
+                }
+                if tx.send(msg).await.is_err() {
+                    return; // the client executor is gone
+                }
+            }
+            // Durable messages from the queue, as `run` releases them.
+            let durable = shard.log.durable();
+            let failed = failure.take();
+            loop {
+                let next = {
+                    let mut q = self.queue.borrow_mut();
+                    match q.front() {
+                        Some((n, _, _)) if *n <= durable || failed.is_some() => q.pop_front(),
+                        _ => None,
+                    }
+                };
+                let Some((n, mut msg, gate)) = next else {
+                    break;
+                };
+                match &mut msg {
+                    ShardMessage::Reply(resp) => {
+                        shard.reply_left();
+                        if n > durable {
+                            if let Some(f) = &failed {
+                                resp.result = Err(f.clone());
+                            }
+                        }
+                        let gate = gate.filter(|_| n <= durable);
+                        if gate.is_some() || !held.is_empty() {
+                            held.push_back((n, msg, gate));
+                            continue;
+                        }
+                    }
+                    ShardMessage::Push(_) => {
+                        shard.subs.push_left();
+                        if n > durable {
+                            continue; // never durable: the event did not happen
+                        }
+                    }
+                }
+                if tx.send(msg).await.is_err() {
+                    return;
+                }
+            }
+            let waiting_for = self.queue.borrow().front().map(|(n, _, _)| *n);
+            if waiting_for.is_none() && held.is_empty() && self.closed.get() {
+                return;
+            }
+            let deadline = held
+                .front()
+                .and_then(|(_, _, g)| *g)
+                .map(|q| q + sync.setup.timeout);
+            let woke = or(
+                or(
+                    async {
+                        self.wake.wait().await;
+                        Woke::Any
+                    },
+                    async {
+                        self.acked.wait().await;
+                        Woke::Any
+                    },
+                ),
+                or(
+                    async {
+                        match waiting_for.filter(|n| *n > durable) {
+                            Some(n) => Woke::Durable(shard.log.wait_durable(n).await),
+                            None => pending().await,
+                        }
+                    },
+                    async {
+                        match deadline {
+                            Some(at) => {
+                                let left = at.saturating_duration_since(Instant::now());
+                                glommio::timer::sleep(left).await;
+                                Woke::Any
+                            }
+                            None => pending().await,
+                        }
+                    },
+                ),
+            )
+            .await;
+            if let Woke::Durable(Err(rej)) = woke {
+                failure = Some(rej);
+            }
+        }
+    }
+}

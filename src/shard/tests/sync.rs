@@ -1,0 +1,137 @@
+//! Sync replication on a primary's shard: client write replies wait for replica
+//! acknowledgement or become SYNC_TIMEOUT (committed) after the timeout; reads and pushes do
+//! not wait; replies stay in order.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use shards::ErrorCode;
+
+use super::*;
+use crate::shard::subs::Filter;
+use crate::shard::sync::SyncSetup;
+
+const TIMEOUT: Duration = Duration::from_millis(400);
+
+fn sync_opts() -> Options {
+    Options {
+        sync: Some(SyncSetup {
+            timeout: TIMEOUT,
+            replicas: 2,
+        }),
+        ..Options::default()
+    }
+}
+
+async fn sync_timeouts(s: &mut TestShard) -> u64 {
+    match s.call(ShardCall::Stats).await.expect("stats") {
+        ReplyBody::Stats(stats) => stats.sync_timeouts,
+        _ => panic!("not stats"),
+    }
+}
+
+#[test]
+fn write_replies_wait_for_replica_acks_or_time_out_committed() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let mut s = TestShard::start(&root, sync_opts()).await;
+        let put = json!({"machine": "m", "version": 1, "definition": {
+            "states": ["a", "b"], "initial": "a",
+            "transitions": [{"from": "a", "event": "go", "to": "b"},
+                            {"from": "b", "event": "go", "to": "b"}]}});
+        // No replica acknowledges: the write is committed but answered SYNC_TIMEOUT.
+        let started = Instant::now();
+        let err = s.op(Op::PutMachine, put).await.unwrap_err();
+        assert!(started.elapsed() >= TIMEOUT);
+        assert_eq!(err.code, ErrorCode::SyncTimeout);
+        assert!(!err.code.retryable());
+        assert_eq!(err.details["committed"], json!(true));
+        assert_eq!(err.details["wal_offset"], json!(1));
+        assert!(
+            err.message.contains("2 replica(s) within 400 ms"),
+            "{}",
+            err.message
+        );
+        assert_eq!(sync_timeouts(&mut s).await, 1);
+        // It is in the log: reads see it, and they do not wait for replicas.
+        let started = Instant::now();
+        let m = s
+            .op(Op::GetMachine, json!({"machine": "m"}))
+            .await
+            .expect("get");
+        assert_eq!(m["version"], json!(1));
+        assert!(started.elapsed() < TIMEOUT);
+
+        // Acknowledged (pipelined behind the write on the same channel): answered normally,
+        // and the ack's own reply follows the write's.
+        let create = json!({"machine": "m", "version": 1, "id": "i-1"});
+        let params = Some(create.to_string().into_bytes());
+        let t1 = s
+            .send(ShardCall::Op {
+                op: Op::CreateInstance,
+                params,
+            })
+            .await;
+        let t2 = s.send(ShardCall::ReplicaAcked { through: 2 }).await;
+        let (got, r1) = s.reply().await;
+        assert_eq!(got, t1);
+        assert!(r1.is_ok(), "acknowledged write answered normally");
+        let (got, r2) = s.reply().await;
+        assert_eq!(got, t2);
+        assert!(r2.is_ok());
+        assert_eq!(sync_timeouts(&mut s).await, 1);
+
+        // A push leaves once durable, before the write's reply (which times out); a read
+        // queued behind the waiting write is answered after it.
+        let watch = ShardCall::Subscribe {
+            sub: 1,
+            filter: Filter::default(),
+        };
+        s.call(watch).await.expect("watch");
+        let go = json!({"instance_id": "i-1", "event": "go"});
+        let params = Some(go.to_string().into_bytes());
+        let t1 = s
+            .send(ShardCall::Op {
+                op: Op::ApplyEvent,
+                params,
+            })
+            .await;
+        let get = Some(json!({"instance_id": "i-1"}).to_string().into_bytes());
+        let t2 = s
+            .send(ShardCall::Op {
+                op: Op::GetInstance,
+                params: get,
+            })
+            .await;
+        let (got, r1) = s.reply().await;
+        assert_eq!(got, t1);
+        assert_eq!(s.pushes.len(), 1, "the push came before the write's reply");
+        assert_eq!(s.pushes[0].offset, 3);
+        let Err(e) = r1 else {
+            panic!("not acknowledged")
+        };
+        assert_eq!(e.code, ErrorCode::SyncTimeout);
+        assert_eq!(e.details["wal_offset"], json!(3));
+        let (got, r2) = s.reply().await;
+        assert_eq!(got, t2);
+        assert!(r2.is_ok());
+        assert_eq!(sync_timeouts(&mut s).await, 2);
+        // Acks only move forward; a later ack covers it all, the next write is answered.
+        s.call(ShardCall::ReplicaAcked { through: 3 })
+            .await
+            .expect("ack");
+        let t1 = s
+            .send(ShardCall::Op {
+                op: Op::ApplyEvent,
+                params: Some(go.to_string().into_bytes()),
+            })
+            .await;
+        s.send(ShardCall::ReplicaAcked { through: 4 }).await;
+        let (got, r1) = s.reply().await;
+        assert_eq!(got, t1);
+        assert!(r1.is_ok());
+        s.reply().await.1.expect("ack reply");
+        s.stop().await;
+    });
+}
