@@ -81,7 +81,7 @@ pub struct Hub {
     /// Ends the follower (PROMOTE, shutdown); `follower_running` says whether it still runs.
     pub follower_stop: Notify,
     pub follower_running: Cell<bool>,
-    /// Set at shutdown: the follower stops for good.
+    /// Set at shutdown and by PROMOTE: the follower stops for good.
     pub stopping: Cell<bool>,
 }
 

@@ -1,7 +1,8 @@
 //! Before a replica with an empty data directory starts its shards, it asks the primary how
 //! many shards it has, and adopts that count (CONTRACT §10: a replica mirrors the primary's
-//! layout). Blocking, in `main`, before any executor exists: HELLO, AUTH, INFO over a plain
-//! std socket (or rustls), retried with backoff until the primary answers.
+//! layout). Blocking, in `main`, before any executor exists: one HELLO (its result names the
+//! shard count; no AUTH needed) over a plain std socket (or rustls), retried with backoff until
+//! the primary answers.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -42,31 +43,23 @@ fn ask(cfg: &Settings) -> Result<u32, String> {
     tcp.set_write_timeout(Some(IO_TIMEOUT))
         .map_err(|e| e.to_string())?;
     match &cfg.tls {
-        None => talk(tcp, cfg),
+        None => talk(tcp),
         Some(tls) => {
             let name = ServerName::try_from(cfg.server_name.clone()).map_err(|e| e.to_string())?;
             let conn =
                 rustls::ClientConnection::new(tls.clone(), name).map_err(|e| e.to_string())?;
-            talk(rustls::StreamOwned::new(conn, tcp), cfg)
+            talk(rustls::StreamOwned::new(conn, tcp))
         }
     }
 }
 
-fn talk<S: Read + Write>(mut s: S, cfg: &Settings) -> Result<u32, String> {
-    call(
-        &mut s,
-        "HELLO",
-        json!({"protocol_version": 1, "client_name": "smdb-replica"}),
-    )?;
-    if let Some(token) = &cfg.auth_token {
-        call(&mut s, "AUTH", json!({"method": "bearer", "token": token}))?;
-    }
-    let info = call(&mut s, "INFO", json!({}))?;
-    info["shards"]
+fn talk<S: Read + Write>(mut s: S) -> Result<u32, String> {
+    let hello = json!({"protocol_version": 1, "client_name": "smdb-replica"});
+    call(&mut s, "HELLO", hello)?["shards"]
         .as_u64()
         .and_then(|n| u32::try_from(n).ok())
         .filter(|n| *n > 0)
-        .ok_or_else(|| "INFO has no shard count".into())
+        .ok_or_else(|| "the HELLO result has no shard count".into())
 }
 
 fn call<S: Read + Write>(s: &mut S, op: &str, params: Value) -> Result<Value, String> {

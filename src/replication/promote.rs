@@ -32,6 +32,7 @@ pub async fn promote(hub: &Rc<Hub>) -> Result<Value, Rejection> {
             ))
         }
     }
+    hub.stopping.set(true);
     hub.follower_stop.notify();
     let since = Instant::now();
     while hub.follower_running.get() {

@@ -248,6 +248,7 @@ impl Session {
             "server_version": env!("CARGO_PKG_VERSION"),
             "auth_required": self.auth.required(),
             "role": front.info.replication.role_name(),
+            "shards": front.router.shard_count(),
             "features": ["pipelining", "idempotency", "guards", "expectations"],
         }))
     }

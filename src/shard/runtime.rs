@@ -569,6 +569,7 @@ impl Shard {
             "instances": engine.instance_count(),
             "machines": engine.machine_count(),
             "wal_offset": self.log.head(),
+            "wal_oldest_offset": self.log.wal().oldest_offset(),
             "wal_durable_offset": self.log.durable(),
             "subscriptions": self.subs.count(),
             "pushes_pending": self.subs.pending_pushes(),
