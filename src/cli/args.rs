@@ -77,9 +77,9 @@ pub struct GlobalOpts {
 
 impl GlobalOpts {
     /// The TLS options, when --tls or any of --ca, --cert, --key is given.
-    pub fn tls_options(&self) -> Option<smdb::client::ClientTlsOptions> {
+    pub fn tls_options(&self) -> Option<smdb_client::ClientTlsOptions> {
         let wanted = self.tls || self.ca.is_some() || self.cert.is_some() || self.key.is_some();
-        wanted.then(|| smdb::client::ClientTlsOptions {
+        wanted.then(|| smdb_client::ClientTlsOptions {
             ca: self.ca.clone(),
             cert: self.cert.clone(),
             key: self.key.clone(),
