@@ -60,8 +60,11 @@ pub type Extra = Map<String, Value>;
 /// HELLO's result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hello {
+    #[serde(default)]
     pub protocol_version: u32,
+    #[serde(default)]
     pub server_name: String,
+    #[serde(default)]
     pub server_version: String,
     #[serde(default)]
     pub auth_required: bool,
