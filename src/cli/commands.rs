@@ -7,7 +7,7 @@ use clap::CommandFactory;
 use serde_json::{json, Value};
 use smdb_client::{ApplyOptions, CreateOptions, ListFilter};
 
-use super::args::{Cli, Command};
+use super::args::{Cli, Command, ReplicationCommand};
 use super::error::CliError;
 use super::session::Session;
 use super::{render, watch};
@@ -129,6 +129,16 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
             out.result("GET_HISTORY", &r)
         }
         Command::Watch(args) => watch::run(args, s, out),
+        Command::Replication {
+            command: ReplicationCommand::Status,
+        } => {
+            let r = s.value(|c| c.replication_status())?;
+            out.result("REPLICATION_STATUS", &r)
+        }
+        Command::Promote => {
+            let r = s.value(|c| c.promote())?;
+            out.result("PROMOTE", &r)
+        }
         Command::Batch { ops, best_effort } => {
             let ops = json_arg(ops, "OPS")?;
             if !ops.is_array() {
