@@ -79,7 +79,7 @@ fn every_op_before_auth_is_unauthorized() {
         let (code, _) = server_error(c.call(op.as_str(), json!({"id": "x", "instance_id": "x"})));
         assert_eq!(code, "UNAUTHORIZED", "{op:?}");
     }
-    assert_eq!(c.ping().unwrap().pong, true, "PING needs no token");
+    assert!(c.ping().unwrap().pong, "PING needs no token");
     let (code, _) = server_error(c.call("AUTH", json!({"method": "bearer", "token": "nope"})));
     assert_eq!(code, "AUTH_FAILED");
     let ok = c.auth(FULL).unwrap();

@@ -94,8 +94,8 @@ fn v1_and_v2_headers_name_the_client_in_logs_and_info() {
     let mut v2 = client_after(&s, &encode_v2(src6, "[2001:db8::1]:7401".parse().unwrap()));
     let src4: SocketAddr = "198.51.100.9:6000".parse().unwrap();
     let mut v2b = client_after(&s, &encode_v2(src4, "10.0.0.1:7401".parse().unwrap()));
-    assert_eq!(v1.ping().unwrap().pong, true);
-    assert_eq!(v2.ping().unwrap().pong, true);
+    assert!(v1.ping().unwrap().pong);
+    assert!(v2.ping().unwrap().pong);
 
     let opened = wait_log(&s, "connection opened", "203.0.113.7:40001");
     assert_eq!(opened["target"], "smdb::connection");
@@ -128,7 +128,7 @@ fn v1_and_v2_headers_name_the_client_in_logs_and_info() {
     local[12] = 0x20;
     local[14..16].copy_from_slice(&[0, 0]);
     let mut hc = client_after(&s, &local);
-    assert_eq!(hc.ping().unwrap().pong, true);
+    assert!(hc.ping().unwrap().pong);
 }
 
 #[test]
@@ -220,7 +220,7 @@ fn missing_late_or_garbage_headers_close_only_their_connection() {
     assert!(refused
         .iter()
         .all(|v| v["level"] == "DEBUG" && v["peer"].as_str().unwrap().starts_with("127.0.0.1:")));
-    assert_eq!(good.ping().unwrap().pong, true);
+    assert!(good.ping().unwrap().pong);
 }
 
 #[test]
