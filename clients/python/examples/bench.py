@@ -29,7 +29,7 @@ async def main() -> None:
     for r in await c.pipeline([smdb.create_instance("py-bench", 1, i) for i in ids]):
         if isinstance(r, Exception):
             raise r
-    payload = {"n": 1}
+    payload = {"p": "x" * 64}  # what smdb-bench sends by default
     warm_until = time.monotonic() + 1.0
     end = warm_until + secs
     done = 0

@@ -46,7 +46,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (c, ids, done) = (c.clone(), ids.clone(), done.clone());
             tokio::spawn(async move {
                 let none = ApplyOptions::default();
-                let payload = json!({"n": 1});
+                // The payload smdb-bench sends by default: {"p": "<64 x>"}.
+                let payload = json!({"p": "x".repeat(64)});
                 let mut i = t;
                 while Instant::now() < end {
                     let id = &ids[i % ids.len()];
