@@ -601,3 +601,42 @@ fn the_blocking_and_tokio_examples_run_against_a_real_server() {
         "{text}"
     );
 }
+
+#[test]
+fn a_lagged_subscription_surfaces_its_cursor_and_resumes_exactly() {
+    let (s, _d) = Server::start("[subscriptions]\nqueue_max = 64\n[storage]\nfsync = \"never\"\n");
+    let mut c = connect(&s);
+    c.put_machine("tick", 1, &tick_definition()).unwrap();
+    c.create_instance("tick", 1, "l-1", &json!({})).unwrap();
+    let mut sub = connect(&s)
+        .subscribe_all(WatchAllFilter::default())
+        .unwrap();
+    // The subscriber reads nothing while 4,000 pushes of 2 KiB pile up: more than the socket
+    // buffers and the server's queue of 64 hold.
+    const N: u64 = 4000;
+    let blob = "z".repeat(2048);
+    let reqs: Vec<_> = (0..N)
+        .map(|n| {
+            let p = json!({"n": n, "blob": blob});
+            ops::apply_event("l-1", "tick", Some(&p), &ApplyOptions::default())
+        })
+        .collect();
+    for r in c.pipeline(&reqs).unwrap() {
+        r.unwrap();
+    }
+    let mut got = Vec::new();
+    let mut lagged = 0;
+    while (got.len() as u64) < N {
+        match sub.next_timeout(Duration::from_secs(20)) {
+            Ok(Some(e)) => got.push(e.payload["n"].as_u64().unwrap()),
+            Ok(None) => panic!("stalled after {} events", got.len()),
+            Err(Error::Lagged { resume_cursor, .. }) => {
+                assert!(resume_cursor.starts_with("c1-"), "{resume_cursor}");
+                lagged += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(lagged >= 1, "the subscriber lagged");
+    assert_eq!(got, (0..N).collect::<Vec<_>>(), "no gap, no duplicate");
+}
