@@ -10,13 +10,12 @@
 //! * `subscriptions`: WATCH_* and UNWATCH on the front, pushes to subscribers.
 //! * `metrics`: counters per executor, gathered on the control executor and served over HTTP.
 //! * `logging`: text or JSON log lines, request-completed lines.
-//! * `tls`: TLS (and mutual TLS) on the client port; client-side TLS config.
+//! * `tls`: TLS (and mutual TLS) on the client port (the client side is in `smdb_client::tls`).
 //! * `config`, `datadir`, `util`.
 //! * `bench`: the `smdb-bench` load generator (client side only; nothing in the server uses it).
 
 pub mod auth;
 pub mod bench;
-pub mod client;
 pub mod config;
 pub mod datadir;
 pub mod logging;

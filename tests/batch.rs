@@ -22,7 +22,7 @@ fn batch(c: &mut Client, mode: &str, ops: Value) -> Result<Value, ClientError> {
 
 fn details(r: Result<Value, ClientError>) -> (String, Value) {
     match r {
-        Err(ClientError::Server { code, details, .. }) => (code, details),
+        Err(ClientError::Server { code, details, .. }) => (code.to_string(), details),
         other => panic!("expected a server error, got {other:?}"),
     }
 }
@@ -259,7 +259,8 @@ fn an_atomic_batch_across_shards_is_cross_shard_and_best_effort_spans_them_in_or
             code,
             message,
             details,
-        }) => json!({"code": code, "message": message, "details": details}),
+            ..
+        }) => json!({"code": code.as_str(), "message": message, "details": details}),
         other => panic!("{other:?}"),
     };
     let exists = alone(&mut c, "CREATE_INSTANCE", create(&a, 1)["params"].clone());

@@ -660,3 +660,25 @@ fn batch_runs_ops_from_a_file_or_stdin() {
     assert!(out.contains("1 error INVALID_TRANSITION"), "{out}");
     cli(&s, &["batch", "{}"]).fails_with(2, "USAGE");
 }
+
+#[test]
+fn replication_status_and_promote_call_their_ops() {
+    let (s, _d) = Server::start("");
+    let addr = s.addr.to_string();
+    for args in [
+        &["--json", "replication", "status"][..],
+        &["--json", "promote"][..],
+    ] {
+        let out = cli_in(&addr, args, "");
+        if out.code == 0 {
+            assert!(out.json().is_object(), "{}", out.stdout);
+            if args.contains(&"status") {
+                assert!(out.json()["role"].is_string(), "{}", out.stdout);
+            }
+        } else {
+            // A server built before replication answers its one refusal code.
+            assert_eq!(out.code, 1, "{}", out.stderr);
+            assert!(out.stderr.starts_with("error: "), "{}", out.stderr);
+        }
+    }
+}

@@ -107,7 +107,7 @@ fn sigterm_drain_keeps_the_grace_answers_every_request_and_exits_zero() {
     // During the grace period new connections are still served.
     std::thread::sleep(Duration::from_millis(200));
     let mut late = s.client();
-    assert_eq!(late.ping().unwrap()["pong"], true);
+    assert!(late.ping().unwrap().pong);
 
     let seen = loader.join().unwrap();
     let refused_at = seen.first_refused.unwrap() - t0;
@@ -151,7 +151,7 @@ fn a_second_sigterm_ends_the_drain_at_once() {
     let mut c = s.client();
     s.signal(libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(c.ping().unwrap()["pong"], true, "served during the grace");
+    assert!(c.ping().unwrap().pong, "served during the grace");
     assert_eq!(health_status(&s), 503);
     let t1 = Instant::now();
     s.signal(libc::SIGTERM);

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
-use smdb::client::reconnect::Reconnecting;
-use smdb::client::ConnectOptions;
+use smdb_client::{Client, ConnectOptions, RetryPolicy};
 
 fn haproxy() -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {
@@ -129,31 +128,35 @@ fn a_drained_server_behind_haproxy_costs_clients_no_request() {
                 let opts = ConnectOptions {
                     client_name: format!("lb-load-{t}"),
                     timeout: Some(Duration::from_secs(10)),
+                    // Rides out the drain: up to ~10 s of SHUTTING_DOWN and reconnects.
+                    retry: RetryPolicy {
+                        attempts: 60,
+                        initial_backoff: Duration::from_millis(20),
+                        max_backoff: Duration::from_millis(200),
+                    },
                     ..ConnectOptions::default()
                 };
-                let mut c = Reconnecting::new(&lb, opts);
+                let mut c = Client::connect_with(&lb, &opts).expect("connect through haproxy");
                 let mut load = Load::default();
                 let mut n = 0;
                 while !stop.load(Ordering::Relaxed) {
                     let id = format!("t{t}-{n}");
                     n += 1;
-                    let params =
-                        json!({"machine":"order","version":1,"id":id,"context":{"total":1}});
                     load.requests += 2;
-                    match c.call("CREATE_INSTANCE", params) {
+                    match c.create_instance("order", 1, &id, &json!({"total": 1})) {
                         Ok(_) => load.created.push(id),
                         Err(e) => {
                             eprintln!("thread {t}: CREATE_INSTANCE failed: {e}");
                             load.failures += 1;
                         }
                     }
-                    if let Err(e) = c.call("PING", json!(null)) {
+                    if let Err(e) = c.ping() {
                         eprintln!("thread {t}: PING failed: {e}");
                         load.failures += 1;
                     }
                 }
-                load.retries = c.retries;
-                load.connects = c.connects;
+                load.retries = c.retries();
+                load.connects = c.connects();
                 load
             })
         })
@@ -190,7 +193,11 @@ fn a_drained_server_behind_haproxy_costs_clients_no_request() {
     // Every acknowledged create is on one of the two servers.
     s1.relaunch().unwrap();
     let created: usize = loads.iter().map(|l| l.created.len()).sum();
-    let count = |s: &Server| direct(s).info().unwrap()["instances"].as_u64().unwrap() as usize;
+    let count = |s: &Server| {
+        direct(s).info().unwrap().extra["instances"]
+            .as_u64()
+            .unwrap() as usize
+    };
     assert_eq!(count(&s1) + count(&s2), created);
 }
 

@@ -44,7 +44,7 @@ fn apply_many(c: &mut Client, ops: &[(String, &str, Value)], window: usize) -> V
             c.send("APPLY_EVENT", &p).unwrap();
             sent += 1;
         }
-        let r = smdb::client::into_result(c.recv_response().unwrap()).expect("APPLY_EVENT");
+        let r = smdb_client::into_result(c.recv_response().unwrap()).expect("APPLY_EVENT");
         results.push(r);
     }
     results
@@ -520,6 +520,7 @@ fn a_cursor_older_than_the_retained_log_names_the_oldest_offset() {
         code,
         message,
         details,
+        ..
     } = err
     else {
         panic!("not a server error: {err}");

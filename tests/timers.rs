@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::scrape::scrape;
 use common::*;
 use serde_json::{json, Value};
-use smdb::client::into_result;
+use smdb_client::into_result;
 
 const METRICS: &str = "[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"";
 const NO_FSYNC: &str = "[storage]\nfsync = \"never\"";

@@ -17,7 +17,7 @@ use rcgen::{
     KeyPair, KeyUsagePurpose,
 };
 use serde_json::{json, Value};
-use smdb::client::{ClientTlsOptions, ConnectOptions, Transport};
+use smdb_client::{ClientTlsOptions, ConnectOptions, Transport};
 
 /// A CA and what it signed, as PEM files in a temp dir.
 struct Pki {
@@ -108,7 +108,7 @@ fn trust(pki: &Pki) -> ClientTlsOptions {
     }
 }
 
-fn connect(server: &Server, tls: ClientTlsOptions) -> Result<Client, smdb::client::ClientError> {
+fn connect(server: &Server, tls: ClientTlsOptions) -> Result<Client, smdb_client::ClientError> {
     let opts = ConnectOptions {
         client_name: "tls-tests".into(),
         timeout: Some(Duration::from_secs(10)),

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use rustls::ClientConnection;
 use serde_json::Value;
 
-use crate::client::{ClientTlsOptions, CLIENT_FRAME_BYTES_MAX};
 use crate::protocol::frame::decode_frame;
+use smdb_client::{ClientTlsOptions, CLIENT_FRAME_BYTES_MAX};
 
 use super::setup;
 use super::stats::RunCounts;

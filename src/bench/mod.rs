@@ -2,7 +2,7 @@
 //!
 //! Owns the client side of benchmarking only; nothing in the server depends on it.
 //! * `options`: the command line. `workload`: what is sent and how requests are built.
-//! * `setup`: unmeasured preparation through `crate::client` (HELLO, AUTH, INFO, PUT_MACHINE,
+//! * `setup`: unmeasured preparation through `smdb_client` (HELLO, AUTH, INFO, PUT_MACHINE,
 //!   pre-created instances).
 //! * `driver`: the load threads (non-blocking sockets, poll(2), many connections per thread).
 //! * `stats`: HDR histograms and counters. `cpu`: where the CPU went, from /proc.

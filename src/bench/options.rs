@@ -6,7 +6,7 @@ use clap::Parser;
 
 use super::spawn::Fsync;
 use super::workload::{Mix, WorkloadKind};
-use crate::client::ClientTlsOptions;
+use smdb_client::ClientTlsOptions;
 
 /// Largest `--in-flight`: the server's default `network.max_inflight_per_connection`.
 pub const IN_FLIGHT_MAX: usize = 1024;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::client::{into_result, Client, ClientError, ClientTlsOptions};
+use smdb_client::{into_result, Client, ClientError, ClientTlsOptions};
 
 use super::workload::{machine_definition, Plan, MACHINE, MACHINE_VERSION};
 

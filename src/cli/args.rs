@@ -77,9 +77,9 @@ pub struct GlobalOpts {
 
 impl GlobalOpts {
     /// The TLS options, when --tls or any of --ca, --cert, --key is given.
-    pub fn tls_options(&self) -> Option<smdb::client::ClientTlsOptions> {
+    pub fn tls_options(&self) -> Option<smdb_client::ClientTlsOptions> {
         let wanted = self.tls || self.ca.is_some() || self.cert.is_some() || self.key.is_some();
-        wanted.then(|| smdb::client::ClientTlsOptions {
+        wanted.then(|| smdb_client::ClientTlsOptions {
             ca: self.ca.clone(),
             cert: self.cert.clone(),
             key: self.key.clone(),
@@ -215,6 +215,16 @@ pub enum Command {
     /// (--from-cursor) and exits 1.
     Watch(WatchArgs),
 
+    /// Replication: `replication status` shows role, peers, positions and lag
+    /// (REPLICATION_STATUS).
+    Replication {
+        #[command(subcommand)]
+        command: ReplicationCommand,
+    },
+
+    /// Turn a replica into a primary: it stops following and accepts writes (PROMOTE).
+    Promote,
+
     /// Run several ops as one BATCH: atomic (all or nothing, one shard) unless --best-effort.
     ///
     /// OPS is a JSON array of {"op": NAME, "params": {...}} (CREATE_INSTANCE, APPLY_EVENT,
@@ -334,4 +344,11 @@ mod tests {
             }
         ));
     }
+}
+
+/// `smdb-cli replication ...`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ReplicationCommand {
+    /// Role, peers, positions and lag (REPLICATION_STATUS).
+    Status,
 }

@@ -5,9 +5,9 @@ use std::io::{Read, Write};
 
 use clap::CommandFactory;
 use serde_json::{json, Value};
-use smdb::client::{ApplyOptions, CreateOptions, ListFilter};
+use smdb_client::{ApplyOptions, CreateOptions, ListFilter};
 
-use super::args::{Cli, Command};
+use super::args::{Cli, Command, ReplicationCommand};
 use super::error::CliError;
 use super::session::Session;
 use super::{render, watch};
@@ -86,11 +86,11 @@ fn read_file(path: &str, what: &str) -> Result<String, CliError> {
 pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), CliError> {
     match cmd {
         Command::Ping => {
-            let r = s.run(|c| c.ping())?;
+            let r = s.value(|c| c.ping())?;
             out.result("PING", &r)
         }
         Command::Info => {
-            let r = s.run(|c| c.info())?;
+            let r = s.value(|c| c.info())?;
             out.result("INFO", &r)
         }
         Command::PutMachine {
@@ -99,36 +99,46 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
             machine_version,
         } => {
             let (m, v, def) = machine_file(file, machine.as_deref(), *machine_version)?;
-            let r = s.run(|c| c.put_machine(&m, v, &def))?;
+            let r = s.value(|c| c.put_machine(&m, v, &def))?;
             out.result("PUT_MACHINE", &r)
         }
         Command::GetMachine {
             machine,
             machine_version,
         } => {
-            let r = s.run(|c| c.get_machine(machine, *machine_version))?;
+            let r = s.value(|c| c.get_machine(machine, *machine_version))?;
             out.result("GET_MACHINE", &r)
         }
         Command::ListMachines => {
-            let r = s.run(|c| c.list_machines())?;
+            let r = s.value(|c| c.list_machines())?;
             out.result("LIST_MACHINES", &r)
         }
         Command::Create { .. } => create(cmd, s, out),
         Command::Get { id } => {
-            let r = s.run(|c| c.get_instance(id))?;
+            let r = s.value(|c| c.get_instance(id))?;
             out.result("GET_INSTANCE", &r)
         }
         Command::List { .. } => list(cmd, s, out),
         Command::Delete { id } => {
-            let r = s.run(|c| c.delete_instance(id))?;
+            let r = s.value(|c| c.delete_instance(id))?;
             out.result("DELETE_INSTANCE", &r)
         }
         Command::Apply { .. } => apply(cmd, s, out),
         Command::History { id, from, limit } => {
-            let r = s.run(|c| c.history(id, *from, *limit))?;
+            let r = s.value(|c| c.history(id, *from, *limit))?;
             out.result("GET_HISTORY", &r)
         }
         Command::Watch(args) => watch::run(args, s, out),
+        Command::Replication {
+            command: ReplicationCommand::Status,
+        } => {
+            let r = s.value(|c| c.replication_status())?;
+            out.result("REPLICATION_STATUS", &r)
+        }
+        Command::Promote => {
+            let r = s.value(|c| c.promote())?;
+            out.result("PROMOTE", &r)
+        }
         Command::Batch { ops, best_effort } => {
             let ops = json_arg(ops, "OPS")?;
             if !ops.is_array() {
@@ -231,7 +241,7 @@ fn create(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), Cl
     let version = match machine_version {
         Some(v) => *v,
         None => {
-            let m = s.run(|c| c.get_machine(machine, None))?;
+            let m = s.value(|c| c.get_machine(machine, None))?;
             m["version"].as_u64().ok_or_else(|| {
                 CliError::usage(format!(
                     "GET_MACHINE {machine} gave no version; pass --version"
@@ -242,7 +252,7 @@ fn create(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), Cl
     let opts = CreateOptions {
         idempotency_key: idempotency_key.clone(),
     };
-    let r = s.run(|c| c.create_instance_with(machine, version, id, &context, &opts))?;
+    let r = s.value(|c| c.create_instance_with(machine, version, id, &context, &opts))?;
     out.result("CREATE_INSTANCE", &r)
 }
 
@@ -262,13 +272,14 @@ fn list(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), CliE
         state: state.clone(),
         limit: *limit,
         cursor: cursor.clone(),
+        ..ListFilter::default()
     };
-    let mut page = s.run(|c| c.list_instances(&filter))?;
+    let mut page = s.value(|c| c.list_instances(&filter))?;
     if *all {
         let mut instances = take_array(&mut page["instances"]);
         while let Some(next) = page["next_cursor"].as_str() {
             filter.cursor = Some(next.to_string());
-            page = s.run(|c| c.list_instances(&filter))?;
+            page = s.value(|c| c.list_instances(&filter))?;
             instances.extend(take_array(&mut page["instances"]));
         }
         page = json!({"instances": instances, "next_cursor": null});
@@ -304,7 +315,7 @@ fn apply(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), Cli
         expected_wal_offset: *expected_offset,
         idempotency_key: idempotency_key.clone(),
     };
-    let r = s.run(|c| c.apply_event_with(id, event, payload.as_ref(), &opts))?;
+    let r = s.value(|c| c.apply_event_with(id, event, payload.as_ref(), &opts))?;
     out.result("APPLY_EVENT", &r)
 }
 

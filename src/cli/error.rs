@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use smdb::client::ClientError;
+use smdb_client::ClientError;
 
 pub const EXIT_SERVER: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
@@ -56,9 +56,10 @@ impl CliError {
                 code,
                 message,
                 details,
+                ..
             } => CliError {
                 kind: Kind::Server,
-                code,
+                code: code.as_str().to_string(),
                 message,
                 details,
             },
@@ -71,6 +72,12 @@ impl CliError {
                 )
             }
             ClientError::Protocol(m) => CliError::new(Kind::Connection, PROTOCOL_ERROR, m),
+            ClientError::Lagged { resume_cursor, .. } => CliError::new(
+                Kind::Connection,
+                SUBSCRIPTION_LAGGED,
+                format!("subscription lagged; resume from cursor {resume_cursor}"),
+            ),
+            ClientError::Config(m) => CliError::usage(m),
             ClientError::Io(io) => CliError::new(
                 Kind::Connection,
                 CONNECTION_LOST,
@@ -117,8 +124,9 @@ mod tests {
     fn server_errors_render_code_message_and_details() {
         let e = CliError::from_call(
             ClientError::Server {
-                code: "CONFLICT".into(),
+                code: smdb_client::ErrorCode::Conflict,
                 message: "expected paid".into(),
+                retryable: false,
                 details: json!({"actual_state": "new"}),
             },
             None,

@@ -1,5 +1,5 @@
 //! `smdb-cli`: one-shot subcommands for every operation, and an interactive shell (REPL) when
-//! no subcommand is given. Built on the blocking `smdb::client`; no async runtime.
+//! no subcommand is given. Built on the blocking `smdb_client`; no async runtime.
 //!
 //! * `args`: clap definitions (also used for completions, the man page and REPL lines).
 //! * `commands`: one subcommand → one typed client call → printed result.

@@ -5,10 +5,12 @@
 
 use std::time::Duration;
 
-use smdb::client::{Client, ClientError, ConnectOptions};
+use serde_json::Value;
+
+use smdb_client::{Client, ClientError, ConnectOptions};
 
 use super::args::GlobalOpts;
-use super::error::{CliError, Kind, CONNECT_FAILED, USAGE};
+use super::error::{CliError, Kind, CONNECT_FAILED, PROTOCOL_ERROR, USAGE};
 
 /// Reconnect-and-retry rounds after `SHUTTING_DOWN`.
 const SHUTTING_DOWN_RETRIES: usize = 3;
@@ -43,6 +45,9 @@ impl Session {
                 timeout: secs(g.timeout)?,
                 token: g.token.clone(),
                 tls: g.tls_options(),
+                // The session has its own policy: SHUTTING_DOWN is retried below, a lost
+                // connection is reported and the next command reconnects.
+                retry: smdb_client::RetryPolicy::none(),
             },
             client: None,
         })
@@ -84,6 +89,16 @@ impl Session {
     /// reconnects at once, HELLO and AUTH included, and runs `f` again, up to
     /// `SHUTTING_DOWN_RETRIES` times: behind a load balancer the new connection reaches
     /// another server.
+    /// `run` for a typed call, its result as JSON (for rendering).
+    pub fn value<T: serde::Serialize>(
+        &mut self,
+        f: impl FnMut(&mut Client) -> Result<T, ClientError>,
+    ) -> Result<Value, CliError> {
+        let r = self.run(f)?;
+        serde_json::to_value(r)
+            .map_err(|e| CliError::new(Kind::Connection, PROTOCOL_ERROR, e.to_string()))
+    }
+
     pub fn run<T>(
         &mut self,
         mut f: impl FnMut(&mut Client) -> Result<T, ClientError>,

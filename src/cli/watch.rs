@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use smdb::client::{WatchAllFilter, WatchOptions};
+use smdb_client::{WatchAllFilter, WatchOptions};
 
 use super::args::WatchArgs;
 use super::commands::Output;
@@ -30,11 +30,11 @@ pub fn run(args: &WatchArgs, s: &mut Session, out: &mut Output<'_>) -> Result<()
         ),
         None => c.watch_all(&filter(args)),
     })?;
-    let sub = ack["subscription_id"].clone();
+    let sub = ack.subscription_id.clone();
     eprintln!(
         "watching: subscription {} from cursor {}; Ctrl-C stops",
         render::cell(&sub),
-        render::cell(&ack["cursor"])
+        render::cell(&serde_json::Value::from(ack.cursor.as_str()))
     );
     let streamed = stream(args, &sub, s, out);
     if streamed.is_ok() {

@@ -3,7 +3,7 @@
 //! the `tls` config section (cheap, so a reload can build a fresh one), `accept` runs one
 //! connection's handshake inside that connection's task, bounded in time.
 //!
-//! `client_config` builds the client side for `crate::client` (smdb-cli, smdb-bench, tests).
+//! The client side (`client_config`) lives in `smdb_client::tls`, re-exported here.
 
 pub mod pem;
 
@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures_lite::{AsyncRead, AsyncWrite};
 use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, ServerConfig};
+use rustls::ServerConfig;
 
 pub use futures_rustls::server::TlsStream;
 
@@ -119,55 +119,5 @@ fn client_verifier(
         .map_err(|e| format!("tls.client_ca_path: {e} ({})", path.display()))
 }
 
-/// How a client connects over TLS.
-#[derive(Debug, Clone, Default)]
-pub struct ClientTlsOptions {
-    /// PEM file of the CA(s) to trust; `None`: the system bundle (`SSL_CERT_FILE`, else the
-    /// usual Debian/Red Hat paths).
-    pub ca: Option<PathBuf>,
-    /// Client certificate chain and key (PEM), for servers with mutual TLS.
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
-    /// Name to verify the server's certificate against; default: the host part of the address.
-    pub server_name: Option<String>,
-}
-
-/// System CA bundles tried, in order, when no CA file is given.
-const SYSTEM_CA_FILES: [&str; 3] = [
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/cert.pem",
-];
-
-/// The client config for `opts` (TLS 1.2 and 1.3). Errors name the flag (`--ca`, `--cert`,
-/// `--key`).
-pub fn client_config(opts: &ClientTlsOptions) -> Result<Arc<ClientConfig>, String> {
-    let roots = match &opts.ca {
-        Some(ca) => pem::roots("--ca", ca)?,
-        None => system_roots()?,
-    };
-    let builder = ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(rustls::ALL_VERSIONS)
-        .map_err(|e| format!("tls: {e}"))?
-        .with_root_certificates(roots);
-    let config = match (&opts.cert, &opts.key) {
-        (None, None) => builder.with_no_client_auth(),
-        (Some(cert), Some(key)) => builder
-            .with_client_auth_cert(pem::certs("--cert", cert)?, pem::private_key("--key", key)?)
-            .map_err(|e| format!("--key: {e} ({})", key.display()))?,
-        _ => return Err("--cert and --key go together".into()),
-    };
-    Ok(Arc::new(config))
-}
-
-fn system_roots() -> Result<rustls::RootCertStore, String> {
-    let from_env = std::env::var_os("SSL_CERT_FILE").map(PathBuf::from);
-    let path = from_env
-        .into_iter()
-        .chain(SYSTEM_CA_FILES.iter().map(PathBuf::from))
-        .find(|p| p.is_file())
-        .ok_or("no --ca given and no system CA bundle found")?;
-    let mut store = rustls::RootCertStore::empty();
-    store.add_parsable_certificates(pem::certs("SSL_CERT_FILE", &path)?);
-    Ok(store)
-}
+/// The client side of TLS lives in the `smdb-client` crate; re-exported under the old paths.
+pub use smdb_client::tls::{client_config, ClientTlsOptions};

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-pub use smdb::client::{Client, ClientError};
+pub use smdb_client::{Client, ClientError};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_smdb-server");
 
@@ -371,7 +371,8 @@ pub fn put_order_machine(c: &mut Client) {
 }
 
 /// The error code of a failed call (panics on success).
-pub fn err_code(r: Result<Value, ClientError>) -> String {
+pub fn err_code<T: std::fmt::Debug>(r: Result<T, ClientError>) -> String {
+    let r = r.map(|v| format!("{v:?}"));
     match r {
         Ok(v) => panic!("expected an error, got {v}"),
         Err(e) => e.code().unwrap_or("not a server error").to_string(),

@@ -1,102 +1,39 @@
-//! A blocking RCP1 client over `std::net::TcpStream`: connect, HELLO, typed requests, pipelined
-//! sends, pushes kept apart from responses. Used by `smdb-cli`, `smdb-bench` and the tests; it
-//! runs no async runtime, so it never fights glommio.
+//! The blocking client over `std::net::TcpStream` (plain or rustls): connect, HELLO, AUTH,
+//! typed calls with retries, pipelining, and pushes kept apart from responses. It runs no
+//! async runtime, so it fits scripts, CLIs and threads of any service.
 //!
-//! This module owns the connection and the framing; `ops` adds one typed helper per operation.
 //! Reads go through an internal buffer, so a read timeout never loses half a frame: the next
 //! read picks up where the last one stopped.
 
-mod ops;
-pub mod reconnect;
+mod calls;
+mod subscription;
 mod transport;
 
-pub use ops::{ApplyOptions, CreateOptions, ListFilter, WatchAllFilter, WatchOptions};
-pub use transport::{ClientTlsOptions, Transport};
+pub use subscription::Subscription;
+pub use transport::Transport;
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::protocol::frame::{decode_frame, encode_frame, HEADER_LEN};
-
-/// Largest response frame the client accepts (matches the server's default frame limit x4, so
-/// large LIST/GET_HISTORY pages fit).
-pub const CLIENT_FRAME_BYTES_MAX: u32 = 64 * 1024 * 1024;
+use crate::error::{Error, Result};
+use crate::frame::{decode_frame, encode_frame, HEADER_LEN};
+use crate::message::{check_id, encode_request, into_result, Incoming};
+use crate::ops::{self, Request};
+use crate::retry::RetryPolicy;
+use crate::tls::{client_config, server_name, ClientTlsOptions};
+use crate::CLIENT_FRAME_BYTES_MAX;
 
 /// Initial capacity of the read buffer; it grows to the largest frame seen.
 const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Requests `pipeline` keeps in flight: hides the round trip, stays well under the server's
+/// `network.max_inflight_per_connection` (1024), so neither side ever blocks on a full socket.
+pub const PIPELINE_WINDOW: usize = 256;
 
-/// The protocol version this client speaks (CONTRACT §3).
-pub const PROTOCOL_VERSION: u32 = 1;
-
-/// A client-side failure.
-#[derive(Debug)]
-pub enum ClientError {
-    Io(std::io::Error),
-    /// The peer sent bytes that are not a valid frame or JSON.
-    Protocol(String),
-    /// The server answered with `status: "error"`.
-    Server {
-        code: String,
-        message: String,
-        details: Value,
-    },
-}
-
-impl std::fmt::Display for ClientError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ClientError::Io(e) => write!(f, "i/o error: {e}"),
-            ClientError::Protocol(m) => write!(f, "protocol error: {m}"),
-            ClientError::Server { code, message, .. } => write!(f, "{code}: {message}"),
-        }
-    }
-}
-
-impl std::error::Error for ClientError {}
-
-impl From<std::io::Error> for ClientError {
-    fn from(e: std::io::Error) -> Self {
-        ClientError::Io(e)
-    }
-}
-
-impl ClientError {
-    /// The server's error code, when this is a server error.
-    pub fn code(&self) -> Option<&str> {
-        match self {
-            ClientError::Server { code, .. } => Some(code),
-            _ => None,
-        }
-    }
-
-    /// True when a read or write timeout expired (the connection may still be usable, but a
-    /// response to a request already sent may still arrive later).
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, ClientError::Io(e)
-            if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
-    }
-
-    /// True for `SHUTTING_DOWN`: the server is draining and did not execute the request; it
-    /// is safe to send it again on a new connection (`reconnect::Reconnecting` does).
-    pub fn is_shutting_down(&self) -> bool {
-        self.code() == Some("SHUTTING_DOWN")
-    }
-
-    /// True when the connection is unusable: the peer closed it, reset it, or sent garbage.
-    pub fn is_connection_lost(&self) -> bool {
-        match self {
-            ClientError::Io(_) => !self.is_timeout(),
-            ClientError::Protocol(_) => true,
-            ClientError::Server { .. } => false,
-        }
-    }
-}
-
-/// How `Client::connect_with` connects.
+/// How `Client::connect_with` connects (and reconnects).
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     /// `client_name` sent in HELLO.
@@ -110,6 +47,8 @@ pub struct ConnectOptions {
     pub token: Option<String>,
     /// TLS: when set, the handshake runs right after the TCP connect, before HELLO.
     pub tls: Option<ClientTlsOptions>,
+    /// Retries of connecting and of typed calls (see `retry`).
+    pub retry: RetryPolicy,
 }
 
 impl Default for ConnectOptions {
@@ -120,6 +59,7 @@ impl Default for ConnectOptions {
             timeout: Some(Duration::from_secs(30)),
             token: None,
             tls: None,
+            retry: RetryPolicy::default(),
         }
     }
 }
@@ -130,25 +70,31 @@ pub struct Client {
     /// Bytes read from the socket and not yet handed out; frames start at `rstart`.
     rbuf: Vec<u8>,
     rstart: usize,
-    /// Pushes (`type` other than `response`) received while waiting for a response.
+    /// Pushes received while waiting for a response.
     pushes: VecDeque<Value>,
     /// Responses received while waiting for a push.
     responses: VecDeque<Value>,
     /// The HELLO result, once HELLO succeeded through this client.
     hello: Option<Value>,
+    /// Where and how to connect again (clients made by `connect_with`); `None`: a lost
+    /// connection is final and typed calls are not retried.
+    recipe: Option<(String, ConnectOptions)>,
+    /// A call found the connection lost (or timed out): the next typed call reconnects first.
+    broken: bool,
+    /// Requests sent again by `run` after a retryable failure.
+    retries: u64,
+    /// Connections opened by `connect_with` and `reconnect` (the first included).
+    connects: u64,
 }
 
 impl Client {
     /// Connects (TCP_NODELAY on) without sending HELLO.
-    pub fn connect(addr: impl ToSocketAddrs) -> Result<Client, ClientError> {
+    pub fn connect(addr: impl ToSocketAddrs) -> Result<Client> {
         Client::from_stream(TcpStream::connect(addr)?)
     }
 
     /// Connects without sending HELLO, giving up on each resolved address after `timeout`.
-    pub fn connect_timeout(
-        addr: impl ToSocketAddrs,
-        timeout: Duration,
-    ) -> Result<Client, ClientError> {
+    pub fn connect_timeout(addr: impl ToSocketAddrs, timeout: Duration) -> Result<Client> {
         let mut last = None;
         for a in addr.to_socket_addrs()? {
             match TcpStream::connect_timeout(&a, timeout) {
@@ -156,13 +102,13 @@ impl Client {
                 Err(e) => last = Some(e),
             }
         }
-        Err(ClientError::Io(last.unwrap_or_else(|| {
+        Err(Error::Io(last.unwrap_or_else(|| {
             std::io::Error::new(ErrorKind::InvalidInput, "address resolved to nothing")
         })))
     }
 
     /// A client over a connected stream (e.g. after writing a PROXY header on it).
-    pub fn from_stream(stream: TcpStream) -> Result<Client, ClientError> {
+    pub fn from_stream(stream: TcpStream) -> Result<Client> {
         stream.set_nodelay(true)?;
         Ok(Client::from_transport(Transport::Plain(stream)))
     }
@@ -177,6 +123,10 @@ impl Client {
             pushes: VecDeque::new(),
             responses: VecDeque::new(),
             hello: None,
+            recipe: None,
+            broken: false,
+            retries: 0,
+            connects: 1,
         }
     }
 
@@ -186,29 +136,47 @@ impl Client {
         addr: &str,
         tls: &ClientTlsOptions,
         timeout: Option<Duration>,
-    ) -> Result<Client, ClientError> {
-        let config = crate::tls::client_config(tls)
-            .map_err(|e| ClientError::Io(std::io::Error::new(ErrorKind::InvalidInput, e)))?;
+    ) -> Result<Client> {
+        let config = client_config(tls).map_err(Error::Config)?;
         let plain = match timeout {
             Some(t) => Client::connect_timeout(addr, t)?,
             None => Client::connect(addr)?,
         };
         plain.set_timeout(timeout)?;
-        let name = tls.server_name.clone().unwrap_or_else(|| host_of(addr));
         let (sock, _) = plain.stream.into_parts();
+        let name = server_name(tls, addr);
         Ok(Client::from_transport(Transport::tls(sock, config, &name)?))
     }
 
     /// Connects and performs HELLO with protocol version 1.
-    pub fn connect_hello(addr: impl ToSocketAddrs, name: &str) -> Result<Client, ClientError> {
+    pub fn connect_hello(addr: impl ToSocketAddrs, name: &str) -> Result<Client> {
         let mut c = Client::connect(addr)?;
         c.hello(name)?;
         Ok(c)
     }
 
     /// Connects with a connect timeout, sets the call timeout, performs HELLO and, when a token
-    /// is given, AUTH.
-    pub fn connect_with(addr: &str, opts: &ConnectOptions) -> Result<Client, ClientError> {
+    /// is given, AUTH. Retries per `opts.retry` while the server is unreachable or answers a
+    /// retryable refusal (`CONNECTION_LIMIT`, `SHUTTING_DOWN`). The client remembers `addr`
+    /// and `opts` to reconnect when a safe call finds the connection lost.
+    pub fn connect_with(addr: &str, opts: &ConnectOptions) -> Result<Client> {
+        let mut attempt = 1;
+        loop {
+            match Client::connect_once(addr, opts) {
+                Ok(mut c) => {
+                    c.recipe = Some((addr.to_string(), opts.clone()));
+                    return Ok(c);
+                }
+                Err(e) if opts.retry.should_retry(&e, ops::Retry::Safe, attempt) => {
+                    std::thread::sleep(opts.retry.backoff(attempt));
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn connect_once(addr: &str, opts: &ConnectOptions) -> Result<Client> {
         let mut c = match (&opts.tls, opts.connect_timeout) {
             (Some(tls), t) => Client::connect_tls(addr, tls, t)?,
             (None, Some(t)) => Client::connect_timeout(addr, t)?,
@@ -222,15 +190,46 @@ impl Client {
         Ok(c)
     }
 
+    /// Replaces the connection by a new one to the same server (HELLO, AUTH again). Only for
+    /// clients made by `connect_with`. Pushes and responses not yet taken are dropped.
+    pub fn reconnect(&mut self) -> Result<()> {
+        let Some((addr, opts)) = self.recipe.clone() else {
+            return Err(Error::Config(
+                "this client was not made by connect_with: it cannot reconnect".into(),
+            ));
+        };
+        let fresh = Client::connect_with(&addr, &opts)?;
+        let (next_id, retries, connects) = (self.next_id, self.retries, self.connects);
+        *self = fresh;
+        self.next_id = next_id;
+        self.retries = retries;
+        self.connects = connects + 1;
+        Ok(())
+    }
+
+    /// Requests sent again after a retryable failure, over this client's life.
+    pub fn retries(&self) -> u64 {
+        self.retries
+    }
+
+    /// Connections opened by this client (the first included).
+    pub fn connects(&self) -> u64 {
+        self.connects
+    }
+
+    /// The retry policy of typed calls: `connect_with`'s, else none.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.recipe
+            .as_ref()
+            .map_or_else(RetryPolicy::none, |(_, o)| o.retry)
+    }
+
     /// Sends HELLO (protocol version 1) and keeps its result (see `hello_result`).
-    pub fn hello(&mut self, client_name: &str) -> Result<Value, ClientError> {
-        let r = self.call(
-            "HELLO",
-            json!({"protocol_version": PROTOCOL_VERSION, "client_name": client_name,
-                   "client_version": env!("CARGO_PKG_VERSION")}),
-        )?;
+    pub fn hello(&mut self, client_name: &str) -> Result<ops::Hello> {
+        let req = ops::hello(client_name);
+        let r = self.call(req.op, req.params.clone())?;
         self.hello = Some(r.clone());
-        Ok(r)
+        req.decode(r)
     }
 
     /// The result of the HELLO this client performed, if any.
@@ -239,50 +238,118 @@ impl Client {
     }
 
     /// Sets the read and write timeout of the socket (`None`: wait forever).
-    pub fn set_timeout(&self, t: Option<Duration>) -> Result<(), ClientError> {
+    pub fn set_timeout(&self, t: Option<Duration>) -> Result<()> {
         self.stream.socket().set_read_timeout(t)?;
         self.stream.socket().set_write_timeout(t)?;
         Ok(())
     }
 
-    /// Sends one request and returns its `result`, or the server's error.
-    pub fn call(&mut self, op: &str, params: Value) -> Result<Value, ClientError> {
-        let id = self.send(op, &params)?;
-        let resp = self.recv_response()?;
-        check_id(&resp, &id)?;
-        into_result(resp)
+    /// Sends one typed request and decodes its result, retrying per the client's policy where
+    /// that is safe (see `retry`), on a new connection when the old one was lost.
+    pub fn run<T: serde::de::DeserializeOwned>(&mut self, req: Request<T>) -> Result<T> {
+        let policy = self.retry_policy();
+        let mut attempt = 1;
+        loop {
+            let sent = match self.broken && self.recipe.is_some() {
+                // The connection was lost earlier: a new one first (nothing was sent yet, so
+                // any request may go on it).
+                true => self.reconnect(),
+                false => Ok(()),
+            };
+            let e = match sent.and_then(|()| self.call(req.op, req.params.clone())) {
+                Ok(v) => return req.decode(v),
+                Err(e) => e,
+            };
+            if e.is_connection_lost() || e.is_timeout() || e.is_shutting_down() {
+                self.broken = true;
+            }
+            if !policy.should_retry(&e, req.retry, attempt) {
+                return Err(e);
+            }
+            std::thread::sleep(policy.backoff(attempt));
+            attempt += 1;
+            self.retries += 1;
+        }
+    }
+
+    /// Sends one request and returns its `result` (raw JSON), or the server's error. No retry.
+    pub fn call(&mut self, op: &str, params: Value) -> Result<Value> {
+        let r = self.send(op, &params).and_then(|id| {
+            let resp = self.recv_response()?;
+            check_id(&resp, &id)?;
+            Ok(resp)
+        });
+        if matches!(&r, Err(e) if e.is_connection_lost() || e.is_timeout()) {
+            self.broken = true;
+        }
+        into_result(r?)
+    }
+
+    /// Sends many typed requests on this connection without waiting for each answer, at most
+    /// `PIPELINE_WINDOW` in flight, and returns their results in request order (answers are
+    /// matched to requests by id). A server error fails only its own entry; a lost connection
+    /// fails the call.
+    pub fn pipeline<T: serde::de::DeserializeOwned>(
+        &mut self,
+        reqs: &[Request<T>],
+    ) -> Result<Vec<Result<T>>> {
+        let mut out = Vec::with_capacity(reqs.len());
+        let mut pending: VecDeque<(usize, String)> = VecDeque::new();
+        let mut next = 0;
+        let mut buf = Vec::new();
+        while out.len() < reqs.len() {
+            while next < reqs.len() && pending.len() < PIPELINE_WINDOW {
+                let id = self.take_id();
+                encode_request(&mut buf, &id, reqs[next].op, &reqs[next].params)?;
+                pending.push_back((next, id));
+                next += 1;
+            }
+            if !buf.is_empty() {
+                self.send_raw(&buf)?;
+                buf.clear();
+            }
+            let resp = self.recv_response()?;
+            let Some((i, id)) = pending.pop_front() else {
+                return Err(Error::Protocol("a response nobody asked for".into()));
+            };
+            check_id(&resp, &id)?;
+            out.push(into_result(resp).and_then(|v| reqs[i].decode(v)));
+        }
+        Ok(out)
+    }
+
+    fn take_id(&mut self) -> String {
+        let id = self.next_id.to_string();
+        self.next_id += 1;
+        id
     }
 
     /// Sends one request without waiting; returns its id. Use `recv_response` for the answer.
     /// A `Null` params value omits `params`.
-    pub fn send(&mut self, op: &str, params: &Value) -> Result<String, ClientError> {
-        let id = self.next_id.to_string();
-        self.next_id += 1;
-        let mut req = json!({"type": "request", "id": id, "op": op});
-        if !params.is_null() {
-            req["params"] = params.clone();
-        }
-        let payload = serde_json::to_vec(&req).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        self.send_payload(&payload)?;
+    pub fn send(&mut self, op: &str, params: &Value) -> Result<String> {
+        let id = self.take_id();
+        let mut out = Vec::new();
+        encode_request(&mut out, &id, op, params)?;
+        self.send_raw(&out)?;
         Ok(id)
     }
 
     /// Sends a frame around arbitrary payload bytes.
-    pub fn send_payload(&mut self, payload: &[u8]) -> Result<(), ClientError> {
+    pub fn send_payload(&mut self, payload: &[u8]) -> Result<()> {
         let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
         encode_frame(payload, &mut out);
         self.send_raw(&out)
     }
 
     /// Writes raw bytes (for tests of malformed frames).
-    pub fn send_raw(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+    pub fn send_raw(&mut self, bytes: &[u8]) -> Result<()> {
         self.stream.write_all(bytes)?;
         self.stream.flush()?;
         Ok(())
     }
 
     /// Reads the next response, setting aside any push that arrives first.
-    pub fn recv_response(&mut self) -> Result<Value, ClientError> {
+    pub fn recv_response(&mut self) -> Result<Value> {
         if let Some(r) = self.responses.pop_front() {
             return Ok(r);
         }
@@ -296,7 +363,7 @@ impl Client {
     }
 
     /// The next push: one already received, or the next message read (whatever its type).
-    pub fn recv_push(&mut self) -> Result<Value, ClientError> {
+    pub fn recv_push(&mut self) -> Result<Value> {
         if let Some(p) = self.pushes.pop_front() {
             return Ok(p);
         }
@@ -305,7 +372,7 @@ impl Client {
 
     /// The next push, waiting at most `wait` (`None`: the call timeout). `Ok(None)` when none
     /// came in time. Responses read meanwhile are kept for `recv_response`.
-    pub fn next_push(&mut self, wait: Option<Duration>) -> Result<Option<Value>, ClientError> {
+    pub fn next_push(&mut self, wait: Option<Duration>) -> Result<Option<Value>> {
         if let Some(p) = self.pushes.pop_front() {
             return Ok(Some(p));
         }
@@ -335,16 +402,15 @@ impl Client {
         self.pushes.drain(..).collect()
     }
 
-    /// Reads one frame and parses its JSON payload.
-    pub fn read_message(&mut self) -> Result<Value, ClientError> {
+    /// Reads one frame and parses its JSON payload (a JSON object, or a protocol error).
+    pub fn read_message(&mut self) -> Result<Value> {
         let payload = self.read_frame()?;
-        serde_json::from_slice(&payload)
-            .map_err(|e| ClientError::Protocol(format!("bad JSON: {e}")))
+        Ok(Incoming::parse(&payload)?.into_value())
     }
 
     /// Reads one frame's payload bytes. EOF gives an `UnexpectedEof` I/O error; a timeout keeps
     /// the bytes read so far for the next call.
-    pub fn read_frame(&mut self) -> Result<Vec<u8>, ClientError> {
+    pub fn read_frame(&mut self) -> Result<Vec<u8>> {
         loop {
             let buffered = &self.rbuf[self.rstart..];
             match decode_frame(buffered, CLIENT_FRAME_BYTES_MAX) {
@@ -354,7 +420,7 @@ impl Client {
                     return Ok(payload);
                 }
                 Ok(None) => self.fill()?,
-                Err(e) => return Err(ClientError::Protocol(e.to_string())),
+                Err(e) => return Err(Error::Protocol(e.to_string())),
             }
         }
     }
@@ -362,7 +428,7 @@ impl Client {
     /// Reads more bytes of the current frame into the buffer (at least one, or an error).
     /// Never reads past the frame's end, so whatever follows it stays in the socket, where
     /// `stream()` users (tests checking that the server closed) see it.
-    fn fill(&mut self) -> Result<(), ClientError> {
+    fn fill(&mut self) -> Result<()> {
         if self.rstart > 0 {
             self.rbuf.drain(..self.rstart);
             self.rstart = 0;
@@ -382,10 +448,11 @@ impl Client {
         };
         self.rbuf.truncate(len + *n.as_ref().unwrap_or(&0));
         match n? {
-            0 if len == 0 => Err(eof("connection closed by the server")),
-            0 => Err(eof(
-                "connection closed by the server in the middle of a frame",
-            )),
+            0 if len == 0 => Err(Error::eof("connection closed by the server")),
+            0 => Err(Error::Protocol(format!(
+                "connection closed by the server in the middle of a frame \
+                 ({len} of {frame_len} bytes received)"
+            ))),
             _ => Ok(()),
         }
     }
@@ -410,7 +477,7 @@ impl Client {
     }
 
     /// The server's address.
-    pub fn peer_addr(&self) -> Result<SocketAddr, ClientError> {
+    pub fn peer_addr(&self) -> Result<SocketAddr> {
         Ok(self.stream.socket().peer_addr()?)
     }
 
@@ -426,54 +493,14 @@ impl Client {
     }
 }
 
-/// The host part of `host:port` (`[v6]:port` gives `v6`), as the TLS server name.
-fn host_of(addr: &str) -> String {
-    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    host.trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string()
-}
-
-fn eof(what: &str) -> ClientError {
-    ClientError::Io(std::io::Error::new(ErrorKind::UnexpectedEof, what))
-}
-
 fn is_response(v: &Value) -> bool {
     v.get("type").and_then(Value::as_str) == Some("response")
-}
-
-fn check_id(resp: &Value, id: &str) -> Result<(), ClientError> {
-    match resp.get("id").and_then(Value::as_str) {
-        Some(got) if got == id => Ok(()),
-        // A frame-level error (`id: null`) is the server refusing our bytes: surface its code.
-        None if resp.get("status").and_then(Value::as_str) == Some("error") => {
-            into_result(resp.clone()).map(|_| ())
-        }
-        _ => Err(ClientError::Protocol(format!(
-            "response id {} for request {id}",
-            resp["id"]
-        ))),
-    }
-}
-
-/// Turns a response envelope into its `result` or a `ClientError::Server`.
-pub fn into_result(resp: Value) -> Result<Value, ClientError> {
-    match resp.get("status").and_then(Value::as_str) {
-        Some("ok") => Ok(resp.get("result").cloned().unwrap_or(Value::Null)),
-        _ => {
-            let e = resp.get("error").cloned().unwrap_or(Value::Null);
-            Err(ClientError::Server {
-                code: e["code"].as_str().unwrap_or("UNKNOWN").to_string(),
-                message: e["message"].as_str().unwrap_or("").to_string(),
-                details: e.get("details").cloned().unwrap_or(Value::Null),
-            })
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use std::net::TcpListener;
 
     fn frame(v: &Value) -> Vec<u8> {
@@ -546,14 +573,6 @@ mod tests {
     }
 
     #[test]
-    fn the_server_name_is_the_host_part() {
-        assert_eq!(host_of("localhost:7401"), "localhost");
-        assert_eq!(host_of("127.0.0.1:7401"), "127.0.0.1");
-        assert_eq!(host_of("[::1]:7401"), "::1");
-        assert_eq!(host_of("db.example"), "db.example");
-    }
-
-    #[test]
     fn a_closed_peer_is_not_alive_and_reads_give_eof() {
         let addr = fake(drop);
         let mut c = Client::connect(addr).unwrap();
@@ -562,23 +581,6 @@ mod tests {
         match c.read_frame() {
             Err(e) => assert!(e.is_connection_lost(), "{e}"),
             Ok(_) => panic!("expected EOF"),
-        }
-    }
-
-    #[test]
-    fn server_errors_carry_code_message_and_details() {
-        let r = into_result(json!({"type":"response","id":"1","status":"error",
-            "error":{"code":"CONFLICT","message":"m","retryable":false,"details":{"x":1}}}));
-        match r {
-            Err(ClientError::Server {
-                code,
-                message,
-                details,
-            }) => {
-                assert_eq!((code.as_str(), message.as_str()), ("CONFLICT", "m"));
-                assert_eq!(details["x"], 1);
-            }
-            other => panic!("{other:?}"),
         }
     }
 }

@@ -1,0 +1,41 @@
+"""smdb: the Python client of smdb, the state-machine database.
+
+``smdb.aio.Client`` (asyncio) and ``smdb.Client`` (blocking, a thin wrapper) speak RCP1 over
+TCP or TLS with the standard library only: typed calls for every op, pipelining, subscriptions
+that resume from their cursor, one exception class per server error code."""
+
+from . import client as aio
+from ._frame import crc32c, decode_frame, encode_frame
+from .client import ConnectOptions, Request, RetryPolicy, apply_event, create_instance
+from .errors import (
+    BY_CODE,
+    ConnectionLost,
+    ProtocolError,
+    ServerError,
+    SmdbError,
+    SubscriptionLagged,
+)
+from .errors import *  # noqa: F401,F403  (one class per code: GuardFailedError, ...)
+from .sync import Client, Subscription
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "aio",
+    "Client",
+    "Subscription",
+    "ConnectOptions",
+    "Request",
+    "RetryPolicy",
+    "apply_event",
+    "create_instance",
+    "crc32c",
+    "encode_frame",
+    "decode_frame",
+    "SmdbError",
+    "ServerError",
+    "ConnectionLost",
+    "ProtocolError",
+    "SubscriptionLagged",
+    "BY_CODE",
+] + [cls.__name__ for cls in BY_CODE.values()]

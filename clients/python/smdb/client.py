@@ -1,0 +1,662 @@
+"""The asyncio client. One ``Client`` is one connection shared by any number of tasks: every
+call is pipelined (answers are matched to requests by id), so ``asyncio.gather`` of eight calls
+keeps eight requests in flight. A lost connection is replaced on the next call; calls that are
+safe to repeat are retried with capped exponential backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl as _ssl
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from . import _frame
+from .errors import (
+    ConnectionLost,
+    ProtocolError,
+    ServerError,
+    SmdbError,
+    SubscriptionLagged,
+    from_wire,
+    may_resend,
+)
+
+PROTOCOL_VERSION = 1
+__version__ = "0.1.0"
+
+#: Pushes one subscription may have queued before the client drops it from the connection and
+#: resumes it from its cursor (a slow consumer never blocks the connection's reader).
+SUBSCRIPTION_QUEUE_MAX = 4096
+#: Bytes written but not yet sent after which a call waits for the socket to drain.
+WRITE_HIGH_WATER = 256 * 1024
+
+JSON = Dict[str, Any]
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_loads = json.loads
+
+
+@dataclass
+class RetryPolicy:
+    """Capped exponential backoff; ``attempts`` counts the first try (1: never retry)."""
+
+    attempts: int = 6
+    initial_backoff: float = 0.05
+    max_backoff: float = 2.0
+
+    def backoff(self, attempt: int) -> float:
+        return min(self.initial_backoff * (2 ** (attempt - 1)), self.max_backoff)
+
+
+@dataclass
+class Request:
+    """One request for ``Client.pipeline`` or ``Client.batch``: op name, params, and whether
+    it is safe to send again."""
+
+    op: str
+    params: Optional[JSON] = None
+    safe: bool = True
+
+
+@dataclass
+class _Pending:
+    future: "asyncio.Future[JSON]"
+    queue: Optional["asyncio.Queue[Optional[JSON]]"] = None
+
+
+class _Conn:
+    """One connection: a reader task dispatching responses by id and pushes by subscription."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.pending: Dict[str, _Pending] = {}
+        self.subs: Dict[Any, "asyncio.Queue[Optional[JSON]]"] = {}
+        self.next_id = 1
+        self.dead: Optional[BaseException] = None
+        self.task = asyncio.ensure_future(self._read_loop())
+
+    @property
+    def alive(self) -> bool:
+        return self.dead is None
+
+    def send(self, op: str, params: Optional[JSON], queue: Any = None) -> "asyncio.Future[JSON]":
+        if self.dead is not None:
+            raise ConnectionLost(str(self.dead))
+        rid = str(self.next_id)
+        self.next_id += 1
+        req: JSON = {"type": "request", "id": rid, "op": op}
+        if params is not None:
+            req["params"] = params
+        payload = _dumps(req).encode()
+        fut: "asyncio.Future[JSON]" = asyncio.get_running_loop().create_future()
+        self.pending[rid] = _Pending(fut, queue)
+        self.writer.write(_frame.encode_frame(payload))
+        return fut
+
+    async def drain(self) -> None:
+        transport = self.writer.transport
+        if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+            await self.writer.drain()
+
+    async def _read_loop(self) -> None:
+        buf = bytearray()
+        start = 0
+        why: BaseException
+        try:
+            while True:
+                chunk = await self.reader.read(256 * 1024)
+                if not chunk:
+                    if len(buf) > start:
+                        why = ProtocolError(
+                            "connection closed by the server in the middle of a frame "
+                            f"({len(buf) - start} bytes of it received)"
+                        )
+                    else:
+                        why = ConnectionLost("connection closed by the server")
+                    break
+                buf += chunk
+                while True:
+                    got = _frame.decode_frame(buf, _frame.CLIENT_FRAME_BYTES_MAX, start)
+                    if got is None:
+                        break
+                    payload, start = got
+                    self._dispatch(payload)
+                if start:
+                    del buf[:start]
+                    start = 0
+        except _frame.FrameError as e:
+            why = ProtocolError(f"{e.code}: {e}")
+        except ServerError as e:
+            why = e
+        except (OSError, _ssl.SSLError) as e:
+            why = ConnectionLost(f"read failed: {e}")
+        except asyncio.CancelledError:
+            why = ConnectionLost("connection closed by the client")
+        except ProtocolError as e:
+            why = e
+        self._fail(why)
+
+    def _dispatch(self, payload: bytes) -> None:
+        try:
+            msg = _loads(payload)
+        except ValueError as e:
+            raise ProtocolError(f"frame payload is not JSON: {e}") from None
+        if not isinstance(msg, dict):
+            raise ProtocolError(f"message is not a JSON object: {msg!r}")
+        kind = msg.get("type")
+        if kind == "response":
+            rid = msg.get("id")
+            if rid is None:
+                # The server refused our bytes (id null) and is closing the connection.
+                raise from_wire(msg.get("error"))
+            p = self.pending.pop(str(rid), None)
+            if p is None:
+                raise ProtocolError(f"response for request {rid}, which is not pending")
+            if p.future.done():
+                return
+            if msg.get("status") == "ok":
+                result = msg.get("result")
+                if p.queue is not None and isinstance(result, dict):
+                    self.subs[result.get("subscription_id")] = p.queue
+                p.future.set_result(result if result is not None else {})
+            else:
+                p.future.set_exception(from_wire(msg.get("error")))
+        elif kind in ("event", "subscription_lagged"):
+            q = self.subs.get(msg.get("subscription_id"))
+            if q is None:
+                return
+            try:
+                q.put_nowait(msg)
+            except asyncio.QueueFull:
+                # The consumer is SUBSCRIPTION_QUEUE_MAX behind: drop it here; it resumes from
+                # its last delivered cursor.
+                del self.subs[msg.get("subscription_id")]
+                _close_queue(q)
+
+    def forget(self, subscription_id: Any) -> None:
+        self.subs.pop(subscription_id, None)
+
+    def _fail(self, why: BaseException) -> None:
+        if self.dead is None:
+            self.dead = why
+        for p in self.pending.values():
+            if not p.future.done():
+                p.future.set_exception(_copy(why))
+        self.pending.clear()
+        for q in self.subs.values():
+            _close_queue(q)
+        self.subs.clear()
+        try:
+            self.writer.close()
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        self.task.cancel()
+        self._fail(ConnectionLost("connection closed by the client"))
+
+
+def _close_queue(q: "asyncio.Queue[Optional[JSON]]") -> None:
+    """Tells the subscription its queue ended (``None``), making room if it must."""
+    while True:
+        try:
+            q.put_nowait(None)
+            return
+        except asyncio.QueueFull:
+            q.get_nowait()
+
+
+def _copy(e: BaseException) -> BaseException:
+    if isinstance(e, ServerError):
+        return from_wire({"code": e.code, "message": e.message, "retryable": e.retryable, "details": e.details})
+    return type(e)(*e.args) if isinstance(e, SmdbError) else ConnectionLost(str(e))
+
+
+@dataclass
+class ConnectOptions:
+    """How a client connects (and reconnects)."""
+
+    client_name: str = "smdb-python"
+    #: Bearer token: AUTH follows HELLO.
+    token: Optional[str] = None
+    #: TLS: ``True`` for the system CAs, or an ``ssl.SSLContext`` (mutual TLS: load the client
+    #: certificate into it).
+    ssl: Union[None, bool, _ssl.SSLContext] = None
+    #: Name to verify the server certificate against (default: the host).
+    server_hostname: Optional[str] = None
+    #: Seconds for connect + TLS handshake, and for each call's answer (``None``: no limit).
+    connect_timeout: Optional[float] = 5.0
+    timeout: Optional[float] = 30.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+class Client:
+    """The asyncio client. Make one with ``await Client.connect(host, port, ...)``."""
+
+    def __init__(self, host: str, port: int, options: ConnectOptions) -> None:
+        self.host = host
+        self.port = port
+        self.options = options
+        self._conn: Optional[_Conn] = None
+        self._connecting: Optional[asyncio.Lock] = None
+        self.hello_result: Optional[JSON] = None
+        #: Requests sent again after a retryable failure, and connections opened.
+        self.retries = 0
+        self.connects = 0
+
+    @classmethod
+    async def connect(
+        cls,
+        host: str = "127.0.0.1",
+        port: int = 7401,
+        *,
+        options: Optional[ConnectOptions] = None,
+        **kw: Any,
+    ) -> "Client":
+        """Connects, sends HELLO and (with ``token``) AUTH, retrying while the server is
+        unreachable or refuses for a retryable reason. Keyword arguments set
+        ``ConnectOptions`` fields."""
+        opts = options or ConnectOptions(**kw)
+        c = cls(host, port, opts)
+        await c._connection()
+        return c
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- connection ---------------------------------------------------------------------------
+
+    async def _open(self) -> _Conn:
+        o = self.options
+        ctx: Optional[_ssl.SSLContext]
+        if o.ssl is True:
+            ctx = _ssl.create_default_context()
+        elif isinstance(o.ssl, _ssl.SSLContext):
+            ctx = o.ssl
+        else:
+            ctx = None
+        kw: Dict[str, Any] = {}
+        if ctx is not None:
+            kw = {"ssl": ctx, "server_hostname": o.server_hostname or self.host}
+        opening = asyncio.open_connection(self.host, self.port, limit=1 << 20, **kw)
+        try:
+            reader, writer = await asyncio.wait_for(opening, o.connect_timeout)
+        except asyncio.TimeoutError:
+            raise ConnectionLost(f"connect to {self.host}:{self.port} timed out") from None
+        except (OSError, _ssl.SSLError) as e:
+            raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {e}") from None
+        conn = _Conn(reader, writer)
+        try:
+            hello = {"protocol_version": PROTOCOL_VERSION, "client_name": o.client_name, "client_version": __version__}
+            self.hello_result = await self._wait(conn.send("HELLO", hello), "HELLO")
+            if o.token is not None:
+                await self._wait(conn.send("AUTH", {"method": "bearer", "token": o.token}), "AUTH")
+        except BaseException:
+            conn.close()
+            raise
+        self.connects += 1
+        return conn
+
+    async def _connection(self) -> _Conn:
+        c = self._conn
+        if c is not None and c.alive:
+            return c
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            c = self._conn
+            if c is not None and c.alive:
+                return c
+            policy = self.options.retry
+            attempt = 1
+            while True:
+                try:
+                    self._conn = await self._open()
+                    return self._conn
+                except SmdbError as e:
+                    if attempt >= policy.attempts or not may_resend(e, True):
+                        raise
+                    await asyncio.sleep(policy.backoff(attempt))
+                    attempt += 1
+
+    async def _wait(self, fut: "asyncio.Future[JSON]", op: str) -> JSON:
+        t = self.options.timeout
+        if t is None:
+            return await fut
+        try:
+            return await asyncio.wait_for(fut, t)
+        except asyncio.TimeoutError:
+            raise ConnectionLost(f"{op}: no response within {t} s") from None
+
+    # -- calls --------------------------------------------------------------------------------
+
+    async def call(self, op: str, params: Optional[JSON] = None) -> JSON:
+        """One request, raw: returns its ``result`` or raises the server's error. No retry."""
+        conn = await self._connection()
+        fut = conn.send(op, params)
+        await conn.drain()
+        return await self._wait(fut, op)
+
+    async def request(self, op: str, params: Optional[JSON] = None, *, safe: bool) -> JSON:
+        """One request, retried per the policy where that is safe (``safe``: a read,
+        PUT_MACHINE, or a write with an idempotency key), on a new connection when the old one
+        was lost."""
+        policy = self.options.retry
+        attempt = 1
+        while True:
+            try:
+                return await self.call(op, params)
+            except SmdbError as e:
+                if attempt >= policy.attempts or not may_resend(e, safe):
+                    raise
+                if isinstance(e, ServerError) and e.code == "SHUTTING_DOWN" and self._conn:
+                    self._conn.close()
+                await asyncio.sleep(policy.backoff(attempt))
+                attempt += 1
+                self.retries += 1
+
+    async def pipeline(self, requests: Sequence[Request]) -> List[Union[JSON, ServerError]]:
+        """Sends every request at once on this connection and returns the results in request
+        order; a server error takes its request's place (a lost connection raises)."""
+        conn = await self._connection()
+        futs = [conn.send(r.op, r.params) for r in requests]
+        await conn.drain()
+        out: List[Union[JSON, ServerError]] = []
+        for f in futs:
+            try:
+                out.append(await f)
+            except ServerError as e:
+                out.append(e)
+        return out
+
+    # -- typed ops ------------------------------------------------------------------------------
+
+    async def ping(self) -> JSON:
+        return await self.request("PING", None, safe=True)
+
+    async def info(self) -> JSON:
+        return await self.request("INFO", None, safe=True)
+
+    async def auth(self, token: str) -> JSON:
+        return await self.request("AUTH", {"method": "bearer", "token": token}, safe=True)
+
+    async def bye(self) -> JSON:
+        r = await self.call("BYE")
+        await self.close()
+        return r
+
+    async def put_machine(self, machine: str, version: int, definition: JSON) -> JSON:
+        p = {"machine": machine, "version": version, "definition": definition}
+        return await self.request("PUT_MACHINE", p, safe=True)
+
+    async def get_machine(self, machine: str, version: Optional[int] = None) -> JSON:
+        return await self.request("GET_MACHINE", _params(machine=machine, version=version), safe=True)
+
+    async def list_machines(self) -> JSON:
+        return await self.request("LIST_MACHINES", {}, safe=True)
+
+    async def create_instance(
+        self,
+        machine: str,
+        version: int,
+        id: str,
+        context: Optional[JSON] = None,
+        *,
+        idempotency_key: Optional[str] = None,
+    ) -> JSON:
+        r = create_instance(machine, version, id, context, idempotency_key=idempotency_key)
+        return await self.request(r.op, r.params, safe=r.safe)
+
+    async def get_instance(self, id: str) -> JSON:
+        return await self.request("GET_INSTANCE", {"id": id}, safe=True)
+
+    async def list_instances(
+        self,
+        *,
+        machine: Optional[str] = None,
+        state: Optional[str] = None,
+        has_timer: Optional[bool] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> JSON:
+        p = _params(machine=machine, state=state, has_timer=has_timer, limit=limit, cursor=cursor)
+        return await self.request("LIST_INSTANCES", p, safe=True)
+
+    async def delete_instance(self, id: str) -> JSON:
+        return await self.request("DELETE_INSTANCE", {"id": id}, safe=False)
+
+    async def apply_event(
+        self,
+        instance_id: str,
+        event: str,
+        payload: Optional[JSON] = None,
+        *,
+        expected_state: Optional[str] = None,
+        expected_wal_offset: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> JSON:
+        r = apply_event(
+            instance_id,
+            event,
+            payload,
+            expected_state=expected_state,
+            expected_wal_offset=expected_wal_offset,
+            idempotency_key=idempotency_key,
+        )
+        return await self.request(r.op, r.params, safe=r.safe)
+
+    async def get_history(self, id: str, *, from_: Optional[int] = None, limit: Optional[int] = None) -> JSON:
+        p = _params(id=id, limit=limit)
+        if from_ is not None:
+            p["from"] = from_
+        return await self.request("GET_HISTORY", p, safe=True)
+
+    async def batch(self, ops: Iterable[Request], *, atomic: bool = False) -> JSON:
+        """BATCH of single-op requests (``smdb.create_instance(...)``, ``smdb.apply_event(...)``,
+        ``Request("GET_INSTANCE", {...})``, ``Request("DELETE_INSTANCE", {...}, safe=False)``)."""
+        ops = list(ops)
+        p = {"mode": "atomic" if atomic else "best_effort", "ops": [{"op": o.op, "params": o.params or {}} for o in ops]}
+        return await self.request("BATCH", p, safe=all(o.safe for o in ops))
+
+    async def replication_status(self) -> JSON:
+        return await self.request("REPLICATION_STATUS", {}, safe=True)
+
+    async def promote(self) -> JSON:
+        return await self.request("PROMOTE", {}, safe=False)
+
+    async def unwatch(self, subscription_id: Any) -> JSON:
+        return await self.call("UNWATCH", {"subscription_id": subscription_id})
+
+    async def watch_all(
+        self,
+        *,
+        machines: Optional[List[str]] = None,
+        from_states: Optional[List[str]] = None,
+        to_states: Optional[List[str]] = None,
+        events: Optional[List[str]] = None,
+        include_context: bool = False,
+        from_cursor: Optional[str] = None,
+    ) -> "Subscription":
+        """WATCH_ALL as an async iterator of events that resumes from its cursor after a
+        reconnect (no gap, no duplicate); a ``subscription_lagged`` raises
+        ``SubscriptionLagged`` and iterating on resumes from its cursor."""
+        p = _params(
+            machines=machines,
+            from_states=from_states,
+            to_states=to_states,
+            events=events,
+            include_context=include_context or None,
+            from_cursor=from_cursor,
+        )
+        s = Subscription(self, "WATCH_ALL", p)
+        await s._open()
+        return s
+
+    async def watch_instance(
+        self, instance_id: str, *, include_context: bool = False, from_offset: Optional[int] = None
+    ) -> "Subscription":
+        """WATCH_INSTANCE as an async iterator (see ``watch_all``)."""
+        p = _params(instance_id=instance_id, include_context=include_context or None, from_offset=from_offset)
+        s = Subscription(self, "WATCH_INSTANCE", p)
+        await s._open()
+        return s
+
+    async def _watch(self, op: str, params: JSON, queue: Any) -> Tuple[_Conn, JSON]:
+        conn = await self._connection()
+        fut = conn.send(op, params, queue)
+        return conn, await self._wait(fut, op)
+
+
+def _params(**kw: Any) -> JSON:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def create_instance(
+    machine: str, version: int, id: str, context: Optional[JSON] = None, *, idempotency_key: Optional[str] = None
+) -> Request:
+    """A CREATE_INSTANCE request (for ``pipeline`` and ``batch``)."""
+    p = _params(machine=machine, version=version, id=id, context=context or {}, idempotency_key=idempotency_key)
+    return Request("CREATE_INSTANCE", p, safe=idempotency_key is not None)
+
+
+def apply_event(
+    instance_id: str,
+    event: str,
+    payload: Optional[JSON] = None,
+    *,
+    expected_state: Optional[str] = None,
+    expected_wal_offset: Optional[int] = None,
+    idempotency_key: Optional[str] = None,
+) -> Request:
+    """An APPLY_EVENT request (for ``pipeline`` and ``batch``)."""
+    p = _params(
+        instance_id=instance_id,
+        event=event,
+        payload=payload,
+        expected_state=expected_state,
+        expected_wal_offset=expected_wal_offset,
+        idempotency_key=idempotency_key,
+    )
+    return Request("APPLY_EVENT", p, safe=idempotency_key is not None)
+
+
+def _cursor_max(cursor: str) -> Optional[int]:
+    if not cursor.startswith("c1-"):
+        return None
+    try:
+        return max(int(p) for p in cursor[3:].split("-"))
+    except ValueError:
+        return None
+
+
+#: How long a subscription keeps trying to open itself again.
+RESUBSCRIBE_FOR = 30.0
+
+
+class Subscription:
+    """An async iterator of event pushes (dicts). Keeps its position: after a lost connection
+    it opens itself again from the last delivered event on a new connection."""
+
+    def __init__(self, client: Client, op: str, params: JSON) -> None:
+        self.client = client
+        self.op = op
+        self.params = params
+        self.cursor: Optional[str] = None
+        self.last_offset: Optional[int] = None
+        self.id: Any = None
+        self.reconnects = 0
+        self._conn: Optional[_Conn] = None
+        self._queue: "asyncio.Queue[Optional[JSON]]" = asyncio.Queue(SUBSCRIPTION_QUEUE_MAX)
+        self._reopen = False
+
+    def _request(self) -> JSON:
+        p = dict(self.params)
+        if self.op == "WATCH_ALL":
+            if self.cursor is not None:
+                p["from_cursor"] = self.cursor
+        else:
+            if self.last_offset is not None:
+                p["from_offset"] = self.last_offset + 1
+            elif self.cursor is not None and _cursor_max(self.cursor) is not None:
+                p["from_offset"] = (_cursor_max(self.cursor) or 0) + 1
+        return p
+
+    async def _open(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RESUBSCRIBE_FOR
+        policy = self.client.options.retry
+        attempt = 1
+        while True:
+            queue: "asyncio.Queue[Optional[JSON]]" = asyncio.Queue(SUBSCRIPTION_QUEUE_MAX)
+            try:
+                conn, r = await self.client._watch(self.op, self._request(), queue)
+            except ConnectionLost:
+                if loop.time() > deadline or policy.attempts <= 1:
+                    raise
+                await asyncio.sleep(policy.backoff(attempt))
+                attempt += 1
+                continue
+            if self._conn is not None and conn is not self._conn:
+                self.reconnects += 1
+            self._conn, self._queue, self.id = conn, queue, r.get("subscription_id")
+            if self.cursor is None:
+                self.cursor = r.get("cursor")
+            self._reopen = False
+            return
+
+    def __aiter__(self) -> AsyncIterator[JSON]:
+        return self
+
+    async def __anext__(self) -> JSON:
+        while True:
+            if self._reopen:
+                await self._open()
+            msg = await self._queue.get()
+            if msg is None:
+                # The connection ended (or this queue overflowed): resume where we stand.
+                if self._conn is not None and self._conn.alive:
+                    self._conn.forget(self.id)
+                    try:
+                        await self.client.unwatch(self.id)
+                    except SmdbError:
+                        pass
+                self._reopen = True
+                continue
+            if msg.get("subscription_id") != self.id:
+                continue
+            if msg.get("type") == "subscription_lagged":
+                cursor = str(msg.get("resume_cursor", "0"))
+                self.cursor = cursor
+                m = _cursor_max(cursor)
+                if m is not None:
+                    self.last_offset = m
+                self._reopen = True
+                raise SubscriptionLagged(self.id, cursor)
+            self.cursor = msg.get("cursor", self.cursor)
+            self.last_offset = msg.get("wal_offset", self.last_offset)
+            return msg
+
+    async def next(self, timeout: Optional[float] = None) -> Optional[JSON]:
+        """The next event, or ``None`` when none came within ``timeout`` seconds."""
+        try:
+            return await asyncio.wait_for(self.__anext__(), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    async def close(self) -> None:
+        """Ends the subscription (UNWATCH) on its connection."""
+        if self._conn is not None and self._conn.alive and not self._reopen:
+            self._conn.forget(self.id)
+            try:
+                await self.client.unwatch(self.id)
+            except SmdbError:
+                pass

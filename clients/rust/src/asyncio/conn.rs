@@ -1,0 +1,298 @@
+//! One connection of the async client: a writer task that sends queued frames in as few
+//! writes as it can, a reader task that hands each response to its caller by id and each push
+//! to its subscription's queue. Any number of requests may be in flight (pipelining).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, Result};
+use crate::frame::decode_frame;
+use crate::message::{encode_request, into_result, Incoming};
+use crate::tls::{client_config, server_name};
+use crate::CLIENT_FRAME_BYTES_MAX;
+
+use super::ConnectOptions;
+
+/// Pushes one subscription may have queued on the client before it is dropped from the
+/// connection (and resumed from its cursor): a reader is never blocked by one slow consumer.
+pub const SUBSCRIPTION_QUEUE_MAX: usize = 4096;
+/// Read buffer to start with; grows to the largest frame.
+const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+type Reply = oneshot::Sender<Result<Value>>;
+
+/// A request waiting for its response; a WATCH also carries the queue for its pushes, which
+/// the reader registers the moment the response arrives (before any push can follow).
+struct Pending {
+    reply: Reply,
+    pushes: Option<mpsc::Sender<Value>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    pending: HashMap<u64, Pending>,
+    subs: HashMap<String, mpsc::Sender<Value>>,
+    /// Why the connection ended, once it has.
+    dead: Option<Error>,
+}
+
+pub struct Conn {
+    out: mpsc::UnboundedSender<Vec<u8>>,
+    shared: Arc<Mutex<Shared>>,
+    next_id: AtomicU64,
+    alive: Arc<AtomicBool>,
+}
+
+fn lock(m: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    // A panic while holding this lock would be a bug in this module; keep serving regardless.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Conn {
+    /// TCP (and TLS) connect, then the reader and writer tasks. No HELLO.
+    pub async fn open(addr: &str, opts: &ConnectOptions) -> Result<Arc<Conn>> {
+        let connect = TcpStream::connect(addr);
+        let tcp = match opts.connect_timeout {
+            Some(t) => tokio::time::timeout(t, connect)
+                .await
+                .map_err(|_| timeout_error("connect", t))??,
+            None => connect.await?,
+        };
+        tcp.set_nodelay(true)?;
+        match &opts.tls {
+            None => {
+                let (r, w) = tcp.into_split();
+                Ok(Conn::start(r, w))
+            }
+            Some(tls) => {
+                let config = client_config(tls).map_err(Error::Config)?;
+                let name = rustls::pki_types::ServerName::try_from(server_name(tls, addr))
+                    .map_err(|e| Error::Config(format!("TLS server name: {e}")))?;
+                let hs = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
+                let stream = match opts.connect_timeout {
+                    Some(t) => tokio::time::timeout(t, hs)
+                        .await
+                        .map_err(|_| timeout_error("TLS handshake", t))??,
+                    None => hs.await?,
+                };
+                let (r, w) = tokio::io::split(stream);
+                Ok(Conn::start(r, w))
+            }
+        }
+    }
+
+    fn start<R, W>(r: R, w: W) -> Arc<Conn>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (out, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let alive = Arc::new(AtomicBool::new(true));
+        tokio::spawn(write_loop(w, rx, shared.clone(), alive.clone()));
+        tokio::spawn(read_loop(r, shared.clone(), alive.clone()));
+        Arc::new(Conn {
+            out,
+            shared,
+            next_id: AtomicU64::new(1),
+            alive,
+        })
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Queues one request; the receiver gets its result (or the error). `pushes`: the queue
+    /// for a WATCH's events.
+    pub fn send(
+        &self,
+        op: &str,
+        params: &Value,
+        pushes: Option<mpsc::Sender<Value>>,
+    ) -> Result<oneshot::Receiver<Result<Value>>> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut frame = Vec::new();
+        encode_request(&mut frame, &id.to_string(), op, params)?;
+        let (reply, rx) = oneshot::channel();
+        {
+            let mut s = lock(&self.shared);
+            if let Some(why) = &s.dead {
+                return Err(why.duplicate());
+            }
+            s.pending.insert(id, Pending { reply, pushes });
+        }
+        if self.out.send(frame).is_err() {
+            lock(&self.shared).pending.remove(&id);
+            return Err(Error::eof("connection closed"));
+        }
+        Ok(rx)
+    }
+
+    /// Stops routing pushes of `subscription_id` (their queue closes).
+    pub fn forget(&self, subscription_id: &Value) {
+        lock(&self.shared).subs.remove(&subscription_id.to_string());
+    }
+
+    /// Ends the connection: both tasks stop, every waiter gets an error.
+    pub fn close(&self) {
+        let e = Error::eof("connection closed by the client");
+        fail_all(&self.shared, &self.alive, e);
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn timeout_error(what: &str, t: Duration) -> Error {
+    Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("{what} not done within {t:?}"),
+    ))
+}
+
+/// The connection is over: fail every pending call, close every subscription queue.
+fn fail_all(shared: &Mutex<Shared>, alive: &AtomicBool, why: Error) {
+    alive.store(false, Ordering::Release);
+    let (pending, _subs) = {
+        let mut s = lock(shared);
+        if s.dead.is_none() {
+            s.dead = Some(why.duplicate());
+        }
+        (std::mem::take(&mut s.pending), std::mem::take(&mut s.subs))
+    };
+    for (_, p) in pending {
+        let _ = p.reply.send(Err(why.duplicate()));
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut w: W,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    shared: Arc<Mutex<Shared>>,
+    alive: Arc<AtomicBool>,
+) {
+    let mut buf = Vec::new();
+    while let Some(first) = rx.recv().await {
+        buf.clear();
+        buf.extend_from_slice(&first);
+        // Everything already queued goes in the same write.
+        while let Ok(more) = rx.try_recv() {
+            buf.extend_from_slice(&more);
+        }
+        if !alive.load(Ordering::Acquire) {
+            break;
+        }
+        if let Err(e) = w.write_all(&buf).await.and(w.flush().await) {
+            fail_all(&shared, &alive, Error::Io(e));
+            break;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut r: R,
+    shared: Arc<Mutex<Shared>>,
+    alive: Arc<AtomicBool>,
+) {
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_BUFFER_BYTES);
+    let mut start = 0;
+    let why = loop {
+        // Hand out every complete frame in the buffer.
+        loop {
+            match decode_frame(&buf[start..], CLIENT_FRAME_BYTES_MAX) {
+                Ok(Some((range, used))) => {
+                    let payload = &buf[start + range.start..start + range.end];
+                    let handled = Incoming::parse(payload).and_then(|m| dispatch(&shared, m));
+                    start += used;
+                    if let Err(e) = handled {
+                        fail_all(&shared, &alive, e);
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    fail_all(&shared, &alive, Error::Protocol(e.to_string()));
+                    return;
+                }
+            }
+        }
+        if start > 0 {
+            buf.drain(..start);
+            start = 0;
+        }
+        if !alive.load(Ordering::Acquire) {
+            return;
+        }
+        let len = buf.len();
+        buf.resize(len + READ_BUFFER_BYTES, 0);
+        let n = r.read(&mut buf[len..]).await;
+        buf.truncate(len + *n.as_ref().unwrap_or(&0));
+        match n {
+            Ok(0) if len == 0 => break Error::eof("connection closed by the server"),
+            Ok(0) => {
+                break Error::Protocol(format!(
+                    "connection closed by the server in the middle of a frame \
+                     ({len} bytes of it received)"
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => break Error::Io(e),
+        }
+    };
+    fail_all(&shared, &alive, why);
+}
+
+/// Routes one message: a response to its caller, a push to its subscription's queue.
+fn dispatch(shared: &Mutex<Shared>, m: Incoming) -> Result<()> {
+    match m {
+        Incoming::Response { id, envelope } => {
+            let Some(id) = id else {
+                // `id: null`: the server refused our bytes and is closing the connection.
+                return Err(into_result(envelope).err().unwrap_or_else(|| {
+                    Error::Protocol("a response with id null and status ok".into())
+                }));
+            };
+            let mut s = lock(shared);
+            let Some(p) = id.parse::<u64>().ok().and_then(|n| s.pending.remove(&n)) else {
+                return Err(Error::Protocol(format!(
+                    "response for request {id}, which is not pending"
+                )));
+            };
+            let result = into_result(envelope);
+            if let (Ok(r), Some(q)) = (&result, p.pushes) {
+                s.subs.insert(r["subscription_id"].to_string(), q);
+            }
+            drop(s);
+            let _ = p.reply.send(result);
+        }
+        Incoming::Event(v) => push(shared, v),
+        lag @ Incoming::Lagged { .. } => push(shared, lag.into_value()),
+        Incoming::Other(_) => {}
+    }
+    Ok(())
+}
+
+fn push(shared: &Mutex<Shared>, v: Value) {
+    let key = v["subscription_id"].to_string();
+    let mut s = lock(shared);
+    let Some(q) = s.subs.get(&key) else {
+        return;
+    };
+    if q.try_send(v).is_err() {
+        // Full (the consumer is SUBSCRIPTION_QUEUE_MAX behind) or dropped: the subscription
+        // sees its queue close and resumes from its last delivered cursor.
+        s.subs.remove(&key);
+    }
+}

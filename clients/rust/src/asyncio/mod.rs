@@ -1,0 +1,321 @@
+//! The async client on tokio (feature `tokio`). A `Client` is cheap to clone and safe to share
+//! between tasks: every call is pipelined on one connection (answers matched by id), so eight
+//! tasks calling at once keep eight requests in flight. A lost connection is replaced on the
+//! next call; calls that are safe to repeat are retried with capped backoff (see `retry`).
+
+mod conn;
+mod subscription;
+
+pub use conn::SUBSCRIPTION_QUEUE_MAX;
+pub use subscription::Subscription;
+
+use std::sync::{Arc, Mutex};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use crate::blocking::ConnectOptions;
+use crate::error::{Error, Result};
+use crate::ops::{self, *};
+use conn::Conn;
+
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    addr: String,
+    opts: ConnectOptions,
+    conn: Mutex<Option<Arc<Conn>>>,
+    /// One reconnect at a time; the others wait for its connection.
+    reconnecting: tokio::sync::Mutex<()>,
+    hello: Mutex<Option<Hello>>,
+}
+
+impl Client {
+    /// Connects, sends HELLO and, with a token, AUTH; retries per `opts.retry` while the server
+    /// is unreachable or refuses for a retryable reason.
+    pub async fn connect(addr: &str, opts: ConnectOptions) -> Result<Client> {
+        let c = Client {
+            inner: Arc::new(Inner {
+                addr: addr.to_string(),
+                opts,
+                conn: Mutex::new(None),
+                reconnecting: tokio::sync::Mutex::new(()),
+                hello: Mutex::new(None),
+            }),
+        };
+        c.connection().await?;
+        Ok(c)
+    }
+
+    /// The HELLO result of the current connection.
+    pub fn hello_result(&self) -> Option<Hello> {
+        lock(&self.inner.hello).clone()
+    }
+
+    fn current(&self) -> Option<Arc<Conn>> {
+        lock(&self.inner.conn).clone().filter(|c| c.is_alive())
+    }
+
+    /// The live connection, connecting (HELLO, AUTH) when there is none.
+    async fn connection(&self) -> Result<Arc<Conn>> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let _one = self.inner.reconnecting.lock().await;
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let policy = self.inner.opts.retry;
+        let mut attempt = 1;
+        loop {
+            match self.open().await {
+                Ok(c) => {
+                    *lock(&self.inner.conn) = Some(c.clone());
+                    return Ok(c);
+                }
+                Err(e) if policy.should_retry(&e, Retry::Safe, attempt) => {
+                    tokio::time::sleep(policy.backoff(attempt)).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn open(&self) -> Result<Arc<Conn>> {
+        let o = &self.inner.opts;
+        let conn = Conn::open(&self.inner.addr, o).await?;
+        let hello = ops::hello(&o.client_name);
+        let h = self.call_on(&conn, &hello.params, hello.op, None).await?;
+        *lock(&self.inner.hello) = Some(hello.decode(h)?);
+        if let Some(token) = &o.token {
+            let a = ops::auth(token);
+            self.call_on(&conn, &a.params, a.op, None).await?;
+        }
+        Ok(conn)
+    }
+
+    async fn call_on(
+        &self,
+        conn: &Conn,
+        params: &Value,
+        op: &str,
+        pushes: Option<tokio::sync::mpsc::Sender<Value>>,
+    ) -> Result<Value> {
+        let rx = conn.send(op, params, pushes)?;
+        let answer = async {
+            rx.await
+                .unwrap_or_else(|_| Err(Error::eof("connection closed")))
+        };
+        match self.inner.opts.timeout {
+            Some(t) => tokio::time::timeout(t, answer).await.unwrap_or_else(|_| {
+                // The late answer would be matched by id and dropped; the connection is fine.
+                Err(Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{op}: no response within {t:?}"),
+                )))
+            }),
+            None => answer.await,
+        }
+    }
+
+    /// Sends one request (raw op name and params) and returns its `result`. No retry.
+    pub async fn call(&self, op: &str, params: Value) -> Result<Value> {
+        let conn = self.connection().await?;
+        self.call_on(&conn, &params, op, None).await
+    }
+
+    /// Sends one typed request and decodes its result, retrying per the policy where that is
+    /// safe, on a new connection when the old one was lost.
+    pub async fn run<T: DeserializeOwned>(&self, req: Request<T>) -> Result<T> {
+        let policy = self.inner.opts.retry;
+        let mut attempt = 1;
+        loop {
+            let r = match self.connection().await {
+                Ok(conn) => self.call_on(&conn, &req.params, req.op, None).await,
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(v) => return req.decode(v),
+                Err(e) if policy.should_retry(&e, req.retry, attempt) => {
+                    if e.is_shutting_down() {
+                        self.drop_connection();
+                    }
+                    tokio::time::sleep(policy.backoff(attempt)).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Many typed requests at once on one connection, results in request order. A server
+    /// error fails only its entry; a lost connection fails the entries still waiting.
+    pub async fn pipeline<T: DeserializeOwned>(
+        &self,
+        reqs: &[Request<T>],
+    ) -> Result<Vec<Result<T>>> {
+        let conn = self.connection().await?;
+        let mut waiting = Vec::with_capacity(reqs.len());
+        for r in reqs {
+            waiting.push(conn.send(r.op, &r.params, None)?);
+        }
+        let mut out = Vec::with_capacity(reqs.len());
+        for (rx, r) in waiting.into_iter().zip(reqs) {
+            let v = rx
+                .await
+                .unwrap_or_else(|_| Err(Error::eof("connection closed")));
+            out.push(v.and_then(|v| r.decode(v)));
+        }
+        Ok(out)
+    }
+
+    /// Forgets the current connection (the next call opens a new one).
+    pub fn drop_connection(&self) {
+        if let Some(c) = lock(&self.inner.conn).take() {
+            c.close();
+        }
+    }
+
+    /// WATCH on the current connection with a queue for its pushes.
+    pub(crate) async fn watch(
+        &self,
+        req: &Request<Watching>,
+        pushes: tokio::sync::mpsc::Sender<Value>,
+    ) -> Result<(Arc<Conn>, Watching)> {
+        let conn = self.connection().await?;
+        let v = self
+            .call_on(&conn, &req.params, req.op, Some(pushes))
+            .await?;
+        Ok((conn, req.decode(v)?))
+    }
+
+    pub async fn ping(&self) -> Result<Pong> {
+        self.run(ops::ping()).await
+    }
+
+    pub async fn info(&self) -> Result<Info> {
+        self.run(ops::info()).await
+    }
+
+    pub async fn auth(&self, token: &str) -> Result<Authenticated> {
+        self.run(ops::auth(token)).await
+    }
+
+    /// BYE: the server answers and closes; the next call reconnects.
+    pub async fn bye(&self) -> Result<Value> {
+        let r = self.run(ops::bye()).await;
+        self.drop_connection();
+        r
+    }
+
+    pub async fn put_machine(
+        &self,
+        machine: &str,
+        version: u64,
+        definition: &Value,
+    ) -> Result<MachinePut> {
+        self.run(ops::put_machine(machine, version, definition))
+            .await
+    }
+
+    pub async fn get_machine(&self, machine: &str, version: Option<u64>) -> Result<Machine> {
+        self.run(ops::get_machine(machine, version)).await
+    }
+
+    pub async fn list_machines(&self) -> Result<Machines> {
+        self.run(ops::list_machines()).await
+    }
+
+    pub async fn create_instance(
+        &self,
+        machine: &str,
+        version: u64,
+        id: &str,
+        context: &Value,
+        opts: &CreateOptions,
+    ) -> Result<Created> {
+        self.run(ops::create_instance(machine, version, id, context, opts))
+            .await
+    }
+
+    pub async fn get_instance(&self, id: &str) -> Result<Instance> {
+        self.run(ops::get_instance(id)).await
+    }
+
+    pub async fn list_instances(&self, filter: &ListFilter) -> Result<InstancePage> {
+        self.run(ops::list_instances(filter)).await
+    }
+
+    pub async fn delete_instance(&self, id: &str) -> Result<Deleted> {
+        self.run(ops::delete_instance(id)).await
+    }
+
+    pub async fn apply_event(
+        &self,
+        instance_id: &str,
+        event: &str,
+        payload: Option<&Value>,
+        opts: &ApplyOptions,
+    ) -> Result<Applied> {
+        self.run(ops::apply_event(instance_id, event, payload, opts))
+            .await
+    }
+
+    pub async fn history(
+        &self,
+        id: &str,
+        from: Option<u64>,
+        limit: Option<u64>,
+    ) -> Result<History> {
+        self.run(ops::get_history(id, from, limit)).await
+    }
+
+    pub async fn batch(&self, mode: BatchMode, ops: &[BatchOp]) -> Result<BatchResults> {
+        self.run(ops::batch(mode, ops)).await
+    }
+
+    pub async fn replication_status(&self) -> Result<ReplicationStatus> {
+        self.run(ops::replication_status()).await
+    }
+
+    pub async fn promote(&self) -> Result<Value> {
+        self.run(ops::promote()).await
+    }
+
+    /// UNWATCH of a subscription id on the current connection.
+    pub async fn unwatch(&self, subscription_id: &Value) -> Result<Unwatched> {
+        self.run(ops::unwatch(subscription_id)).await
+    }
+
+    /// WATCH_ALL as a `Stream` of events that resumes from its cursor after a reconnect; a
+    /// `subscription_lagged` comes as `Error::Lagged` (the stream then resumes by itself).
+    pub async fn subscribe_all(&self, filter: WatchAllFilter) -> Result<Subscription> {
+        Subscription::open(self.clone(), crate::resume::Target::All(filter)).await
+    }
+
+    /// WATCH_INSTANCE as a `Stream` (see `subscribe_all`).
+    pub async fn subscribe_instance(
+        &self,
+        instance_id: &str,
+        opts: WatchOptions,
+    ) -> Result<Subscription> {
+        let target = crate::resume::Target::Instance {
+            id: instance_id.to_string(),
+            opts,
+        };
+        Subscription::open(self.clone(), target).await
+    }
+
+    pub(crate) fn policy(&self) -> crate::retry::RetryPolicy {
+        self.inner.opts.retry
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Only plain assignments happen under these locks; a poisoned one still holds a value.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

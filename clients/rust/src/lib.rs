@@ -1,0 +1,34 @@
+//! `smdb-client`: the Rust client of smdb, the state-machine database.
+//!
+//! * [`frame`]: the RCP1 frame codec (shared with the server, which re-exports it);
+//! * [`message`], [`ops`]: envelopes, one typed request and result per operation;
+//! * [`Client`] (blocking, `std::net`), with pipelining, subscriptions as an iterator that
+//!   resumes after a reconnect, and retries of safe calls ([`RetryPolicy`]);
+//! * `asyncio::Client` on tokio, behind the default-off `tokio` feature;
+//! * [`Error`]: one enum for server refusals (code, `retryable`, `details`), lost connections,
+//!   malformed frames and lagged subscriptions.
+//!
+//! No glommio, no engine: a service that calls smdb compiles this crate, rustls and serde.
+
+pub mod blocking;
+pub mod error;
+pub mod frame;
+pub mod message;
+pub mod ops;
+pub mod resume;
+pub mod retry;
+pub mod tls;
+
+#[cfg(feature = "tokio")]
+pub mod asyncio;
+
+pub use blocking::{Client, ConnectOptions, Subscription, Transport};
+pub use error::{ClientError, Error, ErrorCode, Result};
+pub use message::{into_result, Incoming};
+pub use ops::*;
+pub use retry::RetryPolicy;
+pub use tls::ClientTlsOptions;
+
+/// Largest response frame a client accepts (the server's default frame limit x4, so large
+/// LIST/GET_HISTORY pages fit).
+pub const CLIENT_FRAME_BYTES_MAX: u32 = 64 * 1024 * 1024;

@@ -1,0 +1,152 @@
+//! Envelopes (CONTRACT §2) on the client side: requests out, responses and pushes in.
+
+use serde_json::{json, Value};
+
+use crate::error::{Error, Result};
+use crate::frame::{encode_frame, HEADER_LEN};
+
+/// Appends one request frame `{"type":"request","id":ID,"op":OP,"params":P}` to `out`;
+/// a `Null` params value leaves `params` out.
+pub fn encode_request(out: &mut Vec<u8>, id: &str, op: &str, params: &Value) -> Result<()> {
+    let mut req = json!({"type": "request", "id": id, "op": op});
+    if !params.is_null() {
+        req["params"] = params.clone();
+    }
+    let payload = serde_json::to_vec(&req).map_err(|e| Error::Protocol(e.to_string()))?;
+    out.reserve(HEADER_LEN + payload.len());
+    encode_frame(&payload, out);
+    Ok(())
+}
+
+/// One message from the server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// A response: its request's id (`None` for `id: null`, a frame-level refusal) and the
+    /// whole envelope.
+    Response { id: Option<String>, envelope: Value },
+    /// A subscription push (`type: "event"`).
+    Event(Value),
+    /// `subscription_lagged`: the subscription ended.
+    Lagged {
+        subscription_id: Value,
+        resume_cursor: String,
+    },
+    /// Any other message type (kept, not dropped, so a newer server is not misread).
+    Other(Value),
+}
+
+impl Incoming {
+    /// Classifies a decoded frame payload.
+    pub fn parse(payload: &[u8]) -> Result<Incoming> {
+        let v: Value = serde_json::from_slice(payload)
+            .map_err(|e| Error::Protocol(format!("frame payload is not JSON: {e}")))?;
+        if !v.is_object() {
+            return Err(Error::Protocol(format!(
+                "message is not a JSON object: {v}"
+            )));
+        }
+        Ok(match v.get("type").and_then(Value::as_str) {
+            Some("response") => Incoming::Response {
+                id: id_text(&v["id"]),
+                envelope: v,
+            },
+            Some("event") => Incoming::Event(v),
+            Some("subscription_lagged") => Incoming::Lagged {
+                subscription_id: v["subscription_id"].clone(),
+                resume_cursor: v["resume_cursor"].as_str().unwrap_or("0").to_string(),
+            },
+            _ => Incoming::Other(v),
+        })
+    }
+
+    /// Back to the JSON message (for callers that want raw values).
+    pub fn into_value(self) -> Value {
+        match self {
+            Incoming::Response { envelope, .. } => envelope,
+            Incoming::Event(v) | Incoming::Other(v) => v,
+            Incoming::Lagged {
+                subscription_id,
+                resume_cursor,
+            } => json!({"type": "subscription_lagged", "subscription_id": subscription_id,
+                        "resume_cursor": resume_cursor}),
+        }
+    }
+}
+
+/// A response id as text: strings as they are, integers in decimal, anything else `None`.
+fn id_text(id: &Value) -> Option<String> {
+    match id {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Turns a response envelope into its `result` or the server's error.
+pub fn into_result(resp: Value) -> Result<Value> {
+    match resp.get("status").and_then(Value::as_str) {
+        Some("ok") => Ok(resp.get("result").cloned().unwrap_or(Value::Null)),
+        _ => Err(Error::from_wire(resp.get("error").unwrap_or(&Value::Null))),
+    }
+}
+
+/// Checks that a response answers request `id`. A frame-level refusal (`id: null`) is the
+/// server rejecting our bytes: its error is surfaced.
+pub fn check_id(resp: &Value, id: &str) -> Result<()> {
+    match id_text(&resp["id"]) {
+        Some(got) if got == id => Ok(()),
+        None if resp.get("status").and_then(Value::as_str) == Some("error") => {
+            into_result(resp.clone()).map(|_| ())
+        }
+        _ => Err(Error::Protocol(format!(
+            "response id {} for request {id}",
+            resp["id"]
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{decode_frame, FRAME_PAYLOAD_BYTES_DEFAULT};
+
+    #[test]
+    fn requests_leave_null_params_out() {
+        let mut out = Vec::new();
+        encode_request(&mut out, "1", "PING", &Value::Null).unwrap();
+        let (r, _) = decode_frame(&out, FRAME_PAYLOAD_BYTES_DEFAULT)
+            .unwrap()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out[r]).unwrap();
+        assert_eq!(v, json!({"type":"request","id":"1","op":"PING"}));
+    }
+
+    #[test]
+    fn messages_are_classified() {
+        let r = Incoming::parse(br#"{"type":"response","id":"7","status":"ok","result":{}}"#);
+        assert!(matches!(r.unwrap(), Incoming::Response { id: Some(i), .. } if i == "7"));
+        let l = Incoming::parse(
+            br#"{"type":"subscription_lagged","subscription_id":3,"resume_cursor":"c1-9"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            l,
+            Incoming::Lagged {
+                subscription_id: json!(3),
+                resume_cursor: "c1-9".into()
+            }
+        );
+        assert!(Incoming::parse(b"[1]").is_err());
+        assert!(Incoming::parse(b"{\"type\":\"resp").is_err());
+    }
+
+    #[test]
+    fn a_null_id_error_surfaces_its_code() {
+        let resp = json!({"type":"response","id":null,"status":"error",
+                          "error":{"code":"CHECKSUM_MISMATCH","message":"m","retryable":false}});
+        assert_eq!(
+            check_id(&resp, "1").unwrap_err().code(),
+            Some("CHECKSUM_MISMATCH")
+        );
+    }
+}

@@ -1,0 +1,630 @@
+//! One typed request per operation of CONTRACT.md and a typed result for each. Both clients
+//! (blocking and async) build their calls from these, so op names and param keys are spelled
+//! once. Results keep fields this client does not name in `extra`, so nothing the server sends
+//! is lost, and a newer server's additions do not break decoding.
+
+use std::marker::PhantomData;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, Result};
+
+/// Whether a request may be sent again after an error or a lost connection without risk of
+/// applying it twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// A read, or a write whose repetition is harmless (the same PUT_MACHINE again is
+    /// `created:false`; a write carrying an idempotency key answers its first result).
+    Safe,
+    /// A write without an idempotency key: never resent by the client.
+    Unsafe,
+}
+
+/// A request ready to send: op name, params, retry safety, and the type of its result.
+#[derive(Debug, Clone)]
+pub struct Request<T> {
+    pub op: &'static str,
+    /// `Null`: no `params` field.
+    pub params: Value,
+    pub retry: Retry,
+    result: PhantomData<fn() -> T>,
+}
+
+impl<T: DeserializeOwned> Request<T> {
+    pub fn new(op: &'static str, params: Value, retry: Retry) -> Request<T> {
+        Request {
+            op,
+            params,
+            retry,
+            result: PhantomData,
+        }
+    }
+
+    /// Decodes the `result` of this request's response.
+    pub fn decode(&self, result: Value) -> Result<T> {
+        serde_json::from_value(result)
+            .map_err(|e| Error::Protocol(format!("{} result does not decode: {e}", self.op)))
+    }
+
+    /// The same request with its result as plain JSON.
+    pub fn untyped(self) -> Request<Value> {
+        Request::new(self.op, self.params, self.retry)
+    }
+}
+
+/// Fields a result struct does not name.
+pub type Extra = Map<String, Value>;
+
+/// HELLO's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    #[serde(default)]
+    pub protocol_version: u32,
+    #[serde(default)]
+    pub server_name: String,
+    #[serde(default)]
+    pub server_version: String,
+    #[serde(default)]
+    pub auth_required: bool,
+    #[serde(default)]
+    pub role: String,
+    #[serde(default)]
+    pub features: Vec<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// PING's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pong {
+    pub pong: bool,
+}
+
+/// AUTH's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Authenticated {
+    pub authenticated: bool,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+}
+
+/// INFO's result: the common fields typed, the rest (limits, connections, per-shard details)
+/// in `extra`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Info {
+    pub server_version: String,
+    pub role: String,
+    pub shards: u32,
+    #[serde(default)]
+    pub uptime_seconds: u64,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// PUT_MACHINE's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MachinePut {
+    pub machine: String,
+    pub version: u64,
+    pub created: bool,
+    pub checksum: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// GET_MACHINE's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub machine: String,
+    pub version: u64,
+    pub definition: Value,
+    #[serde(default)]
+    pub checksum: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// One entry of LIST_MACHINES.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MachineVersions {
+    pub machine: String,
+    pub versions: Vec<u64>,
+}
+
+/// LIST_MACHINES's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machines {
+    pub machines: Vec<MachineVersions>,
+}
+
+/// CREATE_INSTANCE's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Created {
+    pub id: String,
+    pub machine: String,
+    pub version: u64,
+    pub state: String,
+    pub context: Value,
+    pub wal_offset: u64,
+    /// `false` when an idempotency key repeated an earlier create.
+    #[serde(default = "yes")]
+    pub applied: bool,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// An instance (GET_INSTANCE, LIST_INSTANCES).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Instance {
+    pub id: String,
+    pub machine: String,
+    pub version: u64,
+    pub state: String,
+    pub context: Value,
+    #[serde(default)]
+    pub created_at: String,
+    #[serde(default)]
+    pub updated_at: String,
+    #[serde(default)]
+    pub event_count: u64,
+    pub wal_offset: u64,
+    /// `{event, due_at}` while a durable timer is armed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer: Option<Value>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// APPLY_EVENT's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Applied {
+    pub instance_id: String,
+    pub from_state: String,
+    pub to_state: String,
+    pub context: Value,
+    pub wal_offset: u64,
+    /// `false` when an idempotency key repeated an earlier apply (this is its first result).
+    pub applied: bool,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// LIST_INSTANCES's result: one page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstancePage {
+    pub instances: Vec<Instance>,
+    /// Pass back as `cursor` for the next page; `None` on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// DELETE_INSTANCE's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deleted {
+    pub id: String,
+    pub deleted: bool,
+    pub wal_offset: u64,
+}
+
+/// One applied event of GET_HISTORY.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEvent {
+    pub seq: u64,
+    pub event: String,
+    pub from_state: String,
+    pub to_state: String,
+    #[serde(default)]
+    pub payload: Value,
+    pub wal_offset: u64,
+    #[serde(default)]
+    pub at: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// GET_HISTORY's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct History {
+    pub id: String,
+    pub events: Vec<HistoryEvent>,
+    /// The next `from` to ask for, `None` at the end.
+    pub next: Option<u64>,
+    #[serde(default)]
+    pub oldest_seq: u64,
+}
+
+/// WATCH_INSTANCE's and WATCH_ALL's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Watching {
+    pub subscription_id: Value,
+    pub cursor: String,
+}
+
+/// UNWATCH's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unwatched {
+    pub removed: bool,
+}
+
+/// One entry of a BATCH result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchEntry {
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+}
+
+impl BatchEntry {
+    /// This op's result, or its error as an `Error::Server`.
+    pub fn into_result(self) -> Result<Value> {
+        match (self.status.as_str(), self.result, self.error) {
+            ("ok", r, _) => Ok(r.unwrap_or(Value::Null)),
+            (_, _, e) => Err(Error::from_wire(&e.unwrap_or(Value::Null))),
+        }
+    }
+}
+
+/// BATCH's result: one entry per op, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchResults {
+    pub results: Vec<BatchEntry>,
+}
+
+/// REPLICATION_STATUS's result: `role` typed, peers, positions and lag as the server sends
+/// them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicationStatus {
+    pub role: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A subscription push (`type: "event"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub subscription_id: Value,
+    pub instance_id: String,
+    pub machine: String,
+    pub version: u64,
+    pub event: String,
+    pub from_state: String,
+    pub to_state: String,
+    #[serde(default)]
+    pub payload: Value,
+    pub shard: u32,
+    pub wal_offset: u64,
+    pub cursor: String,
+    /// The context after the event, for live events of a subscription with
+    /// `include_context`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Value>,
+    /// Read back from the log rather than live.
+    #[serde(default)]
+    pub replayed: bool,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Optional fields of CREATE_INSTANCE.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CreateOptions {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+/// Optional fields of APPLY_EVENT: optimistic-concurrency expectations and an idempotency key.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ApplyOptions {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_state: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_wal_offset: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+/// Filters and paging of LIST_INSTANCES.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ListFilter {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub has_timer: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// Options of WATCH_INSTANCE.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WatchOptions {
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub include_context: bool,
+    /// Replay from this offset in the instance's shard log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_offset: Option<u64>,
+}
+
+/// Filters of WATCH_ALL; an empty list matches everything.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WatchAllFilter {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub machines: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub from_states: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub to_states: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub include_context: bool,
+    /// Resume from a cursor of an earlier push or `subscription_lagged` (`"0"`: all retained).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_cursor: Option<String>,
+}
+
+/// BATCH mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchMode {
+    /// All or nothing, on one shard (`BATCH_ABORTED`, `CROSS_SHARD`).
+    Atomic,
+    /// Each op on its own; the batch succeeds, each entry says how its op went.
+    BestEffort,
+}
+
+/// One op of a BATCH; made from the single-op request (`create_instance(..).into()`).
+#[derive(Debug, Clone)]
+pub struct BatchOp {
+    pub op: &'static str,
+    pub params: Value,
+    pub retry: Retry,
+}
+
+impl<T> From<Request<T>> for BatchOp {
+    fn from(r: Request<T>) -> BatchOp {
+        BatchOp {
+            op: r.op,
+            params: r.params,
+            retry: r.retry,
+        }
+    }
+}
+
+/// `value` as a JSON object, to add fields to.
+fn object<T: Serialize>(value: &T) -> Result<Map<String, Value>> {
+    match serde_json::to_value(value) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(other) => Err(Error::Config(format!("params are not an object: {other}"))),
+        Err(e) => Err(Error::Config(e.to_string())),
+    }
+}
+
+/// Options structs serialise to objects by construction; an error here is impossible, but is
+/// still reported rather than unwrapped.
+fn with(opts: Result<Map<String, Value>>, fields: Value) -> Value {
+    let mut m = opts.unwrap_or_default();
+    if let Value::Object(f) = fields {
+        m.extend(f);
+    }
+    Value::Object(m)
+}
+
+/// The protocol version this client speaks (CONTRACT §3).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+pub fn hello(client_name: &str) -> Request<Hello> {
+    Request::new(
+        "HELLO",
+        json!({"protocol_version": PROTOCOL_VERSION, "client_name": client_name,
+               "client_version": env!("CARGO_PKG_VERSION")}),
+        Retry::Safe,
+    )
+}
+
+pub fn ping() -> Request<Pong> {
+    Request::new("PING", Value::Null, Retry::Safe)
+}
+
+pub fn bye() -> Request<Value> {
+    Request::new("BYE", Value::Null, Retry::Unsafe)
+}
+
+pub fn info() -> Request<Info> {
+    Request::new("INFO", Value::Null, Retry::Safe)
+}
+
+pub fn auth(token: &str) -> Request<Authenticated> {
+    Request::new(
+        "AUTH",
+        json!({"method": "bearer", "token": token}),
+        Retry::Safe,
+    )
+}
+
+pub fn put_machine(machine: &str, version: u64, definition: &Value) -> Request<MachinePut> {
+    Request::new(
+        "PUT_MACHINE",
+        json!({"machine": machine, "version": version, "definition": definition}),
+        Retry::Safe,
+    )
+}
+
+pub fn get_machine(machine: &str, version: Option<u64>) -> Request<Machine> {
+    let mut p = json!({"machine": machine});
+    if let Some(v) = version {
+        p["version"] = json!(v);
+    }
+    Request::new("GET_MACHINE", p, Retry::Safe)
+}
+
+pub fn list_machines() -> Request<Machines> {
+    Request::new("LIST_MACHINES", json!({}), Retry::Safe)
+}
+
+pub fn create_instance(
+    machine: &str,
+    version: u64,
+    id: &str,
+    context: &Value,
+    opts: &CreateOptions,
+) -> Request<Created> {
+    let retry = match opts.idempotency_key {
+        Some(_) => Retry::Safe,
+        None => Retry::Unsafe,
+    };
+    let p = with(
+        object(opts),
+        json!({"machine": machine, "version": version, "id": id, "context": context}),
+    );
+    Request::new("CREATE_INSTANCE", p, retry)
+}
+
+pub fn get_instance(id: &str) -> Request<Instance> {
+    Request::new("GET_INSTANCE", json!({"id": id}), Retry::Safe)
+}
+
+pub fn list_instances(filter: &ListFilter) -> Request<InstancePage> {
+    Request::new(
+        "LIST_INSTANCES",
+        with(object(filter), Value::Null),
+        Retry::Safe,
+    )
+}
+
+pub fn delete_instance(id: &str) -> Request<Deleted> {
+    Request::new("DELETE_INSTANCE", json!({"id": id}), Retry::Unsafe)
+}
+
+pub fn apply_event(
+    instance_id: &str,
+    event: &str,
+    payload: Option<&Value>,
+    opts: &ApplyOptions,
+) -> Request<Applied> {
+    let retry = match opts.idempotency_key {
+        Some(_) => Retry::Safe,
+        None => Retry::Unsafe,
+    };
+    let mut p = with(
+        object(opts),
+        json!({"instance_id": instance_id, "event": event}),
+    );
+    if let Some(payload) = payload {
+        p["payload"] = payload.clone();
+    }
+    Request::new("APPLY_EVENT", p, retry)
+}
+
+pub fn get_history(id: &str, from: Option<u64>, limit: Option<u64>) -> Request<History> {
+    let mut p = json!({"id": id});
+    if let Some(f) = from {
+        p["from"] = json!(f);
+    }
+    if let Some(l) = limit {
+        p["limit"] = json!(l);
+    }
+    Request::new("GET_HISTORY", p, Retry::Safe)
+}
+
+pub fn watch_instance(instance_id: &str, opts: &WatchOptions) -> Request<Watching> {
+    Request::new(
+        "WATCH_INSTANCE",
+        with(object(opts), json!({"instance_id": instance_id})),
+        Retry::Safe,
+    )
+}
+
+pub fn watch_all(filter: &WatchAllFilter) -> Request<Watching> {
+    Request::new("WATCH_ALL", with(object(filter), Value::Null), Retry::Safe)
+}
+
+pub fn unwatch(subscription_id: &Value) -> Request<Unwatched> {
+    Request::new(
+        "UNWATCH",
+        json!({"subscription_id": subscription_id}),
+        Retry::Unsafe,
+    )
+}
+
+/// BATCH of `ops`; safe to resend only when every op is.
+pub fn batch(mode: BatchMode, ops: &[BatchOp]) -> Request<BatchResults> {
+    let retry = match ops.iter().all(|o| o.retry == Retry::Safe) {
+        true => Retry::Safe,
+        false => Retry::Unsafe,
+    };
+    let list: Vec<Value> = ops
+        .iter()
+        .map(|o| json!({"op": o.op, "params": o.params}))
+        .collect();
+    let mode = match mode {
+        BatchMode::Atomic => "atomic",
+        BatchMode::BestEffort => "best_effort",
+    };
+    Request::new("BATCH", json!({"mode": mode, "ops": list}), retry)
+}
+
+pub fn replication_status() -> Request<ReplicationStatus> {
+    Request::new("REPLICATION_STATUS", json!({}), Retry::Safe)
+}
+
+pub fn promote() -> Request<Value> {
+    Request::new("PROMOTE", json!({}), Retry::Unsafe)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unset_options_are_left_out() {
+        assert_eq!(object(&ApplyOptions::default()).unwrap(), Map::new());
+        assert_eq!(list_instances(&ListFilter::default()).params, json!({}));
+        let f = WatchAllFilter {
+            machines: vec!["order".into()],
+            include_context: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            watch_all(&f).params,
+            json!({"machines": ["order"], "include_context": true})
+        );
+    }
+
+    #[test]
+    fn only_keyed_or_harmless_writes_are_retry_safe() {
+        let none = ApplyOptions::default();
+        assert_eq!(apply_event("a", "e", None, &none).retry, Retry::Unsafe);
+        let keyed = ApplyOptions {
+            idempotency_key: Some("k".into()),
+            ..Default::default()
+        };
+        assert_eq!(apply_event("a", "e", None, &keyed).retry, Retry::Safe);
+        assert_eq!(delete_instance("a").retry, Retry::Unsafe);
+        assert_eq!(get_instance("a").retry, Retry::Safe);
+        let ops = [get_instance("a").into(), delete_instance("a").into()];
+        assert_eq!(batch(BatchMode::BestEffort, &ops).retry, Retry::Unsafe);
+    }
+
+    #[test]
+    fn results_keep_unknown_fields() {
+        let r = replication_status();
+        let s = r
+            .decode(json!({"role": "replica", "lag": {"0": 3}}))
+            .unwrap();
+        assert_eq!(s.role, "replica");
+        assert_eq!(s.extra["lag"]["0"], 3);
+        assert!(get_instance("x").decode(json!({"id": 1})).is_err());
+    }
+}
