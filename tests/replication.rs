@@ -640,6 +640,15 @@ fn stale_epochs_and_other_members_are_refused_clearly() {
         err_code(s.client().call("PROMOTE", json!({}))),
         "BAD_REQUEST"
     );
+    // A replica holding data of another shard count refuses to follow, naming both counts.
+    let (two, dir) = Server::start(&format!("[shards]\ncount = 2\n{SMALL_SEGMENTS}"));
+    drop(two);
+    let r = Server::start_in(
+        dir.path(),
+        &replica_config(&p.addr.to_string(), "two", "[shards]\ncount = 2"),
+    )
+    .unwrap();
+    r.wait_for_log("shard counts differ: the primary has 1, the replica 2", 1);
 }
 
 /// The link over mutual TLS: the primary speaks only TLS and wants a client certificate; the
