@@ -46,12 +46,6 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(600);
 const BIND_RETRY_FOR: Duration = Duration::from_secs(10);
 /// Pause between bind attempts.
 const BIND_RETRY_EVERY: Duration = Duration::from_millis(50);
-/// glommio's preemption timer: how long runnable tasks may run before the executor polls
-/// io_uring again. glommio polls only when no task is runnable or this timer fires (default
-/// 100 ms), so a CPU-bound task that merely yields (timer fires, a long replay) held back every
-/// I/O completion, log writes included, and so every reply: 215-409 ms maximum client latency
-/// while 100k timers fired. 2 ms bounds that wait; the timer is only armed while tasks run.
-const PREEMPT_TIMER: Duration = Duration::from_millis(2);
 /// How often main checks for a second signal while the fronts drain.
 const DRAIN_POLL: Duration = Duration::from_millis(10);
 
@@ -451,7 +445,6 @@ where
     LocalExecutorBuilder::new(Placement::Fixed(cpu))
         .name(name)
         .io_memory(io_memory)
-        .preempt_timer(PREEMPT_TIMER)
         .spawn(f)
         .map_err(|e| format!("cannot start executor {name} on cpu {cpu}: {e}"))
 }
