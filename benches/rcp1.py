@@ -3,7 +3,7 @@ starting a server and reading its listening line, scraping /metrics.
 
 Scripts import it from their own directory (`sys.path` holds the script's directory).
 """
-import json, re, socket, struct, subprocess
+import json, re, socket, struct, subprocess, time
 
 SERVER = None  # set by the caller: the smdb-server binary start() runs
 

@@ -28,7 +28,8 @@ trap 'for p in "${PIDS[@]:-}"; do kill -9 "$p" 2>/dev/null || true; done' EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# start NAME CONFIG_TEXT: starts a server, waits for its listening line, prints its address.
+# start NAME CONFIG_TEXT: starts a server, waits for its listening line, sets ADDR to its
+# address. Not called in a subshell: its PID must reach PIDS, or stop_all would leave it running.
 start() {
     local name=$1 cfg=$2 dir="$OUT/$1-$RANDOM"
     mkdir -p "$dir"
@@ -37,7 +38,7 @@ start() {
     PIDS+=($!)
     for _ in $(seq 1 200); do
         if grep -q "listening on" "$dir/stdout" 2>/dev/null; then
-            sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$dir/stdout" | head -1
+            ADDR=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$dir/stdout" | head -1)
             return
         fi
         sleep 0.05
@@ -49,33 +50,45 @@ start() {
 stop_all() {
     for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
     PIDS=()
+    rm -rf "$OUT"/*/data # pre-zeroed segments: 64 MiB and more per server
 }
 
-run() { # LABEL ADDR
+# ticks PID...: CPU time (utime + stime, clock ticks) the processes used so far.
+ticks() { for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat"; done | paste -sd+ | bc; }
+
+run() { # LABEL ADDR: the bench, then the CPU seconds each server used during it (PIDS order)
+    local before=() after=() p
+    for p in "${PIDS[@]}"; do before+=("$(ticks "$p")"); done
     "$BENCH" --addr "$2" --workload apply -c 16 --in-flight 8 --duration "$DURATION" \
         --warmup "$WARMUP" --json --label "$1" >>"$OUT/repl.jsonl"
+    for p in "${PIDS[@]}"; do after+=("$(ticks "$p")"); done
+    local hz k cpu=()
+    hz=$(getconf CLK_TCK)
+    for k in "${!PIDS[@]}"; do cpu+=("$(echo "scale=2; (${after[$k]} - ${before[$k]}) / $hz" | bc)"); done
+    echo "  server CPU seconds during the run (primary, replica): ${cpu[*]}" >&2
     tail -1 "$OUT/repl.jsonl" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r.get("label"), round(r.get("ops_per_sec", r.get("throughput", 0))), "ops/s")' >&2 || true
 }
 
 for i in $(seq 1 "$REPEAT"); do
     echo "run $i/$REPEAT" >&2
-    addr=$(start standalone "[network]
-bind_addr = \"127.0.0.1:0\"")
-    run "standalone" "$addr"; stop_all
+    start standalone "[network]
+bind_addr = \"127.0.0.1:0\""
+    run "standalone" "$ADDR"; stop_all
 
     for mode in async sync; do
         port=$(free_port)
-        addr=$(start "primary-$mode" "[network]
+        start "primary-$mode" "[network]
 bind_addr = \"127.0.0.1:$port\"
 [replication]
 role = \"primary\"
-mode = \"$mode\"")
+mode = \"$mode\""
+        addr=$ADDR
         start "replica-$mode" "[network]
 bind_addr = \"127.0.0.1:0\"
 [replication]
 role = \"replica\"
 upstream = \"$addr\"
-replica_id = \"bench\"" >/dev/null
+replica_id = \"bench\""
         sleep 1
         run "primary + 1 $mode replica" "$addr"; stop_all
     done
