@@ -287,3 +287,28 @@ fn fifty_clients_unaffected_by_one_sending_garbage() {
     let page = c.call("LIST_INSTANCES", json!({"limit": 1000})).unwrap();
     assert_eq!(page["instances"].as_array().unwrap().len(), 1000);
 }
+
+#[test]
+fn an_idle_connection_is_closed_after_the_limit_and_an_active_one_is_not() {
+    let (s, _d) = Server::start("[network]\nidle_timeout_secs = 1");
+    let started = std::time::Instant::now();
+    let mut idle = s.client();
+    let mut busy = s.client();
+    // `busy` sends something every 300 ms for 2.4 s: never idle for a whole second.
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(busy.call("PING", Value::Null).unwrap()["pong"], true);
+    }
+    // `idle` sent nothing after HELLO: the server has closed it (EOF, no frame).
+    let mut rest = Vec::new();
+    let n = idle
+        .stream()
+        .try_clone()
+        .unwrap()
+        .read_to_end(&mut rest)
+        .expect("a clean close");
+    assert_eq!(n, 0, "no frame before the idle close");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert!(idle.call("PING", Value::Null).is_err());
+    assert_eq!(busy.call("PING", Value::Null).unwrap()["pong"], true);
+}

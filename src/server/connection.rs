@@ -13,6 +13,7 @@ use shards::ErrorCode;
 
 use super::drain;
 use super::front::Front;
+use super::idle::Idle;
 use super::router::ReplySlot;
 use super::session::{Flow, Session};
 use crate::protocol::frame::{decode_frame, FrameError};
@@ -49,6 +50,8 @@ pub struct Conn {
     space: Notify,
     reader_done: Cell<bool>,
     writer_done: Cell<bool>,
+    /// `network.idle_timeout_secs`: when the client last sent bytes.
+    idle: Idle,
     /// This connection's subscriptions (their frames go out between responses).
     pub subs: Rc<ConnSubs>,
 }
@@ -72,6 +75,11 @@ where
     let (reader, writer) = futures_lite::io::split(stream);
     let conn = Rc::new(Conn::default());
     let writer_task = glommio::spawn_local(write_loop(writer, conn.clone(), front.clone()));
+    // Cancelled (dropped) when the reader ends first.
+    let _watchdog = front.limits.idle_timeout.map(|limit| {
+        let c = conn.clone();
+        glommio::spawn_local(async move { c.idle.watch(limit, || c.subs.any_active()).await })
+    });
     read_loop(reader, &conn, &front).await;
     conn.reader_done.set(true);
     conn.writer_wake.notify();
@@ -112,16 +120,22 @@ async fn read_loop<R: AsyncRead + Unpin>(mut r: R, conn: &Rc<Conn>, front: &Rc<F
         if !make_room(&mut buf, &mut lo, &mut hi, max) {
             return;
         }
-        let read = match drain::read(&mut r, &mut buf[hi..], &front.drain).await {
+        let read = drain::read(&mut r, &mut buf[hi..], &front.drain);
+        let idle = async {
+            conn.idle.expired().await;
+            drain::Read::Quiet
+        };
+        let read = match futures_lite::future::or(read, idle).await {
             drain::Read::Data(read) => read,
             drain::Read::Stopping => continue,
-            drain::Read::Quiet => return,
+            drain::Read::Quiet => return, // drained, or idle past the limit: quietly
         };
         match read {
-            // A subscriber may send nothing for long: the idle timeout spares it.
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut && conn.subs.any_active() => {}
-            Ok(0) | Err(_) => return, // peer closed (maybe mid-frame) or idle timeout: quietly
-            Ok(n) => hi += n,
+            Ok(0) | Err(_) => return, // peer closed (maybe mid-frame): quietly
+            Ok(n) => {
+                conn.idle.touch();
+                hi += n;
+            }
         }
     }
 }

@@ -180,9 +180,6 @@ fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
         glommio::spawn_local(reject(stream, front.limits.max_connections, tls)).detach();
         return;
     }
-    if let Some(idle) = front.limits.idle_timeout {
-        let _ = stream.set_read_timeout(Some(idle));
-    }
     front.stats.connection_opened();
     let id = front.next_conn.get();
     front.next_conn.set(id + 1);

@@ -11,6 +11,7 @@ pub mod control;
 pub mod drain;
 pub mod fanout;
 pub mod front;
+mod idle;
 pub mod peer;
 pub mod router;
 pub mod session;
