@@ -6,12 +6,13 @@ safe to repeat are retried with capped exponential backoff."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import ssl as _ssl
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
-from . import _frame
+from . import _frame, _json
 from .errors import (
     ConnectionLost,
     ProtocolError,
@@ -30,10 +31,16 @@ __version__ = "0.1.0"
 SUBSCRIPTION_QUEUE_MAX = 4096
 #: Bytes written but not yet sent after which a call waits for the socket to drain.
 WRITE_HIGH_WATER = 256 * 1024
+#: A call's answer timeout fires at most this many seconds late (requests written within one
+#: grain share one deadline mark).
+TIMEOUT_GRAIN = 0.1
 
 JSON = Dict[str, Any]
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-_loads = json.loads
+_dumps = _json.dumps
+_loads = _json.loads
+_pack = _frame._HEADER.pack
+_MAGIC = _frame.MAGIC
+_crc32c = _frame.crc32c
 
 
 @dataclass
@@ -58,91 +65,210 @@ class Request:
     safe: bool = True
 
 
-@dataclass
-class _Pending:
-    future: "asyncio.Future[JSON]"
-    queue: Optional["asyncio.Queue[Optional[JSON]]"] = None
+class _Conn(asyncio.Protocol):
+    """One connection, an ``asyncio.Protocol``: frames are decoded and answers dispatched by id
+    in ``data_received`` (no reader task), and the requests sent during one turn of the event
+    loop go out in one ``transport.write``. The answer timeout is one timer per connection, not
+    one per request."""
 
-
-class _Conn:
-    """One connection: a reader task dispatching responses by id and pushes by subscription."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.pending: Dict[str, _Pending] = {}
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: Optional[float]) -> None:
+        self.loop = loop
+        self.timeout = timeout
+        self.transport: Optional[asyncio.Transport] = None
+        #: id -> (future, op) of each request not yet answered.
+        self.pending: Dict[str, Tuple["asyncio.Future[JSON]", str]] = {}
+        #: id -> queue of each WATCH_* request not yet answered.
+        self.watches: Dict[str, "asyncio.Queue[Optional[JSON]]"] = {}
         self.subs: Dict[Any, "asyncio.Queue[Optional[JSON]]"] = {}
+        #: ids answered after their timeout (their late answers are dropped).
+        self.expired: Set[str] = set()
         self.next_id = 1
         self.dead: Optional[BaseException] = None
-        self.task = asyncio.ensure_future(self._read_loop())
+        self._out: List[bytes] = []
+        self._out_bytes = 0
+        self._flush_scheduled = False
+        self._buf = bytearray()
+        self._need = 0
+        self._paused = False
+        self._drained: Optional["asyncio.Future[None]"] = None
+        #: (time, id): every request with a smaller id was written by then.
+        self._marks: Deque[Tuple[float, int]] = collections.deque()
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._grain = min(TIMEOUT_GRAIN, timeout / 10) if timeout else 0.0
 
     @property
     def alive(self) -> bool:
         return self.dead is None
 
+    # -- asyncio.Protocol -------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        transport.set_write_buffer_limits(WRITE_HIGH_WATER)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        if buf:
+            buf += data
+            if len(buf) < self._need:
+                return
+            data = buf  # type: ignore[assignment]
+        try:
+            pos = 0
+            decode = _frame.decode_frame
+            dispatch = self._dispatch
+            while True:
+                got = decode(data, _frame.CLIENT_FRAME_BYTES_MAX, pos)
+                if got is None:
+                    break
+                payload, pos = got
+                dispatch(payload)
+        except _frame.FrameError as e:
+            self._fail(ProtocolError(f"{e.code}: {e}"))
+            return
+        except (ServerError, ProtocolError) as e:
+            self._fail(e)
+            return
+        if pos and not self._flush_scheduled:
+            # The callers woken above run next, in this order, and usually send again: one
+            # flush after them writes all they send in one go.
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+        rest = len(data) - pos
+        if rest == 0:
+            if buf:
+                buf.clear()
+            self._need = 0
+            return
+        if data is buf:
+            if pos:
+                del buf[:pos]
+        else:
+            buf += memoryview(data)[pos:]
+        # Wait for the whole frame before decoding again (a large frame arrives in pieces).
+        self._need = _frame.HEADER_LEN
+        if rest >= _frame.HEADER_LEN:
+            self._need += int.from_bytes(buf[8:12], "big")
+
+    def eof_received(self) -> Optional[bool]:
+        return None
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        if self._buf:
+            why: BaseException = ProtocolError(
+                "connection closed by the server in the middle of a frame "
+                f"({len(self._buf)} bytes of it received)"
+            )
+        elif exc is not None:
+            why = ConnectionLost(f"read failed: {exc}")
+        else:
+            why = ConnectionLost("connection closed by the server")
+        self._fail(why)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_drain()
+
+    # -- requests ---------------------------------------------------------------------------------
+
     def send(self, op: str, params: Optional[JSON], queue: Any = None) -> "asyncio.Future[JSON]":
         if self.dead is not None:
-            raise ConnectionLost(str(self.dead))
+            # E.g. a CONNECTION_LIMIT refusal that came in before the HELLO went out.
+            raise _copy(self.dead)
         rid = str(self.next_id)
         self.next_id += 1
-        req: JSON = {"type": "request", "id": rid, "op": op}
-        if params is not None:
-            req["params"] = params
-        payload = _dumps(req).encode()
-        fut: "asyncio.Future[JSON]" = asyncio.get_running_loop().create_future()
-        self.pending[rid] = _Pending(fut, queue)
-        self.writer.write(_frame.encode_frame(payload))
+        head = _HEADS.get(op) or _head(op)
+        if params is None:
+            text = f'{head}{rid}"}}'
+        else:
+            text = f'{head}{rid}","params":{_dumps(params)}}}'
+        payload = text.encode()
+        n = len(payload)
+        self._out.append(_pack(_MAGIC, n, _crc32c(payload)))
+        self._out.append(payload)
+        self._out_bytes += n + 16
+        fut = self.loop.create_future()
+        self.pending[rid] = (fut, op)
+        if queue is not None:
+            self.watches[rid] = queue
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
         return fut
 
-    async def drain(self) -> None:
-        transport = self.writer.transport
-        if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-            await self.writer.drain()
+    def _flush(self) -> None:
+        """Writes what ``send`` queued (called once per loop turn, or early by ``drain``)."""
+        self._flush_scheduled = False
+        out = self._out
+        if not out:
+            return
+        data = b"".join(out)
+        out.clear()
+        self._out_bytes = 0
+        t = self.transport
+        if self.dead is not None or t is None or t.is_closing():
+            return
+        t.write(data)
+        if self.timeout is not None:
+            now = self.loop.time()
+            marks = self._marks
+            if marks and now - marks[-1][0] < self._grain:
+                marks[-1] = (now, self.next_id)
+            else:
+                marks.append((now, self.next_id))
+            if self._timer is None:
+                self._timer = self.loop.call_at(marks[0][0] + self.timeout, self._expire)
 
-    async def _read_loop(self) -> None:
-        buf = bytearray()
-        start = 0
-        why: BaseException
-        try:
-            while True:
-                chunk = await self.reader.read(256 * 1024)
-                if not chunk:
-                    if len(buf) > start:
-                        why = ProtocolError(
-                            "connection closed by the server in the middle of a frame "
-                            f"({len(buf) - start} bytes of it received)"
-                        )
-                    else:
-                        why = ConnectionLost("connection closed by the server")
+    def _expire(self) -> None:
+        """Fails the requests that waited ``timeout`` seconds for their answer (with the
+        marks' grain: at most ``TIMEOUT_GRAIN`` later); the connection stays."""
+        self._timer = None
+        t = self.timeout
+        if t is None or self.dead is not None:
+            return
+        now = self.loop.time()
+        marks = self._marks
+        while marks and marks[0][0] + t <= now:
+            _, bound = marks.popleft()
+            pending = self.pending
+            while pending:
+                rid = next(iter(pending))
+                if int(rid) >= bound:
                     break
-                buf += chunk
-                while True:
-                    got = _frame.decode_frame(buf, _frame.CLIENT_FRAME_BYTES_MAX, start)
-                    if got is None:
-                        break
-                    payload, start = got
-                    self._dispatch(payload)
-                if start:
-                    del buf[:start]
-                    start = 0
-        except _frame.FrameError as e:
-            why = ProtocolError(f"{e.code}: {e}")
-        except ServerError as e:
-            why = e
-        except (OSError, _ssl.SSLError) as e:
-            why = ConnectionLost(f"read failed: {e}")
-        except asyncio.CancelledError:
-            why = ConnectionLost("connection closed by the client")
-        except ProtocolError as e:
-            why = e
-        self._fail(why)
+                fut, op = pending.pop(rid)
+                self.watches.pop(rid, None)
+                if not fut.done():
+                    self.expired.add(rid)
+                    fut.set_exception(ConnectionLost(f"{op}: no response within {t} s"))
+        if marks:
+            self._timer = self.loop.call_at(marks[0][0] + t, self._expire)
+
+    async def drain(self) -> None:
+        """Writes now and waits while the socket's buffer is over ``WRITE_HIGH_WATER``."""
+        if self._out_bytes > WRITE_HIGH_WATER:
+            self._flush()
+        while self._paused and self.dead is None:
+            if self._drained is None:
+                self._drained = self.loop.create_future()
+            await self._drained
+
+    def _wake_drain(self) -> None:
+        w = self._drained
+        self._drained = None
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    # -- answers ----------------------------------------------------------------------------------
 
     def _dispatch(self, payload: bytes) -> None:
         try:
             msg = _loads(payload)
         except ValueError as e:
             raise ProtocolError(f"frame payload is not JSON: {e}") from None
-        if not isinstance(msg, dict):
+        if msg.__class__ is not dict:
             raise ProtocolError(f"message is not a JSON object: {msg!r}")
         kind = msg.get("type")
         if kind == "response":
@@ -150,18 +276,25 @@ class _Conn:
             if rid is None:
                 # The server refused our bytes (id null) and is closing the connection.
                 raise from_wire(msg.get("error"))
-            p = self.pending.pop(str(rid), None)
+            if rid.__class__ is not str:
+                rid = str(rid)
+            p = self.pending.pop(rid, None)
             if p is None:
+                if rid in self.expired:
+                    self.expired.discard(rid)
+                    return
                 raise ProtocolError(f"response for request {rid}, which is not pending")
-            if p.future.done():
+            fut = p[0]
+            queue = self.watches.pop(rid, None) if self.watches else None
+            if fut.done():
                 return
             if msg.get("status") == "ok":
                 result = msg.get("result")
-                if p.queue is not None and isinstance(result, dict):
-                    self.subs[result.get("subscription_id")] = p.queue
-                p.future.set_result(result if result is not None else {})
+                if queue is not None and isinstance(result, dict):
+                    self.subs[result.get("subscription_id")] = queue
+                fut.set_result(result if result is not None else {})
             else:
-                p.future.set_exception(from_wire(msg.get("error")))
+                fut.set_exception(from_wire(msg.get("error")))
         elif kind in ("event", "subscription_lagged"):
             q = self.subs.get(msg.get("subscription_id"))
             if q is None:
@@ -180,21 +313,40 @@ class _Conn:
     def _fail(self, why: BaseException) -> None:
         if self.dead is None:
             self.dead = why
-        for p in self.pending.values():
-            if not p.future.done():
-                p.future.set_exception(_copy(why))
+        for fut, _ in self.pending.values():
+            if not fut.done():
+                fut.set_exception(_copy(why))
         self.pending.clear()
+        self.watches.clear()
         for q in self.subs.values():
             _close_queue(q)
         self.subs.clear()
-        try:
-            self.writer.close()
-        except Exception:
-            pass
+        self._out.clear()
+        self._out_bytes = 0
+        self._marks.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._wake_drain()
+        if self.transport is not None:
+            try:
+                self.transport.close()
+            except Exception:
+                pass
 
     def close(self) -> None:
-        self.task.cancel()
         self._fail(ConnectionLost("connection closed by the client"))
+
+
+def _head(op: str) -> str:
+    """The request's JSON up to the id's value, for ``op`` (cached)."""
+    head = '{"type":"request","op":' + _dumps(op) + ',"id":"'
+    if len(_HEADS) < 256:
+        _HEADS[op] = head
+    return head
+
+
+_HEADS: Dict[str, str] = {}
 
 
 def _close_queue(q: "asyncio.Queue[Optional[JSON]]") -> None:
@@ -287,14 +439,15 @@ class Client:
         kw: Dict[str, Any] = {}
         if ctx is not None:
             kw = {"ssl": ctx, "server_hostname": o.server_hostname or self.host}
-        opening = asyncio.open_connection(self.host, self.port, limit=1 << 20, **kw)
+        loop = asyncio.get_running_loop()
+        conn = _Conn(loop, o.timeout)
+        opening = loop.create_connection(lambda: conn, self.host, self.port, **kw)
         try:
-            reader, writer = await asyncio.wait_for(opening, o.connect_timeout)
+            await asyncio.wait_for(opening, o.connect_timeout)
         except asyncio.TimeoutError:
             raise ConnectionLost(f"connect to {self.host}:{self.port} timed out") from None
         except (OSError, _ssl.SSLError) as e:
             raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {e}") from None
-        conn = _Conn(reader, writer)
         try:
             hello = {"protocol_version": PROTOCOL_VERSION, "client_name": o.client_name, "client_version": __version__}
             self.hello_result = await self._wait(conn.send("HELLO", hello), "HELLO")
@@ -329,33 +482,39 @@ class Client:
                     attempt += 1
 
     async def _wait(self, fut: "asyncio.Future[JSON]", op: str) -> JSON:
-        t = self.options.timeout
-        if t is None:
-            return await fut
-        try:
-            return await asyncio.wait_for(fut, t)
-        except asyncio.TimeoutError:
-            raise ConnectionLost(f"{op}: no response within {t} s") from None
+        # The answer timeout (``options.timeout``) is the connection's: it fails ``fut`` with
+        # ConnectionLost("<op>: no response within <t> s").
+        return await fut
 
     # -- calls --------------------------------------------------------------------------------
 
     async def call(self, op: str, params: Optional[JSON] = None) -> JSON:
         """One request, raw: returns its ``result`` or raises the server's error. No retry."""
-        conn = await self._connection()
+        conn = self._conn
+        if conn is None or conn.dead is not None:
+            conn = await self._connection()
         fut = conn.send(op, params)
-        await conn.drain()
-        return await self._wait(fut, op)
+        if conn._paused or conn._out_bytes > WRITE_HIGH_WATER:
+            await conn.drain()
+        return await fut
 
     async def request(self, op: str, params: Optional[JSON] = None, *, safe: bool) -> JSON:
         """One request, retried per the policy where that is safe (``safe``: a read,
         PUT_MACHINE, or a write with an idempotency key), on a new connection when the old one
         was lost."""
-        policy = self.options.retry
         attempt = 1
         while True:
             try:
-                return await self.call(op, params)
+                # ``call``, inlined: this is every typed op's path.
+                conn = self._conn
+                if conn is None or conn.dead is not None:
+                    conn = await self._connection()
+                fut = conn.send(op, params)
+                if conn._paused or conn._out_bytes > WRITE_HIGH_WATER:
+                    await conn.drain()
+                return await fut
             except SmdbError as e:
+                policy = self.options.retry
                 if attempt >= policy.attempts or not may_resend(e, safe):
                     raise
                 if isinstance(e, ServerError) and e.code == "SHUTTING_DOWN" and self._conn:
@@ -444,15 +603,16 @@ class Client:
         expected_wal_offset: Optional[int] = None,
         idempotency_key: Optional[str] = None,
     ) -> JSON:
-        r = apply_event(
-            instance_id,
-            event,
-            payload,
-            expected_state=expected_state,
-            expected_wal_offset=expected_wal_offset,
-            idempotency_key=idempotency_key,
-        )
-        return await self.request(r.op, r.params, safe=r.safe)
+        p: JSON = {"instance_id": instance_id, "event": event}
+        if payload is not None:
+            p["payload"] = payload
+        if expected_state is not None:
+            p["expected_state"] = expected_state
+        if expected_wal_offset is not None:
+            p["expected_wal_offset"] = expected_wal_offset
+        if idempotency_key is not None:
+            p["idempotency_key"] = idempotency_key
+        return await self.request("APPLY_EVENT", p, safe=idempotency_key is not None)
 
     async def get_history(self, id: str, *, from_: Optional[int] = None, limit: Optional[int] = None) -> JSON:
         p = _params(id=id, limit=limit)

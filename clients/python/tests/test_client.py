@@ -178,14 +178,14 @@ def test_a_retryable_refusal_is_retried(make_server):
         # The connection dies with the request in flight.
         write = asyncio.ensure_future(c.apply_event("t-1", "tick"))
         await asyncio.sleep(0)
-        c._conn.writer.transport.abort()
+        c._conn.transport.abort()
         with pytest.raises(smdb.ConnectionLost):
             await write
         assert c.retries == 0, "a write without an idempotency key is not resent"
         assert (await c.ping())["pong"] is True  # a new connection
         read = asyncio.ensure_future(c.get_instance("t-1"))
         await asyncio.sleep(0)
-        c._conn.writer.transport.abort()
+        c._conn.transport.abort()
         assert (await read)["id"] == "t-1"
         assert c.retries >= 1 and c.connects >= 3
         await c.close()
