@@ -39,6 +39,8 @@ JSON = Dict[str, Any]
 _dumps = _json.dumps
 _loads = _json.loads
 _pack = _frame._HEADER.pack
+_unpack_from = _frame._HEADER.unpack_from
+_FRAME_MAX = _frame.CLIENT_FRAME_BYTES_MAX
 _MAGIC = _frame.MAGIC
 _crc32c = _frame.crc32c
 
@@ -115,14 +117,21 @@ class _Conn(asyncio.Protocol):
             data = buf  # type: ignore[assignment]
         try:
             pos = 0
-            decode = _frame.decode_frame
+            size = len(data)
             dispatch = self._dispatch
-            while True:
-                got = decode(data, _frame.CLIENT_FRAME_BYTES_MAX, pos)
-                if got is None:
+            # _frame.decode_frame, inlined for the common case; it raises the errors.
+            while size - pos >= 16:
+                magic, length, crc = _unpack_from(data, pos)
+                end = pos + 16 + length
+                if magic != _MAGIC or length > _FRAME_MAX:
+                    _frame.decode_frame(data, _FRAME_MAX, pos)
+                if end > size:
                     break
-                payload, pos = got
+                payload = data[pos + 16 : end]
+                if _crc32c(payload) != crc:
+                    _frame.decode_frame(data, _FRAME_MAX, pos)
                 dispatch(payload)
+                pos = end
         except _frame.FrameError as e:
             self._fail(ProtocolError(f"{e.code}: {e}"))
             return
