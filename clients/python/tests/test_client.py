@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import socket
 import ssl
 import threading
@@ -274,3 +275,55 @@ def test_auth_and_mutual_tls(make_server):
             c.ping()
     with pytest.raises(smdb.SmdbError):
         smdb.Client("127.0.0.1", s.port, token=token, retry=no_retry)  # plaintext
+
+
+def test_an_answer_past_the_timeout_fails_the_call_and_not_the_connection():
+    """A server that answers the first PING late: that call fails after ``timeout`` with
+    ConnectionLost, the late answer is dropped, and the connection serves the next call."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen()
+
+    def serve():
+        conn, _ = lst.accept()
+        buf = b""
+        pings = 0
+        with conn:
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+                while True:
+                    got = smdb.decode_frame(buf)
+                    if got is None:
+                        break
+                    payload, end = got
+                    buf = buf[end:]
+                    req = json.loads(payload)
+                    if req["op"] == "PING":
+                        pings += 1
+                        if pings == 1:
+                            time.sleep(0.6)
+                    result = {"pong": True} if req["op"] == "PING" else {}
+                    answer = {"type": "response", "id": req["id"], "status": "ok", "result": result}
+                    conn.sendall(smdb.encode_frame(json.dumps(answer).encode()))
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def main():
+        c = await aio.Client.connect("127.0.0.1", lst.getsockname()[1], timeout=0.2)
+        started = time.monotonic()
+        with pytest.raises(smdb.ConnectionLost, match="PING: no response within 0.2 s"):
+            await c.call("PING")
+        waited = time.monotonic() - started
+        assert 0.2 <= waited < 0.5, waited
+        await asyncio.sleep(0.6)  # the late answer arrives and is dropped
+        assert (await c.call("PING")) == {"pong": True}
+        assert c.connects == 1
+        await c.close()
+
+    try:
+        run(main())
+    finally:
+        lst.close()
