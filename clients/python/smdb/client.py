@@ -386,7 +386,8 @@ class ConnectOptions:
     ssl: Union[None, bool, _ssl.SSLContext] = None
     #: Name to verify the server certificate against (default: the host).
     server_hostname: Optional[str] = None
-    #: Seconds for connect + TLS handshake, and for each call's answer (``None``: no limit).
+    #: Seconds for connect + TLS handshake, and for each call's answer (``None``: no limit; the
+    #: answer timeout is checked per connection and fires up to ``TIMEOUT_GRAIN`` late).
     connect_timeout: Optional[float] = 5.0
     timeout: Optional[float] = 30.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
