@@ -327,3 +327,31 @@ def test_an_answer_past_the_timeout_fails_the_call_and_not_the_connection():
         run(main())
     finally:
         lst.close()
+
+
+def test_calls_made_in_one_loop_turn_go_out_in_one_write(server):
+    async def main():
+        c = await aio.Client.connect("127.0.0.1", server.port)
+        writes = []
+        transport = c._conn.transport
+        real_write = transport.write
+
+        def counting_write(data):
+            writes.append(len(data))
+            real_write(data)
+
+        transport.write = counting_write
+        assert await asyncio.gather(*(c.ping() for _ in range(8))) == [{"pong": True}] * 8
+        assert len(writes) == 1, writes
+        # Callers woken by answers send again: one write per batch of answers read, fewer than
+        # one per call (at most 1 + 8 when each answer came in its own packet).
+        async def twice():
+            await c.ping()
+            await c.ping()
+
+        writes.clear()
+        await asyncio.gather(*(twice() for _ in range(8)))
+        assert 2 <= len(writes) <= 9, writes
+        await c.close()
+
+    run(main())
