@@ -1,6 +1,8 @@
 """Throughput of the asyncio client: APPLY_EVENT with N requests in flight on one connection
 (N coroutines sharing one client), from one process. Compare with
 ``smdb-bench --connections 1 --in-flight 8`` against the same server (benches/RESULTS.md).
+Also prints the client's own cost: this process's CPU time (user + system, so the socket
+syscalls count) per APPLY_EVENT over the counted seconds.
 
     python3 bench.py [HOST:PORT] [SECONDS] [IN_FLIGHT] [INSTANCES]
 """
@@ -33,6 +35,7 @@ async def main() -> None:
     warm_until = time.monotonic() + 1.0
     end = warm_until + secs
     done = 0
+    cpu = [0.0, 0.0]
 
     async def worker(k: int) -> None:
         nonlocal done
@@ -46,11 +49,19 @@ async def main() -> None:
                 done += 1
             i += in_flight
 
-    await asyncio.gather(*(worker(k) for k in range(in_flight)))
+    async def clock() -> None:
+        await asyncio.sleep(max(0.0, warm_until - time.monotonic()))
+        cpu[0] = time.process_time()
+        await asyncio.sleep(max(0.0, end - time.monotonic()))
+        cpu[1] = time.process_time()
+
+    await asyncio.gather(clock(), *(worker(k) for k in range(in_flight)))
     await c.close()
+    us = (cpu[1] - cpu[0]) / max(done, 1) * 1e6
     print(
         f"python asyncio client: APPLY_EVENT, {in_flight} in flight on 1 connection, "
-        f"{secs:.0f} s: {done} ops, {done / secs:.0f} ops/s"
+        f"{secs:.0f} s: {done} ops, {done / secs:.0f} ops/s, {us:.1f} us of client CPU per op "
+        f"({(cpu[1] - cpu[0]) / secs * 100:.0f}% of one core)"
     )
 
 

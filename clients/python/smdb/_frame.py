@@ -4,7 +4,7 @@ big-endian CRC32C of the payload), then the UTF-8 JSON payload."""
 from __future__ import annotations
 
 import struct
-from typing import List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 MAGIC = b"RCP1"
 HEADER_LEN = 16
@@ -16,59 +16,94 @@ CLIENT_FRAME_BYTES_MAX = 64 * 1024 * 1024
 _HEADER = struct.Struct(">4s4xII")
 
 
+_POLY = 0x82F63B78  # CRC32C (Castagnoli), reflected
+
+
 def _byte_table() -> List[int]:
     out = []
     for n in range(256):
         c = n
         for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            c = (c >> 1) ^ _POLY if c & 1 else c >> 1
         out.append(c)
     return out
 
 
 _T8 = _byte_table()
 
-
-def _word_tables() -> List[List[int]]:
-    """Four tables that advance CRC32C (Castagnoli, reflected) over one 8-byte word, 16 bits
-    per lookup: ``T[k][x]`` is the CRC contribution of the word whose only non-zero 16 bits are
-    ``x`` at bits ``16k..16k+15``. The CRC is linear, so each entry is the XOR of two per-byte
-    tables. Four lookups per 8 payload bytes keep pure Python fast enough (the standard library
-    has no CRC32C)."""
-    t8 = _T8
-
-    def over8(byte: int, pos: int) -> int:
-        c = 0
-        for i in range(8):
-            b = byte if i == pos else 0
-            c = t8[(c ^ b) & 0xFF] ^ (c >> 8)
-        return c
-
-    per_byte = [[over8(b, pos) for b in range(256)] for pos in range(8)]
-    return [
-        [lo ^ hi for hi in per_byte[2 * k + 1] for lo in per_byte[2 * k]]
-        for k in range(4)
-    ]
+#: Bytes per block of the parity method below; longer data is done block by block.
+_BLOCK = 512
+#: Shorter data goes byte by byte through the table (cheaper than 32 popcounts there).
+_SHORT = 32
 
 
-_WORD: Optional[List[List[int]]] = None
+def _block_masks() -> List[int]:
+    """CRC32C without a table loop. The CRC is linear over GF(2) in the message bits: with the
+    register's start value folded into the first four bytes (XOR), bit ``k`` of the CRC is the
+    parity of the message bits selected by a mask ``M[k]`` that depends only on each bit's
+    distance from the end of the message. With the message read as one big-endian integer
+    ``x`` (its last byte lowest), that is ``(x & M[k]).bit_count() & 1``: 32 big-integer ANDs
+    and popcounts done in C, whatever the length up to ``_BLOCK`` bytes, instead of a Python
+    loop over the bytes. ``M[k]`` has bit ``8m + t`` set when bit ``k`` of the CRC register
+    depends on bit ``t`` of the byte ``m`` places before the end (bits go in LSB first)."""
+    nbits = 8 * _BLOCK
+    # reach[d]: the register after a single 1 bit followed by d more bits (all zero).
+    reach = []
+    c = 1
+    for _ in range(nbits):
+        c = (c >> 1) ^ _POLY if c & 1 else c >> 1
+        reach.append(c)
+    cols = [reach[8 * (q >> 3) + 7 - (q & 7)] for q in range(nbits)]
+    masks = []
+    for k in range(32):
+        bits = "".join("1" if (v >> k) & 1 else "0" for v in reversed(cols))
+        masks.append(int(bits, 2))
+    return masks
+
+
+def _parity_function(masks: List[int]) -> Callable[[int], int]:
+    """``f(x)``: the 32 parities ``(x & masks[k])`` as one int, unrolled (no loop, masks
+    bound as defaults)."""
+    if hasattr(int, "bit_count"):
+        term = "(((x & m{k}).bit_count() & 1) << {k})"
+    else:  # Python 3.9
+        term = "((bin(x & m{k}).count('1') & 1) << {k})"
+    body = " | ".join(term.format(k=k) for k in range(32))
+    args = ", ".join(f"m{k}=_M[{k}]" for k in range(32))
+    ns: Dict[str, Any] = {"_M": masks}
+    exec(f"def parities(x, {args}):\n    return {body}\n", ns)
+    return ns["parities"]  # type: ignore[no-any-return]
+
+
+_parities: Optional[Callable[[int], int]] = None
 
 
 def crc32c(data: bytes) -> int:
-    """CRC32C of ``data``."""
-    global _WORD
-    if _WORD is None:
-        _WORD = _word_tables()
-    t0, t1, t2, t3 = _WORD
+    """CRC32C of ``data`` (any bytes-like object)."""
+    global _parities
+    n = len(data)
+    if n < _SHORT:
+        crc = 0xFFFFFFFF
+        for b in bytes(data):
+            crc = _T8[(crc ^ b) & 0xFF] ^ (crc >> 8)
+        return crc ^ 0xFFFFFFFF
+    par = _parities
+    if par is None:
+        par = _parities = _parity_function(_block_masks())
+    if n <= _BLOCK:
+        return par(int.from_bytes(data, "big") ^ (0xFFFFFFFF << (8 * n - 32))) ^ 0xFFFFFFFF
+    view = memoryview(data)
     crc = 0xFFFFFFFF
-    n8 = len(data) & ~7
-    if n8:
-        for (w,) in struct.iter_unpack("<Q", memoryview(data)[:n8]):
-            w ^= crc
-            crc = t0[w & 0xFFFF] ^ t1[(w >> 16) & 0xFFFF] ^ t2[(w >> 32) & 0xFFFF] ^ t3[w >> 48]
-    t8 = _T8
-    for b in data[n8:]:
-        crc = t8[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    at = 0
+    while n - at >= 4:
+        block = view[at : at + _BLOCK]
+        size = len(block)
+        # The register so far goes into the block's first four bytes, little-endian first.
+        inject = int.from_bytes(crc.to_bytes(4, "little"), "big") << (8 * size - 32)
+        crc = par(int.from_bytes(block, "big") ^ inject)
+        at += size
+    for b in bytes(view[at:]):
+        crc = _T8[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
 
 

@@ -6,34 +6,16 @@ safe to repeat are retried with capped exponential backoff."""
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl as _ssl
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from . import _frame
-from .errors import (
-    ConnectionLost,
-    ProtocolError,
-    ServerError,
-    SmdbError,
-    SubscriptionLagged,
-    from_wire,
-    may_resend,
-)
+# The connection (and its limits, still importable from here as before).
+from ._conn import JSON, SUBSCRIPTION_QUEUE_MAX, TIMEOUT_GRAIN, WRITE_HIGH_WATER, _Conn  # noqa: F401
+from .errors import ConnectionLost, ServerError, SmdbError, SubscriptionLagged, may_resend
 
 PROTOCOL_VERSION = 1
 __version__ = "0.1.0"
-
-#: Pushes one subscription may have queued before the client drops it from the connection and
-#: resumes it from its cursor (a slow consumer never blocks the connection's reader).
-SUBSCRIPTION_QUEUE_MAX = 4096
-#: Bytes written but not yet sent after which a call waits for the socket to drain.
-WRITE_HIGH_WATER = 256 * 1024
-
-JSON = Dict[str, Any]
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-_loads = json.loads
 
 
 @dataclass
@@ -59,161 +41,6 @@ class Request:
 
 
 @dataclass
-class _Pending:
-    future: "asyncio.Future[JSON]"
-    queue: Optional["asyncio.Queue[Optional[JSON]]"] = None
-
-
-class _Conn:
-    """One connection: a reader task dispatching responses by id and pushes by subscription."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.pending: Dict[str, _Pending] = {}
-        self.subs: Dict[Any, "asyncio.Queue[Optional[JSON]]"] = {}
-        self.next_id = 1
-        self.dead: Optional[BaseException] = None
-        self.task = asyncio.ensure_future(self._read_loop())
-
-    @property
-    def alive(self) -> bool:
-        return self.dead is None
-
-    def send(self, op: str, params: Optional[JSON], queue: Any = None) -> "asyncio.Future[JSON]":
-        if self.dead is not None:
-            raise ConnectionLost(str(self.dead))
-        rid = str(self.next_id)
-        self.next_id += 1
-        req: JSON = {"type": "request", "id": rid, "op": op}
-        if params is not None:
-            req["params"] = params
-        payload = _dumps(req).encode()
-        fut: "asyncio.Future[JSON]" = asyncio.get_running_loop().create_future()
-        self.pending[rid] = _Pending(fut, queue)
-        self.writer.write(_frame.encode_frame(payload))
-        return fut
-
-    async def drain(self) -> None:
-        transport = self.writer.transport
-        if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-            await self.writer.drain()
-
-    async def _read_loop(self) -> None:
-        buf = bytearray()
-        start = 0
-        why: BaseException
-        try:
-            while True:
-                chunk = await self.reader.read(256 * 1024)
-                if not chunk:
-                    if len(buf) > start:
-                        why = ProtocolError(
-                            "connection closed by the server in the middle of a frame "
-                            f"({len(buf) - start} bytes of it received)"
-                        )
-                    else:
-                        why = ConnectionLost("connection closed by the server")
-                    break
-                buf += chunk
-                while True:
-                    got = _frame.decode_frame(buf, _frame.CLIENT_FRAME_BYTES_MAX, start)
-                    if got is None:
-                        break
-                    payload, start = got
-                    self._dispatch(payload)
-                if start:
-                    del buf[:start]
-                    start = 0
-        except _frame.FrameError as e:
-            why = ProtocolError(f"{e.code}: {e}")
-        except ServerError as e:
-            why = e
-        except (OSError, _ssl.SSLError) as e:
-            why = ConnectionLost(f"read failed: {e}")
-        except asyncio.CancelledError:
-            why = ConnectionLost("connection closed by the client")
-        except ProtocolError as e:
-            why = e
-        self._fail(why)
-
-    def _dispatch(self, payload: bytes) -> None:
-        try:
-            msg = _loads(payload)
-        except ValueError as e:
-            raise ProtocolError(f"frame payload is not JSON: {e}") from None
-        if not isinstance(msg, dict):
-            raise ProtocolError(f"message is not a JSON object: {msg!r}")
-        kind = msg.get("type")
-        if kind == "response":
-            rid = msg.get("id")
-            if rid is None:
-                # The server refused our bytes (id null) and is closing the connection.
-                raise from_wire(msg.get("error"))
-            p = self.pending.pop(str(rid), None)
-            if p is None:
-                raise ProtocolError(f"response for request {rid}, which is not pending")
-            if p.future.done():
-                return
-            if msg.get("status") == "ok":
-                result = msg.get("result")
-                if p.queue is not None and isinstance(result, dict):
-                    self.subs[result.get("subscription_id")] = p.queue
-                p.future.set_result(result if result is not None else {})
-            else:
-                p.future.set_exception(from_wire(msg.get("error")))
-        elif kind in ("event", "subscription_lagged"):
-            q = self.subs.get(msg.get("subscription_id"))
-            if q is None:
-                return
-            try:
-                q.put_nowait(msg)
-            except asyncio.QueueFull:
-                # The consumer is SUBSCRIPTION_QUEUE_MAX behind: drop it here; it resumes from
-                # its last delivered cursor.
-                del self.subs[msg.get("subscription_id")]
-                _close_queue(q)
-
-    def forget(self, subscription_id: Any) -> None:
-        self.subs.pop(subscription_id, None)
-
-    def _fail(self, why: BaseException) -> None:
-        if self.dead is None:
-            self.dead = why
-        for p in self.pending.values():
-            if not p.future.done():
-                p.future.set_exception(_copy(why))
-        self.pending.clear()
-        for q in self.subs.values():
-            _close_queue(q)
-        self.subs.clear()
-        try:
-            self.writer.close()
-        except Exception:
-            pass
-
-    def close(self) -> None:
-        self.task.cancel()
-        self._fail(ConnectionLost("connection closed by the client"))
-
-
-def _close_queue(q: "asyncio.Queue[Optional[JSON]]") -> None:
-    """Tells the subscription its queue ended (``None``), making room if it must."""
-    while True:
-        try:
-            q.put_nowait(None)
-            return
-        except asyncio.QueueFull:
-            q.get_nowait()
-
-
-def _copy(e: BaseException) -> BaseException:
-    if isinstance(e, ServerError):
-        return from_wire({"code": e.code, "message": e.message, "retryable": e.retryable, "details": e.details})
-    return type(e)(*e.args) if isinstance(e, SmdbError) else ConnectionLost(str(e))
-
-
-@dataclass
 class ConnectOptions:
     """How a client connects (and reconnects)."""
 
@@ -225,7 +52,8 @@ class ConnectOptions:
     ssl: Union[None, bool, _ssl.SSLContext] = None
     #: Name to verify the server certificate against (default: the host).
     server_hostname: Optional[str] = None
-    #: Seconds for connect + TLS handshake, and for each call's answer (``None``: no limit).
+    #: Seconds for connect + TLS handshake, and for each call's answer (``None``: no limit; the
+    #: answer timeout is checked per connection and fires up to ``TIMEOUT_GRAIN`` late).
     connect_timeout: Optional[float] = 5.0
     timeout: Optional[float] = 30.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -287,14 +115,15 @@ class Client:
         kw: Dict[str, Any] = {}
         if ctx is not None:
             kw = {"ssl": ctx, "server_hostname": o.server_hostname or self.host}
-        opening = asyncio.open_connection(self.host, self.port, limit=1 << 20, **kw)
+        loop = asyncio.get_running_loop()
+        conn = _Conn(loop, o.timeout)
+        opening = loop.create_connection(lambda: conn, self.host, self.port, **kw)
         try:
-            reader, writer = await asyncio.wait_for(opening, o.connect_timeout)
+            await asyncio.wait_for(opening, o.connect_timeout)
         except asyncio.TimeoutError:
             raise ConnectionLost(f"connect to {self.host}:{self.port} timed out") from None
         except (OSError, _ssl.SSLError) as e:
             raise ConnectionLost(f"cannot connect to {self.host}:{self.port}: {e}") from None
-        conn = _Conn(reader, writer)
         try:
             hello = {"protocol_version": PROTOCOL_VERSION, "client_name": o.client_name, "client_version": __version__}
             self.hello_result = await self._wait(conn.send("HELLO", hello), "HELLO")
@@ -329,33 +158,39 @@ class Client:
                     attempt += 1
 
     async def _wait(self, fut: "asyncio.Future[JSON]", op: str) -> JSON:
-        t = self.options.timeout
-        if t is None:
-            return await fut
-        try:
-            return await asyncio.wait_for(fut, t)
-        except asyncio.TimeoutError:
-            raise ConnectionLost(f"{op}: no response within {t} s") from None
+        # The answer timeout (``options.timeout``) is the connection's: it fails ``fut`` with
+        # ConnectionLost("<op>: no response within <t> s").
+        return await fut
 
     # -- calls --------------------------------------------------------------------------------
 
     async def call(self, op: str, params: Optional[JSON] = None) -> JSON:
         """One request, raw: returns its ``result`` or raises the server's error. No retry."""
-        conn = await self._connection()
+        conn = self._conn
+        if conn is None or conn.dead is not None:
+            conn = await self._connection()
         fut = conn.send(op, params)
-        await conn.drain()
-        return await self._wait(fut, op)
+        if conn._paused or conn._out_bytes > WRITE_HIGH_WATER:
+            await conn.drain()
+        return await fut
 
     async def request(self, op: str, params: Optional[JSON] = None, *, safe: bool) -> JSON:
         """One request, retried per the policy where that is safe (``safe``: a read,
         PUT_MACHINE, or a write with an idempotency key), on a new connection when the old one
         was lost."""
-        policy = self.options.retry
         attempt = 1
         while True:
             try:
-                return await self.call(op, params)
+                # ``call``, inlined: this is every typed op's path.
+                conn = self._conn
+                if conn is None or conn.dead is not None:
+                    conn = await self._connection()
+                fut = conn.send(op, params)
+                if conn._paused or conn._out_bytes > WRITE_HIGH_WATER:
+                    await conn.drain()
+                return await fut
             except SmdbError as e:
+                policy = self.options.retry
                 if attempt >= policy.attempts or not may_resend(e, safe):
                     raise
                 if isinstance(e, ServerError) and e.code == "SHUTTING_DOWN" and self._conn:
@@ -444,15 +279,16 @@ class Client:
         expected_wal_offset: Optional[int] = None,
         idempotency_key: Optional[str] = None,
     ) -> JSON:
-        r = apply_event(
-            instance_id,
-            event,
-            payload,
-            expected_state=expected_state,
-            expected_wal_offset=expected_wal_offset,
-            idempotency_key=idempotency_key,
-        )
-        return await self.request(r.op, r.params, safe=r.safe)
+        p: JSON = {"instance_id": instance_id, "event": event}
+        if payload is not None:
+            p["payload"] = payload
+        if expected_state is not None:
+            p["expected_state"] = expected_state
+        if expected_wal_offset is not None:
+            p["expected_wal_offset"] = expected_wal_offset
+        if idempotency_key is not None:
+            p["idempotency_key"] = idempotency_key
+        return await self.request("APPLY_EVENT", p, safe=idempotency_key is not None)
 
     async def get_history(self, id: str, *, from_: Optional[int] = None, limit: Optional[int] = None) -> JSON:
         p = _params(id=id, limit=limit)

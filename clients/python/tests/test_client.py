@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import socket
 import ssl
 import threading
@@ -178,14 +179,14 @@ def test_a_retryable_refusal_is_retried(make_server):
         # The connection dies with the request in flight.
         write = asyncio.ensure_future(c.apply_event("t-1", "tick"))
         await asyncio.sleep(0)
-        c._conn.writer.transport.abort()
+        c._conn.transport.abort()
         with pytest.raises(smdb.ConnectionLost):
             await write
         assert c.retries == 0, "a write without an idempotency key is not resent"
         assert (await c.ping())["pong"] is True  # a new connection
         read = asyncio.ensure_future(c.get_instance("t-1"))
         await asyncio.sleep(0)
-        c._conn.writer.transport.abort()
+        c._conn.transport.abort()
         assert (await read)["id"] == "t-1"
         assert c.retries >= 1 and c.connects >= 3
         await c.close()
@@ -274,3 +275,83 @@ def test_auth_and_mutual_tls(make_server):
             c.ping()
     with pytest.raises(smdb.SmdbError):
         smdb.Client("127.0.0.1", s.port, token=token, retry=no_retry)  # plaintext
+
+
+def test_an_answer_past_the_timeout_fails_the_call_and_not_the_connection():
+    """A server that answers the first PING late: that call fails after ``timeout`` with
+    ConnectionLost, the late answer is dropped, and the connection serves the next call."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen()
+
+    def serve():
+        conn, _ = lst.accept()
+        buf = b""
+        pings = 0
+        with conn:
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+                while True:
+                    got = smdb.decode_frame(buf)
+                    if got is None:
+                        break
+                    payload, end = got
+                    buf = buf[end:]
+                    req = json.loads(payload)
+                    if req["op"] == "PING":
+                        pings += 1
+                        if pings == 1:
+                            time.sleep(0.6)
+                    result = {"pong": True} if req["op"] == "PING" else {}
+                    answer = {"type": "response", "id": req["id"], "status": "ok", "result": result}
+                    conn.sendall(smdb.encode_frame(json.dumps(answer).encode()))
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def main():
+        c = await aio.Client.connect("127.0.0.1", lst.getsockname()[1], timeout=0.2)
+        started = time.monotonic()
+        with pytest.raises(smdb.ConnectionLost, match="PING: no response within 0.2 s"):
+            await c.call("PING")
+        waited = time.monotonic() - started
+        assert 0.2 <= waited < 0.5, waited
+        await asyncio.sleep(0.6)  # the late answer arrives and is dropped
+        assert (await c.call("PING")) == {"pong": True}
+        assert c.connects == 1
+        await c.close()
+
+    try:
+        run(main())
+    finally:
+        lst.close()
+
+
+def test_calls_made_in_one_loop_turn_go_out_in_one_write(server):
+    async def main():
+        c = await aio.Client.connect("127.0.0.1", server.port)
+        writes = []
+        transport = c._conn.transport
+        real_write = transport.write
+
+        def counting_write(data):
+            writes.append(len(data))
+            real_write(data)
+
+        transport.write = counting_write
+        assert await asyncio.gather(*(c.ping() for _ in range(8))) == [{"pong": True}] * 8
+        assert len(writes) == 1, writes
+        # Callers woken by answers send again: one write per batch of answers read, fewer than
+        # one per call (at most 1 + 8 when each answer came in its own packet).
+        async def twice():
+            await c.ping()
+            await c.ping()
+
+        writes.clear()
+        await asyncio.gather(*(twice() for _ in range(8)))
+        assert 2 <= len(writes) <= 9, writes
+        await c.close()
+
+    run(main())

@@ -36,3 +36,29 @@ def test_vector(f):
 def test_crc32c_check_value():
     assert _frame.crc32c(b"123456789") == 0xE3069283
     assert _frame.crc32c(b"") == 0
+
+
+def _crc32c_bytewise(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def test_crc32c_matches_the_bitwise_definition_across_block_edges():
+    # The fast path works on blocks of _frame._BLOCK bytes with a table loop below
+    # _frame._SHORT and for a tail of under 4 bytes: every edge, from bytes, bytearray and
+    # memoryview alike.
+    data = bytes((i * 131 + 7) % 256 for i in range(3 * _frame._BLOCK + 8))
+    block, short = _frame._BLOCK, _frame._SHORT
+    lengths = set(range(0, 70)) | {short - 1, short, short + 1, 150, 232}
+    for k in (1, 2, 3):
+        lengths |= {k * block + d for d in range(-4, 6)}
+    for n in sorted(lengths):
+        chunk = data[:n]
+        want = _crc32c_bytewise(chunk)
+        assert _frame.crc32c(chunk) == want, n
+        assert _frame.crc32c(bytearray(chunk)) == want, n
+        assert _frame.crc32c(memoryview(chunk)) == want, n
