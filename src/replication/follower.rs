@@ -310,7 +310,9 @@ where
         f.positions.clone_from(&positions);
         f.last_error = None;
     }
-    let applier = Rc::new(Applier::new(positions));
+    let mut applier = Applier::new(positions);
+    applier.ack_every = std::time::Duration::from_millis(result.ack_every_ms);
+    let applier = Rc::new(applier);
     let acker = glommio::spawn_local(ack_loop(hub.clone(), applier.clone(), w));
     let read = read_loop(hub, cfg, &mut r, &applier).await;
     applier
@@ -354,6 +356,8 @@ struct Applier {
     wake: Notify,
     /// Set when the session must end (read error, or an append refused).
     failed: RefCell<Option<String>>,
+    /// The primary's `ack_every_ms`: acks that only move positions come at most this often.
+    ack_every: std::time::Duration,
 }
 
 impl Applier {
@@ -365,6 +369,7 @@ impl Applier {
             skew_ms: std::cell::Cell::new(0),
             wake: Notify::default(),
             failed: RefCell::new(None),
+            ack_every: std::time::Duration::ZERO,
         }
     }
 }
@@ -539,8 +544,12 @@ async fn ack_loop<W: AsyncWrite + Unpin>(
             return Ok(());
         }
         let positions = applier.positions.borrow().clone();
-        // Ack what moved, and at least once per heartbeat so the primary knows we are here.
-        if positions != acked || sent_at.elapsed() >= hub.settings.heartbeat {
+        // Ack what moved (at most once per `ack_every`), and at least once per heartbeat so
+        // the primary knows we are here.
+        let since = sent_at.elapsed();
+        let moved = positions != acked;
+        let due = since >= applier.ack_every;
+        if (moved && due) || since >= hub.settings.heartbeat {
             let mut out = Vec::new();
             wire::ack_frame(&mut out, hub.state.epoch(), &positions);
             if w.write_all(&out).await.is_err() || w.flush().await.is_err() {
@@ -550,7 +559,10 @@ async fn ack_loop<W: AsyncWrite + Unpin>(
             sent_at = std::time::Instant::now();
             update_lag(&hub, &applier);
         }
-        if applier.pending.borrow().is_empty() {
+        if moved && !due {
+            // An ack is owed: come back when it is due (entries keep arriving meanwhile).
+            glommio::timer::sleep(applier.ack_every - since).await;
+        } else if applier.pending.borrow().is_empty() {
             futures_lite::future::or(
                 applier.wake.wait(),
                 glommio::timer::sleep(hub.settings.heartbeat),

@@ -292,6 +292,10 @@ impl Hub {
             shards: n,
             agree: wire::positions_map(&agree),
             heads: wire::positions_map(&logs.iter().map(|l| l.durable).collect::<Vec<_>>()),
+            ack_every_ms: match self.settings.mode {
+                ReplicationMode::Sync => 0,
+                ReplicationMode::Async => wire::ASYNC_ACK_EVERY_MS,
+            },
         };
         let link = Rc::new(Link::new(id, front, p.replica_id.clone(), &agree));
         if let Some(old) = self.links.borrow_mut().insert(id, link.clone()) {

@@ -16,6 +16,7 @@ use super::hub::Hub;
 use super::relay::Down;
 use super::state::ReplState;
 use super::wire;
+use crate::config::ReplicationMode;
 use crate::util::notify::Notify;
 use crate::util::time::now_ms;
 
@@ -200,6 +201,14 @@ async fn stream(hub: &Hub, link: &Link, readers: &mut [LogReader], next: &mut [u
                 );
             }
             wait(link, beat / 4).await;
+        } else if hub.settings.mode == ReplicationMode::Async
+            && (sent as usize) < wire::ENTRIES_PER_FRAME_MAX
+        {
+            // Caught up, async: let entries gather for one poll interval instead of waking at
+            // every replica ack, so a busy primary sends frames of many entries, not one frame
+            // (a log read, a hop to the front, a socket write) per ack. Adds at most POLL to
+            // the replica's lag; sync mode keeps waking at acks, its writes wait for them.
+            glommio::timer::sleep(POLL).await;
         } else if sent == 0 {
             wait(link, POLL).await;
         }

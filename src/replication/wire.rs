@@ -41,7 +41,15 @@ pub struct ReplicateResult {
     pub shards: u32,
     pub agree: BTreeMap<String, u64>,
     pub heads: BTreeMap<String, u64>,
+    /// The fewest milliseconds between two acks that only move positions (heartbeat acks
+    /// aside): 0 from a sync primary (its writes wait for them), `ASYNC_ACK_EVERY_MS` from an
+    /// async one (each ack wakes the primary's control executor through a front).
+    #[serde(default)]
+    pub ack_every_ms: u64,
 }
+
+/// What an async primary asks of its replicas' acks (`ReplicateResult::ack_every_ms`).
+pub const ASYNC_ACK_EVERY_MS: u64 = 5;
 
 /// One frame from the primary after `REPLICATE`.
 #[derive(Debug, Deserialize)]
