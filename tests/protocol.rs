@@ -24,14 +24,17 @@ fn expect_error_then_close(c: &mut Client, code: &str) {
     assert_eq!(v["status"], "error", "{v}");
     assert_eq!(v["id"], Value::Null);
     assert_eq!(v["error"]["code"], code, "{v}");
+    assert_eq!(
+        bytes_until_close(c).unwrap_or(0),
+        0,
+        "connection must be closed after a frame error"
+    );
+}
+
+/// Reads until the server closes the connection; the number of bytes that came first.
+fn bytes_until_close(c: &Client) -> std::io::Result<usize> {
     let mut rest = Vec::new();
-    let n = c
-        .stream()
-        .try_clone()
-        .unwrap()
-        .read_to_end(&mut rest)
-        .unwrap_or(0);
-    assert_eq!(n, 0, "connection must be closed after a frame error");
+    c.stream().try_clone()?.read_to_end(&mut rest)
 }
 
 fn assert_still_serves(s: &Server) {
@@ -300,13 +303,7 @@ fn an_idle_connection_is_closed_after_the_limit_and_an_active_one_is_not() {
         assert_eq!(busy.call("PING", Value::Null).unwrap()["pong"], true);
     }
     // `idle` sent nothing after HELLO: the server has closed it (EOF, no frame).
-    let mut rest = Vec::new();
-    let n = idle
-        .stream()
-        .try_clone()
-        .unwrap()
-        .read_to_end(&mut rest)
-        .expect("a clean close");
+    let n = bytes_until_close(&idle).expect("a clean close");
     assert_eq!(n, 0, "no frame before the idle close");
     assert!(started.elapsed() >= Duration::from_secs(1));
     assert!(idle.call("PING", Value::Null).is_err());
