@@ -394,22 +394,44 @@ impl Shard {
                 let needs = self.instance_offset(cmd).unwrap_or_else(|| self.log.head());
                 (Ok(ReplyBody::Json(to_json(&v))), needs)
             }
-            Ok(Decision::Write(entry)) => match self.log_and_apply(entry) {
-                Ok((v, offset)) => (Ok(ReplyBody::Json(to_json(&v))), offset),
-                Err(rej) => (Err(rej), 0),
-            },
+            Ok(Decision::Write(entry)) => {
+                // The result is written straight from the engine's record (no Value).
+                let written = self.log_and_apply_with(entry, |engine, entry, offset| {
+                    let mut out = Vec::with_capacity(RESULT_BYTES_HINT);
+                    if !engine.apply_into(entry, offset, &mut out) {
+                        out.clear();
+                        out.extend_from_slice(b"null");
+                    }
+                    out
+                });
+                match written {
+                    Ok((bytes, offset)) => (Ok(ReplyBody::Json(bytes)), offset),
+                    Err(rej) => (Err(rej), 0),
+                }
+            }
         }
     }
 
     /// Logs `entry`, applies it, arms the timers of the states it entered and publishes it.
     pub(super) fn log_and_apply(&self, entry: Entry) -> Result<(Value, u64), Rejection> {
+        self.log_and_apply_with(entry, |engine, entry, offset| {
+            engine.apply(entry, offset, true).unwrap_or(Value::Null)
+        })
+    }
+
+    /// `log_and_apply` with the engine's apply (and the shape of its result) chosen by `apply`.
+    fn log_and_apply_with<R>(
+        &self,
+        entry: Entry,
+        apply: impl FnOnce(&mut Engine, Entry, u64) -> R,
+    ) -> Result<(R, u64), Rejection> {
         let bytes = entry.to_bytes();
         let offset = self.log.append(&bytes)?;
         let published = self.subs.is_watched(&entry).then(|| entry.clone());
         let touched = self.timers.touched(&entry);
         let result = {
             let mut engine = self.engine.borrow_mut();
-            let result = engine.apply(entry, offset, true).unwrap_or(Value::Null);
+            let result = apply(&mut engine, entry, offset);
             self.timers.arm_after(&mut engine, &touched, offset);
             result
         };
@@ -595,6 +617,9 @@ impl Shard {
         }
     }
 }
+
+/// Initial capacity of a write's result buffer: an APPLY_EVENT result with a small context.
+const RESULT_BYTES_HINT: usize = 256;
 
 fn to_json(v: &Value) -> Vec<u8> {
     // Serialising a Value into a Vec cannot fail: no I/O and every map key is a string.

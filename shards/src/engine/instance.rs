@@ -55,6 +55,30 @@ impl Instance {
         })
     }
 
+    /// `event_result` serialised straight into `out`: the same bytes (fields in the order
+    /// serde_json's sorted map gives them), without building the map or cloning the context.
+    pub(crate) fn write_event_result(&self, from: &str, wal_offset: u64, out: &mut Vec<u8>) {
+        #[derive(Serialize)]
+        struct EventResult<'a> {
+            applied: bool,
+            context: &'a Map<String, Value>,
+            from_state: &'a str,
+            instance_id: &'a str,
+            to_state: &'a str,
+            wal_offset: u64,
+        }
+        let result = EventResult {
+            applied: true,
+            context: &self.context,
+            from_state: from,
+            instance_id: &self.id,
+            to_state: &self.state,
+            wal_offset,
+        };
+        // Serialising into a Vec cannot fail: no I/O, and every map key is a string.
+        let _ = serde_json::to_writer(out, &result);
+    }
+
     /// The APPLY_EVENT result for an event that moved this instance from `from` to its current
     /// state at `wal_offset`.
     pub(crate) fn event_result(&self, from: &str, wal_offset: u64) -> Value {
@@ -215,6 +239,11 @@ impl InstanceRecord {
     /// state at `wal_offset` (what `advance` just did).
     pub(crate) fn event_result(&self, from: &str, wal_offset: u64) -> Value {
         self.instance.event_result(from, wal_offset)
+    }
+
+    /// `event_result` written to `out` (`Instance::write_event_result`).
+    pub(crate) fn write_event_result(&self, from: &str, wal_offset: u64, out: &mut Vec<u8>) {
+        self.instance.write_event_result(from, wal_offset, out)
     }
 
     /// The GET_HISTORY result for `from` (first seq wanted, 1-based) and `limit` items.

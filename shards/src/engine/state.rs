@@ -103,6 +103,26 @@ impl Engine {
         result.filter(|_| want_result)
     }
 
+    /// `apply` with the response `result` written as JSON to `out`: an event's result is
+    /// serialised straight from the instance (no `Value` built), other entries' results as
+    /// `apply` gives them. False when the entry was skipped (`apply` returns None).
+    pub fn apply_into(&mut self, entry: Entry, offset: u64, out: &mut Vec<u8>) -> bool {
+        if let Entry::Apply { .. } = entry {
+            return match entry.as_event() {
+                Some(event) => self.apply_event_into(event, offset, out),
+                None => false,
+            };
+        }
+        match self.apply(entry, offset, true) {
+            Some(result) => {
+                // Serialising a Value into a Vec cannot fail (no I/O, string keys only).
+                let _ = serde_json::to_writer(&mut *out, &result);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// `apply` for a decoded log record; a borrowed event is applied without copying it.
     pub fn apply_record(
         &mut self,

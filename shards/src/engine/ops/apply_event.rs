@@ -161,6 +161,49 @@ impl Engine {
         offset: u64,
         want_result: bool,
     ) -> Option<Value> {
+        let (record, from) = self.advance_event(&ev, offset)?;
+        if !want_result && ev.idempotency_key.is_none() {
+            return None;
+        }
+        let result = record.event_result(&from, offset);
+        if let Some(key) = ev.idempotency_key {
+            record.keys.insert(key.to_owned(), result.clone());
+        }
+        Some(result)
+    }
+
+    /// `apply_event` writing the result's JSON to `out` instead of returning a `Value` (the
+    /// same bytes, without building the result map or cloning the context into it). False
+    /// when the entry was skipped, as `apply_event` returns None.
+    pub(crate) fn apply_event_into(
+        &mut self,
+        ev: EventRef<'_>,
+        offset: u64,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let Some((record, from)) = self.advance_event(&ev, offset) else {
+            return false;
+        };
+        match ev.idempotency_key {
+            // The key keeps the result to answer a retry: that needs the Value anyway.
+            Some(key) => {
+                let result = record.event_result(&from, offset);
+                // Serialising a Value into a Vec cannot fail (no I/O, string keys only).
+                let _ = serde_json::to_writer(&mut *out, &result);
+                record.keys.insert(key.to_owned(), result);
+            }
+            None => record.write_event_result(&from, offset, out),
+        }
+        true
+    }
+
+    /// What every applied event does to its instance: merge, move, history, counters, timer.
+    /// Returns the instance and the state it left; None when the entry does not fit.
+    fn advance_event(
+        &mut self,
+        ev: &EventRef<'_>,
+        offset: u64,
+    ) -> Option<(&mut InstanceRecord, crate::engine::names::Name)> {
         let record = fitting_record(
             &mut self.instances,
             ev.instance_id,
@@ -186,13 +229,6 @@ impl Engine {
         if cancelled {
             self.timers_armed = self.timers_armed.saturating_sub(1);
         }
-        if !want_result && ev.idempotency_key.is_none() {
-            return None;
-        }
-        let result = record.event_result(&from, offset);
-        if let Some(key) = ev.idempotency_key {
-            record.keys.insert(key.to_owned(), result.clone());
-        }
-        Some(result)
+        Some((record, from))
     }
 }
