@@ -542,8 +542,11 @@ impl Shard {
             Err(rej) => return (Err(rej), 0),
         };
         let engine = self.engine.borrow();
-        match (engine.instance_json(&id), engine.instance(&id)) {
-            (Some(v), Some(i)) => (Ok(ReplyBody::Json(to_json(&v))), i.wal_offset),
+        let mut out = Vec::with_capacity(RESULT_BYTES_HINT);
+        match engine.instance(&id) {
+            Some(i) if engine.write_instance_json(&id, &mut out) => {
+                (Ok(ReplyBody::Json(out)), i.wal_offset)
+            }
             // "Not found" may stem from a delete that is not durable yet: wait for the head.
             _ => (Err(not_found(&id)), self.log.head()),
         }

@@ -55,6 +55,39 @@ impl Instance {
         })
     }
 
+    /// `to_json` (with the instance's `timer` member when it has one) serialised straight
+    /// into `out`: the same bytes, without building the map or cloning the context.
+    pub(crate) fn write_json(&self, timer: Option<&Value>, out: &mut Vec<u8>) {
+        #[derive(Serialize)]
+        struct View<'a> {
+            context: &'a Map<String, Value>,
+            created_at: String,
+            event_count: u64,
+            id: &'a str,
+            machine: &'a str,
+            state: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            timer: Option<&'a Value>,
+            updated_at: String,
+            version: u32,
+            wal_offset: u64,
+        }
+        let view = View {
+            context: &self.context,
+            created_at: format_ms(self.created_at_ms),
+            event_count: self.event_count,
+            id: &self.id,
+            machine: &self.machine,
+            state: &self.state,
+            timer,
+            updated_at: format_ms(self.updated_at_ms),
+            version: self.version,
+            wal_offset: self.wal_offset,
+        };
+        // Serialising into a Vec cannot fail: no I/O, and every map key is a string.
+        let _ = serde_json::to_writer(out, &view);
+    }
+
     /// `event_result` serialised straight into `out`: the same bytes (fields in the order
     /// serde_json's sorted map gives them), without building the map or cloning the context.
     pub(crate) fn write_event_result(&self, from: &str, wal_offset: u64, out: &mut Vec<u8>) {

@@ -152,6 +152,16 @@ impl Engine {
         Some(json)
     }
 
+    /// `instance_json` written to `out` (no `Value` built); false for an unknown id.
+    pub fn write_instance_json(&self, id: &str, out: &mut Vec<u8>) -> bool {
+        let Some(record) = self.instances.get(id) else {
+            return false;
+        };
+        let timer = self.timer_json(record);
+        record.instance.write_json(timer.as_ref(), out);
+        true
+    }
+
     /// The GET_HISTORY result: events with seq >= `from` (1-based; 0 acts as 1), at most
     /// `limit` of them.
     pub fn history(&self, id: &str, from: u64, limit: usize) -> Result<Value, Rejection> {

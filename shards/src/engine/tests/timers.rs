@@ -197,3 +197,24 @@ fn recovery_arms_the_same_timers_from_snapshot_or_replay() {
     let first = q.pop_due(u64::MAX).unwrap();
     assert_eq!(first, live[0]);
 }
+
+/// `write_instance_json` writes exactly the bytes of `instance_json` serialised, with and
+/// without an armed timer, and nothing for an unknown id.
+#[test]
+fn write_instance_json_matches_instance_json() {
+    let mut s = shard();
+    let at = create_payment(&mut s, "p", true);
+    create_payment(&mut s, "q", false);
+    arm(&mut s, "p", at).expect("armed");
+    for id in ["p", "q"] {
+        let want = serde_json::to_vec(&s.engine.instance_json(id).unwrap()).unwrap();
+        let mut got = Vec::new();
+        assert!(s.engine.write_instance_json(id, &mut got));
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            String::from_utf8(want).unwrap()
+        );
+    }
+    assert!(s.engine.instance_json("p").unwrap().get("timer").is_some());
+    assert!(!s.engine.write_instance_json("nobody", &mut Vec::new()));
+}
