@@ -420,7 +420,19 @@ impl<T: Send + Sized> ConnectedReceiver<T> {
                 }
             }
             res => {
-                self.notifier.notify(false);
+                // smdb patch: wake the producer's executor only if the buffer was full before
+                // this pop, the one case in which a sender can be waiting for room. Upstream
+                // notified on every pop, which woke a parked producer executor (eventfd write,
+                // context switch) for each message it had sent. Correctness (Dekker, as in
+                // `SleepNotifier::notify`): a sender that found the buffer full stored its tail
+                // before parking, and parks with `should_notify = true; fence; re-check room`.
+                // Here: the pop's stores; fence; load the tail. Either this load sees the full
+                // buffer (then `notify` runs, whose own fence pairs with `should_notify`), or
+                // the parking sender's re-check sees the slot this pop freed.
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                if self.state.buffer.size() + 1 >= self.state.buffer.capacity() {
+                    self.notifier.notify(false);
+                }
                 Poll::Ready(res)
             }
         }
