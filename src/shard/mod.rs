@@ -6,6 +6,7 @@
 
 mod batch;
 pub mod durability;
+mod event;
 pub mod message;
 mod replica;
 pub mod runtime;

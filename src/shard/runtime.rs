@@ -56,6 +56,8 @@ pub struct Shard {
     pub(super) timers: Timers,
     pub(super) repl: ReplState,
     pub(super) sync: Option<SyncState>,
+    /// The APPLY_EVENT record being decided, reused across events (`shard/event.rs`).
+    pub(super) record_buf: RefCell<Vec<u8>>,
 }
 
 /// Snapshot scheduling: after `every` entries, serialise the engine and let the log write it
@@ -91,6 +93,7 @@ pub async fn run(setup: ShardSetup) {
         timers: Timers::new(setup.fires_timers),
         repl: ReplState::default(),
         sync: setup.sync.map(SyncState::new),
+        record_buf: RefCell::new(Vec::new()),
     });
     shard.timers.rebuild(&mut shard.engine.borrow_mut());
     let timer_task = glommio::spawn_local(Timers::run(shard.clone()));
@@ -385,15 +388,15 @@ impl Shard {
         }
     }
 
-    /// decide → log → apply for one write command.
+    /// decide → log → apply for one write command (APPLY_EVENT: `shard/event.rs`).
     fn write(&self, cmd: &Command) -> Outcome {
+        if let Command::ApplyEvent { .. } = cmd {
+            return self.write_event(cmd);
+        }
         let decision = self.engine.borrow().decide(cmd, now_ms());
         match decision {
             Err(rej) => (Err(rej), 0),
-            Ok(Decision::Answer(v)) => {
-                let needs = self.instance_offset(cmd).unwrap_or_else(|| self.log.head());
-                (Ok(ReplyBody::Json(to_json(&v))), needs)
-            }
+            Ok(Decision::Answer(v)) => self.answer(cmd, &v),
             Ok(Decision::Write(entry)) => {
                 // The result is written straight from the engine's record (no Value).
                 let written = self.log_and_apply_with(entry, |engine, entry, offset| {
@@ -440,6 +443,13 @@ impl Shard {
             self.subs.publish(self.index, &entry, offset, &engine);
         }
         Ok((result, offset))
+    }
+
+    /// A write command answered without a write (an idempotent retry): the answer leaves
+    /// once the instance's last entry is durable.
+    pub(super) fn answer(&self, cmd: &Command, answer: &Value) -> Outcome {
+        let needs = self.instance_offset(cmd).unwrap_or_else(|| self.log.head());
+        (Ok(ReplyBody::Json(to_json(answer))), needs)
     }
 
     fn instance_offset(&self, cmd: &Command) -> Option<u64> {
@@ -622,14 +632,14 @@ impl Shard {
 }
 
 /// Initial capacity of a write's result buffer: an APPLY_EVENT result with a small context.
-const RESULT_BYTES_HINT: usize = 256;
+pub(super) const RESULT_BYTES_HINT: usize = 256;
 
 fn to_json(v: &Value) -> Vec<u8> {
     // Serialising a Value into a Vec cannot fail: no I/O and every map key is a string.
     serde_json::to_vec(v).unwrap_or_default()
 }
 
-fn internal(msg: &str) -> Rejection {
+pub(super) fn internal(msg: &str) -> Rejection {
     Rejection::new(ErrorCode::InternalError, msg)
 }
 

@@ -111,8 +111,8 @@ impl Timers {
     }
 
     /// Queues the timers of `ids` that entered their state in the record at `offset`.
-    pub fn arm_after(&self, engine: &mut Engine, ids: &[String], offset: u64) {
-        for id in ids {
+    pub fn arm_after<S: AsRef<str>>(&self, engine: &mut Engine, ids: &[S], offset: u64) {
+        for id in ids.iter().map(AsRef::as_ref) {
             if let Some(due) = engine.arm_timer(id, offset) {
                 if !self.fires_timers.get() {
                     continue; // a replica: armed in the engine, fired by no one until promoted

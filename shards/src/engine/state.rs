@@ -12,7 +12,7 @@ use super::index::InstanceMap;
 use super::instance::InstanceView;
 use super::names::{Interner, Name};
 use super::ops::rejections;
-use super::{Command, Entry, Instance, Record};
+use super::{Command, Entry, EventRef, Instance, Record};
 use crate::Rejection;
 
 /// What `decide` concluded.
@@ -121,6 +121,17 @@ impl Engine {
             }
             None => false,
         }
+    }
+
+    /// `apply_into` for a borrowed event (the live path decodes its own record: see
+    /// `decide_event_record`). False when the event was skipped.
+    pub fn apply_event_ref_into(
+        &mut self,
+        ev: EventRef<'_>,
+        offset: u64,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        self.apply_event_into(ev, offset, out)
     }
 
     /// `apply` for a decoded log record; a borrowed event is applied without copying it.

@@ -94,6 +94,25 @@ pub(crate) fn record_instance_id(bytes: &[u8]) -> Option<&str> {
     r.str().ok()
 }
 
+impl EventRef<'_> {
+    /// Appends the binary form of the APPLY entry this event is (`Entry::encode`).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(KIND_APPLY);
+        put_uint(out, self.at_ms);
+        put_str(out, self.instance_id);
+        put_str(out, self.event);
+        put_str(out, self.from);
+        put_str(out, self.to);
+        put_opt(out, self.idempotency_key, put_str);
+        put_opt(out, self.machine, put_str);
+        put_opt(out, self.version.map(u64::from), put_uint);
+        put_opt(out, self.payload, put_str);
+        if self.timer {
+            put_uint(out, APPLY_FLAG_TIMER);
+        }
+    }
+}
+
 impl Entry {
     /// Appends the binary form of this entry to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -132,19 +151,7 @@ impl Entry {
             }
             Entry::Apply { .. } => {
                 if let Some(ev) = self.as_event() {
-                    out.push(KIND_APPLY);
-                    put_uint(out, ev.at_ms);
-                    put_str(out, ev.instance_id);
-                    put_str(out, ev.event);
-                    put_str(out, ev.from);
-                    put_str(out, ev.to);
-                    put_opt(out, ev.idempotency_key, put_str);
-                    put_opt(out, ev.machine, put_str);
-                    put_opt(out, ev.version.map(u64::from), put_uint);
-                    put_opt(out, ev.payload, put_str);
-                    if ev.timer {
-                        put_uint(out, APPLY_FLAG_TIMER);
-                    }
+                    ev.encode(out);
                 }
             }
             Entry::Delete { id, at_ms } => {

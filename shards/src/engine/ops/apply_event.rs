@@ -13,7 +13,7 @@ use crate::engine::definition::Resolution;
 use crate::engine::history::NewItem;
 use crate::engine::index::InstanceMap;
 use crate::engine::instance::{InstanceRecord, InstanceView};
-use crate::engine::{Command, Decision, Engine, Entry, EventRef, Instance, JsonText};
+use crate::engine::{Command, Decision, Engine, EventRef, Instance, JsonText};
 use crate::{ErrorCode, Rejection};
 
 fn check_expectations(
@@ -79,6 +79,42 @@ impl Engine {
         cmd: &Command,
         now_ms: u64,
     ) -> Result<Decision, Rejection> {
+        Ok(
+            match self.decide_event(current, cmd, now_ms, |ev| ev.to_entry())? {
+                Ok(entry) => Decision::Write(entry),
+                Err(answer) => Decision::Answer(answer),
+            },
+        )
+    }
+
+    /// APPLY_EVENT decided straight into its log record (the live write path): on `Ok(None)`
+    /// `record` ends with the entry's binary form, byte for byte what `Entry::encode` writes
+    /// for the entry `decide` returns, without building that owned `Entry` first (six
+    /// allocations fewer per event); `Ok(Some(answer))` needs no write (an idempotent retry).
+    pub fn decide_event_record(
+        &self,
+        cmd: &Command,
+        now_ms: u64,
+        record: &mut Vec<u8>,
+    ) -> Result<Option<Value>, Rejection> {
+        let Command::ApplyEvent { instance_id, .. } = cmd else {
+            return Err(misrouted("APPLY_EVENT"));
+        };
+        let current = self.view(instance_id);
+        Ok(self
+            .decide_event(current, cmd, now_ms, |ev| ev.encode(record))?
+            .err())
+    }
+
+    /// The checks of APPLY_EVENT in order; the entry to log goes to `write`, borrowed. The
+    /// inner `Err` is an answer without a write (the first answer under an idempotency key).
+    fn decide_event<R>(
+        &self,
+        current: Option<InstanceView<'_>>,
+        cmd: &Command,
+        now_ms: u64,
+        write: impl FnOnce(EventRef<'_>) -> R,
+    ) -> Result<Result<R, Value>, Rejection> {
         let Command::ApplyEvent {
             instance_id,
             event,
@@ -93,23 +129,24 @@ impl Engine {
         check_idempotency_key(idempotency_key.as_deref())?;
         let current = current.ok_or_else(|| instance_not_found(instance_id))?;
         if let Some(first) = idempotency_key.as_deref().and_then(|k| current.key(k)) {
-            return Ok(Decision::Answer(replayed(first)));
+            return Ok(Err(replayed(first)));
         }
         let instance = current.instance;
         check_expectations(instance, expected_state.as_deref(), *expected_wal_offset)?;
         let to = self.resolve(instance, event, payload.as_ref())?;
-        Ok(Decision::Write(Entry::Apply {
-            instance_id: instance_id.clone(),
-            event: event.clone(),
-            from: instance.state.to_string(),
-            to: to.to_string(),
-            payload: payload.as_ref().map(JsonText::from_map),
-            idempotency_key: idempotency_key.clone(),
+        let payload = payload.as_ref().map(JsonText::from_map);
+        Ok(Ok(write(EventRef {
+            instance_id,
+            event,
+            from: &instance.state,
+            to,
+            payload: payload.as_ref().map(JsonText::as_str),
+            idempotency_key: idempotency_key.as_deref(),
             at_ms: now_ms,
-            machine: Some(instance.machine.to_string()),
+            machine: Some(&instance.machine),
             version: Some(instance.version),
             timer: false,
-        }))
+        })))
     }
 
     /// The state `event` moves `instance` to, or why it cannot move.

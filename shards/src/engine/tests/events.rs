@@ -301,3 +301,52 @@ fn apply_into_writes_the_bytes_of_the_applied_result() {
     let retry = keyed_event("o2", "pay", Some(json!({"amount": 2})), "k1");
     assert_eq!(by_value.ok(retry.clone()), by_bytes.ok(retry));
 }
+
+/// The live path's record (`decide_event_record`) is byte for byte the encoding of the entry
+/// `decide` returns, for events with and without payload, key or escapes; its answers and
+/// rejections are `decide`'s too.
+#[test]
+fn decide_event_record_writes_the_bytes_of_the_decided_entry() {
+    let mut shard = Shard::with_order();
+    shard.ok(create("o1", 10));
+    shard.ok(create("o2", 1));
+    let commands = [
+        event(
+            "o1",
+            "pay",
+            Some(json!({"amount": 10, "note": "a \"quoted\" \\ line\n", "ü": [1, {"z": null}]})),
+        ),
+        keyed_event("o2", "pay", Some(json!({"amount": 2})), "k1"),
+        event("o1", "ship", None),
+    ];
+    for cmd in commands {
+        let Decision::Write(entry) = shard.engine.decide(&cmd, 7).unwrap() else {
+            panic!("{cmd:?} is a write");
+        };
+        let mut record = b"kept".to_vec();
+        assert_eq!(
+            shard.engine.decide_event_record(&cmd, 7, &mut record),
+            Ok(None)
+        );
+        assert_eq!(&record[..4], b"kept", "appends after what is there");
+        assert_eq!(record[4..], entry.to_bytes()[..]);
+        shard.ok(cmd);
+    }
+    // A retry under the key is an answer, the same as decide's; a refused event is refused.
+    let retry = keyed_event("o2", "pay", Some(json!({"amount": 2})), "k1");
+    let Decision::Answer(want) = shard.engine.decide(&retry, 8).unwrap() else {
+        panic!("a retry is answered from its key");
+    };
+    let mut record = Vec::new();
+    assert_eq!(
+        shard.engine.decide_event_record(&retry, 8, &mut record),
+        Ok(Some(want))
+    );
+    let wrong = event("o1", "pay", None);
+    let refused = shard.engine.decide_event_record(&wrong, 8, &mut record);
+    assert_eq!(refused.unwrap_err().code, ErrorCode::InvalidTransition);
+    assert!(
+        record.is_empty(),
+        "nothing is written for an answer or a refusal"
+    );
+}
