@@ -23,14 +23,42 @@ pub struct RequestEnvelope<'a> {
 
 #[derive(Deserialize)]
 struct Wire<'a> {
-    #[serde(rename = "type", borrow, default)]
+    #[serde(rename = "type", borrow, default, deserialize_with = "opt_cow")]
     kind: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_cow")]
     op: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     params: Option<&'a RawValue>,
+}
+
+/// An optional string borrowed from the payload unless it has escapes. (`#[serde(borrow)]`
+/// alone does not borrow through an `Option`: serde copied both strings of every request.)
+fn opt_cow<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    struct Text;
+    impl<'de> serde::de::Visitor<'de> for Text {
+        type Value = Option<Cow<'de, str>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Borrowed(v)))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(v.to_owned())))
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    d.deserialize_option(Text)
 }
 
 /// A payload that is valid JSON framing-wise but not a request. `id` is the raw request id when
@@ -142,6 +170,22 @@ mod tests {
         assert_eq!(r.id, "\"7\"");
         assert_eq!(r.op, "GET_INSTANCE");
         assert_eq!(r.params.unwrap().get(), r#"{"id":"a"}"#);
+    }
+
+    #[test]
+    fn type_and_op_borrow_unless_escaped_and_null_counts_as_absent() {
+        let r = parse_request(br#"{"type":"request","id":1,"op":"PING"}"#).unwrap();
+        assert!(matches!(r.op, Cow::Borrowed("PING")));
+        let r = parse_request(br#"{"type":"req\u0075est","id":1,"op":"P\u0049NG"}"#).unwrap();
+        assert!(matches!(r.op, Cow::Owned(ref op) if op == "PING"));
+        let e = parse_request(br#"{"type":"request","id":1,"op":null}"#).unwrap_err();
+        assert!(e.message.contains("`op` is required"), "{}", e.message);
+        let e = parse_request(br#"{"type":"request","id":1,"op":5}"#).unwrap_err();
+        assert!(
+            e.message.contains("not a JSON request object"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
