@@ -141,7 +141,13 @@ async fn receive(
     rx: &ConnectedReceiver<ShardRequest>,
     outbox: &Rc<Outbox>,
 ) {
+    let mut since_yield = 0;
     while let Some(req) = rx.recv().await {
+        since_yield += 1;
+        if since_yield >= YIELD_EVERY_REQUESTS {
+            since_yield = 0;
+            futures_lite::future::yield_now().await;
+        }
         // Every request gets exactly one reply through the outbox (some later: replay reads).
         shard.queued.set(shard.queued.get() + 1);
         let Some(call) = subs::intercept(shard, client, req.token, req.call, outbox) else {
@@ -630,6 +636,10 @@ impl Shard {
         }
     }
 }
+
+/// Requests a client task runs before it lets the shard's other tasks in (the log committer
+/// above all): without it a burst is decided whole before its first byte goes to disk.
+const YIELD_EVERY_REQUESTS: usize = 32;
 
 /// Initial capacity of a write's result buffer: an APPLY_EVENT result with a small context.
 pub(super) const RESULT_BYTES_HINT: usize = 256;
