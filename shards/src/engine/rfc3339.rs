@@ -4,12 +4,37 @@
 
 const MS_PER_DAY: u64 = 86_400_000;
 
-/// Formats `ms` since 1970-01-01T00:00:00Z.
+/// Formats `ms` since 1970-01-01T00:00:00Z. Digits are written by hand: `format!` cost more
+/// than the rest of a GET_INSTANCE result on the shard (three instants per result).
 pub fn format_ms(ms: u64) -> String {
     let days = ms / MS_PER_DAY;
     let in_day = ms % MS_PER_DAY;
     let (year, month, day) = civil_from_days(days);
     let (secs, millis) = (in_day / 1000, in_day % 1000);
+    if year > 9999 {
+        return format_wide(year, month, day, secs, millis);
+    }
+    let mut out = String::with_capacity(24);
+    let mut digits = |n: u64, width: u32, after: Option<char>| {
+        for i in (0..width).rev() {
+            out.push(char::from(b'0' + (n / 10u64.pow(i) % 10) as u8));
+        }
+        if let Some(c) = after {
+            out.push(c);
+        }
+    };
+    digits(year, 4, Some('-'));
+    digits(month, 2, Some('-'));
+    digits(day, 2, Some('T'));
+    digits(secs / 3600, 2, Some(':'));
+    digits(secs / 60 % 60, 2, Some(':'));
+    digits(secs % 60, 2, Some('.'));
+    digits(millis, 3, Some('Z'));
+    out
+}
+
+/// `format_ms` for years past 9999 (more than four digits).
+fn format_wide(year: u64, month: u64, day: u64, secs: u64, millis: u64) -> String {
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
         secs / 3600,
@@ -119,6 +144,29 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hand_written_digits_match_format() {
+        let mut ms = 0u64;
+        while ms < 400_000_000_000_000 {
+            let (year, month, day) = civil_from_days(ms / MS_PER_DAY);
+            let in_day = ms % MS_PER_DAY;
+            let want = format_wide(year, month, day, in_day / 1000, in_day % 1000);
+            assert_eq!(format_ms(ms), want, "{ms}");
+            ms = ms * 3 + 7_919;
+        }
+        for d in (0..3_000_000u64).step_by(997) {
+            let ms = d * MS_PER_DAY + d * 7_919 % MS_PER_DAY;
+            let (year, month, day) = civil_from_days(d);
+            let in_day = ms % MS_PER_DAY;
+            assert_eq!(
+                format_ms(ms),
+                format_wide(year, month, day, in_day / 1000, in_day % 1000)
+            );
+        }
+        assert_eq!(format_ms(253_402_300_799_999), "9999-12-31T23:59:59.999Z");
+        assert_eq!(format_ms(253_402_300_800_000), "10000-01-01T00:00:00.000Z");
+    }
 
     #[test]
     fn epoch_formats_as_1970() {
