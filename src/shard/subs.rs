@@ -13,8 +13,8 @@ use std::rc::Rc;
 use glommio::sync::Gate;
 use glommio::{Latency, Shares, TaskQueueHandle};
 use serde::Serialize;
-use serde_json::{json, Map, Value};
-use shards::engine::{Engine, Entry, JsonText};
+use serde_json::{json, Map};
+use shards::engine::{Context, Engine, Entry, JsonText};
 use shards::wal::WalError;
 use shards::{ErrorCode, Rejection};
 
@@ -92,7 +92,7 @@ impl<'a> EventView<'a> {
     }
 
     /// The push body (see `PushMsg`). Replayed events say so and carry no context.
-    pub fn body(&self, context: Option<&Map<String, Value>>, replayed: bool) -> Vec<u8> {
+    pub fn body(&self, context: Option<&Context>, replayed: bool) -> Vec<u8> {
         let mut out = Vec::with_capacity(160);
         member(&mut out, "instance_id", &self.instance_id, false);
         member(&mut out, "machine", &self.machine, true);
@@ -456,8 +456,8 @@ mod tests {
             body,
             r#""instance_id":"o1","machine":"order","version":2,"event":"pay","from_state":"new","to_state":"paid","payload":{"amount":3},"replayed":true"#
         );
-        let ctx: Map<String, Value> = serde_json::from_value(json!({"a": 1})).unwrap();
-        let v: Value =
+        let ctx: Context = serde_json::from_value(json!({"a": 1})).unwrap();
+        let v: serde_json::Value =
             serde_json::from_slice(&[b"{", &ev.body(Some(&ctx), false)[..], b"}"].concat())
                 .unwrap();
         assert_eq!(v["context"], json!({"a": 1}));

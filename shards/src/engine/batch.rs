@@ -67,7 +67,7 @@ impl<'e> Overlay<'e> {
         Some(InstanceView {
             instance: s.instance.as_ref()?,
             created: s.created.as_ref(),
-            keys: base.map(|record| &record.keys),
+            keys: base.and_then(|record| record.keys.as_ref().map(|k| &k.events)),
             batch_keys: &s.keys,
         })
     }
@@ -79,7 +79,9 @@ impl<'e> Overlay<'e> {
             let record = engine.instances.get(id);
             Scratch {
                 instance: record.map(|r| r.instance.clone()),
-                created: record.and_then(|r| r.created.clone()),
+                created: record
+                    .and_then(|r| r.keys.as_ref())
+                    .and_then(|k| k.created.clone()),
                 base_keys: record.is_some(),
                 keys: Vec::new(),
             }
@@ -99,11 +101,11 @@ impl<'e> Overlay<'e> {
                 at_ms,
             } => {
                 let instance = Instance {
-                    id: id.clone(),
+                    id: id.as_str().into(),
                     machine: machine.as_str().into(),
                     version: *version,
                     state: state.as_str().into(),
-                    context: context.clone(),
+                    context: context.clone().into(),
                     created_at_ms: *at_ms,
                     updated_at_ms: *at_ms,
                     event_count: 0,

@@ -70,6 +70,18 @@ pub(crate) struct NewItem<'a> {
 }
 
 impl History {
+    /// No items (what an instance without a history reads as).
+    pub(crate) const EMPTY: History = History {
+        first_seq: 0,
+        first_from: None,
+        slots: VecDeque::new(),
+        text: VecDeque::new(),
+    };
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
     /// Appends `item` as event number `seq`, dropping the oldest item when the buffer is full.
     ///
     /// `seq` follows the newest item's, and `item.from_state` is the state the newest item
@@ -84,10 +96,18 @@ impl History {
             self.first_seq = seq;
             self.first_from = Some(item.from_state.clone());
         }
+        if self.slots.capacity() == 0 {
+            // A first allocation of exactly one item: most instances of a large population
+            // have few events, and the doubling starts from 4 items otherwise.
+            self.slots.reserve_exact(1);
+        }
         let payload_len = match item.payload {
             None => NO_PAYLOAD,
             Some(text) => match u32::try_from(text.len()).ok().filter(|n| *n != NO_PAYLOAD) {
                 Some(n) => {
+                    if self.text.capacity() == 0 {
+                        self.text.reserve_exact(text.len());
+                    }
                     self.text.extend(text.as_bytes());
                     n
                 }
@@ -124,17 +144,6 @@ impl History {
             names.adopt(&mut slot.event);
             names.adopt(&mut slot.to_state);
         }
-    }
-
-    /// Prefetches where the next `push` writes its slot and its text (see `replay`).
-    pub(crate) fn prefetch_tail(&self) {
-        fn end_of_back<T>(d: &VecDeque<T>) -> *const T {
-            let (front, back) = d.as_slices();
-            let tail = if back.is_empty() { front } else { back };
-            tail.as_ptr().wrapping_add(tail.len())
-        }
-        super::index::prefetch(end_of_back(&self.slots));
-        super::index::prefetch(end_of_back(&self.text));
     }
 
     #[cfg(test)]

@@ -1,83 +1,98 @@
 //! The instance index: id -> record, laid out so that replaying a log stays in cache.
 //!
-//! A bucket holds the id inline when it is short (`IdKey`, 24 bytes) and the record boxed, so
-//! the table itself is ~32 bytes per instance: with tens of thousands of instances it fits
-//! the L2/L3 caches, and a lookup touches no heap memory until the record itself. Replay then
-//! prefetches the records of the next few entries before applying them (`prefetch`), which
-//! overlaps the cache misses that would otherwise be paid one after another.
+//! The table holds only a pointer per bucket (plus hashbrown's control byte): the id lives in
+//! the boxed record (`Instance::id`, inline when short), so the table is ~9 bytes per bucket,
+//! 19-38 bytes per instance depending on load. A lookup compares the id in the record it
+//! finds, which is the record it was going to read anyway; hashbrown's per-bucket hash tags
+//! make comparing against a wrong record rare (1 in 128 probes). Replay prefetches the records
+//! of the next few entries before applying them (`prefetch`), which overlaps the cache misses
+//! that would otherwise be paid one after another.
 
-use std::borrow::Borrow;
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use super::instance::InstanceRecord;
 
 /// id -> record.
-pub(crate) type InstanceMap = HashMap<IdKey, Box<InstanceRecord>>;
-
-/// Longest id kept inline in the bucket.
-const INLINE_MAX: usize = 22;
-
-/// An instance id as a map key: inline up to `INLINE_MAX` bytes, boxed beyond. Hashes and
-/// compares as the `str` it holds, so the map is queried with `&str`.
-#[derive(Clone)]
-pub(crate) enum IdKey {
-    Inline { len: u8, bytes: [u8; INLINE_MAX] },
-    Boxed(Box<str>),
+#[derive(Clone, Default)]
+pub(crate) struct InstanceMap {
+    table: HashTable<Box<InstanceRecord>>,
+    /// Ids come from clients: SipHash with a per-process key keeps them from choosing
+    /// collisions.
+    hasher: RandomState,
 }
 
-impl IdKey {
-    pub(crate) fn as_str(&self) -> &str {
-        match self {
-            IdKey::Inline { len, bytes } => {
-                // `from` copied exactly `len` bytes of a `str`, cut at its end, so the slice is
-                // the whole original string and valid UTF-8; the fallback is never taken.
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
-            }
-            IdKey::Boxed(s) => s,
+impl InstanceMap {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        InstanceMap {
+            table: HashTable::with_capacity(n),
+            hasher: RandomState::new(),
         }
     }
-}
 
-impl From<&str> for IdKey {
-    fn from(s: &str) -> Self {
-        if s.len() <= INLINE_MAX {
-            let mut bytes = [0u8; INLINE_MAX];
-            bytes[..s.len()].copy_from_slice(s.as_bytes());
-            IdKey::Inline {
-                len: s.len() as u8,
-                bytes,
-            }
-        } else {
-            IdKey::Boxed(s.into())
+    fn hash(&self, id: &str) -> u64 {
+        self.hasher.hash_one(id)
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<&InstanceRecord> {
+        let hash = self.hash(id);
+        (self.table)
+            .find(hash, |r| r.instance.id.as_str() == id)
+            .map(|r| &**r)
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut InstanceRecord> {
+        let hash = self.hash(id);
+        (self.table)
+            .find_mut(hash, |r| r.instance.id.as_str() == id)
+            .map(|r| &mut **r)
+    }
+
+    pub(crate) fn contains_key(&self, id: &str) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Inserts `record` under its id; gives it back when the id is already present.
+    pub(crate) fn insert(
+        &mut self,
+        record: Box<InstanceRecord>,
+    ) -> Result<(), Box<InstanceRecord>> {
+        if self.contains_key(&record.instance.id) {
+            return Err(record);
+        }
+        let hash = self.hash(&record.instance.id);
+        let hasher = &self.hasher;
+        self.table
+            .insert_unique(hash, record, |r| hasher.hash_one(r.instance.id.as_str()));
+        Ok(())
+    }
+
+    pub(crate) fn remove(&mut self, id: &str) -> Option<Box<InstanceRecord>> {
+        let hash = self.hash(id);
+        match self
+            .table
+            .find_entry(hash, |r| r.instance.id.as_str() == id)
+        {
+            Ok(entry) => Some(entry.remove().0),
+            Err(_) => None,
         }
     }
-}
 
-impl Borrow<str> for IdKey {
-    fn borrow(&self) -> &str {
-        self.as_str()
+    pub(crate) fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Every record, in no particular order.
+    pub(crate) fn records(&self) -> impl Iterator<Item = &InstanceRecord> {
+        self.table.iter().map(|r| &**r)
     }
 }
 
-impl PartialEq for IdKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for IdKey {}
-
-impl Hash for IdKey {
-    /// Exactly `str`'s hash, as `Borrow<str>` requires.
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_str().hash(state)
-    }
-}
-
-impl std::fmt::Debug for IdKey {
+impl std::fmt::Debug for InstanceMap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(self.as_str(), f)
+        f.debug_list().entries(self.records()).finish()
     }
 }
 
@@ -98,28 +113,7 @@ pub(crate) fn prefetch<T>(p: *const T) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::hash_map::RandomState;
-    use std::hash::BuildHasher;
-
     use super::*;
-
-    #[test]
-    fn keys_of_every_length_round_trip_and_hash_as_str() {
-        let rs = RandomState::new();
-        for len in [0, 1, 21, 22, 23, 200] {
-            let s: String = "é".repeat(len / 2) + &"x".repeat(len % 2);
-            let key = IdKey::from(s.as_str());
-            assert_eq!(key.as_str(), s);
-            assert_eq!(rs.hash_one(&key), rs.hash_one(s.as_str()));
-            assert_eq!(matches!(key, IdKey::Inline { .. }), s.len() <= INLINE_MAX);
-        }
-        let mut map: HashMap<IdKey, u32> = HashMap::new();
-        map.insert("short".into(), 1);
-        map.insert("a-much-longer-instance-identifier".into(), 2);
-        assert_eq!(map.get("short"), Some(&1));
-        assert_eq!(map.get("a-much-longer-instance-identifier"), Some(&2));
-        assert_eq!(map.get("shor"), None);
-    }
 
     #[test]
     fn prefetch_of_any_address_is_harmless() {

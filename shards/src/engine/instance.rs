@@ -4,22 +4,24 @@
 //! Nothing here reads definitions: an instance and its history are self-contained, so `apply`
 //! can rebuild them from log entries alone.
 
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{json, Value};
 
+use super::context::Context;
 use super::history::{History, NewItem};
 use super::idempotency::IdempotencyStore;
 use super::json_text::JsonText;
 use super::names::Name;
 use super::rfc3339::format_ms;
+use super::small_str::SmallStr;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Instance {
-    pub id: String,
+    pub id: SmallStr,
     pub machine: Name,
     pub version: u32,
     pub state: Name,
-    pub context: Map<String, Value>,
+    pub context: Context,
     pub created_at_ms: u64,
     pub updated_at_ms: u64,
     pub event_count: u64,
@@ -60,7 +62,7 @@ impl Instance {
     pub(crate) fn write_json(&self, timer: Option<&Value>, out: &mut Vec<u8>) {
         #[derive(Serialize)]
         struct View<'a> {
-            context: &'a Map<String, Value>,
+            context: &'a Context,
             created_at: String,
             event_count: u64,
             id: &'a str,
@@ -94,7 +96,7 @@ impl Instance {
         #[derive(Serialize)]
         struct EventResult<'a> {
             applied: bool,
-            context: &'a Map<String, Value>,
+            context: &'a Context,
             from_state: &'a str,
             instance_id: &'a str,
             to_state: &'a str,
@@ -161,30 +163,104 @@ pub(crate) struct CreatedWithKey {
     pub(crate) result: Value,
 }
 
-/// Everything the engine keeps about one instance.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Everything the engine keeps about one instance (the layout, byte by byte, is in
+/// docs/architecture.md, "Engine state"). What most instances never use is allocated on first
+/// use: the history at the first event, the idempotency records at the first key.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct InstanceRecord {
     pub(crate) instance: Instance,
-    #[serde(default)]
-    pub(crate) history: History,
-    /// APPLY_EVENT idempotency keys and their first results.
-    #[serde(default)]
-    pub(crate) keys: IdempotencyStore,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) created: Option<CreatedWithKey>,
+    /// None until the first event.
+    pub(crate) history: Option<Box<History>>,
+    /// None until CREATE_INSTANCE or APPLY_EVENT carries an idempotency key.
+    pub(crate) keys: Option<Box<Keys>>,
     /// When and at which log offset the instance entered its current state (creation or the
     /// last event that changed the state): the base of `after_ms` timers, and the timer's
     /// generation (`engine::timers`). `UNKNOWN` in a snapshot written before these existed;
     /// restore fills in `updated_at_ms` / `wal_offset`.
-    #[serde(default = "unknown")]
     pub(crate) entered_at_ms: u64,
-    #[serde(default = "unknown")]
     pub(crate) entered_offset: u64,
     /// Due time (epoch ms) of the live timer the shard's timer queue holds for this entry into
     /// the state; 0 when none (set by `Engine::arm_timer`, cleared when the state is left or
     /// the timer fires or is spent). Not in snapshots: timers are rebuilt from the state.
-    #[serde(skip)]
     pub(crate) timer_due_ms: u64,
+}
+
+/// The idempotency records of one instance.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Keys {
+    /// APPLY_EVENT idempotency keys and their first results.
+    pub(crate) events: IdempotencyStore,
+    pub(crate) created: Option<CreatedWithKey>,
+}
+
+/// The snapshot form of a record (unchanged by the lazy allocation: an absent history or key
+/// store is written as the empty list it stands for).
+#[derive(Serialize)]
+struct RecordOut<'a> {
+    instance: &'a Instance,
+    history: &'a History,
+    #[serde(serialize_with = "keys_or_empty")]
+    keys: Option<&'a IdempotencyStore>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created: Option<&'a CreatedWithKey>,
+    entered_at_ms: u64,
+    entered_offset: u64,
+}
+
+#[derive(Deserialize)]
+struct RecordIn {
+    instance: Instance,
+    #[serde(default)]
+    history: History,
+    #[serde(default)]
+    keys: IdempotencyStore,
+    #[serde(default)]
+    created: Option<CreatedWithKey>,
+    #[serde(default = "unknown")]
+    entered_at_ms: u64,
+    #[serde(default = "unknown")]
+    entered_offset: u64,
+}
+
+static NO_HISTORY: History = History::EMPTY;
+fn keys_or_empty<S: Serializer>(keys: &Option<&IdempotencyStore>, s: S) -> Result<S::Ok, S::Error> {
+    match keys {
+        Some(keys) => keys.serialize(s),
+        None => s.collect_seq(std::iter::empty::<()>()),
+    }
+}
+
+impl Serialize for InstanceRecord {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let keys = self.keys.as_deref();
+        RecordOut {
+            instance: &self.instance,
+            history: self.history.as_deref().unwrap_or(&NO_HISTORY),
+            keys: keys.map(|k| &k.events),
+            created: keys.and_then(|k| k.created.as_ref()),
+            entered_at_ms: self.entered_at_ms,
+            entered_offset: self.entered_offset,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for InstanceRecord {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let r = RecordIn::deserialize(d)?;
+        let keys = Keys {
+            events: r.keys,
+            created: r.created,
+        };
+        Ok(InstanceRecord {
+            instance: r.instance,
+            history: (!r.history.is_empty()).then(|| Box::new(r.history)),
+            keys: (keys != Keys::default()).then(|| Box::new(keys)),
+            entered_at_ms: r.entered_at_ms,
+            entered_offset: r.entered_offset,
+            timer_due_ms: 0,
+        })
+    }
 }
 
 /// `entered_*` of a snapshot that predates them.
@@ -210,8 +286,8 @@ impl<'a> InstanceView<'a> {
     pub(crate) fn of(record: &'a InstanceRecord) -> Self {
         InstanceView {
             instance: &record.instance,
-            created: record.created.as_ref(),
-            keys: Some(&record.keys),
+            created: record.keys.as_ref().and_then(|k| k.created.as_ref()),
+            keys: record.keys.as_ref().map(|k| &k.events),
             batch_keys: &[],
         }
     }
@@ -234,9 +310,8 @@ impl InstanceRecord {
             entered_offset: instance.wal_offset,
             timer_due_ms: 0,
             instance,
-            history: History::default(),
-            keys: IdempotencyStore::default(),
-            created: None,
+            history: None,
+            keys: None,
         }
     }
 
@@ -263,7 +338,9 @@ impl InstanceRecord {
         instance.updated_at_ms = item.at_ms;
         instance.wal_offset = item.wal_offset;
         let to = item.to_state.clone();
-        self.history.push(seq, item);
+        self.history
+            .get_or_insert_with(Default::default)
+            .push(seq, item);
         self.instance.state = to;
         cancelled
     }
@@ -281,13 +358,19 @@ impl InstanceRecord {
 
     /// The GET_HISTORY result for `from` (first seq wanted, 1-based) and `limit` items.
     pub(crate) fn history_json(&self, from: u64, limit: usize) -> Value {
-        let (items, next) = self.history.page(from, limit);
+        let history = self.history.as_deref().unwrap_or(&NO_HISTORY);
+        let (items, next) = history.page(from, limit);
         let events: Vec<Value> = items.iter().map(HistoryItem::to_json).collect();
         json!({
             "id": self.instance.id,
             "events": events,
             "next": next,
-            "oldest_seq": self.history.oldest_seq().unwrap_or(self.instance.event_count + 1),
+            "oldest_seq": history.oldest_seq().unwrap_or(self.instance.event_count + 1),
         })
+    }
+
+    /// The idempotency records, created on first use.
+    pub(crate) fn keys_mut(&mut self) -> &mut Keys {
+        self.keys.get_or_insert_with(Default::default)
     }
 }

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::context::Members;
+
 #[derive(Clone, PartialEq, Eq)]
 pub struct JsonText(Box<str>);
 
@@ -45,9 +47,9 @@ impl JsonText {
     /// Inserts every top-level member of the object `text` into `context`, replacing members
     /// of the same name, without building an intermediate map. Takes the text borrowed, as a
     /// log record holds it.
-    pub(crate) fn merge_str_into(
+    pub(crate) fn merge_str_into<M: Members>(
         text: &str,
-        context: &mut Map<String, Value>,
+        context: &mut M,
     ) -> Result<(), serde_json::Error> {
         let mut de = serde_json::Deserializer::from_str(text);
         MergeInto(context).deserialize(&mut de)?;
@@ -89,27 +91,27 @@ impl<'de> Deserialize<'de> for JsonText {
 /// not allocated, and a string replacing a string reuses its buffer. Replaying a log is mostly
 /// this (the same few context keys written again and again), and the old value's memory is
 /// rarely in cache: freeing it and allocating a new one cost two cache misses per event.
-struct MergeInto<'a>(&'a mut Map<String, Value>);
+struct MergeInto<'a, M>(&'a mut M);
 
-impl<'de> DeserializeSeed<'de> for MergeInto<'_> {
+impl<'de, M: Members> DeserializeSeed<'de> for MergeInto<'_, M> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for MergeInto<'_> {
+impl<'de, M: Members> Visitor<'de> for MergeInto<'_, M> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<(), A::Error> {
         while let Some(key) = access.next_key_seed(KeyText)? {
-            match self.0.get_mut(&*key) {
+            match self.0.member_mut(&key) {
                 Some(slot) => access.next_value_seed(Overwrite(slot))?,
                 None => {
                     let value: Value = access.next_value()?;
-                    self.0.insert(key.into_owned(), value);
+                    self.0.add_member(&key, value);
                 }
             }
         }

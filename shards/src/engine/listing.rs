@@ -21,8 +21,9 @@ impl Engine {
     ) -> ListPage {
         let keep = limit.saturating_add(1);
         let mut heap: BinaryHeap<&str> = BinaryHeap::with_capacity(keep.min(1024));
-        for (id, record) in &self.instances {
+        for record in self.instances.records() {
             let instance = &record.instance;
+            let id = &instance.id;
             let wanted = machine.is_none_or(|m| *instance.machine == *m)
                 && state.is_none_or(|s| *instance.state == *s)
                 && after.is_none_or(|a| id.as_str() > a)

@@ -18,6 +18,7 @@ pub use command::Command;
 pub use entry::{DecodeError, Entry, EventRef, Record};
 
 mod catalog;
+mod context;
 pub mod definition;
 mod epochs;
 pub mod guard;
@@ -32,16 +33,19 @@ mod names;
 mod ops;
 mod replay;
 pub mod rfc3339;
+mod small_str;
 mod snapshot;
 mod state;
 mod stats;
 mod timers;
 
+pub use context::{Context, Fields};
 pub use definition::{CompiledMachine, Definition};
 pub use instance::{HistoryItem, Instance};
 pub use json_text::JsonText;
 pub use names::Name;
 pub use replay::Replay;
+pub use small_str::SmallStr;
 pub use state::{Decision, Engine, EngineStats, ListPage};
 pub use timers::{Armed, Fire};
 

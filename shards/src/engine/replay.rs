@@ -209,7 +209,7 @@ impl Engine {
     /// Starts loading the record of instance `id` (the lookup itself waits for its bucket).
     fn prefetch_record(&self, id: &str) {
         if let Some(record) = self.instances.get(id) {
-            let base = (&**record as *const InstanceRecord).cast::<u8>();
+            let base = (record as *const InstanceRecord).cast::<u8>();
             for line in 0..RECORD_LINES {
                 prefetch(base.wrapping_add(line * 64));
             }
@@ -223,7 +223,11 @@ impl Engine {
         let Some(record) = self.instances.get(id) else {
             return;
         };
-        record.history.prefetch_tail();
+        // The history's own buffers are one more pointer away: the box is what can be
+        // started here without waiting.
+        if let Some(history) = &record.history {
+            prefetch(&**history);
+        }
         for (key, value) in record.instance.context.iter().take(CONTEXT_KEYS_PREFETCHED) {
             prefetch(black_box(key.as_ptr()));
             if let Value::String(s) = value {

@@ -7,10 +7,9 @@
 //! (snapshots written before replication).
 //! Definitions are recompiled on restore, the same path `apply` takes.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
+use super::index::InstanceMap;
 use super::instance::{InstanceRecord, UNKNOWN};
 use super::stats::StatsForm;
 use super::{Engine, Entry};
@@ -41,7 +40,7 @@ struct SnapshotIn {
 impl Engine {
     /// The full state as bytes, for `Engine::restore`.
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut instances: Vec<&InstanceRecord> = self.instances.values().map(|r| &**r).collect();
+        let mut instances: Vec<&InstanceRecord> = self.instances.records().collect();
         instances.sort_by(|a, b| a.instance.id.cmp(&b.instance.id));
         let snapshot = SnapshotOut {
             v: SNAPSHOT_VERSION,
@@ -80,7 +79,7 @@ impl Engine {
                 ));
             }
         }
-        let mut instances = HashMap::with_capacity(snapshot.instances.len());
+        let mut instances = InstanceMap::with_capacity(snapshot.instances.len());
         for mut record in snapshot.instances {
             if record.entered_offset == UNKNOWN || record.entered_at_ms == UNKNOWN {
                 // Written before state-entry times were kept: the last change is the best guess.
@@ -89,12 +88,11 @@ impl Engine {
             }
             engine.names.adopt(&mut record.instance.machine);
             engine.names.adopt(&mut record.instance.state);
-            record.history.share_names(&mut engine.names);
-            let id = record.instance.id.clone();
-            if instances
-                .insert(id.as_str().into(), Box::new(record))
-                .is_some()
-            {
+            if let Some(history) = &mut record.history {
+                history.share_names(&mut engine.names);
+            }
+            if let Err(record) = instances.insert(Box::new(record)) {
+                let id = &record.instance.id;
                 return Err(format!("snapshot holds instance `{id}` twice"));
             }
         }

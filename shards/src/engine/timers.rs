@@ -51,7 +51,8 @@ impl Engine {
     /// Arms every instance's timer (recovery, promotion): the queue's initial contents.
     pub fn arm_all_timers(&mut self) -> Vec<Armed> {
         let mut out: Vec<Armed> = Vec::new();
-        for (id, record) in &self.instances {
+        for record in self.instances.records() {
+            let id = &record.instance.id;
             if record.timer_due_ms != 0 {
                 out.push((
                     record.timer_due_ms,

@@ -9,6 +9,8 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use crate::engine::context::Fields;
+
 use super::timed::{Delay, Timed};
 use super::{Definition, DefinitionError, FromSpec, TransitionDef};
 use crate::engine::guard::Guard;
@@ -250,7 +252,7 @@ impl CompiledMachine {
         &self,
         state: &str,
         event: &str,
-        ctx: &Map<String, Value>,
+        ctx: &impl Fields,
         payload: &Map<String, Value>,
     ) -> Resolution<'_> {
         let (Some(&at), Some(candidates)) = (self.index.get(state), self.by_event.get(event))

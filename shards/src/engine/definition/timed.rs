@@ -4,7 +4,9 @@
 //! Pure: a deadline is computed from the time the instance entered its state (carried by the
 //! log entry that moved it there) and its context, never from a clock.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use crate::engine::context::Fields;
 
 use super::compile::StateSet;
 use super::{CompiledMachine, DefinitionError, TransitionDef};
@@ -89,10 +91,10 @@ fn deadline_of(value: &Value) -> Option<u64> {
     }
 }
 
-fn lookup<'c>(ctx: &'c Map<String, Value>, path: &[String]) -> Option<&'c Value> {
+fn lookup<'c>(ctx: &'c impl Fields, path: &[String]) -> Option<&'c Value> {
     let (first, rest) = path.split_first()?;
     rest.iter()
-        .try_fold(ctx.get(first)?, |v, seg| v.as_object()?.get(seg))
+        .try_fold(ctx.field(first)?, |v, seg| v.as_object()?.get(seg))
 }
 
 impl CompiledMachine {
@@ -104,12 +106,7 @@ impl CompiledMachine {
     /// The timer an instance in `state`, which it entered at `entered_ms`, with context `ctx`,
     /// has: (event, due epoch ms), the earliest of the state's timed transitions (definition
     /// order breaks ties). An `at` field that is missing or holds no time arms nothing.
-    pub fn timer(
-        &self,
-        state: &str,
-        entered_ms: u64,
-        ctx: &Map<String, Value>,
-    ) -> Option<(&str, u64)> {
+    pub fn timer(&self, state: &str, entered_ms: u64, ctx: &impl Fields) -> Option<(&str, u64)> {
         if self.timed.is_empty() {
             return None;
         }

@@ -10,6 +10,7 @@ use std::cmp::Ordering;
 use serde_json::{Map, Number, Value};
 
 use super::ast::{CmpOp, Expr, Path, Root};
+use crate::engine::context::Fields;
 
 static NULL: Value = Value::Null;
 static TRUE: Value = Value::Bool(true);
@@ -17,7 +18,7 @@ static FALSE: Value = Value::Bool(false);
 
 /// The objects a guard reads.
 pub(super) struct Scope<'a> {
-    pub(super) ctx: &'a Map<String, Value>,
+    pub(super) ctx: &'a dyn Fields,
     pub(super) payload: &'a Map<String, Value>,
 }
 
@@ -59,12 +60,11 @@ pub(super) fn eval<'a>(expr: &'a Expr, scope: &Scope<'a>) -> &'a Value {
 
 /// The value at `path`, or None when any step is missing or not an object.
 fn lookup<'a>(path: &Path, scope: &Scope<'a>) -> Option<&'a Value> {
-    let root = match path.root {
-        Root::Ctx => scope.ctx,
-        Root::Payload => scope.payload,
-    };
     let (first, rest) = path.fields.split_first()?;
-    let mut value = root.get(first)?;
+    let mut value = match path.root {
+        Root::Ctx => scope.ctx.field(first)?,
+        Root::Payload => scope.payload.get(first)?,
+    };
     for field in rest {
         value = value.as_object()?.get(field)?;
     }

@@ -17,6 +17,8 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
+use super::context::Fields;
+
 use crate::engine::limits::GUARD_SOURCE_BYTES_MAX;
 
 /// A compiled guard expression.
@@ -70,17 +72,13 @@ impl Guard {
     }
 
     /// True when the guard evaluates to exactly `true`.
-    pub fn holds(&self, ctx: &Map<String, Value>, payload: &Map<String, Value>) -> bool {
+    pub fn holds(&self, ctx: &impl Fields, payload: &Map<String, Value>) -> bool {
         self.eval(ctx, payload) == &Value::Bool(true)
     }
 
     /// The guard's value (a boolean for every operator, any JSON value for a bare path or
     /// literal).
-    pub fn eval<'a>(
-        &'a self,
-        ctx: &'a Map<String, Value>,
-        payload: &'a Map<String, Value>,
-    ) -> &'a Value {
+    pub fn eval<'a>(&'a self, ctx: &'a impl Fields, payload: &'a Map<String, Value>) -> &'a Value {
         eval::eval(&self.expr, &eval::Scope { ctx, payload })
     }
 }

@@ -62,7 +62,7 @@ fn fitting_record<'a>(
         );
         return None;
     }
-    Some(&mut **record)
+    Some(record)
 }
 
 fn refused(code: ErrorCode, message: String, state: &str, event: &str) -> Rejection {
@@ -204,7 +204,7 @@ impl Engine {
         }
         let result = record.event_result(&from, offset);
         if let Some(key) = ev.idempotency_key {
-            record.keys.insert(key.to_owned(), result.clone());
+            (record.keys_mut().events).insert(key.to_owned(), result.clone());
         }
         Some(result)
     }
@@ -227,7 +227,7 @@ impl Engine {
                 let result = record.event_result(&from, offset);
                 // Serialising a Value into a Vec cannot fail (no I/O, string keys only).
                 let _ = serde_json::to_writer(&mut *out, &result);
-                record.keys.insert(key.to_owned(), result);
+                (record.keys_mut().events).insert(key.to_owned(), result);
             }
             None => record.write_event_result(&from, offset, out),
         }

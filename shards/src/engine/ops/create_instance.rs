@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::rejections::{bad_field, check_idempotency_key, machine_not_found, misrouted, replayed};
-use crate::engine::instance::{CreatedWithKey, InstanceRecord, InstanceView};
+use crate::engine::instance::{CreatedWithKey, InstanceRecord, InstanceView, Keys};
 use crate::engine::limits::INSTANCE_ID_BYTES_MAX;
 use crate::engine::{Command, Decision, Engine, Entry, Instance};
 use crate::{ErrorCode, Rejection};
@@ -97,11 +97,11 @@ impl Engine {
             log::warn!("instance `{id}` created for unknown machine `{machine}` v{version}");
         }
         let instance = Instance {
-            id: id.clone(),
+            id: id.as_str().into(),
             machine: self.names.intern(&machine),
             version,
             state: self.names.intern(&state),
-            context,
+            context: context.into(),
             created_at_ms: at_ms,
             updated_at_ms: at_ms,
             event_count: 0,
@@ -113,9 +113,13 @@ impl Engine {
             (want_result || idempotency_key.is_some()).then(|| record.instance.create_result());
         if let (Some(key), Some(result)) = (idempotency_key, &result) {
             let result = result.clone();
-            record.created = Some(CreatedWithKey { key, result });
+            record.keys = Some(Box::new(Keys {
+                created: Some(CreatedWithKey { key, result }),
+                ..Keys::default()
+            }));
         }
-        self.instances.insert(id.as_str().into(), Box::new(record));
+        // Cannot collide: checked above.
+        let _ = self.instances.insert(Box::new(record));
         result
     }
 }

@@ -325,7 +325,7 @@ fn agrees(shard: &Shard, model: &Model) -> Result<(), TestCaseError> {
         prop_assert_eq!(got.is_some(), want.is_some(), "presence of {}", id);
         if let (Some(got), Some(want)) = (got, want) {
             prop_assert_eq!(&*got.state, want.state.as_str());
-            prop_assert_eq!(&got.context, &want.context);
+            prop_assert_eq!(&got.context.to_map(), &want.context);
             prop_assert_eq!(got.event_count, want.event_count);
             prop_assert_eq!(got.wal_offset, want.wal_offset);
             let history = shard
