@@ -10,6 +10,7 @@
 
 pub mod cpu;
 pub mod driver;
+pub mod fill;
 pub mod options;
 pub mod report;
 pub mod rng;
@@ -53,6 +54,9 @@ pub fn run(opts: &Options) -> Result<(), String> {
     if let Some(n) = opts.scale {
         return run_scale(opts, n);
     }
+    if opts.fill {
+        return run_fill(opts);
+    }
     let run = if opts.spawn {
         let server = server_spec(opts)?.start(opts.server_shards)?;
         run_load(opts, &spawned_target(opts, &server))?
@@ -75,6 +79,27 @@ fn emit(opts: &Options, run: &RunReport) {
     } else {
         print!("{}", run.to_text());
     }
+}
+
+/// `--fill`: see `fill`.
+fn run_fill(opts: &Options) -> Result<(), String> {
+    let report = if opts.spawn {
+        let mut server = server_spec(opts)?.start(opts.server_shards)?;
+        let (addr, pid) = (server.addr.clone(), server.pid);
+        let recover = opts.fill_recover.then_some(&mut server);
+        fill::run(opts, &addr, pid, recover)?
+    } else {
+        let pid = opts
+            .server_pid
+            .ok_or("--fill needs --spawn or --server-pid")?;
+        fill::run(opts, &opts.addr, pid, None)?
+    };
+    if opts.json {
+        println!("{}", report.to_json_line());
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(())
 }
 
 fn server_spec(opts: &Options) -> Result<ServerSpec, String> {

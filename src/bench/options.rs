@@ -83,6 +83,21 @@ pub struct Options {
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     pub instances: u64,
 
+    /// Fill mode: create --instances instances with context {"n":0}, apply
+    /// --events-per-instance events to each and report the server's resident bytes per
+    /// instance (VmRSS growth; needs --spawn or --server-pid). No load window.
+    #[arg(long, conflicts_with_all = ["scale", "report"])]
+    pub fill: bool,
+
+    /// Events applied to each instance by --fill (payload {"n":k}: one history item each).
+    #[arg(long, default_value_t = 0, value_name = "K")]
+    pub events_per_instance: u64,
+
+    /// With --fill --spawn: SIGKILL the server after the fill, restart it on the same data and
+    /// report the recovery time and the bytes per instance after recovery.
+    #[arg(long, requires = "fill")]
+    pub fill_recover: bool,
+
     /// Length of the string in the APPLY_EVENT payload / CREATE_INSTANCE context
     /// ({"p":"xx.."}; 0 sends {}).
     #[arg(long, default_value_t = 64, value_name = "BYTES")]
@@ -211,6 +226,12 @@ impl Options {
         let mix = Mix::for_workload(self.workload, self.mix);
         if mix.needs_instances() && self.instances == 0 {
             return Err("--instances must be >= 1 for get, apply and mixed".into());
+        }
+        if self.fill && !(self.spawn || self.server_pid.is_some()) {
+            return Err("--fill reads the server's RSS: pass --spawn or --server-pid".into());
+        }
+        if self.fill_recover && !self.spawn {
+            return Err("--fill-recover restarts the server: it needs --spawn".into());
         }
         if !(1..=1000).contains(&self.batch_size) {
             return Err("--batch-size must be 1 to 1000".into());

@@ -57,6 +57,9 @@ pub struct SpawnedServer {
     pub dir: PathBuf,
     /// `shards.cores` as configured (empty: the server's default placement).
     pub cores: Vec<usize>,
+    /// How it was started, for `kill_and_restart`.
+    spec: ServerSpec,
+    shards_arg: Option<u32>,
 }
 
 /// The `smdb-server` next to the running executable (cargo puts both bins in one directory).
@@ -155,6 +158,8 @@ impl ServerSpec {
                 shards: n,
                 dir: dir.to_path_buf(),
                 cores,
+                spec: self.clone(),
+                shards_arg: shards,
             }),
             Err(_) => {
                 let _ = child.kill();
@@ -195,12 +200,33 @@ impl SpawnedServer {
     }
 }
 
+impl SpawnedServer {
+    /// SIGKILLs the server and starts it again on the same data dir; returns the seconds from
+    /// the restart to its `listening` line (printed once every shard has recovered).
+    pub fn kill_and_restart(&mut self) -> Result<f64, String> {
+        let mut child = self.child.take().ok_or("server already stopped")?;
+        let _ = child.kill();
+        let _ = child.wait();
+        let started = Instant::now();
+        let mut fresh = self.spec.launch(self.shards_arg, &self.dir)?;
+        let secs = started.elapsed().as_secs_f64();
+        self.child = fresh.child.take();
+        self.pid = fresh.pid;
+        self.addr = std::mem::take(&mut fresh.addr);
+        // The dir stays this server's: `fresh` (now without a child) must not remove it.
+        fresh.dir = PathBuf::new();
+        Ok(secs)
+    }
+}
+
 impl Drop for SpawnedServer {
     fn drop(&mut self) {
         if let Some(note) = self.stop() {
             eprintln!("smdb-bench: {note}");
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
