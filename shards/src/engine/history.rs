@@ -4,10 +4,12 @@
 //! binary search and a slice. Older events are only in the write-ahead log.
 //!
 //! Replaying a log appends one item per event, so the layout is built for appending:
-//! - An item keeps only what it cannot derive (`Slot`: event, target state, time, offset,
-//!   payload length). Its seq is `first_seq` plus its position, and the state it left is the
-//!   state the item before it entered (`first_from` for the oldest item): an event applies only
-//!   to an instance in the entry's `from` state, and only events move an instance.
+//! - An item keeps only what it cannot derive (`Slot`: event, the state it left, time, offset,
+//!   payload length). Seqs count back from the instance's event count (the newest item's seq),
+//!   and the state an item entered is the state the next item left, or the instance's current
+//!   state for the newest (`Tail`): an event applies only to an instance in the entry's `from`
+//!   state, and only events move an instance. So the history itself holds nothing but its two
+//!   buffers (64 bytes), and is allocated only at an instance's first event.
 //! - Payload texts are appended back to back into one ring of bytes per instance instead of one
 //!   allocation per item: a push allocates nothing once the buffers have grown.
 //!
@@ -27,10 +29,6 @@ use super::names::{Interner, Name};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct History {
-    /// Seq of `slots[0]`.
-    first_seq: u64,
-    /// The state `slots[0]` left; `Some` exactly when `slots` is not empty.
-    first_from: Option<Name>,
     slots: VecDeque<Slot>,
     /// The payload texts of `slots`, oldest first, back to back.
     text: VecDeque<u8>,
@@ -40,7 +38,7 @@ pub(crate) struct History {
 #[derive(Debug, Clone, PartialEq)]
 struct Slot {
     event: Name,
-    to_state: Name,
+    from_state: Name,
     at_ms: u64,
     wal_offset: u64,
     /// Bytes of payload text in `History::text`; `NO_PAYLOAD` when the event had none.
@@ -59,6 +57,25 @@ impl Slot {
     }
 }
 
+/// What the items of a history derive from the instance that owns it.
+#[derive(Clone, Copy)]
+pub(crate) struct Tail<'a> {
+    /// Seq of the newest item: the instance's event count.
+    pub(crate) last_seq: u64,
+    /// The state the newest item entered: the instance's current state.
+    pub(crate) state: &'a Name,
+}
+
+/// What `push_left` stores of an event: `NewItem` with the left state owned and without the
+/// entered state (derived, see `Tail`).
+pub(crate) struct Left<'a> {
+    pub(crate) event: Name,
+    pub(crate) from_state: Name,
+    pub(crate) payload: Option<&'a str>,
+    pub(crate) at_ms: u64,
+    pub(crate) wal_offset: u64,
+}
+
 /// One event being appended (borrowed from the log entry or the decided command).
 pub(crate) struct NewItem<'a> {
     pub(crate) event: Name,
@@ -72,8 +89,6 @@ pub(crate) struct NewItem<'a> {
 impl History {
     /// No items (what an instance without a history reads as).
     pub(crate) const EMPTY: History = History {
-        first_seq: 0,
-        first_from: None,
         slots: VecDeque::new(),
         text: VecDeque::new(),
     };
@@ -82,19 +97,28 @@ impl History {
         self.slots.is_empty()
     }
 
-    /// Appends `item` as event number `seq`, dropping the oldest item when the buffer is full.
+    /// Appends `item` as the newest item, dropping the oldest item when the buffer is full.
     ///
-    /// `seq` follows the newest item's, and `item.from_state` is the state the newest item
-    /// entered: `apply` only appends events of the instance in its current state. A payload
-    /// longer than `u32::MAX - 1` bytes cannot reach here (frames are far smaller); it would be
-    /// kept as an empty object rather than cut.
-    pub(crate) fn push(&mut self, seq: u64, item: NewItem<'_>) {
+    /// `item.from_state` is the state the newest item entered, and the owner's `Tail` moves
+    /// with the push (one more event, the state `item` entered): `apply` only appends events
+    /// of the instance in its current state. A payload longer than `u32::MAX - 1` bytes cannot
+    /// reach here (frames are far smaller); it would be kept as an empty object rather than cut.
+    pub(crate) fn push(&mut self, item: NewItem<'_>) {
+        let event = Left {
+            event: item.event,
+            from_state: item.from_state.clone(),
+            payload: item.payload,
+            at_ms: item.at_ms,
+            wal_offset: item.wal_offset,
+        };
+        self.push_left(event);
+    }
+
+    /// `push`, with the state the item left given owned (`apply` moves the instance's old
+    /// state name here instead of counting one more reference to it).
+    pub(crate) fn push_left(&mut self, item: Left<'_>) {
         if self.slots.len() >= HISTORY_PER_INSTANCE_MAX {
             self.pop_oldest();
-        }
-        if self.slots.is_empty() {
-            self.first_seq = seq;
-            self.first_from = Some(item.from_state.clone());
         }
         if self.slots.capacity() == 0 {
             // A first allocation of exactly one item: most instances of a large population
@@ -119,7 +143,7 @@ impl History {
         };
         self.slots.push_back(Slot {
             event: item.event,
-            to_state: item.to_state,
+            from_state: item.from_state,
             at_ms: item.at_ms,
             wal_offset: item.wal_offset,
             payload_len,
@@ -129,20 +153,15 @@ impl History {
     fn pop_oldest(&mut self) {
         if let Some(oldest) = self.slots.pop_front() {
             self.text.drain(..oldest.text_len());
-            self.first_seq += 1;
-            self.first_from = (!self.slots.is_empty()).then_some(oldest.to_state);
         }
     }
 
     /// Points every item's names at the interner's shared copies (after a snapshot restore,
     /// which allocates each name separately).
     pub(crate) fn share_names(&mut self, names: &mut Interner) {
-        if let Some(from) = &mut self.first_from {
-            names.adopt(from);
-        }
         for slot in &mut self.slots {
             names.adopt(&mut slot.event);
-            names.adopt(&mut slot.to_state);
+            names.adopt(&mut slot.from_state);
         }
     }
 
@@ -151,41 +170,52 @@ impl History {
         self.slots.len()
     }
 
+    /// Seq of the oldest item.
+    fn first_seq(&self, tail: Tail<'_>) -> u64 {
+        (tail.last_seq + 1).saturating_sub(self.slots.len() as u64)
+    }
+
     /// Seq of the oldest item kept, if any.
-    pub(crate) fn oldest_seq(&self) -> Option<u64> {
-        (!self.slots.is_empty()).then_some(self.first_seq)
+    pub(crate) fn oldest_seq(&self, tail: Tail<'_>) -> Option<u64> {
+        (!self.slots.is_empty()).then(|| self.first_seq(tail))
     }
 
     /// Up to `limit` items with seq >= `from`, and the seq to ask for next (None at the end).
-    pub(crate) fn page(&self, from: u64, limit: usize) -> (Vec<HistoryItem>, Option<u64>) {
-        let start = usize::try_from(from.saturating_sub(self.first_seq))
+    pub(crate) fn page(
+        &self,
+        tail: Tail<'_>,
+        from: u64,
+        limit: usize,
+    ) -> (Vec<HistoryItem>, Option<u64>) {
+        let first_seq = self.first_seq(tail);
+        let start = usize::try_from(from.saturating_sub(first_seq))
             .unwrap_or(usize::MAX)
             .min(self.slots.len());
         let end = start.saturating_add(limit).min(self.slots.len());
-        let next = (end < self.slots.len()).then(|| self.first_seq + end as u64);
-        let items = self.views().skip(start).take(end - start);
+        let next = (end < self.slots.len()).then(|| first_seq + end as u64);
+        let items = self.views(tail).skip(start).take(end - start);
         (items.map(|v| v.to_item()).collect(), next)
     }
 
     /// Every item, oldest first, as borrowed views.
-    fn views(&self) -> impl Iterator<Item = ItemView<'_>> {
-        let mut from = self.first_from.as_ref();
+    fn views<'a>(&'a self, tail: Tail<'a>) -> impl Iterator<Item = ItemView<'a>> {
+        let first_seq = self.first_seq(tail);
+        let entered = (self.slots.iter().skip(1).map(|next| &next.from_state))
+            .chain(std::iter::once(tail.state));
         let mut text_at = 0usize;
-        self.slots.iter().enumerate().map(move |(i, slot)| {
+        (self.slots.iter().zip(entered).enumerate()).map(move |(i, (slot, to_state))| {
             let len = slot.text_len();
             let payload = (slot.payload_len != NO_PAYLOAD).then(|| self.text_at(text_at, len));
             text_at += len;
-            let view = ItemView {
-                seq: self.first_seq + i as u64,
+            ItemView {
+                seq: first_seq + i as u64,
                 event: &slot.event,
-                from_state: from.unwrap_or(&slot.to_state),
-                to_state: &slot.to_state,
+                from_state: &slot.from_state,
+                to_state,
                 payload,
                 at_ms: slot.at_ms,
                 wal_offset: slot.wal_offset,
-            };
-            from = Some(&slot.to_state);
-            view
+            }
         })
     }
 
@@ -241,10 +271,14 @@ fn raw_json<S: Serializer>(text: &Option<Cow<'_, str>>, s: S) -> Result<S::Ok, S
     json_text::serialize_text(text.as_deref().unwrap_or("{}"), s)
 }
 
-impl Serialize for History {
+/// A history with the `Tail` of its instance: its snapshot form, the list of full items.
+pub(crate) struct Items<'a>(pub(crate) &'a History, pub(crate) Tail<'a>);
+
+impl Serialize for Items<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(self.slots.len()))?;
-        for view in self.views() {
+        let Items(history, tail) = self;
+        let mut seq = s.serialize_seq(Some(history.slots.len()))?;
+        for view in history.views(*tail) {
             seq.serialize_element(&view)?;
         }
         seq.end()
@@ -252,23 +286,20 @@ impl Serialize for History {
 }
 
 impl<'de> Deserialize<'de> for History {
-    /// From the list of full items; each item's `from_state` after the first is the state the
-    /// item before it entered, so only the first one is kept.
+    /// From the list of full items; seq and `to_state` are derived (see `Tail`), so they are
+    /// not kept.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let items = Vec::<HistoryItem>::deserialize(d)?;
         let mut history = History::default();
         for item in items {
-            history.push(
-                item.seq,
-                NewItem {
-                    event: item.event,
-                    from_state: &item.from_state,
-                    to_state: item.to_state,
-                    payload: item.payload.as_ref().map(JsonText::as_str),
-                    at_ms: item.at_ms,
-                    wal_offset: item.wal_offset,
-                },
-            );
+            history.push(NewItem {
+                event: item.event,
+                from_state: &item.from_state,
+                to_state: item.to_state,
+                payload: item.payload.as_ref().map(JsonText::as_str),
+                at_ms: item.at_ms,
+                wal_offset: item.wal_offset,
+            });
         }
         Ok(history)
     }
@@ -278,9 +309,13 @@ impl<'de> Deserialize<'de> for History {
 mod tests {
     use super::*;
 
-    /// Item `seq` of a chain a -> b -> c -> ... (state names are letters by seq).
+    /// State names are letters by seq: item `seq` of a chain a -> b -> c -> ... enters
+    /// `state(seq)`.
+    fn state(n: u64) -> Name {
+        Name::from(((b'a' + (n % 26) as u8) as char).to_string())
+    }
+
     fn item(seq: u64) -> HistoryItem {
-        let state = |n: u64| Name::from(((b'a' + (n % 26) as u8) as char).to_string());
         HistoryItem {
             seq,
             event: "e".into(),
@@ -293,46 +328,64 @@ mod tests {
     }
 
     fn push(h: &mut History, it: &HistoryItem) {
-        h.push(
-            it.seq,
-            NewItem {
-                event: it.event.clone(),
-                from_state: &it.from_state,
-                to_state: it.to_state.clone(),
-                payload: it.payload.as_ref().map(JsonText::as_str),
-                at_ms: it.at_ms,
-                wal_offset: it.wal_offset,
-            },
-        );
+        h.push(NewItem {
+            event: it.event.clone(),
+            from_state: &it.from_state,
+            to_state: it.to_state.clone(),
+            payload: it.payload.as_ref().map(JsonText::as_str),
+            at_ms: it.at_ms,
+            wal_offset: it.wal_offset,
+        });
     }
 
-    fn filled(seqs: std::ops::RangeInclusive<u64>) -> History {
-        let mut h = History::default();
-        seqs.for_each(|s| push(&mut h, &item(s)));
-        h
+    /// A history of items `1..=last` with its instance's tail state.
+    struct Filled {
+        h: History,
+        last: u64,
+        state: Name,
     }
 
-    fn seqs(h: &History, from: u64, limit: usize) -> (Vec<u64>, Option<u64>) {
-        let (items, next) = h.page(from, limit);
-        (items.iter().map(|i| i.seq).collect(), next)
+    impl Filled {
+        fn new(last: u64) -> Self {
+            let mut h = History::default();
+            (1..=last).for_each(|s| push(&mut h, &item(s)));
+            Filled {
+                h,
+                last,
+                state: state(last),
+            }
+        }
+        fn tail(&self) -> Tail<'_> {
+            Tail {
+                last_seq: self.last,
+                state: &self.state,
+            }
+        }
+        fn page(&self, from: u64, limit: usize) -> (Vec<HistoryItem>, Option<u64>) {
+            self.h.page(self.tail(), from, limit)
+        }
+        fn seqs(&self, from: u64, limit: usize) -> (Vec<u64>, Option<u64>) {
+            let (items, next) = self.page(from, limit);
+            (items.iter().map(|i| i.seq).collect(), next)
+        }
     }
 
     #[test]
     fn pages_walk_the_history_in_order() {
-        let h = filled(1..=5);
-        assert_eq!(seqs(&h, 1, 2), (vec![1, 2], Some(3)));
-        assert_eq!(seqs(&h, 3, 2), (vec![3, 4], Some(5)));
-        assert_eq!(seqs(&h, 5, 2), (vec![5], None));
-        assert_eq!(seqs(&h, 6, 2), (vec![], None));
-        assert_eq!(seqs(&h, 0, 10), (vec![1, 2, 3, 4, 5], None));
-        assert_eq!(seqs(&h, 2, 0), (vec![], Some(2)));
-        assert_eq!(seqs(&h, 1, usize::MAX), (vec![1, 2, 3, 4, 5], None));
-        assert_eq!(seqs(&h, u64::MAX, 3), (vec![], None));
+        let h = Filled::new(5);
+        assert_eq!(h.seqs(1, 2), (vec![1, 2], Some(3)));
+        assert_eq!(h.seqs(3, 2), (vec![3, 4], Some(5)));
+        assert_eq!(h.seqs(5, 2), (vec![5], None));
+        assert_eq!(h.seqs(6, 2), (vec![], None));
+        assert_eq!(h.seqs(0, 10), (vec![1, 2, 3, 4, 5], None));
+        assert_eq!(h.seqs(2, 0), (vec![], Some(2)));
+        assert_eq!(h.seqs(1, usize::MAX), (vec![1, 2, 3, 4, 5], None));
+        assert_eq!(h.seqs(u64::MAX, 3), (vec![], None));
     }
 
     #[test]
-    fn items_come_back_whole_with_derived_seq_and_from_state() {
-        let h = filled(1..=7);
+    fn items_come_back_whole_with_derived_seq_and_to_state() {
+        let h = Filled::new(7);
         let (items, _) = h.page(1, 100);
         assert_eq!(items, (1..=7).map(item).collect::<Vec<_>>());
     }
@@ -340,11 +393,11 @@ mod tests {
     #[test]
     fn history_keeps_only_the_most_recent_items() {
         let total = HISTORY_PER_INSTANCE_MAX as u64 + 10;
-        let h = filled(1..=total);
-        assert_eq!(h.len(), HISTORY_PER_INSTANCE_MAX);
-        assert_eq!(h.oldest_seq(), Some(11));
-        assert_eq!(seqs(&h, 1, 2), (vec![11, 12], Some(13)));
-        // Evicting moved the oldest item's from_state and dropped exactly its payload text.
+        let h = Filled::new(total);
+        assert_eq!(h.h.len(), HISTORY_PER_INSTANCE_MAX);
+        assert_eq!(h.h.oldest_seq(h.tail()), Some(11));
+        assert_eq!(h.seqs(1, 2), (vec![11, 12], Some(13)));
+        // Evicting dropped exactly the oldest item and its payload text.
         let (items, _) = h.page(1, usize::MAX);
         assert_eq!(items, (11..=total).map(item).collect::<Vec<_>>());
     }
@@ -356,8 +409,13 @@ mod tests {
         for seq in 1..=3 * HISTORY_PER_INSTANCE_MAX as u64 {
             push(&mut h, &item(seq));
             if seq % 499 == 0 {
-                let (items, _) = h.page(0, usize::MAX);
-                let first = h.oldest_seq().unwrap();
+                let st = state(seq);
+                let tail = Tail {
+                    last_seq: seq,
+                    state: &st,
+                };
+                let (items, _) = h.page(tail, 0, usize::MAX);
+                let first = h.oldest_seq(tail).unwrap();
                 assert_eq!(items, (first..=seq).map(item).collect::<Vec<_>>());
             }
         }
@@ -365,16 +423,29 @@ mod tests {
 
     #[test]
     fn snapshot_form_is_the_list_of_full_items() {
-        let h = filled(1..=4);
-        let json = serde_json::to_value(&h).unwrap();
+        let h = Filled::new(4);
+        let json = serde_json::to_value(Items(&h.h, h.tail())).unwrap();
         let items: Vec<HistoryItem> = (1..=4).map(item).collect();
         assert_eq!(json, serde_json::to_value(&items).unwrap());
         assert_eq!(json[2].get("payload"), None, "absent payload stays absent");
         let back: History = serde_json::from_value(json).unwrap();
-        assert_eq!(back, h);
+        assert_eq!(back, h.h);
+        let none = state(0);
+        let empty = Tail {
+            last_seq: 0,
+            state: &none,
+        };
         assert_eq!(
-            serde_json::to_value(History::default()).unwrap(),
+            serde_json::to_value(Items(&History::default(), empty)).unwrap(),
             serde_json::json!([])
         );
+    }
+
+    #[test]
+    fn a_history_is_two_buffers_and_its_first_item_allocates_exactly() {
+        assert_eq!(size_of::<History>(), 64);
+        let h = Filled::new(1);
+        assert_eq!(h.h.slots.capacity(), 1);
+        assert_eq!(h.h.text.capacity(), item(1).payload.unwrap().as_str().len());
     }
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{json, Value};
 
 use super::context::Context;
-use super::history::{History, NewItem};
+use super::history::{History, Items, Left, NewItem, Tail};
 use super::idempotency::IdempotencyStore;
 use super::json_text::JsonText;
 use super::names::Name;
@@ -198,7 +198,7 @@ pub(crate) struct Keys {
 #[derive(Serialize)]
 struct RecordOut<'a> {
     instance: &'a Instance,
-    history: &'a History,
+    history: Items<'a>,
     #[serde(serialize_with = "keys_or_empty")]
     keys: Option<&'a IdempotencyStore>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -235,7 +235,7 @@ impl Serialize for InstanceRecord {
         let keys = self.keys.as_deref();
         RecordOut {
             instance: &self.instance,
-            history: self.history.as_deref().unwrap_or(&NO_HISTORY),
+            history: Items(self.history.as_deref().unwrap_or(&NO_HISTORY), self.tail()),
             keys: keys.map(|k| &k.events),
             created: keys.and_then(|k| k.created.as_ref()),
             entered_at_ms: self.entered_at_ms,
@@ -333,15 +333,18 @@ impl InstanceRecord {
                 log::error!("instance `{}`: payload not merged: {e}", instance.id);
             }
         }
-        let seq = instance.event_count + 1;
-        instance.event_count = seq;
+        instance.event_count += 1;
         instance.updated_at_ms = item.at_ms;
         instance.wal_offset = item.wal_offset;
-        let to = item.to_state.clone();
-        self.history
-            .get_or_insert_with(Default::default)
-            .push(seq, item);
-        self.instance.state = to;
+        let from_state = std::mem::replace(&mut instance.state, item.to_state);
+        let history = self.history.get_or_insert_with(Default::default);
+        history.push_left(Left {
+            event: item.event,
+            from_state,
+            payload: item.payload,
+            at_ms: item.at_ms,
+            wal_offset: item.wal_offset,
+        });
         cancelled
     }
 
@@ -359,18 +362,40 @@ impl InstanceRecord {
     /// The GET_HISTORY result for `from` (first seq wanted, 1-based) and `limit` items.
     pub(crate) fn history_json(&self, from: u64, limit: usize) -> Value {
         let history = self.history.as_deref().unwrap_or(&NO_HISTORY);
-        let (items, next) = history.page(from, limit);
+        let (items, next) = history.page(self.tail(), from, limit);
         let events: Vec<Value> = items.iter().map(HistoryItem::to_json).collect();
         json!({
             "id": self.instance.id,
             "events": events,
             "next": next,
-            "oldest_seq": history.oldest_seq().unwrap_or(self.instance.event_count + 1),
+            "oldest_seq": (history.oldest_seq(self.tail()))
+                .unwrap_or(self.instance.event_count + 1),
         })
+    }
+
+    /// What the history's items derive from this instance.
+    fn tail(&self) -> Tail<'_> {
+        Tail {
+            last_seq: self.instance.event_count,
+            state: &self.instance.state,
+        }
     }
 
     /// The idempotency records, created on first use.
     pub(crate) fn keys_mut(&mut self) -> &mut Keys {
         self.keys.get_or_insert_with(Default::default)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sizes docs/architecture.md ("Engine state") states.
+    #[test]
+    fn record_layout() {
+        assert_eq!(size_of::<Instance>(), 112);
+        assert_eq!(size_of::<InstanceRecord>(), 152);
+        assert_eq!(size_of::<History>(), 64);
     }
 }
