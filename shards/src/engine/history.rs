@@ -66,6 +66,17 @@ pub(crate) struct Tail<'a> {
     pub(crate) state: &'a Name,
 }
 
+/// Makes room for `more` elements in a ring: the first allocation holds exactly `more` (most
+/// instances of a large population have a few events; `VecDeque` would start at 4 slots or 8
+/// bytes), later ones grow by half (not double), so a short history wastes little. Still
+/// amortised O(1) per element.
+fn grow<T>(ring: &mut VecDeque<T>, more: usize) {
+    let free = ring.capacity() - ring.len();
+    if free < more {
+        ring.reserve_exact(more.max(ring.len() / 2));
+    }
+}
+
 /// What `push_left` stores of an event: `NewItem` with the left state owned and without the
 /// entered state (derived, see `Tail`).
 pub(crate) struct Left<'a> {
@@ -120,22 +131,17 @@ impl History {
         if self.slots.len() >= HISTORY_PER_INSTANCE_MAX {
             self.pop_oldest();
         }
-        if self.slots.capacity() == 0 {
-            // A first allocation of exactly one item: most instances of a large population
-            // have few events, and the doubling starts from 4 items otherwise.
-            self.slots.reserve_exact(1);
-        }
+        grow(&mut self.slots, 1);
         let payload_len = match item.payload {
             None => NO_PAYLOAD,
             Some(text) => match u32::try_from(text.len()).ok().filter(|n| *n != NO_PAYLOAD) {
                 Some(n) => {
-                    if self.text.capacity() == 0 {
-                        self.text.reserve_exact(text.len());
-                    }
+                    grow(&mut self.text, text.len());
                     self.text.extend(text.as_bytes());
                     n
                 }
                 None => {
+                    grow(&mut self.text, 2);
                     self.text.extend(b"{}");
                     2
                 }
@@ -447,5 +453,17 @@ mod tests {
         let h = Filled::new(1);
         assert_eq!(h.h.slots.capacity(), 1);
         assert_eq!(h.h.text.capacity(), item(1).payload.unwrap().as_str().len());
+        // Growth by half: 1, 2, 3, 4, 6, 9, 13 slots.
+        let h = Filled::new(10);
+        assert_eq!(h.h.slots.capacity(), 13);
+        let text: usize = (1..=10)
+            .filter_map(|s| item(s).payload)
+            .map(|p| p.as_str().len())
+            .sum();
+        assert!(
+            h.h.text.capacity() < text * 3 / 2 + 8,
+            "{}",
+            h.h.text.capacity()
+        );
     }
 }

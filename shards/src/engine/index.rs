@@ -59,14 +59,20 @@ impl InstanceMap {
         &mut self,
         record: Box<InstanceRecord>,
     ) -> Result<(), Box<InstanceRecord>> {
-        if self.contains_key(&record.instance.id) {
-            return Err(record);
-        }
         let hash = self.hash(&record.instance.id);
         let hasher = &self.hasher;
-        self.table
-            .insert_unique(hash, record, |r| hasher.hash_one(r.instance.id.as_str()));
-        Ok(())
+        let id = record.instance.id.as_str();
+        match (self.table).entry(
+            hash,
+            |r| r.instance.id.as_str() == id,
+            |r| hasher.hash_one(r.instance.id.as_str()),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(_) => Err(record),
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert(record);
+                Ok(())
+            }
+        }
     }
 
     pub(crate) fn remove(&mut self, id: &str) -> Option<Box<InstanceRecord>> {
