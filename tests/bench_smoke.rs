@@ -131,6 +131,46 @@ fn scale_mode_starts_a_server_per_shard_count() {
 }
 
 #[test]
+fn fill_mode_reports_bytes_per_instance_and_recovers_after_sigkill() {
+    let dir = common::temp_dir();
+    let base = dir.path().join("base.toml");
+    std::fs::write(&base, "[storage]\nsegment_bytes = 4194304\n").unwrap();
+    let runs = bench_line(&format!(
+        "--spawn --fill --fill-recover --instances 2000 --events-per-instance 2 --fsync never \
+         --connections 2 --in-flight 16 --json --server-config {} --data-parent {}",
+        base.display(),
+        dir.path().display()
+    ));
+    assert_eq!(runs.len(), 1);
+    let run = &runs[0];
+    assert_eq!(run["mode"], "fill");
+    assert_eq!(run["instances"], 2000);
+    assert_eq!(run["events_per_instance"], 2);
+    // The server grew by the instances (an RSS read, so only its sign is certain).
+    assert!(
+        run["rss_after"].as_u64() > run["rss_before"].as_u64(),
+        "{run}"
+    );
+    assert!(run["bytes_per_instance"].as_f64().unwrap() > 0.0, "{run}");
+    // Recovered after SIGKILL (the bench checks the first instance's event count itself).
+    assert!(run["recovery_s"].as_f64().unwrap() > 0.0, "{run}");
+    assert!(run["rss_recovered"].as_u64().unwrap() > 0, "{run}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+    assert_eq!(left.len(), 1, "the data dir is removed: {left:?}");
+}
+
+#[test]
+fn fill_needs_a_server_pid_to_read() {
+    let out = Command::new(BENCH)
+        .args(["--fill", "--addr", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--server-pid"), "{err}");
+}
+
+#[test]
 fn help_documents_every_option() {
     let out = Command::new(BENCH).arg("--help").output().unwrap();
     assert!(out.status.success());

@@ -21,6 +21,9 @@ Modes:
   --spawn          start smdb-server (sibling binary or --server-bin) in a temp dir, load it
   --scale N        start it with shards.count = 1, 2, .., N in turn; print the scaling curve
   --report FILES   read --json outputs and print a markdown table (median of repeated labels)
+  --fill           create --instances instances with context {\"n\":0}, --events-per-instance
+                   events each, and print the server's resident bytes per instance (VmRSS
+                   growth; --spawn or --server-pid); --fill-recover adds SIGKILL + recovery
 
 Phases: set-up (PUT_MACHINE, pre-creating --instances; not measured), --warmup seconds of load
 (not counted), --duration seconds counted, then a drain of outstanding responses (not counted).
@@ -31,6 +34,7 @@ Examples:
   smdb-bench --spawn --fsync always --workload get --pin-cpu 1 --server-cores 0 --json
   smdb-bench --scale 2 --workload apply --server-cores 1,0
   smdb-bench --spawn --workload batch --batch-size 10 -c 16 --in-flight 8
+  smdb-bench --spawn --fill --fill-recover --instances 1000000 --events-per-instance 1
   smdb-bench --report out/*.json";
 
 /// smdb-bench: closed-loop RCP1 load generator for smdb.
@@ -79,7 +83,8 @@ pub struct Options {
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub batch_size: u64,
 
-    /// Instances pre-created for get, apply and mixed (ids are random among them).
+    /// Instances pre-created for get, apply and mixed (ids are random among them); created
+    /// and measured by --fill.
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     pub instances: u64,
 

@@ -80,9 +80,7 @@ impl Engine {
 
     /// What `decide` reads about instance `id`.
     pub(crate) fn view(&self, id: &str) -> Option<InstanceView<'_>> {
-        self.instances
-            .get(id)
-            .map(|record| InstanceView::of(record))
+        self.instances.get(id).map(InstanceView::of)
     }
 
     /// Mutates state from a logged entry at WAL `offset`. Returns the response `result` when

@@ -64,7 +64,7 @@ impl Engine {
             }
         }
         for (due, _, id) in &out {
-            if let Some(record) = self.instances.get_mut(&**id) {
+            if let Some(record) = self.instances.get_mut(id) {
                 if record.timer_due_ms == 0 {
                     record.timer_due_ms = *due;
                     self.timers_armed += 1;
