@@ -17,8 +17,8 @@ static TRUE: Value = Value::Bool(true);
 static FALSE: Value = Value::Bool(false);
 
 /// The objects a guard reads.
-pub(super) struct Scope<'a> {
-    pub(super) ctx: &'a dyn Fields,
+pub(super) struct Scope<'a, C> {
+    pub(super) ctx: &'a C,
     pub(super) payload: &'a Map<String, Value>,
 }
 
@@ -35,7 +35,7 @@ pub(super) fn is_true(v: &Value) -> bool {
 }
 
 /// Evaluates `expr`. Recursion depth follows the tree's nesting, which the parser bounds.
-pub(super) fn eval<'a>(expr: &'a Expr, scope: &Scope<'a>) -> &'a Value {
+pub(super) fn eval<'a, C: Fields>(expr: &'a Expr, scope: &Scope<'a, C>) -> &'a Value {
     match expr {
         Expr::Lit(v) => v,
         Expr::Path(path) => lookup(path, scope).unwrap_or(&NULL),
@@ -59,7 +59,7 @@ pub(super) fn eval<'a>(expr: &'a Expr, scope: &Scope<'a>) -> &'a Value {
 }
 
 /// The value at `path`, or None when any step is missing or not an object.
-fn lookup<'a>(path: &Path, scope: &Scope<'a>) -> Option<&'a Value> {
+fn lookup<'a, C: Fields>(path: &Path, scope: &Scope<'a, C>) -> Option<&'a Value> {
     let (first, rest) = path.fields.split_first()?;
     let mut value = match path.root {
         Root::Ctx => scope.ctx.field(first)?,
