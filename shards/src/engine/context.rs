@@ -65,9 +65,17 @@ impl Context {
 
     /// The context as a `Map`.
     pub fn to_map(&self) -> Map<String, Value> {
-        self.iter()
-            .map(|(k, v)| (k.to_owned(), v.clone()))
-            .collect()
+        let mut map = Map::new();
+        for (k, v) in self.iter() {
+            map.insert(k.to_owned(), v.clone());
+        }
+        map
+    }
+
+    /// The context as a JSON object value (what `json!` would make of it, by cloning the
+    /// members instead of running them through serde's value serializer).
+    pub fn to_json(&self) -> Value {
+        Value::Object(self.to_map())
     }
 }
 

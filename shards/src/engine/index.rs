@@ -50,15 +50,12 @@ impl InstanceMap {
             .map(|r| &mut **r)
     }
 
-    pub(crate) fn contains_key(&self, id: &str) -> bool {
-        self.get(id).is_some()
-    }
-
-    /// Inserts `record` under its id; gives it back when the id is already present.
+    /// Inserts `record` under its id (one probe) and returns it in place; gives it back when
+    /// the id is already present.
     pub(crate) fn insert(
         &mut self,
         record: Box<InstanceRecord>,
-    ) -> Result<(), Box<InstanceRecord>> {
+    ) -> Result<&mut InstanceRecord, Box<InstanceRecord>> {
         let hash = self.hash(&record.instance.id);
         let hasher = &self.hasher;
         let id = record.instance.id.as_str();
@@ -68,10 +65,7 @@ impl InstanceMap {
             |r| hasher.hash_one(r.instance.id.as_str()),
         ) {
             hashbrown::hash_table::Entry::Occupied(_) => Err(record),
-            hashbrown::hash_table::Entry::Vacant(slot) => {
-                slot.insert(record);
-                Ok(())
-            }
+            hashbrown::hash_table::Entry::Vacant(slot) => Ok(&mut **slot.insert(record).into_mut()),
         }
     }
 

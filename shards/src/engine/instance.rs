@@ -49,7 +49,7 @@ impl Instance {
             "machine": self.machine,
             "version": self.version,
             "state": self.state,
-            "context": self.context,
+            "context": self.context.to_json(),
             "created_at": format_ms(self.created_at_ms),
             "updated_at": format_ms(self.updated_at_ms),
             "event_count": self.event_count,
@@ -121,7 +121,7 @@ impl Instance {
             "instance_id": self.id,
             "from_state": from,
             "to_state": self.state,
-            "context": self.context,
+            "context": self.context.to_json(),
             "wal_offset": wal_offset,
             "applied": true,
         })
@@ -134,7 +134,7 @@ impl Instance {
             "machine": self.machine,
             "version": self.version,
             "state": self.state,
-            "context": self.context,
+            "context": self.context.to_json(),
             "wal_offset": self.wal_offset,
             "applied": true,
         })

@@ -11,7 +11,7 @@ use super::rejections::{check_idempotency_key, instance_not_found, machine_not_f
 use super::rejections::{misrouted, replayed};
 use crate::engine::definition::Resolution;
 use crate::engine::history::NewItem;
-use crate::engine::index::InstanceMap;
+use crate::engine::index::{prefetch, InstanceMap};
 use crate::engine::instance::{InstanceRecord, InstanceView};
 use crate::engine::{Command, Decision, Engine, EventRef, Instance, JsonText};
 use crate::{ErrorCode, Rejection};
@@ -248,6 +248,11 @@ impl Engine {
             ev.event,
             offset,
         )?;
+        // The history is one pointer beyond the record (allocated at the first event): start
+        // loading it now, so its miss overlaps the interning and counting below.
+        if let Some(history) = &record.history {
+            prefetch(&**history);
+        }
         let names = &mut self.names;
         let to = names.intern(ev.to);
         let from = record.instance.state.clone();

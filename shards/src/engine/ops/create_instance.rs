@@ -89,13 +89,6 @@ impl Engine {
         else {
             return None; // `Engine::apply` routes only Create entries here.
         };
-        if self.instances.contains_key(id.as_str()) {
-            log::warn!("skipping create of existing instance `{id}` at offset {offset}");
-            return None;
-        }
-        if self.catalog.get(&machine, version).is_none() {
-            log::warn!("instance `{id}` created for unknown machine `{machine}` v{version}");
-        }
         let instance = Instance {
             id: id.as_str().into(),
             machine: self.names.intern(&machine),
@@ -107,8 +100,16 @@ impl Engine {
             event_count: 0,
             wal_offset: offset,
         };
-        self.stats.count_create(&instance.machine, &instance.state);
-        let mut record = InstanceRecord::new(instance);
+        // One probe: the insert itself finds an existing id.
+        let Ok(record) = (self.instances).insert(Box::new(InstanceRecord::new(instance))) else {
+            log::warn!("skipping create of existing instance `{id}` at offset {offset}");
+            return None;
+        };
+        if self.catalog.get(&machine, version).is_none() {
+            log::warn!("instance `{id}` created for unknown machine `{machine}` v{version}");
+        }
+        self.stats
+            .count_create(&record.instance.machine, &record.instance.state);
         let result =
             (want_result || idempotency_key.is_some()).then(|| record.instance.create_result());
         if let (Some(key), Some(result)) = (idempotency_key, &result) {
@@ -118,8 +119,6 @@ impl Engine {
                 ..Keys::default()
             }));
         }
-        // Cannot collide: checked above.
-        let _ = self.instances.insert(Box::new(record));
         result
     }
 }
