@@ -267,9 +267,12 @@ fn apply_entries_written_before_machine_and_version_still_decode() {
 
 /// `apply_into` writes exactly the bytes of `apply`'s result serialised: for events with and
 /// without an idempotency key, a context with nested, escaped and non-ASCII members, and for
-/// entries that are not events (create).
+/// entries that are not events (create). The bytes come from the compact `Context`, the
+/// `Value` from its members copied into a `Map`: members added before and after the existing
+/// one (the slice's sorted inserts), names and ids past `SmallStr`'s inline 22 bytes.
 #[test]
 fn apply_into_writes_the_bytes_of_the_applied_result() {
+    let long_id = "an-order-id-longer-than-22-bytes";
     let commands = [
         create("o1", 10),
         event(
@@ -280,6 +283,14 @@ fn apply_into_writes_the_bytes_of_the_applied_result() {
         create("o2", 1),
         keyed_event("o2", "pay", Some(json!({"amount": 2})), "k1"),
         event("o1", "ship", None),
+        create(long_id, 3),
+        event(
+            long_id,
+            "pay",
+            Some(
+                json!({"a_member_name_longer_than_22_bytes": "x", "amount": 5, "zz": {"b": 1, "a": 2}}),
+            ),
+        ),
     ];
     let mut by_value = Shard::with_order();
     let mut by_bytes = Shard::with_order();
