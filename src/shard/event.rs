@@ -7,7 +7,7 @@ use shards::engine::{Command, Record};
 use shards::Rejection;
 
 use super::message::ReplyBody;
-use super::runtime::{internal, Outcome, Shard, RESULT_BYTES_HINT};
+use super::runtime::{internal, Outcome, Shard};
 use crate::util::time::now_ms;
 
 /// Bytes. A record buffer that grew past this (a large payload) is freed after its event
@@ -44,18 +44,20 @@ impl Shard {
             return Err(internal("a decided APPLY_EVENT record does not decode"));
         };
         let offset = self.log.append(record)?;
-        let mut result = Vec::with_capacity(RESULT_BYTES_HINT);
-        {
+        let result = {
             let mut engine = self.engine.borrow_mut();
-            if !engine.apply_event_ref_into(ev, offset, &mut result) {
-                result.clear();
-                result.extend_from_slice(b"null");
-            }
+            let result = self.result_bytes(|out| {
+                if !engine.apply_event_ref_into(ev, offset, out) {
+                    out.clear();
+                    out.extend_from_slice(b"null");
+                }
+            });
             if ev.from != ev.to {
                 self.timers
                     .arm_after(&mut engine, &[ev.instance_id], offset);
             }
-        }
+            result
+        };
         if self.subs.count() > 0 {
             let entry = ev.to_entry();
             self.subs
