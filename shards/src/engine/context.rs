@@ -176,13 +176,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    fn map(v: Value) -> Map<String, Value> {
-        match v {
-            Value::Object(m) => m,
-            _ => panic!("not an object"),
-        }
-    }
+    use crate::engine::tests::obj as map;
 
     #[test]
     fn behaves_and_serializes_as_the_map_it_came_from() {

@@ -194,7 +194,8 @@ mod tests {
         assert_eq!(map.get("short"), Some(&1));
         assert_eq!(map.get("a-much-longer-instance-identifier"), Some(&2));
         assert_eq!(map.get("shor"), None);
-        assert!(SmallStr::from("a") < SmallStr::from("b"));
+        let (a, b) = (SmallStr::from("a"), SmallStr::from("b"));
+        assert!(a < b);
         assert_eq!(size_of::<SmallStr>(), 24);
     }
 }
