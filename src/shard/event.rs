@@ -46,12 +46,7 @@ impl Shard {
         let offset = self.log.append(record)?;
         let result = {
             let mut engine = self.engine.borrow_mut();
-            let result = self.result_bytes(|out| {
-                if !engine.apply_event_ref_into(ev, offset, out) {
-                    out.clear();
-                    out.extend_from_slice(b"null");
-                }
-            });
+            let result = self.result_bytes(|out| engine.apply_event_into(ev, offset, out));
             if ev.from != ev.to {
                 self.timers
                     .arm_after(&mut engine, &[ev.instance_id], offset);

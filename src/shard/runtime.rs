@@ -409,12 +409,7 @@ impl Shard {
             Ok(Decision::Write(entry)) => {
                 // The result is written straight from the engine's record (no Value).
                 let written = self.log_and_apply_with(entry, |engine, entry, offset| {
-                    self.result_bytes(|out| {
-                        if !engine.apply_into(entry, offset, out) {
-                            out.clear();
-                            out.extend_from_slice(b"null");
-                        }
-                    })
+                    self.result_bytes(|out| engine.apply_into(entry, offset, out))
                 });
                 match written {
                     Ok((bytes, offset)) => (Ok(ReplyBody::Json(bytes)), offset),
@@ -458,11 +453,15 @@ impl Shard {
     /// allocation of exactly its size: the reply is freed on the front's thread, and a
     /// fixed-size buffer per reply left holes between the instance records the shard keeps
     /// allocating (measured: 1M instances with one event each, 472 B resident per instance
-    /// with a 256-byte buffer per reply, see benches/RESULTS.md).
-    pub(super) fn result_bytes(&self, write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    /// with a 256-byte buffer per reply, see benches/RESULTS.md). `write` returns false when
+    /// the engine skipped the entry; the result is then `null`.
+    pub(super) fn result_bytes(&self, write: impl FnOnce(&mut Vec<u8>) -> bool) -> Vec<u8> {
         let mut scratch = self.result_buf.take();
         scratch.clear();
-        write(&mut scratch);
+        if !write(&mut scratch) {
+            scratch.clear();
+            scratch.extend_from_slice(b"null");
+        }
         let result = scratch.to_vec();
         if scratch.capacity() <= RESULT_BUF_KEEP_BYTES {
             self.result_buf.replace(scratch);
@@ -578,10 +577,8 @@ impl Shard {
         };
         let engine = self.engine.borrow();
         let mut out = Vec::with_capacity(RESULT_BYTES_HINT);
-        match engine.instance(&id) {
-            Some(i) if engine.write_instance_json(&id, &mut out) => {
-                (Ok(ReplyBody::Json(out)), i.wal_offset)
-            }
+        match engine.write_instance_json(&id, &mut out) {
+            Some(wal_offset) => (Ok(ReplyBody::Json(out)), wal_offset),
             // "Not found" may stem from a delete that is not durable yet: wait for the head.
             _ => (Err(not_found(&id)), self.log.head()),
         }

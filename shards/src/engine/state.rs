@@ -12,7 +12,7 @@ use super::index::InstanceMap;
 use super::instance::InstanceView;
 use super::names::{Interner, Name};
 use super::ops::rejections;
-use super::{Command, Entry, EventRef, Instance, Record};
+use super::{Command, Entry, Instance, Record};
 use crate::Rejection;
 
 /// What `decide` concluded.
@@ -121,17 +121,6 @@ impl Engine {
         }
     }
 
-    /// `apply_into` for a borrowed event (the live path decodes its own record: see
-    /// `decide_event_record`). False when the event was skipped.
-    pub fn apply_event_ref_into(
-        &mut self,
-        ev: EventRef<'_>,
-        offset: u64,
-        out: &mut Vec<u8>,
-    ) -> bool {
-        self.apply_event_into(ev, offset, out)
-    }
-
     /// `apply` for a decoded log record; a borrowed event is applied without copying it.
     pub fn apply_record(
         &mut self,
@@ -161,14 +150,13 @@ impl Engine {
         Some(json)
     }
 
-    /// `instance_json` written to `out` (no `Value` built); false for an unknown id.
-    pub fn write_instance_json(&self, id: &str, out: &mut Vec<u8>) -> bool {
-        let Some(record) = self.instances.get(id) else {
-            return false;
-        };
+    /// `instance_json` written to `out` (no `Value` built); returns the instance's `wal_offset`
+    /// (the log position of the state it shows), None for an unknown id.
+    pub fn write_instance_json(&self, id: &str, out: &mut Vec<u8>) -> Option<u64> {
+        let record = self.instances.get(id)?;
         let timer = self.timer_json(record);
         record.instance.write_json(timer.as_ref(), out);
-        true
+        Some(record.instance.wal_offset)
     }
 
     /// The GET_HISTORY result: events with seq >= `from` (1-based; 0 acts as 1), at most

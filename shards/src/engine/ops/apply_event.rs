@@ -211,13 +211,9 @@ impl Engine {
 
     /// `apply_event` writing the result's JSON to `out` instead of returning a `Value` (the
     /// same bytes, without building the result map or cloning the context into it). False
-    /// when the entry was skipped, as `apply_event` returns None.
-    pub(crate) fn apply_event_into(
-        &mut self,
-        ev: EventRef<'_>,
-        offset: u64,
-        out: &mut Vec<u8>,
-    ) -> bool {
+    /// when the entry was skipped, as `apply_event` returns None. The live APPLY path calls it
+    /// with the event decoded from its own record (`decide_event_record`).
+    pub fn apply_event_into(&mut self, ev: EventRef<'_>, offset: u64, out: &mut Vec<u8>) -> bool {
         let Some((record, from)) = self.advance_event(&ev, offset) else {
             return false;
         };

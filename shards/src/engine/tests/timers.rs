@@ -199,7 +199,7 @@ fn recovery_arms_the_same_timers_from_snapshot_or_replay() {
 }
 
 /// `write_instance_json` writes exactly the bytes of `instance_json` serialised, with and
-/// without an armed timer, and nothing for an unknown id.
+/// without an armed timer, and returns the instance's offset; None for an unknown id.
 #[test]
 fn write_instance_json_matches_instance_json() {
     let mut s = shard();
@@ -209,12 +209,16 @@ fn write_instance_json_matches_instance_json() {
     for id in ["p", "q"] {
         let want = serde_json::to_vec(&s.engine.instance_json(id).unwrap()).unwrap();
         let mut got = Vec::new();
-        assert!(s.engine.write_instance_json(id, &mut got));
+        let wal_offset = s.engine.instance(id).unwrap().wal_offset;
+        assert_eq!(s.engine.write_instance_json(id, &mut got), Some(wal_offset));
         assert_eq!(
             String::from_utf8(got).unwrap(),
             String::from_utf8(want).unwrap()
         );
     }
     assert!(s.engine.instance_json("p").unwrap().get("timer").is_some());
-    assert!(!s.engine.write_instance_json("nobody", &mut Vec::new()));
+    assert_eq!(
+        s.engine.write_instance_json("nobody", &mut Vec::new()),
+        None
+    );
 }
