@@ -184,15 +184,11 @@ fn check_recovered(opts: &Options, addr: &str, id: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Resident bytes of process `pid` (VmRSS of /proc/<pid>/status).
+/// Resident bytes of process `pid` (its VmRSS), read as the server's own metric reads it.
 pub fn vm_rss(pid: u32) -> Result<u64, String> {
-    let path = format!("/proc/{pid}/status");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .ok_or_else(|| format!("{path}: no VmRSS"))
+    crate::metrics::scrape::resident_bytes_of(&pid.to_string()).ok_or_else(|| {
+        format!("cannot read the resident size of process {pid} (/proc/{pid}/statm)")
+    })
 }
 
 #[cfg(test)]

@@ -173,9 +173,15 @@ fn sum(subs: &[Arc<SubsStats>], field: fn(&SubsStats) -> &AtomicU64) -> u64 {
     subs.iter().map(|s| field(s).load(Relaxed)).sum()
 }
 
-/// Resident set size of this process: field 2 of /proc/self/statm (pages) x page size.
+/// Resident set size of this process.
 pub fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    resident_bytes_of("self")
+}
+
+/// Resident set size of process `pid` (`"self"` or a number): field 2 of /proc/<pid>/statm
+/// (pages) x page size, the figure /proc/<pid>/status calls VmRSS.
+pub fn resident_bytes_of(pid: &str) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     // SAFETY: sysconf has no preconditions; it returns -1 on error, rejected below.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
