@@ -12,7 +12,7 @@ use crate::util::time::now_ms;
 
 /// Bytes. A record buffer that grew past this (a large payload) is freed after its event
 /// instead of being kept for the next one.
-const RECORD_BUF_KEEP_BYTES: usize = 64 << 10;
+pub(super) const RECORD_BUF_KEEP_BYTES: usize = 64 << 10;
 
 impl Shard {
     /// decide → log → apply for one APPLY_EVENT command.

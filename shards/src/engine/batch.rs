@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::instance::{CreatedWithKey, Instance, InstanceView};
 use super::json_text::JsonText;
-use super::{Command, Decision, Engine, Entry};
+use super::{BatchRecord, Command, Decision, Engine, Entry};
 use crate::{ErrorCode, Rejection};
 
 /// One op of an atomic batch, as the engine sees it.
@@ -25,13 +25,13 @@ pub enum BatchOp {
     Get { id: String },
 }
 
-/// What one op of a decided batch does.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Step {
-    /// This entry goes into the batch's log record; the op's result is what applying it gives.
-    Write(Entry),
-    /// No log write: the complete result (an idempotent replay, or a GET_INSTANCE).
-    Answer(Value),
+/// A decided atomic batch: the record to log and, per op in order, its answer where it needs
+/// no write (an idempotent replay, or a GET_INSTANCE); `None` where the op's entry is in the
+/// record and its result is what applying that entry gives.
+#[derive(Debug)]
+pub struct DecidedBatch {
+    pub record: BatchRecord,
+    pub answers: Vec<Option<Value>>,
 }
 
 /// Why an atomic batch was refused: the first failing op and its own error.
@@ -166,12 +166,14 @@ impl Engine {
     /// Decides every op of an atomic batch in order, each seeing the effects of the ones
     /// before it, without changing the engine. `offset` is the log offset the batch record
     /// will get (results of later ops name it). The first op that fails aborts the batch.
+    /// Each write goes straight into the batch record; an APPLY_EVENT on an instance no later
+    /// op names is encoded from its borrowed decision, as a lone APPLY_EVENT is.
     pub fn decide_batch(
         &self,
         ops: &[BatchOp],
         now_ms: u64,
         offset: u64,
-    ) -> Result<Vec<Step>, BatchAbort> {
+    ) -> Result<DecidedBatch, BatchAbort> {
         let mut overlay = Overlay {
             engine: self,
             touched: HashMap::new(),
@@ -182,9 +184,13 @@ impl Engine {
         for op in ops {
             *seen.entry(op_id(op)).or_default() += 1;
         }
-        let mut steps = Vec::with_capacity(ops.len());
+        let mut decided = DecidedBatch {
+            record: BatchRecord::new(),
+            answers: Vec::with_capacity(ops.len()),
+        };
         for (index, op) in ops.iter().enumerate() {
             let abort = |error| BatchAbort { index, error };
+            let again = seen.get(op_id(op)).is_some_and(|n| *n > 1);
             let decision = match op {
                 BatchOp::Get { id } => match overlay.view(id) {
                     Some(view) => Ok(Decision::Answer(view.instance.to_json())),
@@ -193,6 +199,18 @@ impl Engine {
                 BatchOp::Write(cmd) => match cmd {
                     Command::CreateInstance { id, .. } => {
                         self.decide_create(overlay.view(id), cmd, now_ms)
+                    }
+                    Command::ApplyEvent { instance_id, .. } if !again => {
+                        let record = &mut decided.record;
+                        let view = overlay.view(instance_id);
+                        match self.decide_event(view, cmd, now_ms, |ev| record.push_event(&ev)) {
+                            Ok(Ok(())) => {
+                                decided.answers.push(None);
+                                continue;
+                            }
+                            Ok(Err(answer)) => Ok(Decision::Answer(answer)),
+                            Err(rej) => Err(rej),
+                        }
                     }
                     Command::ApplyEvent { instance_id, .. } => {
                         self.decide_apply_event(overlay.view(instance_id), cmd, now_ms)
@@ -207,16 +225,17 @@ impl Engine {
                 },
             };
             match decision.map_err(abort)? {
-                Decision::Answer(v) => steps.push(Step::Answer(v)),
+                Decision::Answer(v) => decided.answers.push(Some(v)),
                 Decision::Write(entry) => {
-                    if seen.get(op_id(op)).is_some_and(|n| *n > 1) {
+                    if again {
                         overlay.apply(&entry, offset);
                     }
-                    steps.push(Step::Write(entry));
+                    decided.record.push_entry(&entry);
+                    decided.answers.push(None);
                 }
             }
         }
-        Ok(steps)
+        Ok(decided)
     }
 
     /// Applies a batch's entries in order at one `offset`; returns their results as an array

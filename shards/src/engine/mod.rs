@@ -13,9 +13,9 @@ mod batch;
 mod command;
 mod entry;
 
-pub use batch::{BatchAbort, BatchOp, Step};
+pub use batch::{BatchAbort, BatchOp, DecidedBatch};
 pub use command::Command;
-pub use entry::{DecodeError, Entry, EventRef, Record};
+pub use entry::{batch_records, BatchRecord, DecodeError, Entry, EventRef, Record};
 
 mod catalog;
 mod context;

@@ -23,13 +23,13 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use super::{Entry, EventRef};
+use super::{BatchRecord, Entry, EventRef};
 
 const KIND_MACHINE: u8 = 1;
-const KIND_CREATE: u8 = 2;
-const KIND_APPLY: u8 = 3;
-const KIND_DELETE: u8 = 4;
-const KIND_BATCH: u8 = 5;
+pub(super) const KIND_CREATE: u8 = 2;
+pub(super) const KIND_APPLY: u8 = 3;
+pub(super) const KIND_DELETE: u8 = 4;
+pub(super) const KIND_BATCH: u8 = 5;
 const KIND_EPOCH: u8 = 6;
 /// APPLY flags bit: the event was applied by a timer.
 const APPLY_FLAG_TIMER: u64 = 1;
@@ -160,15 +160,11 @@ impl Entry {
                 put_str(out, id);
             }
             Entry::Batch { entries } => {
-                out.push(KIND_BATCH);
-                put_uint(out, entries.len() as u64);
-                let mut inner = Vec::with_capacity(128);
+                let mut batch = BatchRecord::new();
                 for entry in entries {
-                    inner.clear();
-                    entry.encode(&mut inner);
-                    put_uint(out, inner.len() as u64);
-                    out.extend_from_slice(&inner);
+                    batch.push_entry(entry);
                 }
+                batch.finish_into(out);
             }
             Entry::Epoch { epoch } => {
                 out.push(KIND_EPOCH);
@@ -215,7 +211,7 @@ impl Entry {
     }
 }
 
-fn put_uint(out: &mut Vec<u8>, mut v: u64) {
+pub(super) fn put_uint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -245,13 +241,25 @@ fn put_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     out.extend_from_slice(&text);
 }
 
-struct Reader<'a> {
+pub(super) struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn error(&self, what: impl Into<String>) -> DecodeError {
+    pub(super) fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes, pos: 0 }
+    }
+
+    pub(super) fn pos(&self) -> usize {
+        self.pos
+    }
+
+    pub(super) fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    pub(super) fn error(&self, what: impl Into<String>) -> DecodeError {
         DecodeError {
             at: self.pos,
             what: what.into(),
@@ -354,20 +362,20 @@ impl<'a> Reader<'a> {
     }
 
     /// Fails when bytes remain after the entry.
-    fn end(&self) -> Result<(), DecodeError> {
+    pub(super) fn end(&self) -> Result<(), DecodeError> {
         match self.bytes.len() - self.pos {
             0 => Ok(()),
             n => Err(self.error(format!("{n} bytes after the entry"))),
         }
     }
 
-    fn byte(&mut self) -> Result<u8, DecodeError> {
+    pub(super) fn byte(&mut self) -> Result<u8, DecodeError> {
         let b = *(self.bytes.get(self.pos)).ok_or_else(|| self.error("entry ends early"))?;
         self.pos += 1;
         Ok(b)
     }
 
-    fn uint(&mut self) -> Result<u64, DecodeError> {
+    pub(super) fn uint(&mut self) -> Result<u64, DecodeError> {
         // Most integers here (lengths, presence, versions) fit one byte.
         if let Some(&b) = self.bytes.get(self.pos).filter(|b| **b < 0x80) {
             self.pos += 1;
@@ -393,7 +401,7 @@ impl<'a> Reader<'a> {
         u32::try_from(v).map_err(|_| self.error(format!("{v} does not fit 32 bits")))
     }
 
-    fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+    pub(super) fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let len = self.uint()?;
         let rest = self.bytes.len() - self.pos;
         let len = usize::try_from(len)

@@ -4,7 +4,10 @@
 //! format 1, which older logs hold and snapshots still use for definitions: it is part of the
 //! on-disk format too, so add fields only as `Option` with `#[serde(default)]`, never rename.
 
+mod batch_record;
 mod codec;
+
+pub use batch_record::{batch_records, BatchRecord};
 
 pub(crate) use codec::record_instance_id;
 pub use codec::{DecodeError, Record};

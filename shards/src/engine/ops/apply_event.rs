@@ -108,7 +108,7 @@ impl Engine {
 
     /// The checks of APPLY_EVENT in order; the entry to log goes to `write`, borrowed. The
     /// inner `Err` is an answer without a write (the first answer under an idempotency key).
-    fn decide_event<R>(
+    pub(crate) fn decide_event<R>(
         &self,
         current: Option<InstanceView<'_>>,
         cmd: &Command,

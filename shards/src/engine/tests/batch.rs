@@ -6,8 +6,40 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::{create_keyed, delete, event, keyed_event, Shard};
-use crate::engine::{BatchOp, Decision, Engine, Entry, Replay, Step};
+use crate::engine::{BatchOp, DecidedBatch, Decision, Engine, Entry, Replay};
 use crate::Rejection;
+
+/// One op of a decided batch, read back from the batch's record.
+#[derive(Debug)]
+enum Step {
+    Write(Entry),
+    Answer(Value),
+}
+
+/// The decided batch op by op: each answer, or the entry its record holds for the op. Also
+/// checks the record is byte for byte the encoding of those entries as one `Entry::Batch`.
+fn steps(decided: DecidedBatch) -> Vec<Step> {
+    let bytes = decided.record.finish();
+    let Ok(Entry::Batch { entries }) = Entry::decode(&bytes) else {
+        panic!("not a batch record: {bytes:?}");
+    };
+    assert_eq!(
+        Entry::Batch {
+            entries: entries.clone()
+        }
+        .to_bytes(),
+        bytes
+    );
+    let mut entries = entries.into_iter();
+    let steps: Vec<Step> = (decided.answers.into_iter())
+        .map(|a| match a {
+            Some(v) => Step::Answer(v),
+            None => Step::Write(entries.next().expect("an entry per write")),
+        })
+        .collect();
+    assert!(entries.next().is_none(), "entries beyond the writes");
+    steps
+}
 
 const IDS: [&str; 3] = ["{t}:a", "{t}:b", "{t}:c"];
 const EVENTS: [&str; 5] = ["pay", "ship", "deliver", "note", "cancel"];
@@ -110,7 +142,8 @@ proptest! {
                 prop_assert_eq!(abort.index, index);
                 prop_assert_eq!(abort.error, rej);
             }
-            (Ok(results), Ok(steps)) => {
+            (Ok(results), Ok(decided)) => {
+                let steps = steps(decided);
                 let mut engine = shard.engine.clone();
                 let mut answers = Vec::new();
                 let mut entries = Vec::new();
@@ -163,7 +196,7 @@ fn later_ops_see_earlier_ones_and_keys_repeat_inside_a_batch() {
         BatchOp::Write(create_keyed("{t}:n", 3, Some("c"))),
         BatchOp::Get { id: "{t}:n".into() },
     ];
-    let steps = shard.engine.decide_batch(&ops, 7, 42).unwrap();
+    let steps = steps(shard.engine.decide_batch(&ops, 7, 42).unwrap());
     assert!(matches!(steps[0], Step::Write(Entry::Create { .. })));
     assert!(matches!(steps[1], Step::Write(Entry::Apply { .. })));
     let Step::Answer(replay) = &steps[2] else {
@@ -199,6 +232,6 @@ fn a_delete_then_a_use_fails_at_the_use() {
         BatchOp::Write(delete("{t}:a")),
         BatchOp::Write(create_keyed("{t}:a", 1, Some("k1"))),
     ];
-    let steps = shard.engine.decide_batch(&ops, 7, 42).unwrap();
+    let steps = steps(shard.engine.decide_batch(&ops, 7, 42).unwrap());
     assert!(matches!(steps[1], Step::Write(Entry::Create { .. })));
 }
