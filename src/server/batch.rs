@@ -17,7 +17,7 @@ use shards::{ErrorCode, Rejection};
 
 use super::front::Front;
 use super::router::{Reply, ReplySlot};
-use crate::ops::batch::{aborted, error_object, BatchItem, BatchMode, BatchRequest};
+use crate::ops::batch::{aborted, error_object, BatchMode, BatchOps, BatchRequest};
 use crate::ops::params::route_key;
 use crate::protocol::Op;
 use crate::shard::{ReplyBody, ShardCall};
@@ -44,13 +44,14 @@ pub async fn start(front: &Rc<Front>, batch: BatchRequest) -> Result<ReplySlot, 
         }
         BatchMode::BestEffort => {
             let mut replies = Vec::with_capacity(batch.ops.len());
-            for item in batch.ops {
-                replies.push(match route_key(item.params.as_deref()) {
+            for item in batch.ops.iter() {
+                let params = batch.ops.params(item);
+                replies.push(match route_key(params) {
                     Ok(id) => {
                         let shard = shard_for(&id, front.router.shard_count());
                         let call = ShardCall::Op {
                             op: item.op,
-                            params: item.params,
+                            params: params.map(<[u8]>::to_vec),
                         };
                         Ok(front.router.start(shard, call).await)
                     }
@@ -80,11 +81,11 @@ pub async fn start(front: &Rc<Front>, batch: BatchRequest) -> Result<ReplySlot, 
 
 /// The shard every op of an atomic batch routes to. An op without an id aborts the batch
 /// (with the error it would get alone); ids on different shards are `CROSS_SHARD`.
-fn atomic_shard(front: &Front, ops: &[BatchItem]) -> Result<u32, Rejection> {
+fn atomic_shard(front: &Front, ops: &BatchOps) -> Result<u32, Rejection> {
     let count = front.router.shard_count();
     let mut ids: Vec<(String, u32)> = Vec::new();
     for (index, item) in ops.iter().enumerate() {
-        let id = route_key(item.params.as_deref()).map_err(|e| aborted(index, &e))?;
+        let id = route_key(ops.params(item)).map_err(|e| aborted(index, &e))?;
         if !ids.iter().any(|(seen, _)| *seen == id) {
             let shard = shard_for(&id, count);
             ids.push((id, shard));

@@ -13,17 +13,17 @@ use shards::{ErrorCode, Rejection};
 use super::event::RECORD_BUF_KEEP_BYTES;
 use super::message::ReplyBody;
 use super::runtime::{Outcome, Shard};
-use crate::ops::batch::{aborted, engine_op, BatchItem};
+use crate::ops::batch::{aborted, engine_op, BatchOps};
 use crate::util::time::now_ms;
 
-/// Reply bytes reserved per op (a typical APPLY result is ~150-250 bytes).
-const REPLY_BYTES_PER_OP: usize = 192;
+/// Reply bytes reserved per op (a typical APPLY result with its context is ~200-300 bytes).
+const REPLY_BYTES_PER_OP: usize = 320;
 
 impl Shard {
-    pub(super) fn execute_batch(&self, items: &[BatchItem]) -> Outcome {
-        let mut ops = Vec::with_capacity(items.len());
-        for (index, item) in items.iter().enumerate() {
-            match engine_op(item) {
+    pub(super) fn execute_batch(&self, batch: &BatchOps) -> Outcome {
+        let mut ops = Vec::with_capacity(batch.len());
+        for (index, item) in batch.iter().enumerate() {
+            match engine_op(batch, item) {
                 Ok(op) => ops.push(op),
                 Err(error) => return (Err(aborted(index, &error)), 0),
             }

@@ -7,7 +7,7 @@ use shards::Rejection;
 
 use super::subs::{Filter, PushMsg};
 use crate::metrics::ShardStats;
-use crate::ops::batch::BatchItem;
+use crate::ops::batch::BatchOps;
 use crate::protocol::Op;
 
 /// A request to one shard. `token` names the caller's reply slot on the sending executor.
@@ -20,7 +20,7 @@ pub enum ShardCall {
     /// A client op the shard executes from raw params (it parses them: the front stays light).
     Op { op: Op, params: Option<Vec<u8>> },
     /// An atomic BATCH whose ops all route to this shard (`shard::batch`).
-    Batch(Vec<BatchItem>),
+    Batch(BatchOps),
     /// Store machine definitions decided on shard 0 (idempotent).
     InstallMachines(Vec<Entry>),
     /// All machine definitions this shard holds, as log entries.

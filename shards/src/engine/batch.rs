@@ -180,17 +180,14 @@ impl Engine {
         };
         // Only an instance that a later op reads again needs a scratch copy: the common batch
         // (each op on its own instance) decides straight against the engine.
-        let mut seen: HashMap<&str, usize> = HashMap::with_capacity(ops.len());
-        for op in ops {
-            *seen.entry(op_id(op)).or_default() += 1;
-        }
+        let repeated = repeated_ids(ops);
         let mut decided = DecidedBatch {
             record: BatchRecord::new(),
             answers: Vec::with_capacity(ops.len()),
         };
         for (index, op) in ops.iter().enumerate() {
             let abort = |error| BatchAbort { index, error };
-            let again = seen.get(op_id(op)).is_some_and(|n| *n > 1);
+            let again = repeated[index];
             let decision = match op {
                 BatchOp::Get { id } => match overlay.view(id) {
                     Some(view) => Ok(Decision::Answer(view.instance.to_json())),
@@ -265,6 +262,25 @@ impl Engine {
     }
 }
 
+/// Ops up to this many find their repeated ids by comparing every pair (cheaper than hashing
+/// for the usual small batch); larger batches count ids in a map.
+const PAIRWISE_OPS_MAX: usize = 32;
+
+/// For each op, whether another op of the batch names the same instance.
+fn repeated_ids(ops: &[BatchOp]) -> Vec<bool> {
+    let ids: Vec<&str> = ops.iter().map(op_id).collect();
+    if ids.len() <= PAIRWISE_OPS_MAX {
+        return (ids.iter())
+            .map(|id| ids.iter().filter(|other| *other == id).count() > 1)
+            .collect();
+    }
+    let mut counts: HashMap<&str, usize> = HashMap::with_capacity(ids.len());
+    for id in &ids {
+        *counts.entry(id).or_default() += 1;
+    }
+    ids.iter().map(|id| counts.get(id).is_some_and(|n| *n > 1)).collect()
+}
+
 /// The instance an op names.
 fn op_id(op: &BatchOp) -> &str {
     match op {
@@ -285,4 +301,30 @@ fn get_not_found(id: &str) -> Rejection {
         format!("no instance with id {id:?}"),
     )
     .with("id", id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(id: &str) -> BatchOp {
+        BatchOp::Get { id: id.into() }
+    }
+
+    #[test]
+    fn repeated_ids_agree_pairwise_and_counted() {
+        for n in [1, 2, 10, PAIRWISE_OPS_MAX, PAIRWISE_OPS_MAX + 1, 100] {
+            // Ids i % 7 for the first half, unique ones after: both kinds at every size.
+            let ops: Vec<BatchOp> = (0..n)
+                .map(|i| match i < n / 2 {
+                    true => get(&format!("{{t}}:{}", i % 7)),
+                    false => get(&format!("{{t}}:u{i}")),
+                })
+                .collect();
+            let naive: Vec<bool> = (ops.iter())
+                .map(|a| ops.iter().filter(|b| op_id(a) == op_id(b)).count() > 1)
+                .collect();
+            assert_eq!(repeated_ids(&ops), naive, "n = {n}");
+        }
+    }
 }
