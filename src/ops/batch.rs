@@ -100,8 +100,8 @@ pub fn batchable(op: Op) -> bool {
 /// `BATCH_OPS_MAX`, or an op that cannot be batched (details name its `index` and `op`).
 pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
     let raw = raw.unwrap_or(b"{}");
-    let p: BatchParams<'_> = serde_json::from_slice(raw)
-        .map_err(|e| bad(format!("invalid params: {e}")))?;
+    let p: BatchParams<'_> =
+        serde_json::from_slice(raw).map_err(|e| bad(format!("invalid params: {e}")))?;
     let mode = match p.mode.as_str() {
         "atomic" => BatchMode::Atomic,
         "best_effort" => BatchMode::BestEffort,

@@ -333,6 +333,7 @@ fn wal_config(config: &Config, dir: std::path::PathBuf, shard: u32) -> WalConfig
         segment_bytes: st.segment_bytes,
         fsync,
         retain_bytes: st.retain_bytes,
+        sync_writes: true,
     }
 }
 

@@ -278,7 +278,9 @@ fn repeated_ids(ops: &[BatchOp]) -> Vec<bool> {
     for id in &ids {
         *counts.entry(id).or_default() += 1;
     }
-    ids.iter().map(|id| counts.get(id).is_some_and(|n| *n > 1)).collect()
+    ids.iter()
+        .map(|id| counts.get(id).is_some_and(|n| *n > 1))
+        .collect()
 }
 
 /// The instance an op names.

@@ -1,7 +1,8 @@
 //! The committer task: the one writer of a shard's log.
 //!
 //! Loop: take everything appended so far (swap buffers), write it with as few block-aligned
-//! writes as possible, issue ONE fdatasync (policy `Always`), then publish the new durable
+//! writes as possible, make them durable (policy `Always`: ONE fdatasync, or none when the
+//! segment is open O_DSYNC, see `WalConfig::sync_writes`), then publish the new durable
 //! offset and wake its waiters. While a batch is being written and synced, appends accumulate
 //! for the next one. The first I/O error poisons the log and ends the task; nothing is retried.
 
@@ -132,6 +133,14 @@ impl Committer {
             c.batch_entries.observe(n as f64);
         }
         match self.shared.policy() {
+            FsyncPolicy::Always if self.shared.cfg.durable_writes() => {
+                // The segment is open O_DSYNC: every write above completed durable.
+                let s = &self.shared;
+                s.synced.set(s.synced.get().max(last));
+                s.counters.borrow_mut().fsyncs_total += 1;
+                self.last_sync = Instant::now();
+                self.shared.publish_durable(last);
+            }
             FsyncPolicy::Always => {
                 self.sync_all().await?;
                 self.shared.publish_durable(last);

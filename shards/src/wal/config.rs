@@ -11,7 +11,8 @@ use super::limits::{
 /// When appended entries count as durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsyncPolicy {
-    /// Group commit: one fdatasync per batch, before any waiter is released.
+    /// Group commit: each batch is durable before any waiter is released (one fdatasync per
+    /// batch, or, with `WalConfig::sync_writes`, writes that complete durable).
     Always,
     /// Waiters are released after the write; fdatasync at most once per interval.
     Interval(Duration),
@@ -32,6 +33,11 @@ pub struct WalConfig {
     /// Keep at least this many bytes of log behind the head for readers, even when a snapshot
     /// covers them. Default 256 MiB.
     pub retain_bytes: u64,
+    /// Under `FsyncPolicy::Always`, open the live segment with `O_DSYNC`: each write completes
+    /// only once its data is on stable storage (a FUA write, or the kernel's flush right after
+    /// it), so a batch needs no separate fdatasync: one I/O and one wake-up per group commit
+    /// instead of two. Durability is the same. Default true; other policies ignore it.
+    pub sync_writes: bool,
 }
 
 impl WalConfig {
@@ -44,7 +50,13 @@ impl WalConfig {
             segment_bytes: SEGMENT_BYTES_DEFAULT,
             fsync: FsyncPolicy::Always,
             retain_bytes: RETAIN_BYTES_DEFAULT,
+            sync_writes: true,
         }
+    }
+
+    /// Whether appends are written `O_DSYNC` (durable on completion, no fdatasync per batch).
+    pub(crate) fn durable_writes(&self) -> bool {
+        self.fsync == FsyncPolicy::Always && self.sync_writes
     }
 
     pub(crate) fn validate(&self) -> Result<(), WalError> {

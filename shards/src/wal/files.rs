@@ -23,9 +23,16 @@ pub(crate) async fn open_read(path: &Path) -> Result<DmaFile, WalError> {
 }
 
 pub(crate) async fn open_rw(path: &Path) -> Result<DmaFile, WalError> {
+    open_rw_with(path, false).await
+}
+
+/// Opens an existing file for reading and writing; with `durable_writes`, `O_DSYNC` (each
+/// write completes once its data is on stable storage).
+pub(crate) async fn open_rw_with(path: &Path, durable_writes: bool) -> Result<DmaFile, WalError> {
     OpenOptions::new()
         .read(true)
         .write(true)
+        .custom_flags(if durable_writes { libc::O_DSYNC } else { 0 })
         .dma_open(path)
         .await
         .map_err(|e| WalError::io("open", path, e))

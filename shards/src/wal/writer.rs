@@ -58,7 +58,12 @@ impl SegmentWriter {
         spare: Option<(DmaFile, &Path)>,
     ) -> Result<SegmentWriter, WalError> {
         let path = segment_path(&shared.wal_dir, first);
-        let file = create_segment_file(shared, &path, first, spare).await?;
+        let mut file = create_segment_file(shared, &path, first, spare).await?;
+        if shared.cfg.durable_writes() {
+            // The file was made (and zeroed) with plain writes; appends go through O_DSYNC.
+            files::close(file, &path).await?;
+            file = files::open_rw_with(&path, true).await?;
+        }
         shared
             .segments
             .borrow_mut()
@@ -82,7 +87,7 @@ impl SegmentWriter {
         first: u64,
         pos: u64,
     ) -> Result<SegmentWriter, WalError> {
-        let file = files::open_rw(&path).await?;
+        let file = files::open_rw_with(&path, shared.cfg.durable_writes()).await?;
         let block_start = align_down(pos);
         let tail = if pos > block_start {
             let block =

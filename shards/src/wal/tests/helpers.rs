@@ -34,6 +34,7 @@ pub fn cfg(dir: &Path, segment_bytes: u64) -> WalConfig {
         segment_bytes,
         fsync: FsyncPolicy::Always,
         retain_bytes: 0,
+        sync_writes: true,
     }
 }
 

@@ -3,12 +3,16 @@
 use std::time::Duration;
 
 use super::helpers::*;
-use crate::wal::WalError;
+use crate::wal::{WalConfig, WalError};
 
 #[test]
 fn failed_fsync_poisons_and_is_never_retried() {
     let dir = tmpdir();
-    let cfg = cfg(dir.path(), 1 << 20);
+    // An fdatasync per batch (not O_DSYNC writes, whose failure is a failed write, below).
+    let cfg = WalConfig {
+        sync_writes: false,
+        ..cfg(dir.path(), 1 << 20)
+    };
     let c = cfg.clone();
     run(move || async move {
         let (wal, _) = open_collect(c).await.expect("open");
@@ -80,4 +84,43 @@ fn failed_write_poisons_every_waiter() {
         assert!(matches!(wal.append(b"c"), Err(WalError::Poisoned)));
         assert!(matches!(wal.close().await, Err(WalError::Poisoned)));
     });
+}
+
+/// The open flags of `fd` in this process (`flags:` of /proc/self/fdinfo, octal).
+fn open_flags(fd: i32) -> i32 {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).expect("fdinfo");
+    let flags = (info.lines())
+        .find_map(|l| l.strip_prefix("flags:"))
+        .expect("a flags line");
+    i32::from_str_radix(flags.trim(), 8).expect("octal flags")
+}
+
+#[test]
+fn always_writes_o_dsync_without_an_fdatasync_per_batch_unless_told_not_to() {
+    for sync_writes in [true, false] {
+        let dir = tmpdir();
+        let cfg = WalConfig {
+            sync_writes,
+            ..cfg(dir.path(), 1 << 20)
+        };
+        run(move || async move {
+            let (wal, _) = open_collect(cfg).await.expect("open");
+            append_range(&wal, 1, 3).await;
+            let fd = {
+                let current = wal.shared().current.borrow();
+                let (file, _) = current.as_ref().expect("a live segment");
+                std::os::fd::AsRawFd::as_raw_fd(&**file)
+            };
+            assert_eq!(open_flags(fd) & libc::O_DSYNC != 0, sync_writes);
+            let attempts = wal.shared().faults.fsync_attempts.get();
+            let before = wal.stats().fsyncs_total;
+            append_range(&wal, 4, 20).await;
+            let fdatasyncs = wal.shared().faults.fsync_attempts.get() - attempts;
+            assert_eq!(fdatasyncs == 0, sync_writes, "{fdatasyncs} fdatasyncs");
+            // Either way every durable batch counts as one fsync operation.
+            assert!(wal.stats().fsyncs_total > before);
+            assert_eq!(wal.durable_offset(), 20);
+            wal.close().await.expect("close");
+        });
+    }
 }
