@@ -68,11 +68,18 @@ pub(crate) struct Tail<'a> {
 
 /// Makes room for `more` elements in a ring. The first allocation holds exactly `more` (most
 /// instances of a large population have a few events; `VecDeque` would start at 4 slots or 8
-/// bytes); later ones are `VecDeque`'s own amortised doubling (growing by less reallocated on
-/// nearly every event of a young history and cost `apply` ~30% in the micro benches).
+/// bytes); later ones quadruple the capacity. Growing by less reallocated on nearly every
+/// event of a young history (~30% of `apply` in the micro benches); doubling still made the
+/// reallocations of many young histories, interleaved in the heap, a fifth of a busy shard's
+/// time (a realloc there moves the ring and works the allocator's bins): quadrupling halves
+/// their number, +30% atomic batches of 10 (benches/RESULTS.md, session 8), and the resident
+/// size of 1, 2 and 10-event instances did not move.
 fn grow<T>(ring: &mut VecDeque<T>, more: usize) {
-    if ring.capacity() == 0 {
+    let cap = ring.capacity();
+    if cap == 0 {
         ring.reserve_exact(more);
+    } else if ring.len() + more > cap {
+        ring.reserve_exact((3 * cap).max(more));
     }
 }
 
