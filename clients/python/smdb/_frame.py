@@ -3,6 +3,7 @@ big-endian CRC32C of the payload), then the UTF-8 JSON payload."""
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -78,8 +79,9 @@ def _parity_function(masks: List[int]) -> Callable[[int], int]:
 _parities: Optional[Callable[[int], int]] = None
 
 
-def crc32c(data: bytes) -> int:
-    """CRC32C of ``data`` (any bytes-like object)."""
+def crc32c_python(data: bytes) -> int:
+    """CRC32C of ``data`` (any bytes-like object), in pure Python: the fallback of the C
+    accelerator, and its reference in the tests."""
     global _parities
     n = len(data)
     if n < _SHORT:
@@ -105,6 +107,34 @@ def crc32c(data: bytes) -> int:
     for b in bytes(view[at:]):
         crc = _T8[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
+
+
+#: Set (to anything but empty or ``0``) to use the pure-Python code even where the C accelerator
+#: ``smdb._speedups`` is built (read once, at import).
+PURE_PYTHON_ENV = "SMDB_PURE_PYTHON"
+
+
+def _load_speedups() -> Any:
+    """The C accelerator module, or ``None`` when it is not built or is turned off."""
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    try:
+        from . import _speedups  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _speedups
+
+
+_speedups = _load_speedups()
+
+#: ``"c"`` when the CRC32C is the C accelerator's, ``"python"`` when it is the fallback.
+CRC32C_IMPLEMENTATION = "c" if _speedups is not None else "python"
+
+crc32c: Callable[[bytes], int]
+if _speedups is not None:
+    crc32c = _speedups.crc32c
+else:
+    crc32c = crc32c_python
 
 
 class FrameError(Exception):
