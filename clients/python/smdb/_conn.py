@@ -9,6 +9,7 @@ import collections
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 from . import _frame, _json
+from ._reply import ERROR, RESULT, Reply
 from .errors import ConnectionLost, ProtocolError, ServerError, SmdbError, from_wire
 
 #: Pushes one subscription may have queued before the client drops it from the connection and
@@ -23,11 +24,10 @@ TIMEOUT_GRAIN = 0.1
 JSON = Dict[str, Any]
 _dumps = _json.dumps
 _loads = _json.loads
-_pack = _frame._HEADER.pack
-_unpack_from = _frame._HEADER.unpack_from
 _FRAME_MAX = _frame.CLIENT_FRAME_BYTES_MAX
-_MAGIC = _frame.MAGIC
-_crc32c = _frame.crc32c
+_split = _frame.split
+_frame_text = _frame.frame
+_current_task = asyncio.current_task
 
 
 class _Conn(asyncio.Protocol):
@@ -40,8 +40,8 @@ class _Conn(asyncio.Protocol):
         self.loop = loop
         self.timeout = timeout
         self.transport: Optional[asyncio.Transport] = None
-        #: id -> (future, op) of each request not yet answered.
-        self.pending: Dict[str, Tuple["asyncio.Future[JSON]", str]] = {}
+        #: id -> (reply, op) of each request not yet answered.
+        self.pending: Dict[str, Tuple[Reply, str]] = {}
         #: id -> queue of each WATCH_* request not yet answered.
         self.watches: Dict[str, "asyncio.Queue[Optional[JSON]]"] = {}
         self.subs: Dict[Any, "asyncio.Queue[Optional[JSON]]"] = {}
@@ -60,6 +60,9 @@ class _Conn(asyncio.Protocol):
         self._marks: Deque[Tuple[float, int]] = collections.deque()
         self._timer: Optional[asyncio.TimerHandle] = None
         self._grain = min(TIMEOUT_GRAIN, timeout / 10) if timeout else 0.0
+        #: Whether ``_dispatch`` wakes the callers at once (inside ``data_received``, where no
+        #: task runs) or through the loop.
+        self._now = False
 
     @property
     def alive(self) -> bool:
@@ -78,34 +81,42 @@ class _Conn(asyncio.Protocol):
             if len(buf) < self._need:
                 return
             data = buf  # type: ignore[assignment]
+        # The callers whose answers are here run right away (Reply.complete_now), in order, and
+        # usually send again: their requests are written in one go at the end. (A task running
+        # here would mean a caller of ours feeds bytes in by hand: then wake through the loop.)
+        now = self._now = _current_task(self.loop) is None
+        flushing = self._flush_scheduled
+        if now:
+            self._flush_scheduled = True  # ``send`` leaves the write to the end of this call
         try:
-            pos = 0
-            size = len(data)
+            payloads, pos, bad = _split(data, 0, _FRAME_MAX)
             dispatch = self._dispatch
-            # _frame.decode_frame, inlined for the common case; it raises the errors.
-            while size - pos >= 16:
-                magic, length, crc = _unpack_from(data, pos)
-                end = pos + 16 + length
-                if magic != _MAGIC or length > _FRAME_MAX:
-                    _frame.decode_frame(data, _FRAME_MAX, pos)
-                if end > size:
-                    break
-                payload = data[pos + 16 : end]
-                if _crc32c(payload) != crc:
-                    _frame.decode_frame(data, _FRAME_MAX, pos)
+            for payload in payloads:
                 dispatch(payload)
-                pos = end
+                if self.dead is not None:  # a caller woken above closed the connection
+                    break
+            if bad and self.dead is None:
+                _frame.decode_frame(data, _FRAME_MAX, pos)  # raises the frame's error
         except _frame.FrameError as e:
+            self._now = False
             self._fail(ProtocolError(f"{e.code}: {e}"))
             return
         except (ServerError, ProtocolError) as e:
+            self._now = False
             self._fail(e)
             return
-        if pos and not self._flush_scheduled:
+        if now:
+            self._now = False
+            self._flush_scheduled = flushing
+            if self._out and not flushing:
+                self._flush()
+        elif pos and not self._flush_scheduled:
             # The callers woken above run next, in this order, and usually send again: one
             # flush after them writes all they send in one go.
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
+        if self.dead is not None:
+            return
         rest = len(data) - pos
         if rest == 0:
             if buf:
@@ -146,7 +157,7 @@ class _Conn(asyncio.Protocol):
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def send(self, op: str, params: Optional[JSON], queue: Any = None) -> "asyncio.Future[JSON]":
+    def send(self, op: str, params: Optional[JSON], queue: Any = None) -> Reply:
         if self.dead is not None:
             # E.g. a CONNECTION_LIMIT refusal that came in before the HELLO went out.
             raise _copy(self.dead)
@@ -157,12 +168,10 @@ class _Conn(asyncio.Protocol):
             text = f'{head}{rid}"}}'
         else:
             text = f'{head}{rid}","params":{_dumps(params)}}}'
-        payload = text.encode()
-        n = len(payload)
-        self._out.append(_pack(_MAGIC, n, _crc32c(payload)))
-        self._out.append(payload)
-        self._out_bytes += n + 16
-        fut = self.loop.create_future()
+        frame = _frame_text(text)
+        self._out.append(frame)
+        self._out_bytes += len(frame)
+        fut = Reply(self.loop)
         self.pending[rid] = (fut, op)
         if queue is not None:
             self.watches[rid] = queue
@@ -260,13 +269,14 @@ class _Conn(asyncio.Protocol):
             queue = self.watches.pop(rid, None) if self.watches else None
             if fut.done():
                 return
+            complete = fut.complete_now if self._now else fut.complete_soon
             if msg.get("status") == "ok":
                 result = msg.get("result")
                 if queue is not None and isinstance(result, dict):
                     self.subs[result.get("subscription_id")] = queue
-                fut.set_result(result if result is not None else {})
+                complete(RESULT, result if result is not None else {})
             else:
-                fut.set_exception(from_wire(msg.get("error")))
+                complete(ERROR, from_wire(msg.get("error")))
         elif kind in ("event", "subscription_lagged"):
             q = self.subs.get(msg.get("subscription_id"))
             if q is None:

@@ -161,6 +161,42 @@ def encode_frame(payload: bytes) -> bytes:
     return _HEADER.pack(MAGIC, len(payload), crc32c(payload)) + payload
 
 
+def frame_python(text: str) -> bytes:
+    """One frame around the UTF-8 of ``text`` (the fallback of the C ``frame``)."""
+    payload = text.encode()
+    return _HEADER.pack(MAGIC, len(payload), crc32c(payload)) + payload
+
+
+def split_python(data: Any, pos: int, max_payload: int) -> Tuple[List[bytes], int, bool]:
+    """The payloads of the whole, valid frames in ``data[pos:]``, the offset after them, and
+    whether the frame there is invalid (bad magic, length over ``max_payload``, CRC
+    mismatch: ``decode_frame`` at that offset raises the error); else it is cut short or
+    ``data`` ends there (the fallback of the C ``split``)."""
+    out = []
+    size = len(data)
+    unpack_from = _HEADER.unpack_from
+    while size - pos >= HEADER_LEN:
+        magic, length, crc = unpack_from(data, pos)
+        if magic != MAGIC or length > max_payload:
+            return out, pos, True
+        end = pos + HEADER_LEN + length
+        if end > size:
+            break
+        payload = bytes(data[pos + HEADER_LEN : end])
+        if crc32c(payload) != crc:
+            return out, pos, True
+        out.append(payload)
+        pos = end
+    return out, pos, False
+
+
+#: ``frame(text)`` and ``split(data, pos, max_payload)``: the C accelerator's or the fallbacks.
+frame: Callable[[str], bytes] = _speedups.frame if _speedups is not None else frame_python
+split: Callable[[Any, int, int], Tuple[List[bytes], int, bool]] = (
+    _speedups.split if _speedups is not None else split_python
+)
+
+
 def decode_frame(
     buf: bytes, max_payload: int = CLIENT_FRAME_BYTES_MAX, start: int = 0
 ) -> Optional[Tuple[bytes, int]]:

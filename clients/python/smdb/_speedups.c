@@ -2,7 +2,11 @@
  * headers are there; the pure-Python code in _frame.py is the fallback and the reference).
  *
  * crc32c(data) -> int: CRC32C (Castagnoli) of a bytes-like object; the SSE4.2 instruction when
- * the CPU has it (x86-64, checked once at import), else slicing-by-8 tables. */
+ * the CPU has it (x86-64, checked once at import), else slicing-by-8 tables.
+ * frame(text) -> bytes: one RCP1 frame (header + UTF-8 payload) around a str.
+ * split(data, pos, max_payload) -> (payloads, pos, bad): the payloads of the whole, valid
+ * frames in data[pos:]; stops at a frame cut short (bad False) or at one with a bad magic, a
+ * length over max_payload or a CRC mismatch (bad True: the caller's decoder raises for it). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -98,12 +102,71 @@ static PyObject *py_crc32c(PyObject *self, PyObject *arg) {
     return PyLong_FromUnsignedLong(crc);
 }
 
+static PyObject *py_frame(PyObject *self, PyObject *arg) {
+    Py_ssize_t n;
+    const char *text = PyUnicode_AsUTF8AndSize(arg, &n);
+    if (text == NULL) return NULL;
+    if ((uint64_t)n > 0xFFFFFFFFu) {
+        PyErr_SetString(PyExc_ValueError, "frame payload over 4 GiB");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n + 16);
+    if (out == NULL) return NULL;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    uint32_t len = (uint32_t)n, crc = crc32c_of(text, n);
+    memcpy(p, "RCP1\0\0\0\0", 8);
+    p[8] = len >> 24; p[9] = len >> 16; p[10] = len >> 8; p[11] = len;
+    p[12] = crc >> 24; p[13] = crc >> 16; p[14] = crc >> 8; p[15] = crc;
+    memcpy(p + 16, text, n);
+    return out;
+}
+
+static uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static PyObject *py_split(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    Py_ssize_t pos, max_payload;
+    if (!PyArg_ParseTuple(args, "y*nn:split", &b, &pos, &max_payload)) return NULL;
+    PyObject *list = PyList_New(0);
+    if (list == NULL) goto fail;
+    const unsigned char *d = b.buf;
+    int bad = 0;
+    if (pos < 0) pos = 0;
+    while (b.len - pos >= 16) {
+        const unsigned char *h = d + pos;
+        uint32_t len = be32(h + 8);
+        if (memcmp(h, "RCP1", 4) != 0 || (Py_ssize_t)len > max_payload) { bad = 1; break; }
+        if (b.len - pos - 16 < (Py_ssize_t)len) break;
+        if (crc32c_of(h + 16, len) != be32(h + 12)) { bad = 1; break; }
+        PyObject *payload = PyBytes_FromStringAndSize((const char *)h + 16, len);
+        if (payload == NULL || PyList_Append(list, payload) < 0) {
+            Py_XDECREF(payload);
+            goto fail;
+        }
+        Py_DECREF(payload);
+        pos += 16 + (Py_ssize_t)len;
+    }
+    PyBuffer_Release(&b);
+    PyObject *r = Py_BuildValue("(NnO)", list, pos, bad ? Py_True : Py_False);
+    return r;
+fail:
+    Py_XDECREF(list);
+    PyBuffer_Release(&b);
+    return NULL;
+}
+
 static PyObject *py_implementation(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(use_hw ? "sse4.2" : "slicing-by-8");
 }
 
 static PyMethodDef methods[] = {
     {"crc32c", py_crc32c, METH_O, "crc32c(data) -> int: CRC32C (Castagnoli) of a bytes-like object."},
+    {"frame", py_frame, METH_O, "frame(text) -> bytes: one RCP1 frame (flags zero) around the UTF-8 of a str."},
+    {"split", py_split, METH_VARARGS,
+     "split(data, pos, max_payload) -> (payloads, pos, bad): the payloads of the whole, valid frames "
+     "in data[pos:], the offset after them, and whether the frame there is invalid."},
     {"crc32c_method", py_implementation, METH_NOARGS,
      "crc32c_method() -> str: 'sse4.2' (the CPU's instruction) or 'slicing-by-8' (tables)."},
     {NULL, NULL, 0, NULL},
