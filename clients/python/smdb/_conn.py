@@ -9,7 +9,7 @@ import collections
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 from . import _frame, _json
-from ._reply import ERROR, RESULT, Reply
+from . import _wake
 from .errors import ConnectionLost, ProtocolError, ServerError, SmdbError, from_wire
 
 #: Pushes one subscription may have queued before the client drops it from the connection and
@@ -28,6 +28,9 @@ _FRAME_MAX = _frame.CLIENT_FRAME_BYTES_MAX
 _split = _frame.split
 _frame_text = _frame.frame
 _current_task = asyncio.current_task
+_WAKE_NOW = _wake.AVAILABLE
+_set_result_now = _wake.set_result_now
+_set_exception_now = _wake.set_exception_now
 
 
 class _Conn(asyncio.Protocol):
@@ -41,7 +44,7 @@ class _Conn(asyncio.Protocol):
         self.timeout = timeout
         self.transport: Optional[asyncio.Transport] = None
         #: id -> (reply, op) of each request not yet answered.
-        self.pending: Dict[str, Tuple[Reply, str]] = {}
+        self.pending: Dict[str, Tuple["asyncio.Future[JSON]", str]] = {}
         #: id -> queue of each WATCH_* request not yet answered.
         self.watches: Dict[str, "asyncio.Queue[Optional[JSON]]"] = {}
         self.subs: Dict[Any, "asyncio.Queue[Optional[JSON]]"] = {}
@@ -81,10 +84,11 @@ class _Conn(asyncio.Protocol):
             if len(buf) < self._need:
                 return
             data = buf  # type: ignore[assignment]
-        # The callers whose answers are here run right away (Reply.complete_now), in order, and
-        # usually send again: their requests are written in one go at the end. (A task running
-        # here would mean a caller of ours feeds bytes in by hand: then wake through the loop.)
-        now = self._now = _current_task(self.loop) is None
+        # The callers whose answers are here run right away (_wake.set_result_now), in order,
+        # and usually send again: their requests are written in one go at the end. (A task
+        # running here would mean a caller of ours feeds bytes in by hand: then wake through
+        # the loop.)
+        now = self._now = _WAKE_NOW and _current_task(self.loop) is None
         flushing = self._flush_scheduled
         if now:
             self._flush_scheduled = True  # ``send`` leaves the write to the end of this call
@@ -157,7 +161,7 @@ class _Conn(asyncio.Protocol):
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def send(self, op: str, params: Optional[JSON], queue: Any = None) -> Reply:
+    def send(self, op: str, params: Optional[JSON], queue: Any = None) -> "asyncio.Future[JSON]":
         if self.dead is not None:
             # E.g. a CONNECTION_LIMIT refusal that came in before the HELLO went out.
             raise _copy(self.dead)
@@ -171,7 +175,7 @@ class _Conn(asyncio.Protocol):
         frame = _frame_text(text)
         self._out.append(frame)
         self._out_bytes += len(frame)
-        fut = Reply(self.loop)
+        fut = self.loop.create_future()
         self.pending[rid] = (fut, op)
         if queue is not None:
             self.watches[rid] = queue
@@ -269,14 +273,20 @@ class _Conn(asyncio.Protocol):
             queue = self.watches.pop(rid, None) if self.watches else None
             if fut.done():
                 return
-            complete = fut.complete_now if self._now else fut.complete_soon
             if msg.get("status") == "ok":
                 result = msg.get("result")
                 if queue is not None and isinstance(result, dict):
                     self.subs[result.get("subscription_id")] = queue
-                complete(RESULT, result if result is not None else {})
+                if result is None:
+                    result = {}
+                if self._now:
+                    _set_result_now(fut, result)
+                else:
+                    fut.set_result(result)
+            elif self._now:
+                _set_exception_now(fut, from_wire(msg.get("error")))
             else:
-                complete(ERROR, from_wire(msg.get("error")))
+                fut.set_exception(from_wire(msg.get("error")))
         elif kind in ("event", "subscription_lagged"):
             q = self.subs.get(msg.get("subscription_id"))
             if q is None:

@@ -12,7 +12,6 @@ from typing import Any, AsyncIterator, Dict, Iterable, List, Optional, Sequence,
 
 # The connection (and its limits, still importable from here as before).
 from ._conn import JSON, SUBSCRIPTION_QUEUE_MAX, TIMEOUT_GRAIN, WRITE_HIGH_WATER, _Conn  # noqa: F401
-from ._reply import Reply
 from .errors import ConnectionLost, ServerError, SmdbError, SubscriptionLagged, may_resend
 
 PROTOCOL_VERSION = 1
@@ -158,7 +157,7 @@ class Client:
                     await asyncio.sleep(policy.backoff(attempt))
                     attempt += 1
 
-    async def _wait(self, fut: Reply, op: str) -> JSON:
+    async def _wait(self, fut: "asyncio.Future[JSON]", op: str) -> JSON:
         # The answer timeout (``options.timeout``) is the connection's: it fails ``fut`` with
         # ConnectionLost("<op>: no response within <t> s").
         return await fut

@@ -358,7 +358,7 @@ def test_calls_made_in_one_loop_turn_go_out_in_one_write(server):
 
 
 def test_callers_woken_by_answers_run_in_their_own_context_and_may_close(server):
-    """Answers wake their callers inside data_received (smdb._reply.Reply.complete_now): each
+    """Answers wake their callers inside data_received (smdb._wake.set_result_now): each
     caller still runs in its own task and context; one that closes the connection there fails
     the others' calls with ConnectionLost, and nothing else breaks."""
     import contextvars
@@ -399,8 +399,7 @@ def test_callers_woken_by_answers_run_in_their_own_context_and_may_close(server)
 
 
 def test_a_call_can_be_cancelled_and_timed_out_by_asyncio():
-    """The answer object (smdb._reply.Reply) is awaited by asyncio's Task like a Future:
-    cancel() and asyncio.wait_for work on a call whose answer never comes."""
+    """cancel() and asyncio.wait_for work on a call whose answer never comes."""
     lst = socket.socket()
     lst.bind(("127.0.0.1", 0))
     lst.listen()
