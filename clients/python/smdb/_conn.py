@@ -31,6 +31,20 @@ _current_task = asyncio.current_task
 _WAKE_NOW = _wake.AVAILABLE
 _set_result_now = _wake.set_result_now
 _set_exception_now = _wake.set_exception_now
+_Future = asyncio.Future
+# json's C scanner and encoder (see _json), called directly on the hot path; ``_json.loads`` and
+# ``_json.dumps`` take whatever they do not.
+_scan = _json._c_scan
+_encode = _json._c_encode
+_join = "".join
+
+
+def _no_scan(text: str, at: int) -> Tuple[Any, int]:
+    raise ValueError("no C scanner")
+
+
+if _scan is None:
+    _scan = _no_scan
 
 
 class _Conn(asyncio.Protocol):
@@ -170,12 +184,14 @@ class _Conn(asyncio.Protocol):
         head = _HEADS.get(op) or _head(op)
         if params is None:
             text = f'{head}{rid}"}}'
+        elif params.__class__ is dict and _encode is not None:
+            text = f'{head}{rid}","params":{_join(_encode(params, 0))}}}'
         else:
             text = f'{head}{rid}","params":{_dumps(params)}}}'
         frame = _frame_text(text)
         self._out.append(frame)
         self._out_bytes += len(frame)
-        fut = self.loop.create_future()
+        fut = _Future(loop=self.loop)
         self.pending[rid] = (fut, op)
         if queue is not None:
             self.watches[rid] = queue
@@ -250,9 +266,16 @@ class _Conn(asyncio.Protocol):
 
     def _dispatch(self, payload: bytes) -> None:
         try:
-            msg = _loads(payload)
-        except ValueError as e:
-            raise ProtocolError(f"frame payload is not JSON: {e}") from None
+            # _json.loads, inlined for the common case (UTF-8, one JSON text, nothing around).
+            text = payload.decode()
+            msg, end = _scan(text, 0)
+            if end != len(text):
+                raise ValueError("not one JSON text")
+        except (ValueError, StopIteration):
+            try:
+                msg = _loads(payload)
+            except ValueError as e:
+                raise ProtocolError(f"frame payload is not JSON: {e}") from None
         if msg.__class__ is not dict:
             raise ProtocolError(f"message is not a JSON object: {msg!r}")
         kind = msg.get("type")

@@ -44,6 +44,17 @@ def set_result_now(fut: "asyncio.Future[Any]", value: Any) -> None:
     if not cbs:
         fut.set_result(value)
         return
+    if len(cbs) == 1:  # the awaiting task's wake-up
+        cb, ctx = cbs[0]
+        fut.remove_done_callback(cb)
+        fut.set_result(value)
+        try:
+            ctx.run(cb, fut)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as e:
+            _report(fut, cb, e)
+        return
     for cb, _ in cbs:
         fut.remove_done_callback(cb)
     fut.set_result(value)
@@ -65,7 +76,10 @@ def _run(fut: "asyncio.Future[Any]", cbs: Any) -> None:
             ctx.run(cb, fut)
         except (SystemExit, KeyboardInterrupt):
             raise
-        except BaseException as e:  # as the loop does for a failing callback
-            fut.get_loop().call_exception_handler(
-                {"message": f"exception in callback {cb!r}", "exception": e, "future": fut}
-            )
+        except BaseException as e:
+            _report(fut, cb, e)
+
+
+def _report(fut: "asyncio.Future[Any]", cb: Any, e: BaseException) -> None:
+    """As the loop does for a failing callback."""
+    fut.get_loop().call_exception_handler({"message": f"exception in callback {cb!r}", "exception": e, "future": fut})

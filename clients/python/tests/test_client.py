@@ -443,3 +443,20 @@ def test_a_call_can_be_cancelled_and_timed_out_by_asyncio():
         run(main())
     finally:
         lst.close()
+
+
+def test_answers_the_fast_path_does_not_take_still_work():
+    """An answer with whitespace around its JSON goes through json.loads (HELLO succeeds); a
+    payload that is not JSON is a ProtocolError."""
+    hello = b' {"type":"response","id":"1","status":"ok","result":{"protocol_version":1}}\n'
+    port = fake_server(smdb.encode_frame(hello))
+
+    async def main():
+        c = await aio.Client.connect("127.0.0.1", port, retry=smdb.RetryPolicy(attempts=1))
+        assert c.hello_result == {"protocol_version": 1}
+        await c.close()
+
+    run(main())
+    port = fake_server(smdb.encode_frame(b"not json"))
+    with pytest.raises(smdb.ProtocolError, match="not JSON"):
+        run(aio.Client.connect("127.0.0.1", port, retry=smdb.RetryPolicy(attempts=1)))
