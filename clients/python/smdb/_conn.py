@@ -57,7 +57,7 @@ class _Conn(asyncio.Protocol):
         self.loop = loop
         self.timeout = timeout
         self.transport: Optional[asyncio.Transport] = None
-        #: id -> (reply, op) of each request not yet answered.
+        #: id -> (future, op) of each request not yet answered.
         self.pending: Dict[str, Tuple["asyncio.Future[JSON]", str]] = {}
         #: id -> queue of each WATCH_* request not yet answered.
         self.watches: Dict[str, "asyncio.Queue[Optional[JSON]]"] = {}

@@ -21,7 +21,7 @@ from typing import Any
 def _check() -> bool:
     loop = asyncio.new_event_loop()
     try:
-        f = loop.create_future()
+        f: "asyncio.Future[Any]" = asyncio.Future(loop=loop)  # as _conn makes them
         cb = lambda _f: None  # noqa: E731
         f.add_done_callback(cb)
         got = getattr(f, "_callbacks", None)
