@@ -121,3 +121,28 @@ def test_c_crc_is_active_when_required():
     # back to Python fails here.
     assert smdb.CRC32C_IMPLEMENTATION == "c"
     assert _speedups().crc32c_method() in ("sse4.2", "slicing-by-8")
+
+
+def test_c_frame_and_split_agree_with_python():
+    c = _speedups()
+    rng = random.Random(7)
+    texts = ["", "{}", '{"a":"é ✓"}'] + ["".join(chr(rng.randrange(32, 0x2FF)) for _ in range(n)) for n in (1, 15, 300)]
+    frames = [c.frame(t) for t in texts]
+    for t, f in zip(texts, frames):
+        assert f == _frame.frame_python(t)
+    stream = b"".join(frames)
+    bad_crc = bytearray(frames[2])
+    bad_crc[-1] ^= 1
+    cases = [
+        (stream, 0, 1 << 20),
+        (stream, len(frames[0]), 1 << 20),  # from an offset
+        (stream[:-3], 0, 1 << 20),  # the last frame cut short
+        (stream[:5], 0, 1 << 20),  # not even a header
+        (stream + b"XXXX" + bytes(12), 0, 1 << 20),  # bad magic after good frames
+        (frames[1] + bytes(bad_crc), 0, 1 << 20),  # CRC mismatch
+        (stream, 0, 100),  # a length over the limit
+    ]
+    for data, pos, limit in cases:
+        want = _frame.split_python(data, pos, limit)
+        for buf in (data, bytearray(data), memoryview(data)):
+            assert c.split(buf, pos, limit) == want, (data[:20], pos, limit)
