@@ -2,10 +2,14 @@
 
 ``smdb.aio.Client`` (asyncio) and ``smdb.Client`` (blocking, a thin wrapper) speak RCP1 over
 TCP or TLS with the standard library only: typed calls for every op, pipelining, subscriptions
-that resume from their cursor, one exception class per server error code."""
+that resume from their cursor, one exception class per server error code.
+
+``smdb.CRC32C_IMPLEMENTATION`` says which CRC32C is in use: ``"c"`` (the optional accelerator
+``smdb._speedups``, built at install where a C compiler and the Python headers are there) or
+``"python"`` (the fallback; ``SMDB_PURE_PYTHON=1`` forces it)."""
 
 from . import client as aio
-from ._frame import crc32c, decode_frame, encode_frame
+from ._frame import CRC32C_IMPLEMENTATION, crc32c, decode_frame, encode_frame
 from .client import ConnectOptions, Request, RetryPolicy, apply_event, create_instance
 from .errors import (
     BY_CODE,
@@ -30,6 +34,7 @@ __all__ = [
     "apply_event",
     "create_instance",
     "crc32c",
+    "CRC32C_IMPLEMENTATION",
     "encode_frame",
     "decode_frame",
     "SmdbError",

@@ -9,6 +9,7 @@ import collections
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 from . import _frame, _json
+from . import _wake
 from .errors import ConnectionLost, ProtocolError, ServerError, SmdbError, from_wire
 
 #: Pushes one subscription may have queued before the client drops it from the connection and
@@ -23,11 +24,27 @@ TIMEOUT_GRAIN = 0.1
 JSON = Dict[str, Any]
 _dumps = _json.dumps
 _loads = _json.loads
-_pack = _frame._HEADER.pack
-_unpack_from = _frame._HEADER.unpack_from
 _FRAME_MAX = _frame.CLIENT_FRAME_BYTES_MAX
-_MAGIC = _frame.MAGIC
-_crc32c = _frame.crc32c
+_split = _frame.split
+_frame_text = _frame.frame
+_current_task = asyncio.current_task
+_WAKE_NOW = _wake.AVAILABLE
+_set_result_now = _wake.set_result_now
+_set_exception_now = _wake.set_exception_now
+_Future = asyncio.Future
+# json's C scanner and encoder (see _json), called directly on the hot path; ``_json.loads`` and
+# ``_json.dumps`` take whatever they do not.
+_scan = _json._c_scan
+_encode = _json._c_encode
+_join = "".join
+
+
+def _no_scan(text: str, at: int) -> Tuple[Any, int]:
+    raise ValueError("no C scanner")
+
+
+if _scan is None:
+    _scan = _no_scan
 
 
 class _Conn(asyncio.Protocol):
@@ -60,6 +77,9 @@ class _Conn(asyncio.Protocol):
         self._marks: Deque[Tuple[float, int]] = collections.deque()
         self._timer: Optional[asyncio.TimerHandle] = None
         self._grain = min(TIMEOUT_GRAIN, timeout / 10) if timeout else 0.0
+        #: Whether ``_dispatch`` wakes the callers at once (inside ``data_received``, where no
+        #: task runs) or through the loop.
+        self._now = False
 
     @property
     def alive(self) -> bool:
@@ -78,34 +98,43 @@ class _Conn(asyncio.Protocol):
             if len(buf) < self._need:
                 return
             data = buf  # type: ignore[assignment]
+        # The callers whose answers are here run right away (_wake.set_result_now), in order,
+        # and usually send again: their requests are written in one go at the end. (A task
+        # running here would mean a caller of ours feeds bytes in by hand: then wake through
+        # the loop.)
+        now = self._now = _WAKE_NOW and _current_task(self.loop) is None
+        flushing = self._flush_scheduled
+        if now:
+            self._flush_scheduled = True  # ``send`` leaves the write to the end of this call
         try:
-            pos = 0
-            size = len(data)
+            payloads, pos, bad = _split(data, 0, _FRAME_MAX)
             dispatch = self._dispatch
-            # _frame.decode_frame, inlined for the common case; it raises the errors.
-            while size - pos >= 16:
-                magic, length, crc = _unpack_from(data, pos)
-                end = pos + 16 + length
-                if magic != _MAGIC or length > _FRAME_MAX:
-                    _frame.decode_frame(data, _FRAME_MAX, pos)
-                if end > size:
-                    break
-                payload = data[pos + 16 : end]
-                if _crc32c(payload) != crc:
-                    _frame.decode_frame(data, _FRAME_MAX, pos)
+            for payload in payloads:
                 dispatch(payload)
-                pos = end
+                if self.dead is not None:  # a caller woken above closed the connection
+                    break
+            if bad and self.dead is None:
+                _frame.decode_frame(data, _FRAME_MAX, pos)  # raises the frame's error
         except _frame.FrameError as e:
+            self._now = False
             self._fail(ProtocolError(f"{e.code}: {e}"))
             return
         except (ServerError, ProtocolError) as e:
+            self._now = False
             self._fail(e)
             return
-        if pos and not self._flush_scheduled:
+        if now:
+            self._now = False
+            self._flush_scheduled = flushing
+            if self._out and not flushing:
+                self._flush()
+        elif pos and not self._flush_scheduled:
             # The callers woken above run next, in this order, and usually send again: one
             # flush after them writes all they send in one go.
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
+        if self.dead is not None:
+            return
         rest = len(data) - pos
         if rest == 0:
             if buf:
@@ -155,14 +184,14 @@ class _Conn(asyncio.Protocol):
         head = _HEADS.get(op) or _head(op)
         if params is None:
             text = f'{head}{rid}"}}'
+        elif params.__class__ is dict and _encode is not None:
+            text = f'{head}{rid}","params":{_join(_encode(params, 0))}}}'
         else:
             text = f'{head}{rid}","params":{_dumps(params)}}}'
-        payload = text.encode()
-        n = len(payload)
-        self._out.append(_pack(_MAGIC, n, _crc32c(payload)))
-        self._out.append(payload)
-        self._out_bytes += n + 16
-        fut = self.loop.create_future()
+        frame = _frame_text(text)
+        self._out.append(frame)
+        self._out_bytes += len(frame)
+        fut = _Future(loop=self.loop)
         self.pending[rid] = (fut, op)
         if queue is not None:
             self.watches[rid] = queue
@@ -237,9 +266,16 @@ class _Conn(asyncio.Protocol):
 
     def _dispatch(self, payload: bytes) -> None:
         try:
-            msg = _loads(payload)
-        except ValueError as e:
-            raise ProtocolError(f"frame payload is not JSON: {e}") from None
+            # _json.loads, inlined for the common case (UTF-8, one JSON text, nothing around).
+            text = payload.decode()
+            msg, end = _scan(text, 0)
+            if end != len(text):
+                raise ValueError("not one JSON text")
+        except (ValueError, StopIteration):
+            try:
+                msg = _loads(payload)
+            except ValueError as e:
+                raise ProtocolError(f"frame payload is not JSON: {e}") from None
         if msg.__class__ is not dict:
             raise ProtocolError(f"message is not a JSON object: {msg!r}")
         kind = msg.get("type")
@@ -264,7 +300,14 @@ class _Conn(asyncio.Protocol):
                 result = msg.get("result")
                 if queue is not None and isinstance(result, dict):
                     self.subs[result.get("subscription_id")] = queue
-                fut.set_result(result if result is not None else {})
+                if result is None:
+                    result = {}
+                if self._now:
+                    _set_result_now(fut, result)
+                else:
+                    fut.set_result(result)
+            elif self._now:
+                _set_exception_now(fut, from_wire(msg.get("error")))
             else:
                 fut.set_exception(from_wire(msg.get("error")))
         elif kind in ("event", "subscription_lagged"):

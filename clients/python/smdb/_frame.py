@@ -3,6 +3,7 @@ big-endian CRC32C of the payload), then the UTF-8 JSON payload."""
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -78,8 +79,9 @@ def _parity_function(masks: List[int]) -> Callable[[int], int]:
 _parities: Optional[Callable[[int], int]] = None
 
 
-def crc32c(data: bytes) -> int:
-    """CRC32C of ``data`` (any bytes-like object)."""
+def crc32c_python(data: bytes) -> int:
+    """CRC32C of ``data`` (any bytes-like object), in pure Python: the fallback of the C
+    accelerator, and its reference in the tests."""
     global _parities
     n = len(data)
     if n < _SHORT:
@@ -107,6 +109,34 @@ def crc32c(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
+#: Set (to anything but empty or ``0``) to use the pure-Python code even where the C accelerator
+#: ``smdb._speedups`` is built (read once, at import).
+PURE_PYTHON_ENV = "SMDB_PURE_PYTHON"
+
+
+def _load_speedups() -> Any:
+    """The C accelerator module, or ``None`` when it is not built or is turned off."""
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    try:
+        from . import _speedups  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _speedups
+
+
+_speedups = _load_speedups()
+
+#: ``"c"`` when the CRC32C is the C accelerator's, ``"python"`` when it is the fallback.
+CRC32C_IMPLEMENTATION = "c" if _speedups is not None else "python"
+
+crc32c: Callable[[bytes], int]
+if _speedups is not None:
+    crc32c = _speedups.crc32c
+else:
+    crc32c = crc32c_python
+
+
 class FrameError(Exception):
     """Bytes that are not a valid RCP1 frame. ``code`` is the server's code for the same fault
     (``INVALID_FRAME``, ``CHECKSUM_MISMATCH`` or ``FRAME_TOO_LARGE``)."""
@@ -129,6 +159,42 @@ class FrameTooLarge(FrameError):
 def encode_frame(payload: bytes) -> bytes:
     """One frame around ``payload`` (flags zero)."""
     return _HEADER.pack(MAGIC, len(payload), crc32c(payload)) + payload
+
+
+def frame_python(text: str) -> bytes:
+    """One frame around the UTF-8 of ``text`` (the fallback of the C ``frame``)."""
+    payload = text.encode()
+    return _HEADER.pack(MAGIC, len(payload), crc32c(payload)) + payload
+
+
+def split_python(data: Any, pos: int, max_payload: int) -> Tuple[List[bytes], int, bool]:
+    """The payloads of the whole, valid frames in ``data[pos:]``, the offset after them, and
+    whether the frame there is invalid (bad magic, length over ``max_payload``, CRC
+    mismatch: ``decode_frame`` at that offset raises the error); else it is cut short or
+    ``data`` ends there (the fallback of the C ``split``)."""
+    out = []
+    size = len(data)
+    unpack_from = _HEADER.unpack_from
+    while size - pos >= HEADER_LEN:
+        magic, length, crc = unpack_from(data, pos)
+        if magic != MAGIC or length > max_payload:
+            return out, pos, True
+        end = pos + HEADER_LEN + length
+        if end > size:
+            break
+        payload = bytes(data[pos + HEADER_LEN : end])
+        if crc32c(payload) != crc:
+            return out, pos, True
+        out.append(payload)
+        pos = end
+    return out, pos, False
+
+
+#: ``frame(text)`` and ``split(data, pos, max_payload)``: the C accelerator's or the fallbacks.
+frame: Callable[[str], bytes] = _speedups.frame if _speedups is not None else frame_python
+split: Callable[[Any, int, int], Tuple[List[bytes], int, bool]] = (
+    _speedups.split if _speedups is not None else split_python
+)
 
 
 def decode_frame(

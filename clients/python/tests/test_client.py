@@ -355,3 +355,108 @@ def test_calls_made_in_one_loop_turn_go_out_in_one_write(server):
         await c.close()
 
     run(main())
+
+
+def test_callers_woken_by_answers_run_in_their_own_context_and_may_close(server):
+    """Answers wake their callers inside data_received (smdb._wake.set_result_now): each
+    caller still runs in its own task and context; one that closes the connection there fails
+    the others' calls with ConnectionLost, and nothing else breaks."""
+    import contextvars
+
+    var = contextvars.ContextVar("who", default=None)
+
+    async def main():
+        c = await aio.Client.connect("127.0.0.1", server.port, retry=smdb.RetryPolicy(attempts=1))
+
+        async def caller(k):
+            var.set(k)
+            task = asyncio.current_task()
+            await c.ping()
+            assert var.get() == k and asyncio.current_task() is task
+            await c.ping()
+            assert var.get() == k
+            return k
+
+        assert await asyncio.gather(*(caller(k) for k in range(8))) == list(range(8))
+
+        async def closer():
+            await c.ping()
+            await c.close()
+
+        async def other():
+            await c.ping()
+            await asyncio.sleep(0)  # the closer's answer and ours come in one read, mostly
+            return await c.ping()
+
+        results = await asyncio.gather(closer(), *(other() for _ in range(7)), return_exceptions=True)
+        assert results[0] is None
+        for r in results[1:]:
+            assert r == {"pong": True} or isinstance(r, smdb.ConnectionLost), r
+        assert (await c.ping())["pong"] is True  # a new connection
+        await c.close()
+
+    run(main())
+
+
+def test_a_call_can_be_cancelled_and_timed_out_by_asyncio():
+    """cancel() and asyncio.wait_for work on a call whose answer never comes."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen()
+
+    def serve():
+        conn, _ = lst.accept()
+        buf = b""
+        with conn:
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+                while True:
+                    got = smdb.decode_frame(buf)
+                    if got is None:
+                        break
+                    payload, end = got
+                    buf = buf[end:]
+                    req = json.loads(payload)
+                    if req["op"] == "HELLO":  # only the HELLO is ever answered
+                        answer = {"type": "response", "id": req["id"], "status": "ok", "result": {}}
+                        conn.sendall(smdb.encode_frame(json.dumps(answer).encode()))
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def main():
+        c = await aio.Client.connect("127.0.0.1", lst.getsockname()[1], timeout=None)
+        t = asyncio.ensure_future(c.call("PING"))
+        await asyncio.sleep(0.05)
+        assert not t.done()
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(c.ping(), 0.1)
+        assert c._conn.alive and c.connects == 1
+        await c.close()
+
+    try:
+        run(main())
+    finally:
+        lst.close()
+
+
+def test_answers_the_fast_path_does_not_take_still_work():
+    """An answer with whitespace around its JSON goes through json.loads (HELLO succeeds); a
+    payload that is not JSON is a ProtocolError."""
+    hello = b' {"type":"response","id":"1","status":"ok","result":{"protocol_version":1}}\n'
+    port = fake_server(smdb.encode_frame(hello))
+
+    async def main():
+        c = await aio.Client.connect("127.0.0.1", port, retry=smdb.RetryPolicy(attempts=1))
+        assert c.hello_result == {"protocol_version": 1}
+        await c.close()
+
+    run(main())
+    port = fake_server(smdb.encode_frame(b"not json"))
+    with pytest.raises(smdb.ProtocolError, match="not JSON"):
+        run(aio.Client.connect("127.0.0.1", port, retry=smdb.RetryPolicy(attempts=1)))
