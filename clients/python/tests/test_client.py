@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import socket
@@ -277,6 +278,30 @@ def test_auth_and_mutual_tls(make_server):
         smdb.Client("127.0.0.1", s.port, token=token, retry=no_retry)  # plaintext
 
 
+def _fake_server(lst, answer):
+    """Accepts one connection on ``lst`` and answers each request with ``answer(req)`` as an ok
+    result (``None``: no answer at all), until the client closes."""
+    conn, _ = lst.accept()
+    buf = b""
+    with conn:
+        while True:
+            data = conn.recv(65536)
+            if not data:
+                return
+            buf += data
+            while True:
+                got = smdb.decode_frame(buf)
+                if got is None:
+                    break
+                payload, end = got
+                buf = buf[end:]
+                req = json.loads(payload)
+                result = answer(req)
+                if result is not None:
+                    msg = {"type": "response", "id": req["id"], "status": "ok", "result": result}
+                    conn.sendall(smdb.encode_frame(json.dumps(msg).encode()))
+
+
 def test_an_answer_past_the_timeout_fails_the_call_and_not_the_connection():
     """A server that answers the first PING late: that call fails after ``timeout`` with
     ConnectionLost, the late answer is dropped, and the connection serves the next call."""
@@ -284,30 +309,17 @@ def test_an_answer_past_the_timeout_fails_the_call_and_not_the_connection():
     lst.bind(("127.0.0.1", 0))
     lst.listen()
 
-    def serve():
-        conn, _ = lst.accept()
-        buf = b""
-        pings = 0
-        with conn:
-            while True:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buf += data
-                while True:
-                    got = smdb.decode_frame(buf)
-                    if got is None:
-                        break
-                    payload, end = got
-                    buf = buf[end:]
-                    req = json.loads(payload)
-                    if req["op"] == "PING":
-                        pings += 1
-                        if pings == 1:
-                            time.sleep(0.6)
-                    result = {"pong": True} if req["op"] == "PING" else {}
-                    answer = {"type": "response", "id": req["id"], "status": "ok", "result": result}
-                    conn.sendall(smdb.encode_frame(json.dumps(answer).encode()))
+    pings = 0
+
+    def answer(req):
+        nonlocal pings
+        if req["op"] == "PING":
+            pings += 1
+            if pings == 1:
+                time.sleep(0.6)
+        return {"pong": True} if req["op"] == "PING" else {}
+
+    serve = functools.partial(_fake_server, lst, answer)
 
     threading.Thread(target=serve, daemon=True).start()
 
@@ -404,25 +416,8 @@ def test_a_call_can_be_cancelled_and_timed_out_by_asyncio():
     lst.bind(("127.0.0.1", 0))
     lst.listen()
 
-    def serve():
-        conn, _ = lst.accept()
-        buf = b""
-        with conn:
-            while True:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buf += data
-                while True:
-                    got = smdb.decode_frame(buf)
-                    if got is None:
-                        break
-                    payload, end = got
-                    buf = buf[end:]
-                    req = json.loads(payload)
-                    if req["op"] == "HELLO":  # only the HELLO is ever answered
-                        answer = {"type": "response", "id": req["id"], "status": "ok", "result": {}}
-                        conn.sendall(smdb.encode_frame(json.dumps(answer).encode()))
+    # Only the HELLO is ever answered.
+    serve = functools.partial(_fake_server, lst, lambda req: {} if req["op"] == "HELLO" else None)
 
     threading.Thread(target=serve, daemon=True).start()
 

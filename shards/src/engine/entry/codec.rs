@@ -23,7 +23,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use super::{BatchRecord, Entry, EventRef};
+use super::{batch_records, BatchRecord, Entry, EventRef};
 
 const KIND_MACHINE: u8 = 1;
 pub(super) const KIND_CREATE: u8 = 2;
@@ -74,6 +74,14 @@ impl<'a> Record<'a> {
             return Ok(Record::Event(event));
         }
         Entry::decode(bytes).map(Record::Entry)
+    }
+
+    /// The owned entry this record holds.
+    pub fn into_entry(self) -> Entry {
+        match self {
+            Record::Event(ev) => ev.to_entry(),
+            Record::Entry(entry) => entry,
+        }
     }
 }
 
@@ -301,34 +309,12 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// The entries of a batch (after its kind byte). Each is a length and a complete entry of
-    /// kind create, apply or delete; a count above the bytes left is damage, not a reason to
-    /// allocate.
+    /// The entries of a batch (after its kind byte, at `pos`), owned: `batch_records` over the
+    /// whole record, each borrowed event copied out.
     fn batch(&mut self) -> Result<Entry, DecodeError> {
-        let count = self.uint()?;
-        if count > (self.bytes.len() - self.pos) as u64 {
-            return Err(self.error(format!("batch of {count} entries runs past the entry")));
-        }
-        let mut entries = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            let start = self.pos;
-            let bytes = self.bytes()?;
-            if !matches!(
-                bytes.first(),
-                Some(&(KIND_CREATE | KIND_APPLY | KIND_DELETE))
-            ) {
-                return Err(DecodeError {
-                    at: start,
-                    what: "a batch holds only create, apply and delete entries".into(),
-                });
-            }
-            let mut inner = Reader { bytes, pos: 0 };
-            let entry = inner.entry().and_then(|e| inner.end().map(|()| e));
-            entries.push(entry.map_err(|e| DecodeError {
-                at: self.pos - bytes.len() + e.at,
-                what: format!("batch entry: {}", e.what),
-            })?);
-        }
+        let records = batch_records(&self.bytes[self.pos - 1..])?;
+        self.pos = self.bytes.len();
+        let entries = records.into_iter().map(Record::into_entry).collect();
         Ok(Entry::Batch { entries })
     }
 
