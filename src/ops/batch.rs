@@ -42,10 +42,6 @@ pub struct BatchOps {
 }
 
 impl BatchOps {
-    pub fn items(&self) -> &[BatchItem] {
-        &self.items
-    }
-
     pub fn iter(&self) -> std::slice::Iter<'_, BatchItem> {
         self.items.iter()
     }
@@ -213,10 +209,10 @@ mod tests {
             ops,
             [Op::CreateInstance, Op::GetInstance, Op::DeleteInstance]
         );
-        let items = b.ops.items();
-        assert_eq!(b.ops.params(&items[0]), Some(&br#"{"id":"a"}"#[..]));
-        assert_eq!(b.ops.params(&items[1]), None);
-        assert_eq!(b.ops.params(&items[2]), None);
+        let items: Vec<&BatchItem> = b.ops.iter().collect();
+        assert_eq!(b.ops.params(items[0]), Some(&br#"{"id":"a"}"#[..]));
+        assert_eq!(b.ops.params(items[1]), None);
+        assert_eq!(b.ops.params(items[2]), None);
     }
 
     #[test]

@@ -166,7 +166,7 @@ impl Engine {
     /// Decides every op of an atomic batch in order, each seeing the effects of the ones
     /// before it, without changing the engine. `offset` is the log offset the batch record
     /// will get (results of later ops name it). The first op that fails aborts the batch.
-    /// Each write goes straight into the batch record; an APPLY_EVENT on an instance no later
+    /// Each write goes straight into the batch record; an APPLY_EVENT on an instance no other
     /// op names is encoded from its borrowed decision, as a lone APPLY_EVENT is.
     pub fn decide_batch(
         &self,

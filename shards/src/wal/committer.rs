@@ -105,10 +105,15 @@ impl Committer {
     async fn sync_all(&mut self) -> Result<(), WalError> {
         let written = self.shared.written.get();
         self.w.sync(&self.shared).await?;
-        let s = &self.shared;
-        s.synced.set(s.synced.get().max(written));
-        self.last_sync = Instant::now();
+        self.synced_through(written);
         Ok(())
+    }
+
+    /// Records that everything up to `offset` is on stable storage.
+    fn synced_through(&mut self, offset: u64) {
+        let s = &self.shared;
+        s.synced.set(s.synced.get().max(offset));
+        self.last_sync = Instant::now();
     }
 
     async fn commit(&mut self, batch: &Batch) -> Result<(), WalError> {
@@ -135,10 +140,8 @@ impl Committer {
         match self.shared.policy() {
             FsyncPolicy::Always if self.shared.cfg.durable_writes() => {
                 // The segment is open O_DSYNC: every write above completed durable.
-                let s = &self.shared;
-                s.synced.set(s.synced.get().max(last));
-                s.counters.borrow_mut().fsyncs_total += 1;
-                self.last_sync = Instant::now();
+                self.shared.counters.borrow_mut().fsyncs_total += 1;
+                self.synced_through(last);
                 self.shared.publish_durable(last);
             }
             FsyncPolicy::Always => {
