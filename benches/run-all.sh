@@ -111,7 +111,11 @@ REPORT="$OUT/report.md"
 {
     echo "# smdb benchmark run $(date -u +%Y-%m-%dT%H:%MZ)"
     echo
-    echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
+    echo "- commit of the checkout: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
+    # The binaries themselves (they may be prebuilt from another commit: CARGO_TARGET_DIR).
+    for b in smdb-server smdb-bench; do
+        echo "- $b: sha256 $(sha256sum "$TARGET/release/$b" | cut -c1-12), built $(date -u -r "$TARGET/release/$b" +%Y-%m-%dT%H:%MZ)"
+    done
     echo "- host: $NCPU CPUs, $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), Linux $(uname -r)"
     echo "- data dir parent: $DATA_PARENT ($(stat -f -c %T "$DATA_PARENT"), $(df -P "$DATA_PARENT" | awk 'NR==2 {print $1}'))"
     echo "- storage.fsync = $FSYNC; $DURATION s counted after $WARMUP s warm-up; $REPEAT run(s) per row, median shown"
