@@ -57,6 +57,9 @@ fn check_host_reports_every_section_and_exits_zero() {
         );
     }
     assert!(out.contains("CPU governor"), "{out}");
+    if std::path::Path::new("/sys/devices/system/cpu/cpuidle/current_driver").exists() {
+        assert!(out.contains("cpuidle"), "{out}");
+    }
     assert!(out.contains("RLIMIT_MEMLOCK"), "{out}");
     assert!(out.contains("LimitMEMLOCK="), "{out}");
     assert!(!err.contains("command not found"), "{err}");

@@ -202,6 +202,15 @@ elif echo "$GOVS" | grep -qv performance; then
 else
     ok "CPU governor: $GOVS"
 fi
+IDLE_DRV=$(readf /sys/devices/system/cpu/cpuidle/current_driver)
+HALT_POLL_NS=$(readf /sys/module/haltpoll/parameters/guest_halt_poll_ns)
+if [ "$IDLE_DRV" = haltpoll ] && [ "$HALT_POLL_NS" = 0 ]; then
+    warn "cpuidle: haltpoll with guest_halt_poll_ns=0: an idle vCPU halts at once and each wake-up is a VM exit (tens of µs on every request at low concurrency); set 200000 (README §10)"
+elif [ "$IDLE_DRV" = haltpoll ]; then
+    ok "cpuidle: haltpoll, guest_halt_poll_ns=$HALT_POLL_NS"
+elif [ -n "$IDLE_DRV" ]; then
+    info "cpuidle driver: $IDLE_DRV"
+fi
 if [ -n "$ISOL_CPUS" ]; then ok "isolcpus=$ISOL (isolated: $ISOL_CPUS)"; else info "isolcpus: none (fine for a shared or small host; see README for dedicated hosts)"; fi
 if [ -n "$NOHZ" ]; then ok "nohz_full=$NOHZ"; else info "nohz_full: none"; fi
 SMT=$(readf /sys/devices/system/cpu/smt/active)
