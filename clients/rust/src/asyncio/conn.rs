@@ -209,6 +209,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
     let mut buf: Vec<u8> = Vec::with_capacity(READ_BUFFER_BYTES);
     let mut start = 0;
     let why = loop {
+        let mut handed = false;
         // Hand out every complete frame in the buffer.
         loop {
             match decode_frame(&buf[start..], CLIENT_FRAME_BYTES_MAX) {
@@ -216,6 +217,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     let payload = &buf[start + range.start..start + range.end];
                     let handled = Incoming::parse(payload).and_then(|m| dispatch(&shared, m));
                     start += used;
+                    handed = true;
                     if let Err(e) = handled {
                         fail_all(&shared, &alive, e);
                         return;
@@ -234,6 +236,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
         }
         if !alive.load(Ordering::Acquire) {
             return;
+        }
+        if handed {
+            // Let the callers just answered run, and the writer send what they queue, before
+            // this task reads again (most likely finding nothing yet): the next requests then
+            // leave one system call sooner.
+            tokio::task::yield_now().await;
         }
         let len = buf.len();
         buf.resize(len + READ_BUFFER_BYTES, 0);
