@@ -3,18 +3,24 @@
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
-use crate::frame::{encode_frame, HEADER_LEN};
+use crate::frame::{begin_frame, finish_frame};
 
-/// Appends one request frame `{"type":"request","id":ID,"op":OP,"params":P}` to `out`;
-/// a `Null` params value leaves `params` out.
+/// Appends one request frame `{"id":ID,"op":OP,"params":P,"type":"request"}` to `out` (members
+/// in the order a `serde_json::Map` keeps them); a `Null` params value leaves `params` out. The
+/// JSON is written straight into the frame: no envelope `Value`, no copy of `params`.
 pub fn encode_request(out: &mut Vec<u8>, id: &str, op: &str, params: &Value) -> Result<()> {
-    let mut req = json!({"type": "request", "id": id, "op": op});
+    let start = begin_frame(out);
+    let json = |e: serde_json::Error| Error::Protocol(e.to_string());
+    out.extend_from_slice(b"{\"id\":");
+    serde_json::to_writer(&mut *out, id).map_err(json)?;
+    out.extend_from_slice(b",\"op\":");
+    serde_json::to_writer(&mut *out, op).map_err(json)?;
     if !params.is_null() {
-        req["params"] = params.clone();
+        out.extend_from_slice(b",\"params\":");
+        serde_json::to_writer(&mut *out, params).map_err(json)?;
     }
-    let payload = serde_json::to_vec(&req).map_err(|e| Error::Protocol(e.to_string()))?;
-    out.reserve(HEADER_LEN + payload.len());
-    encode_frame(&payload, out);
+    out.extend_from_slice(b",\"type\":\"request\"}");
+    finish_frame(out, start);
     Ok(())
 }
 
@@ -119,6 +125,23 @@ mod tests {
             .unwrap();
         let v: Value = serde_json::from_slice(&out[r]).unwrap();
         assert_eq!(v, json!({"type":"request","id":"1","op":"PING"}));
+    }
+
+    #[test]
+    fn requests_are_the_bytes_of_their_json_envelope() {
+        let params =
+            json!({"instance_id": "a\"b", "event": "go", "payload": {"z": 1, "a": [true, null]}});
+        for (id, op, params) in [("7", "APPLY_EVENT", params), ("x\\y", "PING", Value::Null)] {
+            let mut out = vec![9u8; 3];
+            encode_request(&mut out, id, op, &params).unwrap();
+            let mut env = json!({"type": "request", "id": id, "op": op});
+            if !params.is_null() {
+                env["params"] = params.clone();
+            }
+            let mut want = vec![9u8; 3];
+            crate::frame::encode_frame(&serde_json::to_vec(&env).unwrap(), &mut want);
+            assert_eq!(out, want);
+        }
     }
 
     #[test]
