@@ -27,6 +27,7 @@ mod idempotency;
 mod index;
 mod instance;
 mod json_text;
+mod json_write;
 pub mod limits;
 mod listing;
 mod names;
