@@ -146,11 +146,11 @@ pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
 }
 
 /// The engine op for one batched op, parsed as the op alone would be (same errors).
-pub fn engine_op(ops: &BatchOps, item: &BatchItem) -> Result<BatchOp, Rejection> {
+pub fn engine_op<'o>(ops: &'o BatchOps, item: &BatchItem) -> Result<BatchOp<'o>, Rejection> {
     let params = ops.params(item);
     match item.op {
         Op::CreateInstance => instances::create_command(params).map(BatchOp::Write),
-        Op::ApplyEvent => events::apply_command(params).map(BatchOp::Write),
+        Op::ApplyEvent => events::apply_event_params(params).map(BatchOp::Event),
         Op::DeleteInstance => instances::delete_command(params).map(BatchOp::Write),
         Op::GetInstance => instances::id_param(params).map(|id| BatchOp::Get { id }),
         other => Err(bad(format!("op {} cannot be batched", other.as_str()))),

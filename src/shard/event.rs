@@ -3,7 +3,7 @@
 //! same record exactly as recovery applies it, with the result serialised straight from the
 //! instance. An owned `Entry` is built only when a subscription wants the event.
 
-use shards::engine::{Command, Record};
+use shards::engine::{EventCommand, Record};
 use shards::Rejection;
 
 use super::message::ReplyBody;
@@ -16,7 +16,7 @@ pub(super) const RECORD_BUF_KEEP_BYTES: usize = 64 << 10;
 
 impl Shard {
     /// decide → log → apply for one APPLY_EVENT command.
-    pub(super) fn write_event(&self, cmd: &Command) -> Outcome {
+    pub(super) fn write_event(&self, cmd: &EventCommand<'_>) -> Outcome {
         let mut record = self.record_buf.take();
         record.clear();
         let decided = self
@@ -25,7 +25,7 @@ impl Shard {
             .decide_event_record(cmd, now_ms(), &mut record);
         let outcome = match decided {
             Err(rej) => (Err(rej), 0),
-            Ok(Some(answer)) => self.answer(cmd, &answer),
+            Ok(Some(answer)) => self.answer_for(Some(&cmd.instance_id), &answer),
             Ok(None) => match self.log_and_apply_event(&record) {
                 Ok((result, offset)) => (Ok(ReplyBody::Json(result)), offset),
                 Err(rej) => (Err(rej), 0),

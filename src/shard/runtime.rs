@@ -380,7 +380,12 @@ impl Shard {
         let result = match op {
             Op::PutMachine => return self.put_machine(params),
             Op::CreateInstance => ops::instances::create_command(params),
-            Op::ApplyEvent => ops::events::apply_command(params),
+            Op::ApplyEvent => {
+                return match ops::events::apply_event_params(params) {
+                    Ok(cmd) => self.write_event(&cmd),
+                    Err(rej) => (Err(rej), 0),
+                }
+            }
             Op::DeleteInstance => ops::instances::delete_command(params),
             Op::GetInstance => return self.get_instance(params),
             Op::GetHistory => return self.get_history(params),
@@ -399,8 +404,8 @@ impl Shard {
 
     /// decide → log → apply for one write command (APPLY_EVENT: `shard/event.rs`).
     fn write(&self, cmd: &Command) -> Outcome {
-        if let Command::ApplyEvent { .. } = cmd {
-            return self.write_event(cmd);
+        if let Some(ev) = cmd.event() {
+            return self.write_event(&ev);
         }
         let decision = self.engine.borrow().decide(cmd, now_ms());
         match decision {
@@ -472,17 +477,21 @@ impl Shard {
     /// A write command answered without a write (an idempotent retry): the answer leaves
     /// once the instance's last entry is durable.
     pub(super) fn answer(&self, cmd: &Command, answer: &Value) -> Outcome {
-        let needs = self.instance_offset(cmd).unwrap_or_else(|| self.log.head());
-        (Ok(ReplyBody::Json(to_json(answer))), needs)
+        let id = match cmd {
+            Command::CreateInstance { id, .. } => Some(id),
+            Command::ApplyEvent { instance_id, .. } => Some(instance_id),
+            _ => None,
+        };
+        self.answer_for(id.map(String::as_str), answer)
     }
 
-    fn instance_offset(&self, cmd: &Command) -> Option<u64> {
-        let id = match cmd {
-            Command::CreateInstance { id, .. } => id,
-            Command::ApplyEvent { instance_id, .. } => instance_id,
-            _ => return None,
-        };
-        self.engine.borrow().instance(id).map(|i| i.wal_offset)
+    /// An answer about instance `id`: released once the instance's last change is durable.
+    pub(super) fn answer_for(&self, id: Option<&str>, answer: &Value) -> Outcome {
+        let at = id.and_then(|id| self.engine.borrow().instance(id).map(|i| i.wal_offset));
+        (
+            Ok(ReplyBody::Json(to_json(answer))),
+            at.unwrap_or_else(|| self.log.head()),
+        )
     }
 
     fn put_machine(&self, params: Option<&[u8]>) -> Outcome {

@@ -13,14 +13,16 @@ use serde_json::Value;
 
 use super::instance::{CreatedWithKey, Instance, InstanceView};
 use super::json_text::JsonText;
-use super::{BatchRecord, Command, Decision, Engine, Entry};
+use super::{BatchRecord, Command, Decision, Engine, Entry, EventCommand};
 use crate::{ErrorCode, Rejection};
 
 /// One op of an atomic batch, as the engine sees it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum BatchOp {
+pub enum BatchOp<'a> {
     /// CREATE_INSTANCE, APPLY_EVENT or DELETE_INSTANCE.
     Write(Command),
+    /// APPLY_EVENT with its params borrowed from the request (the server's form).
+    Event(EventCommand<'a>),
     /// GET_INSTANCE: the instance as the earlier ops of the batch leave it.
     Get { id: String },
 }
@@ -170,7 +172,7 @@ impl Engine {
     /// op names is encoded from its borrowed decision, as a lone APPLY_EVENT is.
     pub fn decide_batch(
         &self,
-        ops: &[BatchOp],
+        ops: &[BatchOp<'_>],
         now_ms: u64,
         offset: u64,
     ) -> Result<DecidedBatch, BatchAbort> {
@@ -190,40 +192,23 @@ impl Engine {
             let again = repeated[index];
             let decision = match op {
                 BatchOp::Get { id } => match overlay.view(id) {
-                    Some(view) => Ok(Decision::Answer(view.instance.to_json())),
+                    Some(view) => Ok(Some(Decision::Answer(view.instance.to_json()))),
                     None => Err(get_not_found(id)),
                 },
-                BatchOp::Write(cmd) => match cmd {
-                    Command::CreateInstance { id, .. } => {
-                        self.decide_create(overlay.view(id), cmd, now_ms)
+                BatchOp::Event(ev) => {
+                    self.decide_batch_event(&overlay, ev, again, &mut decided.record, now_ms)
+                }
+                BatchOp::Write(cmd) => match cmd.event() {
+                    Some(ev) => {
+                        self.decide_batch_event(&overlay, &ev, again, &mut decided.record, now_ms)
                     }
-                    Command::ApplyEvent { instance_id, .. } if !again => {
-                        let record = &mut decided.record;
-                        let view = overlay.view(instance_id);
-                        match self.decide_event(view, cmd, now_ms, |ev| record.push_event(&ev)) {
-                            Ok(Ok(())) => {
-                                decided.answers.push(None);
-                                continue;
-                            }
-                            Ok(Err(answer)) => Ok(Decision::Answer(answer)),
-                            Err(rej) => Err(rej),
-                        }
-                    }
-                    Command::ApplyEvent { instance_id, .. } => {
-                        self.decide_apply_event(overlay.view(instance_id), cmd, now_ms)
-                    }
-                    Command::DeleteInstance { id } => {
-                        self.decide_delete(overlay.view(id), cmd, now_ms)
-                    }
-                    Command::PutMachine { .. } => Err(Rejection::new(
-                        ErrorCode::BadRequest,
-                        "PUT_MACHINE cannot be part of a batch",
-                    )),
+                    None => self.decide_batch_write(&overlay, cmd, now_ms).map(Some),
                 },
             };
             match decision.map_err(abort)? {
-                Decision::Answer(v) => decided.answers.push(Some(v)),
-                Decision::Write(entry) => {
+                None => decided.answers.push(None),
+                Some(Decision::Answer(v)) => decided.answers.push(Some(v)),
+                Some(Decision::Write(entry)) => {
                     if again {
                         overlay.apply(&entry, offset);
                     }
@@ -233,6 +218,46 @@ impl Engine {
             }
         }
         Ok(decided)
+    }
+
+    /// One APPLY_EVENT of a batch: an event on an instance no other op names goes straight
+    /// into `record` from its borrowed decision, as a lone APPLY_EVENT's does (None); one on
+    /// a repeated instance is decided as an owned entry, for the overlay.
+    fn decide_batch_event(
+        &self,
+        overlay: &Overlay<'_>,
+        ev: &EventCommand<'_>,
+        again: bool,
+        record: &mut BatchRecord,
+        now_ms: u64,
+    ) -> Result<Option<Decision>, Rejection> {
+        let view = overlay.view(&ev.instance_id);
+        if again {
+            return self.decide_apply_event(view, ev, now_ms).map(Some);
+        }
+        Ok(
+            match self.decide_event(view, ev, now_ms, |ev| record.push_event(&ev))? {
+                Ok(()) => None,
+                Err(answer) => Some(Decision::Answer(answer)),
+            },
+        )
+    }
+
+    /// A batched CREATE_INSTANCE or DELETE_INSTANCE (APPLY_EVENT: `decide_batch_event`).
+    fn decide_batch_write(
+        &self,
+        overlay: &Overlay<'_>,
+        cmd: &Command,
+        now_ms: u64,
+    ) -> Result<Decision, Rejection> {
+        match cmd {
+            Command::CreateInstance { id, .. } => self.decide_create(overlay.view(id), cmd, now_ms),
+            Command::DeleteInstance { id } => self.decide_delete(overlay.view(id), cmd, now_ms),
+            Command::ApplyEvent { .. } | Command::PutMachine { .. } => Err(Rejection::new(
+                ErrorCode::BadRequest,
+                "PUT_MACHINE cannot be part of a batch",
+            )),
+        }
     }
 
     /// Applies a batch's entries in order at one `offset`; returns their results as an array
@@ -267,7 +292,7 @@ impl Engine {
 const PAIRWISE_OPS_MAX: usize = 32;
 
 /// For each op, whether another op of the batch names the same instance.
-fn repeated_ids(ops: &[BatchOp]) -> Vec<bool> {
+fn repeated_ids(ops: &[BatchOp<'_>]) -> Vec<bool> {
     let ids: Vec<&str> = ops.iter().map(op_id).collect();
     if ids.len() <= PAIRWISE_OPS_MAX {
         return (ids.iter())
@@ -284,8 +309,9 @@ fn repeated_ids(ops: &[BatchOp]) -> Vec<bool> {
 }
 
 /// The instance an op names.
-fn op_id(op: &BatchOp) -> &str {
+fn op_id<'o>(op: &'o BatchOp<'_>) -> &'o str {
     match op {
+        BatchOp::Event(ev) => &ev.instance_id,
         BatchOp::Get { id }
         | BatchOp::Write(Command::CreateInstance { id, .. })
         | BatchOp::Write(Command::DeleteInstance { id })
@@ -309,7 +335,7 @@ fn get_not_found(id: &str) -> Rejection {
 mod tests {
     use super::*;
 
-    fn get(id: &str) -> BatchOp {
+    fn get(id: &str) -> BatchOp<'static> {
         BatchOp::Get { id: id.into() }
     }
 

@@ -39,6 +39,21 @@ impl JsonText {
         &self.0
     }
 
+    pub fn into_string(self) -> String {
+        self.0.into_string()
+    }
+
+    /// Whether `text`, a valid JSON value, is already what `from_map` writes for it: an object
+    /// with no whitespace, member names in strictly ascending order (so no duplicates) and
+    /// without escapes, and only values that serialize back unchanged: strings without
+    /// escapes, `true`, `false`, `null`, and integers of at most 18 digits (not `-0`). Nested
+    /// arrays and objects, floats and escapes answer false (the caller then parses the text
+    /// into a `Map` and writes it with `from_map`). For the usual flat payload this spares
+    /// the parse, the map and the re-serialisation.
+    pub fn is_compact_object(text: &str) -> bool {
+        compact_object_len(text.as_bytes()) == Some(text.len())
+    }
+
     /// The object, parsed.
     pub fn to_map(&self) -> Result<Map<String, Value>, serde_json::Error> {
         serde_json::from_str(&self.0)
@@ -54,6 +69,74 @@ impl JsonText {
         let mut de = serde_json::Deserializer::from_str(text);
         MergeInto(context).deserialize(&mut de)?;
         de.end()
+    }
+}
+
+/// Most digits of an integer `is_compact_object` accepts: any such integer is an i64 and a
+/// u64 alike, so serde_json writes it back digit for digit.
+const COMPACT_INT_DIGITS_MAX: usize = 18;
+
+/// The length of the compact object at the start of `b` (see `is_compact_object`), or None.
+fn compact_object_len(b: &[u8]) -> Option<usize> {
+    let mut at = 1;
+    if b.first() != Some(&b'{') {
+        return None;
+    }
+    if b.get(at) == Some(&b'}') {
+        return Some(at + 1);
+    }
+    let mut last_name: Option<&[u8]> = None;
+    loop {
+        let name = plain_string(b, at)?;
+        if last_name.is_some_and(|last| last >= name) {
+            return None;
+        }
+        last_name = Some(name);
+        at += name.len() + 2;
+        if b.get(at) != Some(&b':') {
+            return None;
+        }
+        at += 1;
+        at += compact_scalar_len(b, at)?;
+        match b.get(at) {
+            Some(b',') => at += 1,
+            Some(b'}') => return Some(at + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// The content of the string starting at `b[at]` when it has no escapes.
+fn plain_string(b: &[u8], at: usize) -> Option<&[u8]> {
+    if b.get(at) != Some(&b'"') {
+        return None;
+    }
+    let rest = b.get(at + 1..)?;
+    let end = rest.iter().position(|c| *c == b'"' || *c == b'\\')?;
+    (rest[end] == b'"').then(|| &rest[..end])
+}
+
+/// The length of the value at `b[at]` when it is a scalar that serializes back unchanged.
+fn compact_scalar_len(b: &[u8], at: usize) -> Option<usize> {
+    let rest = b.get(at..)?;
+    match rest.first()? {
+        b'"' => plain_string(b, at).map(|s| s.len() + 2),
+        b't' => rest.starts_with(b"true").then_some(4),
+        b'f' => rest.starts_with(b"false").then_some(5),
+        b'n' => rest.starts_with(b"null").then_some(4),
+        b'-' | b'0'..=b'9' => {
+            let sign = usize::from(rest[0] == b'-');
+            let digits = rest[sign..]
+                .iter()
+                .take_while(|c| c.is_ascii_digit())
+                .count();
+            let zero_neg = sign == 1 && rest.get(1) == Some(&b'0');
+            let ok = (1..=COMPACT_INT_DIGITS_MAX).contains(&digits) && !zero_neg;
+            // A fraction or exponent makes a float: not accepted.
+            let next = rest.get(sign + digits);
+            (ok && !matches!(next, Some(b'.' | b'e' | b'E'))).then_some(sign + digits)
+        }
+        _ => None,
     }
 }
 
@@ -290,6 +373,97 @@ mod tests {
         };
         assert_eq!(s, "tiny");
         assert!(s.capacity() < 4096, "capacity {}", s.capacity());
+    }
+
+    /// `is_compact_object` says yes only where `from_map` writes the very same text.
+    #[test]
+    fn compact_objects_are_what_from_map_writes() {
+        let compact = [
+            "{}",
+            r#"{"p":"xxxx"}"#,
+            r#"{"a":1,"b":-2,"c":true,"d":false,"e":null,"f":"é ü / 日本"}"#,
+            r#"{"":0,"a":"","ab":123456789012345678,"b":-123456789012345678}"#,
+        ];
+        for text in compact {
+            assert!(JsonText::is_compact_object(text), "{text}");
+            let map: Map<String, Value> = serde_json::from_str(text).unwrap();
+            assert_eq!(JsonText::from_map(&map).as_str(), text);
+        }
+        let not_compact = [
+            r#"{ "p":"x"}"#,
+            r#"{"p" :"x"}"#,
+            r#"{"p":"x" }"#,
+            r#"{"b":1,"a":2}"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":"x\"y"}"#,
+            r#"{"a":"\u0041"}"#,
+            r#"{"\u0061":1}"#,
+            r#"{"a":1.0}"#,
+            r#"{"a":1e3}"#,
+            r#"{"a":-0}"#,
+            r#"{"a":1234567890123456789}"#,
+            r#"{"a":[1]}"#,
+            r#"{"a":{}}"#,
+            "[]",
+            "1",
+            r#""{}""#,
+        ];
+        for text in not_compact {
+            assert!(!JsonText::is_compact_object(text), "{text}");
+        }
+    }
+
+    /// A member of a random payload text: names and values with and without escapes, every
+    /// kind of scalar, nested values, and optional whitespace around the colon.
+    fn arb_member() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let name = prop_oneof![
+            "[a-c]{0,2}",
+            Just(r#"\u0061"#.to_string()),
+            Just("é".to_string())
+        ];
+        let value = prop_oneof![
+            "\"[a-z/ é]{0,3}\"",
+            Just(r#""x\"y""#.to_string()),
+            any::<i64>().prop_map(|v| v.to_string()),
+            any::<u64>().prop_map(|v| v.to_string()),
+            Just("-0".to_string()),
+            Just("0".to_string()),
+            Just("1.5".to_string()),
+            Just("2e3".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            Just("null".to_string()),
+            Just(r#"[1,"a"]"#.to_string()),
+            Just(r#"{"z":1}"#.to_string()),
+        ];
+        (name, value, prop_oneof![Just(""), Just(" ")])
+            .prop_map(|(n, v, ws)| format!(r#""{n}"{ws}:{v}"#))
+    }
+
+    proptest::proptest! {
+        /// Whatever text `is_compact_object` accepts is the text `from_map` writes for it.
+        #[test]
+        fn accepted_text_is_from_maps_text(
+            members in proptest::collection::vec(arb_member(), 0..5),
+        ) {
+            let text = format!("{{{}}}", members.join(","));
+            let map: Map<String, Value> = serde_json::from_str(&text).unwrap();
+            let canonical = JsonText::from_map(&map);
+            if JsonText::is_compact_object(&text) {
+                proptest::prop_assert_eq!(canonical.as_str(), text.as_str());
+            }
+            // from_map's text of a map of plain scalars is always accepted.
+            let flat = map.iter().all(|(k, v)| !k.contains('"') && match v {
+                Value::String(s) => !s.contains(['"', '\\']),
+                Value::Number(n) => n.as_i64().is_some_and(|i| i.unsigned_abs() < 10u64.pow(18)),
+                Value::Bool(_) | Value::Null => true,
+                _ => false,
+            });
+            if flat {
+                proptest::prop_assert!(JsonText::is_compact_object(canonical.as_str()), "{}", canonical.as_str());
+            }
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ mod command;
 mod entry;
 
 pub use batch::{BatchAbort, BatchOp, DecidedBatch};
-pub use command::Command;
+pub use command::{Command, EventCommand};
 pub use entry::{batch_records, BatchRecord, DecodeError, Entry, EventRef, Record};
 
 mod catalog;
@@ -27,6 +27,7 @@ mod idempotency;
 mod index;
 mod instance;
 mod json_text;
+mod json_write;
 pub mod limits;
 mod listing;
 mod names;

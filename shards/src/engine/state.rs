@@ -71,9 +71,10 @@ impl Engine {
         match cmd {
             Command::PutMachine { .. } => self.decide_put_machine(cmd, now_ms),
             Command::CreateInstance { id, .. } => self.decide_create(self.view(id), cmd, now_ms),
-            Command::ApplyEvent { instance_id, .. } => {
-                self.decide_apply_event(self.view(instance_id), cmd, now_ms)
-            }
+            Command::ApplyEvent { instance_id, .. } => match cmd.event() {
+                Some(ev) => self.decide_apply_event(self.view(instance_id), &ev, now_ms),
+                None => Err(rejections::misrouted("APPLY_EVENT")),
+            },
             Command::DeleteInstance { id } => self.decide_delete(self.view(id), cmd, now_ms),
         }
     }

@@ -7,8 +7,6 @@
 
 use std::collections::HashMap;
 
-use serde_json::{Map, Value};
-
 use crate::engine::context::Fields;
 
 use super::timed::{Delay, Timed};
@@ -253,7 +251,7 @@ impl CompiledMachine {
         state: &str,
         event: &str,
         ctx: &impl Fields,
-        payload: &Map<String, Value>,
+        payload: &impl Fields,
     ) -> Resolution<'_> {
         let (Some(&at), Some(candidates)) = (self.index.get(state), self.by_event.get(event))
         else {

@@ -7,7 +7,7 @@
 
 use std::cmp::Ordering;
 
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
 
 use super::ast::{CmpOp, Expr, Path, Root};
 use crate::engine::context::Fields;
@@ -17,9 +17,9 @@ static TRUE: Value = Value::Bool(true);
 static FALSE: Value = Value::Bool(false);
 
 /// The objects a guard reads.
-pub(super) struct Scope<'a, C> {
+pub(super) struct Scope<'a, C, P> {
     pub(super) ctx: &'a C,
-    pub(super) payload: &'a Map<String, Value>,
+    pub(super) payload: &'a P,
 }
 
 fn boolean(b: bool) -> &'static Value {
@@ -35,7 +35,7 @@ pub(super) fn is_true(v: &Value) -> bool {
 }
 
 /// Evaluates `expr`. Recursion depth follows the tree's nesting, which the parser bounds.
-pub(super) fn eval<'a, C: Fields>(expr: &'a Expr, scope: &Scope<'a, C>) -> &'a Value {
+pub(super) fn eval<'a, C: Fields, P: Fields>(expr: &'a Expr, scope: &Scope<'a, C, P>) -> &'a Value {
     match expr {
         Expr::Lit(v) => v,
         Expr::Path(path) => lookup(path, scope).unwrap_or(&NULL),
@@ -59,11 +59,11 @@ pub(super) fn eval<'a, C: Fields>(expr: &'a Expr, scope: &Scope<'a, C>) -> &'a V
 }
 
 /// The value at `path`, or None when any step is missing or not an object.
-fn lookup<'a, C: Fields>(path: &Path, scope: &Scope<'a, C>) -> Option<&'a Value> {
+fn lookup<'a, C: Fields, P: Fields>(path: &Path, scope: &Scope<'a, C, P>) -> Option<&'a Value> {
     let (first, rest) = path.fields.split_first()?;
     let mut value = match path.root {
         Root::Ctx => scope.ctx.field(first)?,
-        Root::Payload => scope.payload.get(first)?,
+        Root::Payload => scope.payload.field(first)?,
     };
     for field in rest {
         value = value.as_object()?.get(field)?;

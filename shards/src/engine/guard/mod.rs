@@ -15,7 +15,7 @@ mod parser;
 
 use std::fmt;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::context::Fields;
 
@@ -72,13 +72,13 @@ impl Guard {
     }
 
     /// True when the guard evaluates to exactly `true`.
-    pub fn holds(&self, ctx: &impl Fields, payload: &Map<String, Value>) -> bool {
+    pub fn holds(&self, ctx: &impl Fields, payload: &impl Fields) -> bool {
         self.eval(ctx, payload) == &Value::Bool(true)
     }
 
     /// The guard's value (a boolean for every operator, any JSON value for a bare path or
     /// literal).
-    pub fn eval<'a>(&'a self, ctx: &'a impl Fields, payload: &'a Map<String, Value>) -> &'a Value {
+    pub fn eval<'a>(&'a self, ctx: &'a impl Fields, payload: &'a impl Fields) -> &'a Value {
         eval::eval(&self.expr, &eval::Scope { ctx, payload })
     }
 }
@@ -86,7 +86,7 @@ impl Guard {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use serde_json::json;
+    use serde_json::{json, Map};
 
     use super::*;
 

@@ -5,15 +5,17 @@
 //! `expected_wal_offset`, then the first transition for (state, event) whose guard holds.
 //! Guards see the context before the merge and the payload (`{}` when absent).
 
+use std::cell::OnceCell;
+
 use serde_json::{Map, Value};
 
+use super::rejections::replayed;
 use super::rejections::{check_idempotency_key, instance_not_found, machine_not_found};
-use super::rejections::{misrouted, replayed};
 use crate::engine::definition::Resolution;
 use crate::engine::history::NewItem;
 use crate::engine::index::{prefetch, InstanceMap};
 use crate::engine::instance::{InstanceRecord, InstanceView};
-use crate::engine::{Command, Decision, Engine, EventRef, Instance, JsonText};
+use crate::engine::{Decision, Engine, EventCommand, EventRef, Fields, Instance};
 use crate::{ErrorCode, Rejection};
 
 fn check_expectations(
@@ -65,6 +67,35 @@ fn fitting_record<'a>(
     Some(record)
 }
 
+/// An event's payload as guards read it: its compact text, parsed only when a guard reads a
+/// member (most transitions have no guard, and most guards read the context only).
+struct PayloadFields<'a> {
+    text: Option<&'a str>,
+    parsed: OnceCell<Map<String, Value>>,
+}
+
+impl<'a> PayloadFields<'a> {
+    fn new(text: Option<&'a str>) -> Self {
+        PayloadFields {
+            text,
+            parsed: OnceCell::new(),
+        }
+    }
+}
+
+impl Fields for PayloadFields<'_> {
+    fn field(&self, name: &str) -> Option<&Value> {
+        let parsed = self.parsed.get_or_init(|| {
+            // The text is a decided payload (`EventCommand::payload`): an object, so this
+            // parses; were it not, the guard would see no members (`{}`), never a panic.
+            (self.text)
+                .and_then(|text| serde_json::from_str(text).ok())
+                .unwrap_or_default()
+        });
+        parsed.get(name)
+    }
+}
+
 fn refused(code: ErrorCode, message: String, state: &str, event: &str) -> Rejection {
     Rejection::new(code, message)
         .with("state", state)
@@ -76,7 +107,7 @@ impl Engine {
     pub(crate) fn decide_apply_event(
         &self,
         current: Option<InstanceView<'_>>,
-        cmd: &Command,
+        cmd: &EventCommand<'_>,
         now_ms: u64,
     ) -> Result<Decision, Rejection> {
         Ok(
@@ -93,14 +124,11 @@ impl Engine {
     /// allocations fewer per event); `Ok(Some(answer))` needs no write (an idempotent retry).
     pub fn decide_event_record(
         &self,
-        cmd: &Command,
+        cmd: &EventCommand<'_>,
         now_ms: u64,
         record: &mut Vec<u8>,
     ) -> Result<Option<Value>, Rejection> {
-        let Command::ApplyEvent { instance_id, .. } = cmd else {
-            return Err(misrouted("APPLY_EVENT"));
-        };
-        let current = self.view(instance_id);
+        let current = self.view(&cmd.instance_id);
         Ok(self
             .decide_event(current, cmd, now_ms, |ev| ev.encode(record))?
             .err())
@@ -111,21 +139,18 @@ impl Engine {
     pub(crate) fn decide_event<R>(
         &self,
         current: Option<InstanceView<'_>>,
-        cmd: &Command,
+        cmd: &EventCommand<'_>,
         now_ms: u64,
         write: impl FnOnce(EventRef<'_>) -> R,
     ) -> Result<Result<R, Value>, Rejection> {
-        let Command::ApplyEvent {
+        let EventCommand {
             instance_id,
             event,
             payload,
             expected_state,
             expected_wal_offset,
             idempotency_key,
-        } = cmd
-        else {
-            return Err(misrouted("APPLY_EVENT"));
-        };
+        } = cmd;
         check_idempotency_key(idempotency_key.as_deref())?;
         let current = current.ok_or_else(|| instance_not_found(instance_id))?;
         if let Some(first) = idempotency_key.as_deref().and_then(|k| current.key(k)) {
@@ -133,14 +158,13 @@ impl Engine {
         }
         let instance = current.instance;
         check_expectations(instance, expected_state.as_deref(), *expected_wal_offset)?;
-        let to = self.resolve(instance, event, payload.as_ref())?;
-        let payload = payload.as_ref().map(JsonText::from_map);
+        let to = self.resolve(instance, event, payload.as_deref())?;
         Ok(Ok(write(EventRef {
             instance_id,
             event,
             from: &instance.state,
             to,
-            payload: payload.as_ref().map(JsonText::as_str),
+            payload: payload.as_deref(),
             idempotency_key: idempotency_key.as_deref(),
             at_ms: now_ms,
             machine: Some(&instance.machine),
@@ -154,15 +178,14 @@ impl Engine {
         &self,
         instance: &Instance,
         event: &str,
-        payload: Option<&Map<String, Value>>,
+        payload: Option<&str>,
     ) -> Result<&str, Rejection> {
         let stored = (self.catalog.get(&instance.machine, instance.version))
             .ok_or_else(|| machine_not_found(&instance.machine, Some(instance.version)))?;
-        let empty = Map::new();
-        let payload = payload.unwrap_or(&empty);
+        let payload = PayloadFields::new(payload);
         let compiled = &stored.compiled;
         let state = &*instance.state;
-        match compiled.resolve(state, event, &instance.context, payload) {
+        match compiled.resolve(state, event, &instance.context, &payload) {
             Resolution::Move(to) => Ok(to),
             Resolution::GuardFailed => Err(refused(
                 ErrorCode::GuardFailed,

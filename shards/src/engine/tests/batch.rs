@@ -45,7 +45,7 @@ const IDS: [&str; 3] = ["{t}:a", "{t}:b", "{t}:c"];
 const EVENTS: [&str; 5] = ["pay", "ship", "deliver", "note", "cancel"];
 const KEYS: [Option<&str>; 3] = [None, Some("k1"), Some("k2")];
 
-fn arb_op() -> impl Strategy<Value = BatchOp> {
+fn arb_op() -> impl Strategy<Value = BatchOp<'static>> {
     let id = proptest::sample::select(IDS.to_vec());
     let key = proptest::sample::select(KEYS.to_vec());
     prop_oneof![
@@ -55,14 +55,20 @@ fn arb_op() -> impl Strategy<Value = BatchOp> {
             id.clone(),
             proptest::sample::select(EVENTS.to_vec()),
             key,
-            0i64..20
+            0i64..20,
+            any::<bool>()
         )
-            .prop_map(|(id, ev, key, amount)| {
+            .prop_map(|(id, ev, key, amount, borrowed)| {
                 let payload = Some(json!({ "amount": amount }));
-                BatchOp::Write(match key {
+                let cmd = match key {
                     Some(k) => keyed_event(id, ev, payload, k),
                     None => event(id, ev, payload),
-                })
+                };
+                // Both forms the engine takes: the server's borrowed one, and the owned one.
+                match cmd.event() {
+                    Some(ev) if borrowed => BatchOp::Event(ev.into_owned()),
+                    _ => BatchOp::Write(cmd),
+                }
             }),
         id.clone().prop_map(|id| BatchOp::Write(delete(id))),
         id.prop_map(|id| BatchOp::Get { id: id.into() }),
@@ -73,7 +79,7 @@ fn arb_op() -> impl Strategy<Value = BatchOp> {
 /// the results, or the index and error of the first failure.
 fn one_at_a_time(
     engine: &mut Engine,
-    ops: &[BatchOp],
+    ops: &[BatchOp<'_>],
     now: u64,
     offset: u64,
 ) -> Result<Vec<Value>, (usize, Rejection)> {
@@ -87,6 +93,14 @@ fn one_at_a_time(
                 )
                 .with("id", id.as_str())
             }),
+            BatchOp::Event(ev) => {
+                let view = engine.view(&ev.instance_id);
+                match engine.decide_apply_event(view, ev, now) {
+                    Ok(Decision::Answer(v)) => Ok(v),
+                    Ok(Decision::Write(e)) => Ok(engine.apply(e, offset, true).unwrap()),
+                    Err(rej) => Err(rej),
+                }
+            }
             BatchOp::Write(cmd) => match engine.decide(cmd, now) {
                 Ok(Decision::Answer(v)) => Ok(v),
                 Ok(Decision::Write(e)) => Ok(engine.apply(e, offset, true).unwrap()),

@@ -335,8 +335,9 @@ fn decide_event_record_writes_the_bytes_of_the_decided_entry() {
             panic!("{cmd:?} is a write");
         };
         let mut record = b"kept".to_vec();
+        let ev = cmd.event().unwrap();
         assert_eq!(
-            shard.engine.decide_event_record(&cmd, 7, &mut record),
+            shard.engine.decide_event_record(&ev, 7, &mut record),
             Ok(None)
         );
         assert_eq!(&record[..4], b"kept", "appends after what is there");
@@ -350,11 +351,13 @@ fn decide_event_record_writes_the_bytes_of_the_decided_entry() {
     };
     let mut record = Vec::new();
     assert_eq!(
-        shard.engine.decide_event_record(&retry, 8, &mut record),
+        shard
+            .engine
+            .decide_event_record(&retry.event().unwrap(), 8, &mut record),
         Ok(Some(want))
     );
     let wrong = event("o1", "pay", None);
-    let refused = shard.engine.decide_event_record(&wrong, 8, &mut record);
+    let refused = (shard.engine).decide_event_record(&wrong.event().unwrap(), 8, &mut record);
     assert_eq!(refused.unwrap_err().code, ErrorCode::InvalidTransition);
     assert!(
         record.is_empty(),
