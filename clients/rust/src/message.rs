@@ -90,8 +90,12 @@ fn id_text(id: &Value) -> Option<String> {
 
 /// Turns a response envelope into its `result` or the server's error.
 pub fn into_result(resp: Value) -> Result<Value> {
+    let Value::Object(mut resp) = resp else {
+        return Err(Error::from_wire(&Value::Null));
+    };
     match resp.get("status").and_then(Value::as_str) {
-        Some("ok") => Ok(resp.get("result").cloned().unwrap_or(Value::Null)),
+        // Moved out of the envelope, not copied (it holds the instance's whole context).
+        Some("ok") => Ok(resp.remove("result").unwrap_or(Value::Null)),
         _ => Err(Error::from_wire(resp.get("error").unwrap_or(&Value::Null))),
     }
 }

@@ -180,7 +180,7 @@ pub struct Instance {
 }
 
 /// APPLY_EVENT's result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Applied {
     pub instance_id: String,
     pub from_state: String,
@@ -191,6 +191,34 @@ pub struct Applied {
     pub applied: bool,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// By hand rather than derived: `#[serde(flatten)]` buffers every member (the whole context)
+/// before reading it, on the hottest result of all. The members are taken out of the object
+/// instead; what is left is `extra`, as with the derive.
+impl<'de> Deserialize<'de> for Applied {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut m = Map::<String, Value>::deserialize(d)?;
+        fn take<T: DeserializeOwned, E: serde::de::Error>(
+            m: &mut Map<String, Value>,
+            key: &'static str,
+        ) -> std::result::Result<T, E> {
+            let v = m.remove(key).ok_or_else(|| E::missing_field(key))?;
+            serde_json::from_value(v).map_err(|e| E::custom(format!("{key}: {e}")))
+        }
+        Ok(Applied {
+            instance_id: take(&mut m, "instance_id")?,
+            from_state: take(&mut m, "from_state")?,
+            to_state: take(&mut m, "to_state")?,
+            context: m
+                .remove("context")
+                .ok_or_else(|| D::Error::missing_field("context"))?,
+            wal_offset: take(&mut m, "wal_offset")?,
+            applied: take(&mut m, "applied")?,
+            extra: m,
+        })
+    }
 }
 
 /// LIST_INSTANCES's result: one page.
@@ -586,6 +614,40 @@ pub fn promote() -> Request<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn applied_decodes_its_members_and_keeps_the_rest() {
+        let v = json!({"instance_id": "o1", "from_state": "a", "to_state": "b",
+                       "context": {"n": 1, "tags": ["x"]}, "wal_offset": 42, "applied": true,
+                       "newer_member": {"k": 7}});
+        let a: Applied = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(
+            (
+                a.instance_id.as_str(),
+                a.from_state.as_str(),
+                a.to_state.as_str()
+            ),
+            ("o1", "a", "b")
+        );
+        assert_eq!((a.wal_offset, a.applied), (42, true));
+        assert_eq!(a.context, json!({"n": 1, "tags": ["x"]}));
+        assert_eq!(
+            a.extra,
+            json!({"newer_member": {"k": 7}})
+                .as_object()
+                .unwrap()
+                .clone()
+        );
+        // What it serialises to reads back the same (extra flattened).
+        assert_eq!(serde_json::to_value(&a).unwrap(), v);
+        let mut missing = v.clone();
+        missing.as_object_mut().unwrap().remove("wal_offset");
+        let e = serde_json::from_value::<Applied>(missing).unwrap_err();
+        assert!(e.to_string().contains("wal_offset"), "{e}");
+        let mut wrong = v;
+        wrong["applied"] = json!("yes");
+        assert!(serde_json::from_value::<Applied>(wrong).is_err());
+    }
 
     #[test]
     fn unset_options_are_left_out() {
