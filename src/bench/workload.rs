@@ -7,6 +7,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use shards::engine::write_u64;
+
 use crate::protocol::frame::{begin_frame, finish_frame};
 
 use super::rng::Rng;
@@ -282,7 +284,7 @@ impl RequestWriter {
         let op = plan.mix.pick(&mut self.rng);
         let start = begin_frame(out);
         out.extend_from_slice(br#"{"type":"request","id":"#);
-        push_u64(out, id);
+        write_u64(out, id);
         out.extend_from_slice(br#","op":""#);
         out.extend_from_slice(op.op_name().as_bytes());
         out.push(b'"');
@@ -306,12 +308,12 @@ impl RequestWriter {
                 out.extend_from_slice(br#","params":{"machine":""#);
                 out.extend_from_slice(MACHINE.as_bytes());
                 out.extend_from_slice(br#"","version":"#);
-                push_u64(out, u64::from(MACHINE_VERSION));
+                write_u64(out, u64::from(MACHINE_VERSION));
                 out.extend_from_slice(br#","id":""#);
                 out.extend_from_slice(plan.create_prefix.as_bytes());
-                push_u64(out, self.conn);
+                write_u64(out, self.conn);
                 out.push(b'.');
-                push_u64(out, self.create_seq);
+                write_u64(out, self.create_seq);
                 self.create_seq += 1;
                 out.extend_from_slice(br#"","context":"#);
                 out.extend_from_slice(plan.payload_json.as_bytes());
@@ -335,9 +337,9 @@ impl RequestWriter {
             }
             out.extend_from_slice(br#"{"op":"APPLY_EVENT","params":{"instance_id":"{"#);
             out.extend_from_slice(plan.instance_prefix.as_bytes());
-            push_u64(out, group);
+            write_u64(out, group);
             out.extend_from_slice(b"}:");
-            push_u64(out, member);
+            write_u64(out, member);
             out.extend_from_slice(br#"","event":""#);
             out.extend_from_slice(EVENT.as_bytes());
             out.extend_from_slice(br#"","payload":"#);
@@ -350,23 +352,8 @@ impl RequestWriter {
     fn push_existing_id(&mut self, plan: &Plan, out: &mut Vec<u8>) {
         out.extend_from_slice(plan.instance_prefix.as_bytes());
         let k = self.rng.below(plan.instances);
-        push_u64(out, k);
+        write_u64(out, k);
     }
-}
-
-/// Appends the decimal digits of `v` (no allocation, unlike `format!`).
-pub fn push_u64(out: &mut Vec<u8>, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
 #[cfg(test)]
@@ -470,15 +457,6 @@ mod tests {
             assert_eq!(op["op"], "APPLY_EVENT");
             assert_eq!(op["params"]["instance_id"], format!("{tag}:{m}"));
             assert_eq!(op["params"]["payload"], serde_json::json!({}));
-        }
-    }
-
-    #[test]
-    fn push_u64_matches_display() {
-        for v in [0, 7, 10, 99, 12_345, u64::MAX] {
-            let mut out = Vec::new();
-            push_u64(&mut out, v);
-            assert_eq!(out, v.to_string().into_bytes());
         }
     }
 }

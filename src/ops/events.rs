@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use shards::engine::{Command, EventCommand, JsonText};
-use shards::Rejection;
+use shards::{ErrorCode, Rejection};
 
 use super::params::{check_id, parse};
 
@@ -49,15 +49,11 @@ pub fn apply_event_params(raw: Option<&[u8]>) -> Result<EventCommand<'_>, Reject
     if let Some(cmd) = raw.and_then(borrowed_event) {
         return Ok(cmd);
     }
-    let p = apply_params(raw)?;
-    Ok(EventCommand {
-        instance_id: Cow::Owned(p.instance_id),
-        event: Cow::Owned(p.event),
-        payload: (p.payload.as_ref()).map(|map| Cow::Owned(JsonText::from_map(map).into_string())),
-        expected_state: p.expected_state.map(Cow::Owned),
-        expected_wal_offset: p.expected_wal_offset,
-        idempotency_key: p.idempotency_key.map(Cow::Owned),
-    })
+    // `apply_command` only makes APPLY_EVENT commands, which `Command::event` always converts.
+    apply_command(raw)?
+        .event()
+        .map(EventCommand::into_owned)
+        .ok_or_else(|| Rejection::new(ErrorCode::InternalError, "APPLY_EVENT params gave no event"))
 }
 
 /// The command read borrowed, when every string is free of escapes, the id is valid and the
@@ -79,15 +75,10 @@ fn borrowed_event(raw: &[u8]) -> Option<EventCommand<'_>> {
     })
 }
 
-fn apply_params(raw: Option<&[u8]>) -> Result<ApplyParams, Rejection> {
-    let p: ApplyParams = parse(raw)?;
-    check_id(&p.instance_id)?;
-    Ok(p)
-}
-
 /// APPLY_EVENT params → command.
 pub fn apply_command(raw: Option<&[u8]>) -> Result<Command, Rejection> {
-    let p = apply_params(raw)?;
+    let p: ApplyParams = parse(raw)?;
+    check_id(&p.instance_id)?;
     Ok(Command::ApplyEvent {
         instance_id: p.instance_id,
         event: p.event,

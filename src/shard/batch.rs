@@ -8,11 +8,11 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 use shards::engine::{batch_records, Record};
-use shards::{ErrorCode, Rejection};
+use shards::Rejection;
 
 use super::event::RECORD_BUF_KEEP_BYTES;
 use super::message::ReplyBody;
-use super::runtime::{Outcome, Shard};
+use super::runtime::{internal, Outcome, Shard};
 use crate::ops::batch::{aborted, engine_op, BatchOps};
 use crate::util::time::now_ms;
 
@@ -159,8 +159,4 @@ impl Reply {
         self.out.extend_from_slice(b"]}");
         ReplyBody::Json(self.out)
     }
-}
-
-fn internal(msg: &str) -> Rejection {
-    Rejection::new(ErrorCode::InternalError, msg)
 }

@@ -53,8 +53,8 @@ pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-/// The decimal digits of `v`.
-pub(crate) fn write_u64(out: &mut Vec<u8>, mut v: u64) {
+/// The decimal digits of `v` (no allocation, unlike `format!`).
+pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {

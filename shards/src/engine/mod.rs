@@ -44,6 +44,7 @@ pub use context::{Context, Fields};
 pub use definition::{CompiledMachine, Definition};
 pub use instance::{HistoryItem, Instance};
 pub use json_text::JsonText;
+pub use json_write::write_u64;
 pub use names::Name;
 pub use replay::Replay;
 pub use small_str::SmallStr;
