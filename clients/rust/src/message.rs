@@ -1,5 +1,9 @@
 //! Envelopes (CONTRACT §2) on the client side: requests out, responses and pushes in.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
@@ -77,6 +81,79 @@ impl Incoming {
                         "resume_cursor": resume_cursor}),
         }
     }
+}
+
+/// A message as the async reader routes it: a response read without building its envelope
+/// (only its id, and the raw text of its result or its error), anything else as `Incoming`.
+#[derive(Debug)]
+pub enum Received {
+    Response {
+        /// `None` for `id: null` (a frame-level refusal).
+        id: Option<String>,
+        /// The raw text of `result` (`null` when absent), or the server's error.
+        result: Result<Box<RawValue>>,
+    },
+    Other(Incoming),
+}
+
+/// The members of a response that route it; the rest (`result`, `error`) is kept as raw text
+/// borrowed from the frame, so nothing is allocated for them until their caller decodes them.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    status: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+impl Received {
+    /// Classifies a frame payload. A response is read in one pass with no `Value`; its result
+    /// is copied out as text for the caller to decode into its typed result. Anything else,
+    /// and anything the fast read does not take (not an object, a repeated member), goes
+    /// through `Incoming::parse`, with its errors.
+    pub fn parse(payload: &[u8]) -> Result<Received> {
+        let head = match serde_json::from_slice::<Head>(payload) {
+            Ok(h) if h.kind.as_deref() == Some("response") => h,
+            _ => return Incoming::parse(payload).map(Received::from_incoming),
+        };
+        let id = head.id.and_then(|raw| {
+            let v: Value = serde_json::from_str(raw.get()).ok()?;
+            id_text(&v)
+        });
+        let result = match head.status.as_deref() {
+            Some("ok") => Ok(head.result.map_or_else(null_raw, RawValue::to_owned)),
+            _ => {
+                let error = head
+                    .error
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                    .unwrap_or(Value::Null);
+                Err(Error::from_wire(&error))
+            }
+        };
+        Ok(Received::Response { id, result })
+    }
+
+    fn from_incoming(m: Incoming) -> Received {
+        match m {
+            Incoming::Response { id, envelope } => Received::Response {
+                id,
+                result: into_result(envelope).and_then(|v| {
+                    serde_json::value::to_raw_value(&v).map_err(|e| Error::Protocol(e.to_string()))
+                }),
+            },
+            other => Received::Other(other),
+        }
+    }
+}
+
+fn null_raw() -> Box<RawValue> {
+    RawValue::NULL.to_owned()
 }
 
 /// A response id as text: strings as they are, integers in decimal, anything else `None`.
@@ -165,6 +242,46 @@ mod tests {
         );
         assert!(Incoming::parse(b"[1]").is_err());
         assert!(Incoming::parse(b"{\"type\":\"resp").is_err());
+    }
+
+    /// The async reader's one-pass read gives what the envelope read gives: the id, the
+    /// result (as text) or the server's error; pushes and odd messages go the `Incoming` way.
+    #[test]
+    fn received_responses_match_the_envelope_read() {
+        let cases: [&[u8]; 7] = [
+            br#"{"type":"response","id":"7","status":"ok","result":{"b":[1,2],"a":"x\"y"}}"#,
+            br#"{"type":"response","id":12,"status":"ok"}"#,
+            br#"{"status":"ok","result":null,"id":"3","type":"response","extra":1}"#,
+            br#"{"type":"response","id":"4","status":"error","error":{"code":"INSTANCE_NOT_FOUND","message":"m","retryable":false,"details":{"id":"k"}}}"#,
+            br#"{"type":"response","id":null,"status":"error","error":{"code":"BAD_MAGIC","message":"m"}}"#,
+            br#"{"type":"response","id":"5","status":"error"}"#,
+            // A repeated member: the one-pass read refuses it, the envelope read keeps the last.
+            br#"{"type":"response","id":"6","status":"ok","result":1,"result":2}"#,
+        ];
+        for payload in cases {
+            let Ok(Incoming::Response { id, envelope }) = Incoming::parse(payload) else {
+                panic!("not a response");
+            };
+            let Received::Response { id: got_id, result } = Received::parse(payload).unwrap()
+            else {
+                panic!("not read as a response");
+            };
+            assert_eq!(got_id, id);
+            match (into_result(envelope), result) {
+                (Ok(want), Ok(raw)) => {
+                    assert_eq!(serde_json::from_str::<Value>(raw.get()).unwrap(), want)
+                }
+                (Err(want), Err(got)) => assert_eq!(format!("{got:?}"), format!("{want:?}")),
+                (want, got) => panic!("{want:?} against {got:?}"),
+            }
+        }
+        let push = br#"{"type":"event","subscription_id":1,"instance_id":"a"}"#;
+        assert!(matches!(
+            Received::parse(push).unwrap(),
+            Received::Other(Incoming::Event(_))
+        ));
+        assert!(Received::parse(b"[1]").is_err());
+        assert!(Received::parse(b"{\"type\":\"resp").is_err());
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::marker::PhantomData;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
@@ -45,6 +46,12 @@ impl<T: DeserializeOwned> Request<T> {
     /// Decodes the `result` of this request's response.
     pub fn decode(&self, result: Value) -> Result<T> {
         serde_json::from_value(result)
+            .map_err(|e| Error::Protocol(format!("{} result does not decode: {e}", self.op)))
+    }
+
+    /// Decodes the raw text of this request's `result` (one pass, no intermediate `Value`).
+    pub fn decode_raw(&self, result: &RawValue) -> Result<T> {
+        serde_json::from_str(result.get())
             .map_err(|e| Error::Protocol(format!("{} result does not decode: {e}", self.op)))
     }
 
@@ -194,29 +201,97 @@ pub struct Applied {
 }
 
 /// By hand rather than derived: `#[serde(flatten)]` buffers every member (the whole context)
-/// before reading it, on the hottest result of all. The members are taken out of the object
-/// instead; what is left is `extra`, as with the derive.
+/// before reading it, on the hottest result of all. Members are read in one pass straight into
+/// their fields; the ones this client does not name go to `extra`, as with the derive.
 impl<'de> Deserialize<'de> for Applied {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_map(AppliedVisitor)
+    }
+}
+
+struct AppliedVisitor;
+
+/// A member name of an APPLY_EVENT result.
+enum AppliedKey {
+    InstanceId,
+    FromState,
+    ToState,
+    Context,
+    WalOffset,
+    Applied,
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for AppliedKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = AppliedKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E: serde::de::Error>(self, k: &str) -> std::result::Result<AppliedKey, E> {
+                Ok(match k {
+                    "instance_id" => AppliedKey::InstanceId,
+                    "from_state" => AppliedKey::FromState,
+                    "to_state" => AppliedKey::ToState,
+                    "context" => AppliedKey::Context,
+                    "wal_offset" => AppliedKey::WalOffset,
+                    "applied" => AppliedKey::Applied,
+                    other => AppliedKey::Other(other.to_string()),
+                })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for AppliedVisitor {
+    type Value = Applied;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an APPLY_EVENT result object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut m: A,
+    ) -> std::result::Result<Applied, A::Error> {
         use serde::de::Error as _;
-        let mut m = Map::<String, Value>::deserialize(d)?;
-        fn take<T: DeserializeOwned, E: serde::de::Error>(
-            m: &mut Map<String, Value>,
+        fn once<T, E: serde::de::Error>(
+            slot: &mut Option<T>,
             key: &'static str,
-        ) -> std::result::Result<T, E> {
-            let v = m.remove(key).ok_or_else(|| E::missing_field(key))?;
-            serde_json::from_value(v).map_err(|e| E::custom(format!("{key}: {e}")))
+            v: T,
+        ) -> std::result::Result<(), E> {
+            match slot.replace(v) {
+                Some(_) => Err(E::duplicate_field(key)),
+                None => Ok(()),
+            }
+        }
+        let (mut instance_id, mut from_state, mut to_state) = (None, None, None);
+        let (mut context, mut wal_offset, mut applied) = (None, None, None);
+        let mut extra = Extra::new();
+        while let Some(k) = m.next_key::<AppliedKey>()? {
+            match k {
+                AppliedKey::InstanceId => once(&mut instance_id, "instance_id", m.next_value()?)?,
+                AppliedKey::FromState => once(&mut from_state, "from_state", m.next_value()?)?,
+                AppliedKey::ToState => once(&mut to_state, "to_state", m.next_value()?)?,
+                AppliedKey::Context => once(&mut context, "context", m.next_value()?)?,
+                AppliedKey::WalOffset => once(&mut wal_offset, "wal_offset", m.next_value()?)?,
+                AppliedKey::Applied => once(&mut applied, "applied", m.next_value()?)?,
+                AppliedKey::Other(k) => {
+                    extra.insert(k, m.next_value()?);
+                }
+            }
         }
         Ok(Applied {
-            instance_id: take(&mut m, "instance_id")?,
-            from_state: take(&mut m, "from_state")?,
-            to_state: take(&mut m, "to_state")?,
-            context: m
-                .remove("context")
-                .ok_or_else(|| D::Error::missing_field("context"))?,
-            wal_offset: take(&mut m, "wal_offset")?,
-            applied: take(&mut m, "applied")?,
-            extra: m,
+            instance_id: instance_id.ok_or_else(|| A::Error::missing_field("instance_id"))?,
+            from_state: from_state.ok_or_else(|| A::Error::missing_field("from_state"))?,
+            to_state: to_state.ok_or_else(|| A::Error::missing_field("to_state"))?,
+            context: context.ok_or_else(|| A::Error::missing_field("context"))?,
+            wal_offset: wal_offset.ok_or_else(|| A::Error::missing_field("wal_offset"))?,
+            applied: applied.ok_or_else(|| A::Error::missing_field("applied"))?,
+            extra,
         })
     }
 }
@@ -644,9 +719,20 @@ mod tests {
         missing.as_object_mut().unwrap().remove("wal_offset");
         let e = serde_json::from_value::<Applied>(missing).unwrap_err();
         assert!(e.to_string().contains("wal_offset"), "{e}");
-        let mut wrong = v;
+        let mut wrong = v.clone();
         wrong["applied"] = json!("yes");
         assert!(serde_json::from_value::<Applied>(wrong).is_err());
+        // Read from text (as the async client reads a result) it is the same value.
+        let raw = serde_json::value::to_raw_value(&v).unwrap();
+        assert_eq!(
+            apply_event("o1", "go", None, &ApplyOptions::default())
+                .decode_raw(&raw)
+                .unwrap(),
+            a
+        );
+        let twice = r#"{"instance_id":"o1","from_state":"a","to_state":"b","context":{},"wal_offset":1,"applied":true,"applied":false}"#;
+        let e = serde_json::from_str::<Applied>(twice).unwrap_err();
+        assert!(e.to_string().contains("duplicate field `applied`"), "{e}");
     }
 
     #[test]

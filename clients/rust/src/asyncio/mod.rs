@@ -90,7 +90,7 @@ impl Client {
         let conn = Conn::open(&self.inner.addr, o).await?;
         let hello = ops::hello(&o.client_name);
         let h = self.call_on(&conn, &hello.params, hello.op, None).await?;
-        *lock(&self.inner.hello) = Some(hello.decode(h)?);
+        *lock(&self.inner.hello) = Some(hello.decode_raw(&h)?);
         if let Some(token) = &o.token {
             let a = ops::auth(token);
             self.call_on(&conn, &a.params, a.op, None).await?;
@@ -104,7 +104,7 @@ impl Client {
         params: &Value,
         op: &str,
         pushes: Option<tokio::sync::mpsc::Sender<Value>>,
-    ) -> Result<Value> {
+    ) -> conn::RawResult {
         let rx = conn.send(op, params, pushes)?;
         let answer = async {
             rx.await
@@ -125,7 +125,9 @@ impl Client {
     /// Sends one request (raw op name and params) and returns its `result`. No retry.
     pub async fn call(&self, op: &str, params: Value) -> Result<Value> {
         let conn = self.connection().await?;
-        self.call_on(&conn, &params, op, None).await
+        let raw = self.call_on(&conn, &params, op, None).await?;
+        serde_json::from_str(raw.get())
+            .map_err(|e| Error::Protocol(format!("{op} result is not JSON: {e}")))
     }
 
     /// Sends one typed request and decodes its result, retrying per the policy where that is
@@ -139,7 +141,7 @@ impl Client {
                 Err(e) => Err(e),
             };
             match r {
-                Ok(v) => return req.decode(v),
+                Ok(raw) => return req.decode_raw(&raw),
                 Err(e) if policy.should_retry(&e, req.retry, attempt) => {
                     if e.is_shutting_down() {
                         self.drop_connection();
@@ -168,7 +170,7 @@ impl Client {
             let v = rx
                 .await
                 .unwrap_or_else(|_| Err(Error::eof("connection closed")));
-            out.push(v.and_then(|v| r.decode(v)));
+            out.push(v.and_then(|raw| r.decode_raw(&raw)));
         }
         Ok(out)
     }
@@ -190,7 +192,7 @@ impl Client {
         let v = self
             .call_on(&conn, &req.params, req.op, Some(pushes))
             .await?;
-        Ok((conn, req.decode(v)?))
+        Ok((conn, req.decode_raw(&v)?))
     }
 
     pub async fn ping(&self) -> Result<Pong> {
