@@ -122,10 +122,7 @@ impl Received {
             Ok(h) if h.kind.as_deref() == Some("response") => h,
             _ => return Incoming::parse(payload).map(Received::from_incoming),
         };
-        let id = head.id.and_then(|raw| {
-            let v: Value = serde_json::from_str(raw.get()).ok()?;
-            id_text(&v)
-        });
+        let id = head.id.and_then(raw_id_text);
         let result = match head.status.as_deref() {
             Some("ok") => Ok(head.result.map_or_else(null_raw, RawValue::to_owned)),
             _ => {
@@ -149,6 +146,16 @@ impl Received {
             },
             other => Received::Other(other),
         }
+    }
+}
+
+/// `id_text` of a raw id: a string without escapes and an integer are taken as written.
+fn raw_id_text(raw: &RawValue) -> Option<String> {
+    let t = raw.get();
+    match t.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        Some(inner) if !inner.contains('\\') => Some(inner.to_string()),
+        None if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => Some(t.to_string()),
+        _ => id_text(&serde_json::from_str(t).ok()?),
     }
 }
 
@@ -248,13 +255,18 @@ mod tests {
     /// result (as text) or the server's error; pushes and odd messages go the `Incoming` way.
     #[test]
     fn received_responses_match_the_envelope_read() {
-        let cases: [&[u8]; 7] = [
+        let cases: [&[u8]; 12] = [
             br#"{"type":"response","id":"7","status":"ok","result":{"b":[1,2],"a":"x\"y"}}"#,
             br#"{"type":"response","id":12,"status":"ok"}"#,
             br#"{"status":"ok","result":null,"id":"3","type":"response","extra":1}"#,
             br#"{"type":"response","id":"4","status":"error","error":{"code":"INSTANCE_NOT_FOUND","message":"m","retryable":false,"details":{"id":"k"}}}"#,
             br#"{"type":"response","id":null,"status":"error","error":{"code":"BAD_MAGIC","message":"m"}}"#,
             br#"{"type":"response","id":"5","status":"error"}"#,
+            br#"{"type":"response","id":"a\"b\u0041","status":"ok","result":[]}"#,
+            br#"{"type":"response","id":-3,"status":"ok","result":true}"#,
+            br#"{"type":"response","id":1.5e3,"status":"ok","result":""}"#,
+            br#"{"type":"response","id":"","status":"ok","result":{}}"#,
+            br#"{"type":"response","id":[1],"status":"ok","result":0}"#,
             // A repeated member: the one-pass read refuses it, the envelope read keeps the last.
             br#"{"type":"response","id":"6","status":"ok","result":1,"result":2}"#,
         ];
