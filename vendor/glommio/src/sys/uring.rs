@@ -1820,16 +1820,46 @@ impl Reactor {
         //
         // But if we will sleep, there might be a timer registered that needs
         // to be removed otherwise we'll wake up when it expires.
-        drop(self.latency_preemption_timeout_src.take());
+        //
+        // smdb patch: when we will not sleep (a preempt timer is wanted) and the latency
+        // preemption timer armed by an earlier call has not fired yet, it stays armed instead
+        // of being cancelled and re-armed: each call used to cost a cancellation and a new
+        // timeout, and an `io_uring_enter` for each, on every turn of the executor loop. The
+        // kept timer fires at most one preempt period after it was armed, so a task queue may
+        // be asked to yield earlier than a full period, never later. The throughput timer
+        // (fires after `ring_depth` completions) is likewise kept until it fires.
+        let pending = |src: &Option<Source>| src.as_ref().is_some_and(|s| s.result().is_none());
+        let kept_latency_timer = match preempt_timer() {
+            Some(_) => {
+                let src = self.latency_preemption_timeout_src.take();
+                let keep = pending(&src);
+                if keep {
+                    self.latency_preemption_timeout_src.set(src);
+                } else {
+                    drop(src);
+                }
+                keep
+            }
+            None => {
+                drop(self.latency_preemption_timeout_src.take());
+                false
+            }
+        };
 
         // Schedule the throughput-based timeout immediately: it won't matter if we end
         // up sleeping.
-        self.throughput_preemption_timeout_src.replace(Some(
-            main_ring.prepare_throughput_preemption_timer(
-                self.ring_depth() as u32,
-                self.eventfd_src.raw(),
-            ),
-        ));
+        let throughput = self.throughput_preemption_timeout_src.take();
+        if pending(&throughput) {
+            self.throughput_preemption_timeout_src.set(throughput);
+        } else {
+            drop(throughput);
+            self.throughput_preemption_timeout_src.set(Some(
+                main_ring.prepare_throughput_preemption_timer(
+                    self.ring_depth() as u32,
+                    self.eventfd_src.raw(),
+                ),
+            ));
+        }
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
@@ -1882,7 +1912,7 @@ impl Reactor {
             }
         }
 
-        if let Some(preempt) = preempt_timer() {
+        if let Some(preempt) = preempt_timer().filter(|_| !kept_latency_timer) {
             self.latency_preemption_timeout_src
                 .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
             flush_rings!(lat_ring, main_ring)?;
