@@ -22,6 +22,7 @@ use std::collections::VecDeque;
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::index::prefetch;
 use super::instance::HistoryItem;
 use super::json_text::{self, JsonText};
 use super::limits::HISTORY_PER_INSTANCE_MAX;
@@ -81,6 +82,13 @@ fn grow<T>(ring: &mut VecDeque<T>, more: usize) {
     } else if ring.len() + more > cap {
         ring.reserve_exact((3 * cap).max(more));
     }
+}
+
+/// Where a ring's next element goes while it has room (only for prefetching: never read).
+fn ring_end<T>(ring: &VecDeque<T>) -> *const T {
+    let (front, back) = ring.as_slices();
+    let last = if back.is_empty() { front } else { back };
+    last.as_ptr_range().end
 }
 
 /// What `push_left` stores of an event: `NewItem` with the left state owned and without the
@@ -160,6 +168,14 @@ impl History {
             wal_offset: item.wal_offset,
             payload_len,
         });
+    }
+
+    /// Starts loading the cache lines the next `push` writes first (both rings' ends).
+    pub(crate) fn prefetch_end(&self) {
+        prefetch(ring_end(&self.slots));
+        let text_end = ring_end(&self.text);
+        prefetch(text_end);
+        prefetch(text_end.wrapping_add(64));
     }
 
     fn pop_oldest(&mut self) {
