@@ -124,7 +124,9 @@ impl Received {
         };
         let id = head.id.and_then(raw_id_text);
         let result = match head.status.as_deref() {
-            Some("ok") => Ok(head.result.map_or_else(null_raw, RawValue::to_owned)),
+            Some("ok") => Ok(head
+                .result
+                .map_or_else(|| RawValue::NULL.to_owned(), RawValue::to_owned)),
             _ => {
                 let error = head
                     .error
@@ -157,10 +159,6 @@ fn raw_id_text(raw: &RawValue) -> Option<String> {
         None if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => Some(t.to_string()),
         _ => id_text(&serde_json::from_str(t).ok()?),
     }
-}
-
-fn null_raw() -> Box<RawValue> {
-    RawValue::NULL.to_owned()
 }
 
 /// A response id as text: strings as they are, integers in decimal, anything else `None`.

@@ -45,14 +45,16 @@ impl<T: DeserializeOwned> Request<T> {
 
     /// Decodes the `result` of this request's response.
     pub fn decode(&self, result: Value) -> Result<T> {
-        serde_json::from_value(result)
-            .map_err(|e| Error::Protocol(format!("{} result does not decode: {e}", self.op)))
+        serde_json::from_value(result).map_err(|e| self.undecodable(e))
     }
 
     /// Decodes the raw text of this request's `result` (one pass, no intermediate `Value`).
     pub fn decode_raw(&self, result: &RawValue) -> Result<T> {
-        serde_json::from_str(result.get())
-            .map_err(|e| Error::Protocol(format!("{} result does not decode: {e}", self.op)))
+        serde_json::from_str(result.get()).map_err(|e| self.undecodable(e))
+    }
+
+    fn undecodable(&self, e: serde_json::Error) -> Error {
+        Error::Protocol(format!("{} result does not decode: {e}", self.op))
     }
 
     /// The same request with its result as plain JSON.

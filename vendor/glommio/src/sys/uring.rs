@@ -1829,37 +1829,25 @@ impl Reactor {
         // be asked to yield earlier than a full period, never later. The throughput timer
         // (fires after `ring_depth` completions) is likewise kept until it fires.
         let pending = |src: &Option<Source>| src.as_ref().is_some_and(|s| s.result().is_none());
-        let kept_latency_timer = match preempt_timer() {
-            Some(_) => {
-                let src = self.latency_preemption_timeout_src.take();
-                let keep = pending(&src);
-                if keep {
-                    self.latency_preemption_timeout_src.set(src);
-                } else {
-                    drop(src);
-                }
-                keep
-            }
-            None => {
-                drop(self.latency_preemption_timeout_src.take());
-                false
-            }
-        };
+        let latency = self.latency_preemption_timeout_src.take();
+        let kept_latency_timer = preempt_timer().is_some() && pending(&latency);
+        if kept_latency_timer {
+            self.latency_preemption_timeout_src.set(latency);
+        } else {
+            drop(latency);
+        }
 
         // Schedule the throughput-based timeout immediately: it won't matter if we end
         // up sleeping.
         let throughput = self.throughput_preemption_timeout_src.take();
-        if pending(&throughput) {
-            self.throughput_preemption_timeout_src.set(throughput);
-        } else {
-            drop(throughput);
-            self.throughput_preemption_timeout_src.set(Some(
-                main_ring.prepare_throughput_preemption_timer(
-                    self.ring_depth() as u32,
-                    self.eventfd_src.raw(),
-                ),
-            ));
-        }
+        let throughput = match pending(&throughput) {
+            true => throughput,
+            false => Some(main_ring.prepare_throughput_preemption_timer(
+                self.ring_depth() as u32,
+                self.eventfd_src.raw(),
+            )),
+        };
+        self.throughput_preemption_timeout_src.set(throughput);
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
