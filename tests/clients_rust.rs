@@ -475,6 +475,92 @@ fn vector(name: &str) -> Vec<u8> {
         .collect()
 }
 
+/// A fake server speaking frames: answers HELLO with `{}` and each PING with a pong, holding
+/// back the answer to the first PING for `hold`. Counts the connections it accepted.
+fn slow_first_pong_server(
+    hold: Duration,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicU32>) {
+    use smdb_client::frame::{decode_frame, encode_frame};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let accepted = std::sync::Arc::new(AtomicU32::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            count.fetch_add(1, Ordering::SeqCst);
+            let (mut buf, mut pings) = (Vec::new(), 0);
+            let mut chunk = [0u8; 4096];
+            loop {
+                while let Ok(Some((range, used))) = decode_frame(&buf, 1 << 20) {
+                    let req: Value = serde_json::from_slice(&buf[range]).unwrap();
+                    buf.drain(..used);
+                    let result = match req["op"].as_str() {
+                        Some("PING") => {
+                            pings += 1;
+                            if pings == 1 {
+                                std::thread::sleep(hold);
+                            }
+                            json!({"pong": true})
+                        }
+                        _ => json!({}),
+                    };
+                    let resp = json!({"type": "response", "id": req["id"], "status": "ok",
+                                      "result": result});
+                    let mut out = Vec::new();
+                    encode_frame(&serde_json::to_vec(&resp).unwrap(), &mut out);
+                    if s.write_all(&out).is_err() {
+                        return;
+                    }
+                }
+                match std::io::Read::read(&mut s, &mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        }
+    });
+    (addr, accepted)
+}
+
+#[test]
+fn an_async_call_times_out_and_its_late_answer_leaves_the_connection_working() {
+    let (addr, accepted) = slow_first_pong_server(Duration::from_millis(800));
+    let o = ConnectOptions {
+        timeout: Some(Duration::from_millis(200)),
+        retry: RetryPolicy::none(),
+        ..opts()
+    };
+    rt().block_on(async {
+        let c = asyncio::Client::connect(&addr, o).await.unwrap();
+        let t = std::time::Instant::now();
+        let e = c.ping().await.unwrap_err();
+        let waited = t.elapsed();
+        assert!(
+            matches!(&e, Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("PING: no response within"), "{e}");
+        assert!(
+            waited >= Duration::from_millis(200) && waited < Duration::from_millis(700),
+            "timed out after {waited:?}"
+        );
+        // The late pong arrives meanwhile: it is dropped, not taken for a protocol error
+        // (which would end the connection), and the connection keeps serving.
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        for _ in 0..2 {
+            let pong = c.ping().await;
+            assert!(pong.as_ref().is_ok_and(|p| p.pong), "{pong:?}");
+        }
+    });
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "no reconnect"
+    );
+}
+
 #[test]
 fn malformed_and_truncated_frames_from_a_fake_server_are_clear_errors() {
     let none = ConnectOptions {

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
@@ -13,19 +13,50 @@ use crate::frame::{begin_frame, finish_frame};
 /// in the order a `serde_json::Map` keeps them); a `Null` params value leaves `params` out. The
 /// JSON is written straight into the frame: no envelope `Value`, no copy of `params`.
 pub fn encode_request(out: &mut Vec<u8>, id: &str, op: &str, params: &Value) -> Result<()> {
+    let params = (!params.is_null()).then_some(params);
+    encode(out, |out| write_json(out, id), op, params)
+}
+
+/// `encode_request` with a numeric id (sent as its decimal text, as a string) and any
+/// serializable params (`None`: no `params` member): the async client's calls build neither
+/// an id string nor a params `Value`.
+pub fn encode_request_numbered<P: Serialize + ?Sized>(
+    out: &mut Vec<u8>,
+    id: u64,
+    op: &str,
+    params: Option<&P>,
+) -> Result<()> {
+    let id = |out: &mut Vec<u8>| {
+        out.push(b'"');
+        write_json(out, &id)?;
+        out.push(b'"');
+        Ok(())
+    };
+    encode(out, id, op, params)
+}
+
+fn encode<P: Serialize + ?Sized>(
+    out: &mut Vec<u8>,
+    write_id: impl FnOnce(&mut Vec<u8>) -> Result<()>,
+    op: &str,
+    params: Option<&P>,
+) -> Result<()> {
     let start = begin_frame(out);
-    let json = |e: serde_json::Error| Error::Protocol(e.to_string());
     out.extend_from_slice(b"{\"id\":");
-    serde_json::to_writer(&mut *out, id).map_err(json)?;
+    write_id(out)?;
     out.extend_from_slice(b",\"op\":");
-    serde_json::to_writer(&mut *out, op).map_err(json)?;
-    if !params.is_null() {
+    write_json(out, op)?;
+    if let Some(params) = params {
         out.extend_from_slice(b",\"params\":");
-        serde_json::to_writer(&mut *out, params).map_err(json)?;
+        write_json(out, params)?;
     }
     out.extend_from_slice(b",\"type\":\"request\"}");
     finish_frame(out, start);
     Ok(())
+}
+
+fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<()> {
+    serde_json::to_writer(out, value).map_err(|e| Error::Protocol(e.to_string()))
 }
 
 /// One message from the server.
@@ -227,6 +258,21 @@ mod tests {
             let mut want = vec![9u8; 3];
             crate::frame::encode_frame(&serde_json::to_vec(&env).unwrap(), &mut want);
             assert_eq!(out, want);
+        }
+    }
+
+    #[test]
+    fn numbered_requests_are_the_bytes_of_the_text_id_form() {
+        let params = json!({"event": "go", "instance_id": "a\"b", "payload": {"z": [1, null]}});
+        for id in [0u64, 7, 1234567890123, u64::MAX] {
+            for p in [None, Some(&params)] {
+                let mut numbered = vec![5u8];
+                encode_request_numbered(&mut numbered, id, "APPLY_EVENT", p).unwrap();
+                let mut text = vec![5u8];
+                let as_value = p.cloned().unwrap_or(Value::Null);
+                encode_request(&mut text, &id.to_string(), "APPLY_EVENT", &as_value).unwrap();
+                assert_eq!(numbered, text, "id {id}, params {p:?}");
+            }
         }
     }
 

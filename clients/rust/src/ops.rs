@@ -50,17 +50,26 @@ impl<T: DeserializeOwned> Request<T> {
 
     /// Decodes the raw text of this request's `result` (one pass, no intermediate `Value`).
     pub fn decode_raw(&self, result: &RawValue) -> Result<T> {
-        serde_json::from_str(result.get()).map_err(|e| self.undecodable(e))
+        decode_raw(self.op, result)
     }
 
     fn undecodable(&self, e: serde_json::Error) -> Error {
-        Error::Protocol(format!("{} result does not decode: {e}", self.op))
+        undecodable(self.op, e)
     }
 
     /// The same request with its result as plain JSON.
     pub fn untyped(self) -> Request<Value> {
         Request::new(self.op, self.params, self.retry)
     }
+}
+
+/// Decodes the raw text of an `op` request's `result` into `T`.
+pub fn decode_raw<T: DeserializeOwned>(op: &str, result: &RawValue) -> Result<T> {
+    serde_json::from_str(result.get()).map_err(|e| undecodable(op, e))
+}
+
+fn undecodable(op: &str, e: serde_json::Error) -> Error {
+    Error::Protocol(format!("{op} result does not decode: {e}"))
 }
 
 /// Fields a result struct does not name.
@@ -618,18 +627,54 @@ pub fn apply_event(
     payload: Option<&Value>,
     opts: &ApplyOptions,
 ) -> Request<Applied> {
-    let retry = match opts.idempotency_key {
-        Some(_) => Retry::Safe,
-        None => Retry::Unsafe,
-    };
-    let mut p = with(
-        object(opts),
-        json!({"instance_id": instance_id, "event": event}),
-    );
-    if let Some(payload) = payload {
-        p["payload"] = payload.clone();
+    let p = ApplyParams::new(instance_id, event, payload, opts);
+    // Cannot fail: `ApplyParams` holds strings, a `Value` and an integer, and serde_json only
+    // refuses maps with non-string keys or a failing `Serialize` impl.
+    let params = serde_json::to_value(p).unwrap_or(Value::Null);
+    Request::new("APPLY_EVENT", params, p.retry())
+}
+
+/// APPLY_EVENT's params, borrowed: the one definition of what `apply_event` sends. The async
+/// client serializes it straight into the request frame (no map, no copy of the payload).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ApplyParams<'a> {
+    pub instance_id: &'a str,
+    pub event: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_state: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_wal_offset: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<&'a str>,
+}
+
+impl<'a> ApplyParams<'a> {
+    pub fn new(
+        instance_id: &'a str,
+        event: &'a str,
+        payload: Option<&'a Value>,
+        opts: &'a ApplyOptions,
+    ) -> ApplyParams<'a> {
+        ApplyParams {
+            instance_id,
+            event,
+            payload,
+            expected_state: opts.expected_state.as_deref(),
+            expected_wal_offset: opts.expected_wal_offset,
+            idempotency_key: opts.idempotency_key.as_deref(),
+        }
     }
-    Request::new("APPLY_EVENT", p, retry)
+
+    /// Safe to resend only with an idempotency key (the server then answers a repeat with the
+    /// first result).
+    pub fn retry(&self) -> Retry {
+        match self.idempotency_key {
+            Some(_) => Retry::Safe,
+            None => Retry::Unsafe,
+        }
+    }
 }
 
 pub fn get_history(id: &str, from: Option<u64>, limit: Option<u64>) -> Request<History> {
@@ -691,6 +736,36 @@ pub fn promote() -> Request<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn apply_event_params_carry_exactly_the_options_given() {
+        let payload = json!({"p": "x\"y", "n": [1, 2]});
+        let all = ApplyOptions {
+            expected_state: Some("s".into()),
+            expected_wal_offset: Some(7),
+            idempotency_key: Some("k".into()),
+        };
+        let r = apply_event("i", "e", Some(&payload), &all);
+        assert_eq!(
+            r.params,
+            json!({"instance_id": "i", "event": "e", "payload": payload,
+                   "expected_state": "s", "expected_wal_offset": 7, "idempotency_key": "k"})
+        );
+        assert_eq!((r.op, r.retry), ("APPLY_EVENT", Retry::Safe));
+        let r = apply_event("i", "e", None, &ApplyOptions::default());
+        assert_eq!(r.params, json!({"instance_id": "i", "event": "e"}));
+        assert_eq!(r.retry, Retry::Unsafe);
+        let offset_only = ApplyOptions {
+            expected_wal_offset: Some(0),
+            ..ApplyOptions::default()
+        };
+        let p = ApplyParams::new("i", "e", None, &offset_only);
+        assert_eq!(
+            serde_json::to_value(p).unwrap(),
+            json!({"instance_id": "i", "event": "e", "expected_wal_offset": 0})
+        );
+        assert_eq!(p.retry(), Retry::Unsafe);
+    }
 
     #[test]
     fn applied_decodes_its_members_and_keeps_the_rest() {

@@ -2,20 +2,24 @@
 //! writes as it can, a reader task that hands each response to its caller by id and each push
 //! to its subscription's queue. Any number of requests may be in flight (pipelining).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use serde::Serialize;
 
 use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::frame::decode_frame;
-use crate::message::{encode_request, Incoming, Received};
+use crate::message::{encode_request_numbered, Incoming, Received};
 use crate::tls::{client_config, server_name};
 use crate::CLIENT_FRAME_BYTES_MAX;
 
@@ -37,9 +41,21 @@ type Reply = oneshot::Sender<RawResult>;
 /// A request waiting for its response; a WATCH also carries the queue for its pushes, which
 /// the reader registers the moment the response arrives (before any push can follow).
 struct Pending {
-    reply: Reply,
+    /// Taken when the call times out: the entry stays, so that a late response is matched by
+    /// its id and dropped instead of being taken for a protocol error.
+    reply: Option<Reply>,
     pushes: Option<mpsc::Sender<Value>>,
+    /// When the call times out (`ConnectOptions::timeout` after it was queued).
+    deadline: Option<Instant>,
+    op: Cow<'static, str>,
 }
+
+/// How often a connection looks for calls past their deadline, as a fraction of the timeout
+/// (a call times out between `timeout` and `timeout * (1 + 1/SWEEPS_PER_TIMEOUT)` after it was
+/// queued), and the bounds of that period.
+const SWEEPS_PER_TIMEOUT: u32 = 10;
+const SWEEP_PERIOD_MIN: Duration = Duration::from_millis(10);
+const SWEEP_PERIOD_MAX: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct Shared {
@@ -54,6 +70,9 @@ pub struct Conn {
     shared: Arc<Mutex<Shared>>,
     next_id: AtomicU64,
     alive: Arc<AtomicBool>,
+    /// Every call's timeout (`ConnectOptions::timeout`), enforced by one sweeper task per
+    /// connection instead of a timer per call.
+    timeout: Option<Duration>,
 }
 
 fn lock(m: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
@@ -75,7 +94,7 @@ impl Conn {
         match &opts.tls {
             None => {
                 let (r, w) = tcp.into_split();
-                Ok(Conn::start(r, w))
+                Ok(Conn::start(r, w, opts.timeout))
             }
             Some(tls) => {
                 let config = client_config(tls).map_err(Error::Config)?;
@@ -89,12 +108,12 @@ impl Conn {
                     None => hs.await?,
                 };
                 let (r, w) = tokio::io::split(stream);
-                Ok(Conn::start(r, w))
+                Ok(Conn::start(r, w, opts.timeout))
             }
         }
     }
 
-    fn start<R, W>(r: R, w: W) -> Arc<Conn>
+    fn start<R, W>(r: R, w: W, timeout: Option<Duration>) -> Arc<Conn>
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -104,11 +123,15 @@ impl Conn {
         let alive = Arc::new(AtomicBool::new(true));
         tokio::spawn(write_loop(w, rx, shared.clone(), alive.clone()));
         tokio::spawn(read_loop(r, shared.clone(), alive.clone()));
+        if let Some(t) = timeout {
+            tokio::spawn(sweep_loop(t, shared.clone(), alive.clone()));
+        }
         Arc::new(Conn {
             out,
             shared,
             next_id: AtomicU64::new(1),
             alive,
+            timeout,
         })
     }
 
@@ -116,24 +139,31 @@ impl Conn {
         self.alive.load(Ordering::Acquire)
     }
 
-    /// Queues one request; the receiver gets its result (or the error). `pushes`: the queue
-    /// for a WATCH's events.
-    pub fn send(
+    /// Queues one request (`params` `None`: no params member); the receiver gets its result,
+    /// or the error, or a timeout error once the connection's timeout has passed. `pushes`:
+    /// the queue for a WATCH's events.
+    pub fn send<P: Serialize + ?Sized>(
         &self,
-        op: &str,
-        params: &Value,
+        op: Cow<'static, str>,
+        params: Option<&P>,
         pushes: Option<mpsc::Sender<Value>>,
     ) -> Result<oneshot::Receiver<RawResult>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut frame = Vec::with_capacity(FRAME_START_BYTES);
-        encode_request(&mut frame, &id.to_string(), op, params)?;
+        encode_request_numbered(&mut frame, id, &op, params)?;
         let (reply, rx) = oneshot::channel();
+        let pending = Pending {
+            reply: Some(reply),
+            pushes,
+            deadline: self.timeout.map(|t| Instant::now() + t),
+            op,
+        };
         {
             let mut s = lock(&self.shared);
             if let Some(why) = &s.dead {
                 return Err(why.duplicate());
             }
-            s.pending.insert(id, Pending { reply, pushes });
+            s.pending.insert(id, pending);
         }
         if self.out.send(frame).is_err() {
             lock(&self.shared).pending.remove(&id);
@@ -178,7 +208,36 @@ fn fail_all(shared: &Mutex<Shared>, alive: &AtomicBool, why: Error) {
         (std::mem::take(&mut s.pending), std::mem::take(&mut s.subs))
     };
     for (_, p) in pending {
-        let _ = p.reply.send(Err(why.duplicate()));
+        if let Some(reply) = p.reply {
+            let _ = reply.send(Err(why.duplicate()));
+        }
+    }
+}
+
+/// Fails the calls whose deadline has passed, every `timeout / SWEEPS_PER_TIMEOUT` (bounded),
+/// until the connection ends. A timed-out call's entry stays pending (see `Pending::reply`);
+/// the connection itself is fine.
+async fn sweep_loop(timeout: Duration, shared: Arc<Mutex<Shared>>, alive: Arc<AtomicBool>) {
+    let period = (timeout / SWEEPS_PER_TIMEOUT).clamp(SWEEP_PERIOD_MIN, SWEEP_PERIOD_MAX);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while alive.load(Ordering::Acquire) {
+        tick.tick().await;
+        let now = Instant::now();
+        let mut late = Vec::new();
+        for p in lock(&shared).pending.values_mut() {
+            if p.deadline.is_some_and(|d| d <= now) {
+                if let Some(reply) = p.reply.take() {
+                    late.push((reply, p.op.clone()));
+                }
+            }
+        }
+        for (reply, op) in late {
+            let _ = reply.send(Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{op}: no response within {timeout:?}"),
+            ))));
+        }
     }
 }
 
@@ -315,7 +374,9 @@ fn dispatch(shared: &Mutex<Shared>, m: Received) -> Result<()> {
                 s.subs.insert(sub, q);
             }
             drop(s);
-            let _ = p.reply.send(result);
+            if let Some(reply) = p.reply {
+                let _ = reply.send(result);
+            }
         }
         Received::Other(Incoming::Event(v)) => push(shared, v),
         Received::Other(lag @ Incoming::Lagged { .. }) => push(shared, lag.into_value()),

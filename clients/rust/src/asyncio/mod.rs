@@ -9,9 +9,11 @@ mod subscription;
 pub use conn::SUBSCRIPTION_QUEUE_MAX;
 pub use subscription::Subscription;
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
 
 pub use crate::blocking::ConnectOptions;
@@ -89,43 +91,19 @@ impl Client {
         let o = &self.inner.opts;
         let conn = Conn::open(&self.inner.addr, o).await?;
         let hello = ops::hello(&o.client_name);
-        let h = self.call_on(&conn, &hello.params, hello.op, None).await?;
+        let h = call_on(&conn, hello.op.into(), params_of(&hello.params), None).await?;
         *lock(&self.inner.hello) = Some(hello.decode_raw(&h)?);
         if let Some(token) = &o.token {
             let a = ops::auth(token);
-            self.call_on(&conn, &a.params, a.op, None).await?;
+            call_on(&conn, a.op.into(), params_of(&a.params), None).await?;
         }
         Ok(conn)
-    }
-
-    async fn call_on(
-        &self,
-        conn: &Conn,
-        params: &Value,
-        op: &str,
-        pushes: Option<tokio::sync::mpsc::Sender<Value>>,
-    ) -> conn::RawResult {
-        let rx = conn.send(op, params, pushes)?;
-        let answer = async {
-            rx.await
-                .unwrap_or_else(|_| Err(Error::eof("connection closed")))
-        };
-        match self.inner.opts.timeout {
-            Some(t) => tokio::time::timeout(t, answer).await.unwrap_or_else(|_| {
-                // The late answer would be matched by id and dropped; the connection is fine.
-                Err(Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("{op}: no response within {t:?}"),
-                )))
-            }),
-            None => answer.await,
-        }
     }
 
     /// Sends one request (raw op name and params) and returns its `result`. No retry.
     pub async fn call(&self, op: &str, params: Value) -> Result<Value> {
         let conn = self.connection().await?;
-        let raw = self.call_on(&conn, &params, op, None).await?;
+        let raw = call_on(&conn, Cow::Owned(op.to_string()), params_of(&params), None).await?;
         serde_json::from_str(raw.get())
             .map_err(|e| Error::Protocol(format!("{op} result is not JSON: {e}")))
     }
@@ -133,16 +111,27 @@ impl Client {
     /// Sends one typed request and decodes its result, retrying per the policy where that is
     /// safe, on a new connection when the old one was lost.
     pub async fn run<T: DeserializeOwned>(&self, req: Request<T>) -> Result<T> {
+        self.run_params(req.op, params_of(&req.params), req.retry)
+            .await
+    }
+
+    /// `run` for params of any serializable type (`None`: no params member).
+    async fn run_params<T: DeserializeOwned, P: Serialize + ?Sized>(
+        &self,
+        op: &'static str,
+        params: Option<&P>,
+        retry: Retry,
+    ) -> Result<T> {
         let policy = self.inner.opts.retry;
         let mut attempt = 1;
         loop {
             let r = match self.connection().await {
-                Ok(conn) => self.call_on(&conn, &req.params, req.op, None).await,
+                Ok(conn) => call_on(&conn, op.into(), params, None).await,
                 Err(e) => Err(e),
             };
             match r {
-                Ok(raw) => return req.decode_raw(&raw),
-                Err(e) if policy.should_retry(&e, req.retry, attempt) => {
+                Ok(raw) => return ops::decode_raw(op, &raw),
+                Err(e) if policy.should_retry(&e, retry, attempt) => {
                     if e.is_shutting_down() {
                         self.drop_connection();
                     }
@@ -163,7 +152,7 @@ impl Client {
         let conn = self.connection().await?;
         let mut waiting = Vec::with_capacity(reqs.len());
         for r in reqs {
-            waiting.push(conn.send(r.op, &r.params, None)?);
+            waiting.push(conn.send(r.op.into(), params_of(&r.params), None)?);
         }
         let mut out = Vec::with_capacity(reqs.len());
         for (rx, r) in waiting.into_iter().zip(reqs) {
@@ -189,9 +178,7 @@ impl Client {
         pushes: tokio::sync::mpsc::Sender<Value>,
     ) -> Result<(Arc<Conn>, Watching)> {
         let conn = self.connection().await?;
-        let v = self
-            .call_on(&conn, &req.params, req.op, Some(pushes))
-            .await?;
+        let v = call_on(&conn, req.op.into(), params_of(&req.params), Some(pushes)).await?;
         Ok((conn, req.decode_raw(&v)?))
     }
 
@@ -263,8 +250,10 @@ impl Client {
         payload: Option<&Value>,
         opts: &ApplyOptions,
     ) -> Result<Applied> {
-        self.run(ops::apply_event(instance_id, event, payload, opts))
-            .await
+        // Params serialized straight into the frame (`ops::apply_event` builds the same object
+        // as a `Value`): the hot call of most services.
+        let p = ops::ApplyParams::new(instance_id, event, payload, opts);
+        self.run_params("APPLY_EVENT", Some(&p), p.retry()).await
     }
 
     pub async fn history(
@@ -315,6 +304,23 @@ impl Client {
     pub(crate) fn policy(&self) -> crate::retry::RetryPolicy {
         self.inner.opts.retry
     }
+}
+
+/// Sends one request on `conn` and waits for its result (the connection enforces the timeout).
+pub(crate) async fn call_on<P: Serialize + ?Sized>(
+    conn: &Conn,
+    op: Cow<'static, str>,
+    params: Option<&P>,
+    pushes: Option<tokio::sync::mpsc::Sender<Value>>,
+) -> conn::RawResult {
+    let rx = conn.send(op, params, pushes)?;
+    rx.await
+        .unwrap_or_else(|_| Err(Error::eof("connection closed")))
+}
+
+/// A request's params as sent: a `Null` value means no params member.
+fn params_of(v: &Value) -> Option<&Value> {
+    (!v.is_null()).then_some(v)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -135,7 +135,7 @@ impl Worker {
         self.conn.forget(&self.id);
         if self.conn.is_alive() {
             let p = serde_json::json!({"subscription_id": self.id});
-            let _ = self.client.call_on(&self.conn, &p, "UNWATCH", None).await;
+            let _ = super::call_on(&self.conn, "UNWATCH".into(), Some(&p), None).await;
         }
     }
 

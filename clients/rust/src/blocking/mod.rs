@@ -41,7 +41,9 @@ pub struct ConnectOptions {
     /// Limit on establishing the TCP connection, per resolved address; `None` waits as long as
     /// the OS does.
     pub connect_timeout: Option<Duration>,
-    /// Read and write timeout of every later call; `None` waits forever.
+    /// Read and write timeout of every later call; `None` waits forever. The async client
+    /// checks it on each connection every tenth of it (10 ms to 1 s), so a call there fails
+    /// between `timeout` and `timeout * 1.1` after it was sent; its late answer is dropped.
     pub timeout: Option<Duration>,
     /// Bearer token: when set, AUTH `{method:"bearer", token}` follows HELLO.
     pub token: Option<String>,
