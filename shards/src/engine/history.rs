@@ -1,59 +1,92 @@
 //! Per-instance event history: the most recent `HISTORY_PER_INSTANCE_MAX` events, in seq order.
 //!
-//! Seqs are the 1-based event numbers of the instance and are contiguous, so a page is a
-//! binary search and a slice. Older events are only in the write-ahead log.
+//! Seqs are the 1-based event numbers of the instance and are contiguous, so a page is the run
+//! of items from a computed position. Older events are only in the write-ahead log.
 //!
 //! Replaying a log appends one item per event, so the layout is built for appending:
-//! - An item keeps only what it cannot derive (`Slot`: event, the state it left, time, offset,
-//!   payload length). Seqs count back from the instance's event count (the newest item's seq),
-//!   and the state an item entered is the state the next item left, or the instance's current
-//!   state for the newest (`Tail`): an event applies only to an instance in the entry's `from`
-//!   state, and only events move an instance. So the history itself holds nothing but its two
-//!   buffers (64 bytes), and is allocated only at an instance's first event.
-//! - Payload texts are appended back to back into one ring of bytes per instance instead of one
-//!   allocation per item: a push allocates nothing once the buffers have grown.
+//! - An item keeps only what it cannot derive (`Header`: event, the state it left, time,
+//!   offset, payload length). Seqs count back from the instance's event count (the newest
+//!   item's seq), and the state an item entered is the state the next item left, or the
+//!   instance's current state for the newest (`Tail`): an event applies only to an instance in
+//!   the entry's `from` state, and only events move an instance.
+//! - Names are the engine's interned ids (`NameId`, 4 bytes), not `Arc` handles: appending
+//!   counts no references, and a page read maps them back through the `Interner`.
+//! - Each item is its fixed-size little-endian header followed by its payload text, back to
+//!   back in ONE byte ring per instance, oldest first: an append writes one place (one cache
+//!   line or two), and allocates nothing once the ring has grown.
 //!
 //! `HistoryItem` is the full item, built when a page is read. The snapshot form is the list of
 //! full items, as before.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
 
 use serde::ser::SerializeSeq;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Serialize, Serializer};
 
 use super::index::prefetch;
 use super::instance::HistoryItem;
 use super::json_text::{self, JsonText};
 use super::limits::HISTORY_PER_INSTANCE_MAX;
-use super::names::{Interner, Name};
+use super::names::{Interner, Name, NameId};
 
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The items of one instance in one ring of bytes (40 bytes; allocated at the first event).
+#[derive(Debug, Clone, Default)]
 pub(crate) struct History {
-    slots: VecDeque<Slot>,
-    /// The payload texts of `slots`, oldest first, back to back.
-    text: VecDeque<u8>,
+    /// Items from `head` on, wrapping at the end: each a `Header` then its payload text.
+    ring: Box<[u8]>,
+    /// Where the oldest item starts.
+    head: usize,
+    /// Bytes of items in the ring.
+    used: usize,
+    /// Items in the ring.
+    items: usize,
 }
 
-/// What one item keeps (see the module doc for what it derives).
-#[derive(Debug, Clone, PartialEq)]
-struct Slot {
-    event: Name,
-    from_state: Name,
+/// Bytes of an encoded `Header`.
+const HEADER: usize = 28;
+
+/// What one item keeps (see the module doc for what it derives), stored as `HEADER` bytes:
+/// event id, left-state id, at_ms, wal_offset, payload length, little-endian.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Header {
+    event: NameId,
+    from_state: NameId,
     at_ms: u64,
     wal_offset: u64,
-    /// Bytes of payload text in `History::text`; `NO_PAYLOAD` when the event had none.
+    /// Bytes of payload text after the header; `NO_PAYLOAD` when the event had none.
     payload_len: u32,
 }
 
-/// `Slot::payload_len` of an event without a payload.
+/// `Header::payload_len` of an event without a payload.
 const NO_PAYLOAD: u32 = u32::MAX;
 
-impl Slot {
+impl Header {
     fn text_len(&self) -> usize {
         match self.payload_len {
             NO_PAYLOAD => 0,
             n => n as usize,
+        }
+    }
+
+    fn encode(&self) -> [u8; HEADER] {
+        let mut b = [0u8; HEADER];
+        b[0..4].copy_from_slice(&self.event.to_le_bytes());
+        b[4..8].copy_from_slice(&self.from_state.to_le_bytes());
+        b[8..16].copy_from_slice(&self.at_ms.to_le_bytes());
+        b[16..24].copy_from_slice(&self.wal_offset.to_le_bytes());
+        b[24..28].copy_from_slice(&self.payload_len.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8; HEADER]) -> Header {
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u64_at = |i: usize| u64::from(u32_at(i)) | (u64::from(u32_at(i + 4)) << 32);
+        Header {
+            event: u32_at(0),
+            from_state: u32_at(4),
+            at_ms: u64_at(8),
+            wal_offset: u64_at(16),
+            payload_len: u32_at(24),
         }
     }
 }
@@ -67,201 +100,244 @@ pub(crate) struct Tail<'a> {
     pub(crate) state: &'a Name,
 }
 
-/// Makes room for `more` elements in a ring. The first allocation holds exactly `more` (most
-/// instances of a large population have a few events; `VecDeque` would start at 4 slots or 8
-/// bytes); later ones quadruple the capacity. Growing by less reallocated on nearly every
-/// event of a young history (~30% of `apply` in the micro benches); doubling still made the
-/// reallocations of many young histories, interleaved in the heap, a fifth of a busy shard's
-/// time (a realloc there moves the ring and works the allocator's bins): quadrupling halves
-/// their number, +30% atomic batches of 10 (benches/RESULTS.md, session 8), and the resident
-/// size of 1, 2 and 10-event instances did not move.
-fn grow<T>(ring: &mut VecDeque<T>, more: usize) {
-    let cap = ring.capacity();
-    if cap == 0 {
-        ring.reserve_exact(more);
-    } else if ring.len() + more > cap {
-        ring.reserve_exact((3 * cap).max(more));
-    }
-}
-
-/// Where a ring's next element goes while it has room (only for prefetching: never read).
-fn ring_end<T>(ring: &VecDeque<T>) -> *const T {
-    let (front, back) = ring.as_slices();
-    let last = if back.is_empty() { front } else { back };
-    last.as_ptr_range().end
-}
-
-/// What `push_left` stores of an event: `NewItem` with the left state owned and without the
-/// entered state (derived, see `Tail`).
-pub(crate) struct Left<'a> {
-    pub(crate) event: Name,
-    pub(crate) from_state: Name,
-    pub(crate) payload: Option<&'a str>,
-    pub(crate) at_ms: u64,
-    pub(crate) wal_offset: u64,
-}
-
-/// One event being appended (borrowed from the log entry or the decided command).
+/// One event being appended (borrowed from the log entry or the decided command), its names
+/// as the engine's ids.
 pub(crate) struct NewItem<'a> {
-    pub(crate) event: Name,
-    pub(crate) from_state: &'a Name,
-    pub(crate) to_state: Name,
+    pub(crate) event: NameId,
+    pub(crate) from_state: NameId,
     pub(crate) payload: Option<&'a str>,
     pub(crate) at_ms: u64,
     pub(crate) wal_offset: u64,
+}
+
+impl PartialEq for History {
+    /// The same items: the ring's bytes in order (not where they sit in the ring, nor its
+    /// capacity).
+    fn eq(&self, other: &History) -> bool {
+        let (a, b) = self.bytes(0, self.used);
+        let (c, d) = other.bytes(0, other.used);
+        self.items == other.items && a.iter().chain(b).eq(c.iter().chain(d))
+    }
 }
 
 impl History {
-    /// No items (what an instance without a history reads as).
-    pub(crate) const EMPTY: History = History {
-        slots: VecDeque::new(),
-        text: VecDeque::new(),
-    };
-
     pub(crate) fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.items == 0
     }
 
-    /// Appends `item` as the newest item, dropping the oldest item when the buffer is full.
+    /// Appends `item` as the newest item, dropping the oldest item when the history is full.
     ///
     /// `item.from_state` is the state the newest item entered, and the owner's `Tail` moves
     /// with the push (one more event, the state `item` entered): `apply` only appends events
     /// of the instance in its current state. A payload longer than `u32::MAX - 1` bytes cannot
     /// reach here (frames are far smaller); it would be kept as an empty object rather than cut.
     pub(crate) fn push(&mut self, item: NewItem<'_>) {
-        let event = Left {
-            event: item.event,
-            from_state: item.from_state.clone(),
-            payload: item.payload,
-            at_ms: item.at_ms,
-            wal_offset: item.wal_offset,
-        };
-        self.push_left(event);
-    }
-
-    /// `push`, with the state the item left given owned (`apply` moves the instance's old
-    /// state name here instead of counting one more reference to it).
-    pub(crate) fn push_left(&mut self, item: Left<'_>) {
-        if self.slots.len() >= HISTORY_PER_INSTANCE_MAX {
+        if self.items >= HISTORY_PER_INSTANCE_MAX {
             self.pop_oldest();
         }
-        grow(&mut self.slots, 1);
-        let payload_len = match item.payload {
-            None => NO_PAYLOAD,
+        let (text, payload_len): (&[u8], u32) = match item.payload {
+            None => (b"", NO_PAYLOAD),
             Some(text) => match u32::try_from(text.len()).ok().filter(|n| *n != NO_PAYLOAD) {
-                Some(n) => {
-                    grow(&mut self.text, text.len());
-                    self.text.extend(text.as_bytes());
-                    n
-                }
-                None => {
-                    grow(&mut self.text, 2);
-                    self.text.extend(b"{}");
-                    2
-                }
+                Some(n) => (text.as_bytes(), n),
+                None => (b"{}", 2),
             },
         };
-        self.slots.push_back(Slot {
+        let header = Header {
             event: item.event,
             from_state: item.from_state,
             at_ms: item.at_ms,
             wal_offset: item.wal_offset,
             payload_len,
-        });
+        };
+        self.grow(HEADER + text.len());
+        let end = self.used;
+        self.write(end, &header.encode());
+        self.write(end + HEADER, text);
+        self.used += HEADER + text.len();
+        self.items += 1;
     }
 
-    /// Starts loading the cache lines the next `push` writes first (both rings' ends).
+    /// Makes room for `more` bytes. The first allocation holds exactly `more` (most instances
+    /// of a large population have a few events); later ones quadruple the capacity. Growing by
+    /// less reallocated on nearly every event of a young history (~30% of `apply` in the micro
+    /// benches); doubling still made the reallocations of many young histories, interleaved in
+    /// the heap, a fifth of a busy shard's time (a realloc there moves the ring and works the
+    /// allocator's bins): quadrupling halves their number, +30% atomic batches of 10
+    /// (benches/RESULTS.md, session 8), and the resident size of 1, 2 and 10-event instances
+    /// did not move.
+    fn grow(&mut self, more: usize) {
+        let cap = self.ring.len();
+        if self.used + more <= cap {
+            return;
+        }
+        let new_cap = self.used + if cap == 0 { more } else { (3 * cap).max(more) };
+        let mut ring = vec![0u8; new_cap].into_boxed_slice();
+        let (a, b) = self.bytes(0, self.used);
+        ring[..a.len()].copy_from_slice(a);
+        ring[a.len()..a.len() + b.len()].copy_from_slice(b);
+        self.ring = ring;
+        self.head = 0;
+    }
+
+    /// Index in `ring` of byte `at` of the items (0 = the oldest item's first byte).
+    fn index(&self, at: usize) -> usize {
+        let i = self.head + at;
+        if i >= self.ring.len() {
+            i - self.ring.len()
+        } else {
+            i
+        }
+    }
+
+    /// `len` bytes of the items from `at`, as the part before the ring's end and the part
+    /// after it (empty unless they wrap).
+    fn bytes(&self, at: usize, len: usize) -> (&[u8], &[u8]) {
+        if len == 0 {
+            return (&[], &[]);
+        }
+        let start = self.index(at);
+        let first = (self.ring.len() - start).min(len);
+        (&self.ring[start..start + first], &self.ring[..len - first])
+    }
+
+    /// Writes `bytes` at byte `at` of the items (room made by `grow`).
+    fn write(&mut self, at: usize, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let start = self.index(at);
+        let first = (self.ring.len() - start).min(bytes.len());
+        let (a, b) = bytes.split_at(first);
+        self.ring[start..start + first].copy_from_slice(a);
+        self.ring[..b.len()].copy_from_slice(b);
+    }
+
+    fn header_at(&self, at: usize) -> Header {
+        let (a, b) = self.bytes(at, HEADER);
+        let mut h = [0u8; HEADER];
+        h[..a.len()].copy_from_slice(a);
+        h[a.len()..].copy_from_slice(b);
+        Header::decode(&h)
+    }
+
+    /// Starts loading the cache lines the next `push` writes first (the ring's end).
     pub(crate) fn prefetch_end(&self) {
-        prefetch(ring_end(&self.slots));
-        let text_end = ring_end(&self.text);
-        prefetch(text_end);
-        prefetch(text_end.wrapping_add(64));
+        if self.ring.is_empty() {
+            return;
+        }
+        let end = self.ring.as_ptr().wrapping_add(self.index(self.used));
+        prefetch(end);
+        prefetch(end.wrapping_add(64));
     }
 
     fn pop_oldest(&mut self) {
-        if let Some(oldest) = self.slots.pop_front() {
-            self.text.drain(..oldest.text_len());
+        if self.items == 0 {
+            return;
         }
+        let len = HEADER + self.header_at(0).text_len();
+        self.head = self.index(len);
+        self.used -= len;
+        self.items -= 1;
     }
 
-    /// Points every item's names at the interner's shared copies (after a snapshot restore,
-    /// which allocates each name separately).
-    pub(crate) fn share_names(&mut self, names: &mut Interner) {
-        for slot in &mut self.slots {
-            names.adopt(&mut slot.event);
-            names.adopt(&mut slot.from_state);
+    /// The history of `items` (a snapshot's list, oldest first), their names interned in
+    /// `names`; seq and `to_state` are derived (see `Tail`), so they are not kept.
+    pub(crate) fn from_items(items: &[HistoryItem], names: &mut Interner) -> History {
+        let mut history = History::default();
+        for item in items {
+            history.push(NewItem {
+                event: names.id(&item.event),
+                from_state: names.id(&item.from_state),
+                payload: item.payload.as_ref().map(JsonText::as_str),
+                at_ms: item.at_ms,
+                wal_offset: item.wal_offset,
+            });
         }
+        history
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.slots.len()
+        self.items
     }
 
     /// Seq of the oldest item.
     fn first_seq(&self, tail: Tail<'_>) -> u64 {
-        (tail.last_seq + 1).saturating_sub(self.slots.len() as u64)
+        (tail.last_seq + 1).saturating_sub(self.items as u64)
     }
 
     /// Seq of the oldest item kept, if any.
     pub(crate) fn oldest_seq(&self, tail: Tail<'_>) -> Option<u64> {
-        (!self.slots.is_empty()).then(|| self.first_seq(tail))
+        (self.items != 0).then(|| self.first_seq(tail))
     }
 
     /// Up to `limit` items with seq >= `from`, and the seq to ask for next (None at the end).
     pub(crate) fn page(
         &self,
         tail: Tail<'_>,
+        names: &Interner,
         from: u64,
         limit: usize,
     ) -> (Vec<HistoryItem>, Option<u64>) {
         let first_seq = self.first_seq(tail);
         let start = usize::try_from(from.saturating_sub(first_seq))
             .unwrap_or(usize::MAX)
-            .min(self.slots.len());
-        let end = start.saturating_add(limit).min(self.slots.len());
-        let next = (end < self.slots.len()).then(|| first_seq + end as u64);
-        let items = self.views(tail).skip(start).take(end - start);
+            .min(self.items);
+        let end = start.saturating_add(limit).min(self.items);
+        let next = (end < self.items).then(|| first_seq + end as u64);
+        let items = self.views(tail, names).skip(start).take(end - start);
         (items.map(|v| v.to_item()).collect(), next)
     }
 
-    /// Every item, oldest first, as borrowed views.
-    fn views<'a>(&'a self, tail: Tail<'a>) -> impl Iterator<Item = ItemView<'a>> {
-        let first_seq = self.first_seq(tail);
-        let entered = (self.slots.iter().skip(1).map(|next| &next.from_state))
-            .chain(std::iter::once(tail.state));
-        let mut text_at = 0usize;
-        (self.slots.iter().zip(entered).enumerate()).map(move |(i, (slot, to_state))| {
-            let len = slot.text_len();
-            let payload = (slot.payload_len != NO_PAYLOAD).then(|| self.text_at(text_at, len));
-            text_at += len;
-            ItemView {
-                seq: first_seq + i as u64,
-                event: &slot.event,
-                from_state: &slot.from_state,
-                to_state,
-                payload,
-                at_ms: slot.at_ms,
-                wal_offset: slot.wal_offset,
-            }
+    /// Every item's header and where its text starts, oldest first.
+    fn headers(&self) -> impl Iterator<Item = (Header, usize)> + '_ {
+        let mut at = 0;
+        (0..self.items).map(move |_| {
+            let header = self.header_at(at);
+            let text_at = at + HEADER;
+            at = text_at + header.text_len();
+            (header, text_at)
         })
     }
 
-    /// `len` bytes of payload text from byte `at` of the ring, borrowed unless they wrap.
+    /// Every item, oldest first, as borrowed views.
+    fn views<'a>(
+        &'a self,
+        tail: Tail<'a>,
+        names: &'a Interner,
+    ) -> impl Iterator<Item = ItemView<'a>> {
+        let first_seq = self.first_seq(tail);
+        let mut headers = self.headers().peekable();
+        let mut seq = first_seq;
+        std::iter::from_fn(move || {
+            let (header, text_at) = headers.next()?;
+            let to_state = match headers.peek() {
+                Some((next, _)) => names.name(next.from_state),
+                None => tail.state,
+            };
+            let payload = (header.payload_len != NO_PAYLOAD)
+                .then(|| self.text_at(text_at, header.text_len()));
+            let view = ItemView {
+                seq,
+                event: names.name(header.event),
+                from_state: names.name(header.from_state),
+                to_state,
+                payload,
+                at_ms: header.at_ms,
+                wal_offset: header.wal_offset,
+            };
+            seq += 1;
+            Some(view)
+        })
+    }
+
+    /// `len` bytes of payload text from byte `at` of the items, borrowed unless they wrap.
     fn text_at(&self, at: usize, len: usize) -> Cow<'_, str> {
-        let (front, back) = self.text.as_slices();
-        let bytes: Cow<'_, [u8]> = if at + len <= front.len() {
-            Cow::Borrowed(&front[at..at + len])
-        } else if at >= front.len() {
-            Cow::Borrowed(&back[at - front.len()..at - front.len() + len])
-        } else {
-            Cow::Owned(self.text.range(at..at + len).copied().collect())
-        };
-        // The ring holds whole `str`s back to back and items are cut at their boundaries, so
-        // each item's bytes are the UTF-8 they were pushed as; the lossy path never replaces.
-        match bytes {
-            Cow::Borrowed(b) => String::from_utf8_lossy(b),
-            Cow::Owned(b) => Cow::Owned(String::from_utf8_lossy(&b).into_owned()),
+        // The ring holds whole `str`s and items are cut at their boundaries, so each item's
+        // bytes are the UTF-8 they were pushed as; the lossy path never replaces.
+        match self.bytes(at, len) {
+            (a, []) => String::from_utf8_lossy(a),
+            (a, b) => Cow::Owned(String::from_utf8_lossy(&[a, b].concat()).into_owned()),
         }
     }
 }
@@ -299,37 +375,25 @@ fn raw_json<S: Serializer>(text: &Option<Cow<'_, str>>, s: S) -> Result<S::Ok, S
     json_text::serialize_text(text.as_deref().unwrap_or("{}"), s)
 }
 
-/// A history with the `Tail` of its instance: its snapshot form, the list of full items.
-pub(crate) struct Items<'a>(pub(crate) &'a History, pub(crate) Tail<'a>);
+/// A history (None: no items) with the `Tail` of its instance and the interner of its ids:
+/// its snapshot form, the list of full items.
+pub(crate) struct Items<'a>(
+    pub(crate) Option<&'a History>,
+    pub(crate) Tail<'a>,
+    pub(crate) &'a Interner,
+);
 
 impl Serialize for Items<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let Items(history, tail) = self;
-        let mut seq = s.serialize_seq(Some(history.slots.len()))?;
-        for view in history.views(*tail) {
+        let Items(history, tail, names) = self;
+        let Some(history) = history else {
+            return s.collect_seq(std::iter::empty::<()>());
+        };
+        let mut seq = s.serialize_seq(Some(history.items))?;
+        for view in history.views(*tail, names) {
             seq.serialize_element(&view)?;
         }
         seq.end()
-    }
-}
-
-impl<'de> Deserialize<'de> for History {
-    /// From the list of full items; seq and `to_state` are derived (see `Tail`), so they are
-    /// not kept.
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let items = Vec::<HistoryItem>::deserialize(d)?;
-        let mut history = History::default();
-        for item in items {
-            history.push(NewItem {
-                event: item.event,
-                from_state: &item.from_state,
-                to_state: item.to_state,
-                payload: item.payload.as_ref().map(JsonText::as_str),
-                at_ms: item.at_ms,
-                wal_offset: item.wal_offset,
-            });
-        }
-        Ok(history)
     }
 }
 
@@ -343,45 +407,59 @@ mod tests {
         Name::from(((b'a' + (n % 26) as u8) as char).to_string())
     }
 
+    /// Item `seq`: every third has no payload, the others a payload whose length varies.
     fn item(seq: u64) -> HistoryItem {
         HistoryItem {
             seq,
-            event: "e".into(),
+            event: format!("e{}", seq % 5).into(),
             from_state: state(seq - 1),
             to_state: state(seq),
-            payload: (seq % 3 != 0).then(|| JsonText::from_log(&format!(r#"{{"n":{seq}}}"#))),
-            at_ms: seq,
-            wal_offset: seq,
+            payload: (seq % 3 != 0).then(|| {
+                JsonText::from_log(&format!(
+                    r#"{{"n":{seq},"s":"{}"}}"#,
+                    "x".repeat((seq % 41) as usize)
+                ))
+            }),
+            at_ms: seq * 1000 + 7,
+            wal_offset: u64::MAX - seq,
         }
     }
 
-    fn push(h: &mut History, it: &HistoryItem) {
+    fn push(h: &mut History, names: &mut Interner, it: &HistoryItem) {
         h.push(NewItem {
-            event: it.event.clone(),
-            from_state: &it.from_state,
-            to_state: it.to_state.clone(),
+            event: names.id(&it.event),
+            from_state: names.id(&it.from_state),
             payload: it.payload.as_ref().map(JsonText::as_str),
             at_ms: it.at_ms,
             wal_offset: it.wal_offset,
         });
     }
 
-    /// A history of items `1..=last` with its instance's tail state.
+    /// A history of items `1..=last` with its instance's tail state and its interner.
     struct Filled {
         h: History,
+        names: Interner,
         last: u64,
         state: Name,
     }
 
     impl Filled {
         fn new(last: u64) -> Self {
-            let mut h = History::default();
-            (1..=last).for_each(|s| push(&mut h, &item(s)));
-            Filled {
-                h,
-                last,
-                state: state(last),
+            let mut f = Filled {
+                h: History::default(),
+                names: Interner::default(),
+                last: 0,
+                state: state(0),
+            };
+            f.extend(last);
+            f
+        }
+        fn extend(&mut self, last: u64) {
+            for seq in self.last + 1..=last {
+                push(&mut self.h, &mut self.names, &item(seq));
             }
+            self.last = last;
+            self.state = state(last);
         }
         fn tail(&self) -> Tail<'_> {
             Tail {
@@ -390,12 +468,29 @@ mod tests {
             }
         }
         fn page(&self, from: u64, limit: usize) -> (Vec<HistoryItem>, Option<u64>) {
-            self.h.page(self.tail(), from, limit)
+            self.h.page(self.tail(), &self.names, from, limit)
         }
         fn seqs(&self, from: u64, limit: usize) -> (Vec<u64>, Option<u64>) {
             let (items, next) = self.page(from, limit);
             (items.iter().map(|i| i.seq).collect(), next)
         }
+        /// True when the items' bytes currently run past the end of the ring.
+        fn wraps(&self) -> bool {
+            !self.h.bytes(0, self.h.used).1.is_empty()
+        }
+    }
+
+    #[test]
+    fn header_round_trips_every_field() {
+        let h = Header {
+            event: 0x0102_0304,
+            from_state: u32::MAX - 1,
+            at_ms: 0x1122_3344_5566_7788,
+            wal_offset: u64::MAX,
+            payload_len: NO_PAYLOAD,
+        };
+        assert_eq!(Header::decode(&h.encode()), h);
+        assert_eq!(h.encode()[..4], [4, 3, 2, 1], "little-endian");
     }
 
     #[test]
@@ -416,6 +511,25 @@ mod tests {
         let h = Filled::new(7);
         let (items, _) = h.page(1, 100);
         assert_eq!(items, (1..=7).map(item).collect::<Vec<_>>());
+        assert_eq!(items[2].payload, None, "absent payload stays absent");
+        assert!(items[1].payload.is_some(), "present payload stays present");
+    }
+
+    #[test]
+    fn an_empty_payload_is_kept_apart_from_none() {
+        let mut h = History::default();
+        let mut names = Interner::default();
+        let mut it = item(1);
+        it.payload = Some(JsonText::from_log(""));
+        push(&mut h, &mut names, &it);
+        let (e, b) = (state(1), state(0));
+        let tail = Tail {
+            last_seq: 1,
+            state: &e,
+        };
+        let (items, _) = h.page(tail, &names, 1, 1);
+        assert_eq!(items[0].payload.as_ref().map(JsonText::as_str), Some(""));
+        assert_eq!(items[0].from_state, b);
     }
 
     #[test]
@@ -425,55 +539,148 @@ mod tests {
         assert_eq!(h.h.len(), HISTORY_PER_INSTANCE_MAX);
         assert_eq!(h.h.oldest_seq(h.tail()), Some(11));
         assert_eq!(h.seqs(1, 2), (vec![11, 12], Some(13)));
-        // Evicting dropped exactly the oldest item and its payload text.
+        // Evicting dropped exactly the oldest items and their payload texts.
         let (items, _) = h.page(1, usize::MAX);
         assert_eq!(items, (11..=total).map(item).collect::<Vec<_>>());
+        let bytes: usize = (items.iter())
+            .map(|i| HEADER + i.payload.as_ref().map_or(0, |p| p.as_str().len()))
+            .sum();
+        assert_eq!(h.h.used, bytes);
     }
 
     #[test]
-    fn payload_text_that_wraps_around_the_ring_reads_back_whole() {
-        // Evict and append across several ring growths so texts straddle the wrap point.
-        let mut h = History::default();
-        for seq in 1..=3 * HISTORY_PER_INSTANCE_MAX as u64 {
-            push(&mut h, &item(seq));
-            if seq % 499 == 0 {
-                let st = state(seq);
-                let tail = Tail {
-                    last_seq: seq,
-                    state: &st,
-                };
-                let (items, _) = h.page(tail, 0, usize::MAX);
-                let first = h.oldest_seq(tail).unwrap();
-                assert_eq!(items, (first..=seq).map(item).collect::<Vec<_>>());
+    fn eviction_at_the_limit_is_one_item_per_push() {
+        let mut h = Filled::new(HISTORY_PER_INSTANCE_MAX as u64);
+        assert_eq!(h.h.oldest_seq(h.tail()), Some(1));
+        for last in HISTORY_PER_INSTANCE_MAX as u64 + 1..HISTORY_PER_INSTANCE_MAX as u64 + 5 {
+            h.extend(last);
+            assert_eq!(h.h.len(), HISTORY_PER_INSTANCE_MAX);
+            let first = last + 1 - HISTORY_PER_INSTANCE_MAX as u64;
+            assert_eq!(h.h.oldest_seq(h.tail()), Some(first));
+            assert_eq!(h.page(0, 1).0, vec![item(first)]);
+        }
+    }
+
+    #[test]
+    fn items_that_wrap_around_the_ring_read_back_whole() {
+        // Evict and append across several ring growths so headers and texts straddle the
+        // wrap point; every page of every size reads the same items.
+        let mut h = Filled::new(0);
+        let mut wrapped = 0;
+        for last in 1..=10 * HISTORY_PER_INSTANCE_MAX as u64 {
+            h.extend(last);
+            if last % 97 == 0 {
+                wrapped += usize::from(h.wraps());
+                let first = h.h.oldest_seq(h.tail()).unwrap();
+                let (items, next) = h.page(0, usize::MAX);
+                assert_eq!(items, (first..=last).map(item).collect::<Vec<_>>());
+                assert_eq!(next, None);
+                // Pages across the wrap: walk in pages of 13 from the oldest item.
+                let mut from = first;
+                let mut walked = Vec::new();
+                loop {
+                    let (page, next) = h.page(from, 13);
+                    walked.extend(page);
+                    match next {
+                        Some(n) => from = n,
+                        None => break,
+                    }
+                }
+                assert_eq!(walked, items);
             }
         }
+        assert!(
+            wrapped > 10,
+            "pages read while the items wrapped: {wrapped}"
+        );
+    }
+
+    #[test]
+    fn a_header_split_by_the_wrap_reads_back() {
+        // A ring whose free space at the end is smaller than a header: the next header is
+        // written in two parts.
+        let mut h = Filled::new(HISTORY_PER_INSTANCE_MAX as u64);
+        let mut split = 0;
+        for last in h.last + 1..h.last + 20 * HISTORY_PER_INSTANCE_MAX as u64 {
+            let (end, cap) = (h.h.index(h.h.used), h.h.ring.len());
+            h.extend(last);
+            if h.h.ring.len() == cap && cap - end < HEADER {
+                split += 1;
+                let (items, _) = h.page(0, usize::MAX);
+                assert_eq!(items.last(), Some(&item(last)));
+                let first = last + 1 - HISTORY_PER_INSTANCE_MAX as u64;
+                assert_eq!(items.first(), Some(&item(first)));
+            }
+        }
+        assert!(
+            split > 0,
+            "some header was written across the end of the ring"
+        );
     }
 
     #[test]
     fn snapshot_form_is_the_list_of_full_items() {
         let h = Filled::new(4);
-        let json = serde_json::to_value(Items(&h.h, h.tail())).unwrap();
+        let json = serde_json::to_value(Items(Some(&h.h), h.tail(), &h.names)).unwrap();
         let items: Vec<HistoryItem> = (1..=4).map(item).collect();
         assert_eq!(json, serde_json::to_value(&items).unwrap());
         assert_eq!(json[2].get("payload"), None, "absent payload stays absent");
-        let back: History = serde_json::from_value(json).unwrap();
-        assert_eq!(back, h.h);
+        // Back through a fresh interner: the same items, whatever ids they got there.
+        let mut names = Interner::default();
+        names.id("first something else");
+        let back = History::from_items(&items, &mut names);
+        assert_eq!(back.page(h.tail(), &names, 0, 10).0, items);
+        let json_back = serde_json::to_value(Items(Some(&back), h.tail(), &names)).unwrap();
+        assert_eq!(json_back, json);
         let none = state(0);
         let empty = Tail {
             last_seq: 0,
             state: &none,
         };
         assert_eq!(
-            serde_json::to_value(Items(&History::default(), empty)).unwrap(),
+            serde_json::to_value(Items(None, empty, &names)).unwrap(),
             serde_json::json!([])
         );
     }
 
     #[test]
-    fn a_history_is_two_buffers_and_its_first_item_allocates_exactly() {
-        assert_eq!(size_of::<History>(), 64);
+    fn snapshot_round_trip_across_the_wrap() {
+        let mut h = Filled::new(HISTORY_PER_INSTANCE_MAX as u64);
+        while !h.wraps() {
+            h.extend(h.last + 1);
+        }
+        let json = serde_json::to_string(&Items(Some(&h.h), h.tail(), &h.names)).unwrap();
+        let items: Vec<HistoryItem> = serde_json::from_str(&json).unwrap();
+        let mut names = h.names.clone();
+        let back = History::from_items(&items, &mut names);
+        assert_eq!(
+            back, h.h,
+            "the same items, though laid out from the ring's start"
+        );
+        assert!(!Filled {
+            h: back,
+            ..Filled::new(0)
+        }
+        .wraps());
+    }
+
+    #[test]
+    fn equality_is_of_items_not_of_ring_position() {
+        let a = Filled::new(HISTORY_PER_INSTANCE_MAX as u64 + 50);
+        let b = Filled::new(HISTORY_PER_INSTANCE_MAX as u64 + 50);
+        assert_eq!(a.h, b.h);
+        let c = Filled::new(HISTORY_PER_INSTANCE_MAX as u64 + 51);
+        assert_ne!(a.h, c.h);
+    }
+
+    #[test]
+    fn a_history_is_one_ring_and_its_first_item_allocates_exactly() {
+        assert_eq!(size_of::<History>(), 40);
         let h = Filled::new(1);
-        assert_eq!(h.h.slots.capacity(), 1);
-        assert_eq!(h.h.text.capacity(), item(1).payload.unwrap().as_str().len());
+        let text = item(1).payload.unwrap().as_str().len();
+        assert_eq!(h.h.ring.len(), HEADER + text);
+        let h = Filled::new(3);
+        // 1 exact, then quadrupled: 4 x the first, enough for items 2 and 3.
+        assert_eq!(h.h.ring.len(), 4 * (HEADER + text));
     }
 }

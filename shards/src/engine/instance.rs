@@ -4,15 +4,16 @@
 //! Nothing here reads definitions: an instance and its history are self-contained, so `apply`
 //! can rebuild them from log entries alone.
 
+use serde::de::{SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{json, Value};
 
 use super::context::Context;
-use super::history::{History, Items, Left, NewItem, Tail};
+use super::history::{History, Items, NewItem, Tail};
 use super::idempotency::IdempotencyStore;
 use super::json_text::JsonText;
 use super::json_write;
-use super::names::Name;
+use super::names::{Interner, Name, NameId};
 use super::rfc3339::format_ms;
 use super::small_str::SmallStr;
 
@@ -193,9 +194,9 @@ pub(crate) struct Keys {
 }
 
 /// The snapshot form of a record (unchanged by the lazy allocation: an absent history or key
-/// store is written as the empty list it stands for).
+/// store is written as the empty list it stands for); `InstanceRecord::snapshot_form`.
 #[derive(Serialize)]
-struct RecordOut<'a> {
+pub(crate) struct RecordOut<'a> {
     instance: &'a Instance,
     history: Items<'a>,
     #[serde(serialize_with = "keys_or_empty")]
@@ -206,11 +207,12 @@ struct RecordOut<'a> {
     entered_offset: u64,
 }
 
+/// A record as a snapshot holds it; `into_record` interns its names.
 #[derive(Deserialize)]
 struct RecordIn {
     instance: Instance,
     #[serde(default)]
-    history: History,
+    history: Vec<HistoryItem>,
     #[serde(default)]
     keys: IdempotencyStore,
     #[serde(default)]
@@ -221,7 +223,6 @@ struct RecordIn {
     entered_offset: u64,
 }
 
-static NO_HISTORY: History = History::EMPTY;
 fn keys_or_empty<S: Serializer>(keys: &Option<&IdempotencyStore>, s: S) -> Result<S::Ok, S::Error> {
     match keys {
         Some(keys) => keys.serialize(s),
@@ -229,36 +230,70 @@ fn keys_or_empty<S: Serializer>(keys: &Option<&IdempotencyStore>, s: S) -> Resul
     }
 }
 
-impl Serialize for InstanceRecord {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+impl InstanceRecord {
+    /// The snapshot form of this record, its history's names read from `names` (the
+    /// interner of the engine that holds it).
+    pub(crate) fn snapshot_form<'a>(&'a self, names: &'a Interner) -> RecordOut<'a> {
         let keys = self.keys.as_deref();
         RecordOut {
             instance: &self.instance,
-            history: Items(self.history.as_deref().unwrap_or(&NO_HISTORY), self.tail()),
+            history: Items(self.history.as_deref(), self.tail(), names),
             keys: keys.map(|k| &k.events),
             created: keys.and_then(|k| k.created.as_ref()),
             entered_at_ms: self.entered_at_ms,
             entered_offset: self.entered_offset,
         }
-        .serialize(s)
     }
 }
 
-impl<'de> Deserialize<'de> for InstanceRecord {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let r = RecordIn::deserialize(d)?;
+impl RecordIn {
+    /// The record, its machine, state and history names interned in `names`.
+    fn into_record(self, names: &mut Interner) -> InstanceRecord {
+        let mut instance = self.instance;
+        names.adopt(&mut instance.machine);
+        names.adopt(&mut instance.state);
+        let history = History::from_items(&self.history, names);
         let keys = Keys {
-            events: r.keys,
-            created: r.created,
+            events: self.keys,
+            created: self.created,
         };
-        Ok(InstanceRecord {
-            instance: r.instance,
-            history: (!r.history.is_empty()).then(|| Box::new(r.history)),
+        InstanceRecord {
+            instance,
+            history: (!history.is_empty()).then(|| Box::new(history)),
             keys: (keys != Keys::default()).then(|| Box::new(keys)),
-            entered_at_ms: r.entered_at_ms,
-            entered_offset: r.entered_offset,
+            entered_at_ms: self.entered_at_ms,
+            entered_offset: self.entered_offset,
             timer_due_ms: 0,
-        })
+        }
+    }
+}
+
+/// A snapshot's list of records, read one by one, with the interner their names went into
+/// (which becomes the restored engine's): a record's history items exist as full items only
+/// while that record is read.
+pub(crate) struct RestoredRecords {
+    pub(crate) records: Vec<InstanceRecord>,
+    pub(crate) names: Interner,
+}
+
+impl<'de> Deserialize<'de> for RestoredRecords {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Records;
+        impl<'de> Visitor<'de> for Records {
+            type Value = RestoredRecords;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of instance records")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut names = Interner::default();
+                let mut records = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(record) = seq.next_element::<RecordIn>()? {
+                    records.push(record.into_record(&mut names));
+                }
+                Ok(RestoredRecords { records, names })
+            }
+        }
+        d.deserialize_seq(Records)
     }
 }
 
@@ -315,12 +350,13 @@ impl InstanceRecord {
     }
 
     /// Applies a logged event described by `item`: merges the payload into the context
-    /// (top-level keys overwrite), moves the state, counts the event and appends it to the
-    /// history as the next event number. Returns true when this left the state while a timer
+    /// (top-level keys overwrite), moves the state to `to` (`to_id` its id; `item.from_state`
+    /// is the current state's), counts the event and appends it to the history as the next
+    /// event number. Returns the state left, and true when this left the state while a timer
     /// was armed for it (the timer is cancelled).
-    pub(crate) fn advance(&mut self, item: NewItem<'_>) -> bool {
+    pub(crate) fn advance(&mut self, item: NewItem<'_>, to: Name, to_id: NameId) -> (Name, bool) {
         let mut cancelled = false;
-        if *item.from_state != item.to_state {
+        if item.from_state != to_id {
             self.entered_at_ms = item.at_ms;
             self.entered_offset = item.wal_offset;
             cancelled = std::mem::take(&mut self.timer_due_ms) != 0;
@@ -335,16 +371,9 @@ impl InstanceRecord {
         instance.event_count += 1;
         instance.updated_at_ms = item.at_ms;
         instance.wal_offset = item.wal_offset;
-        let from_state = std::mem::replace(&mut instance.state, item.to_state);
-        let history = self.history.get_or_insert_with(Default::default);
-        history.push_left(Left {
-            event: item.event,
-            from_state,
-            payload: item.payload,
-            at_ms: item.at_ms,
-            wal_offset: item.wal_offset,
-        });
-        cancelled
+        let from = std::mem::replace(&mut instance.state, to);
+        self.history.get_or_insert_with(Default::default).push(item);
+        (from, cancelled)
     }
 
     /// The APPLY_EVENT result for an event that moved this instance from `from` to its current
@@ -358,16 +387,19 @@ impl InstanceRecord {
         self.instance.write_event_result(from, wal_offset, out)
     }
 
-    /// The GET_HISTORY result for `from` (first seq wanted, 1-based) and `limit` items.
-    pub(crate) fn history_json(&self, from: u64, limit: usize) -> Value {
-        let history = self.history.as_deref().unwrap_or(&NO_HISTORY);
-        let (items, next) = history.page(self.tail(), from, limit);
+    /// The GET_HISTORY result for `from` (first seq wanted, 1-based) and `limit` items;
+    /// `names` is the interner of the engine that holds the record.
+    pub(crate) fn history_json(&self, names: &Interner, from: u64, limit: usize) -> Value {
+        let tail = self.tail();
+        let history = self.history.as_deref();
+        let (items, next) =
+            history.map_or((Vec::new(), None), |h| h.page(tail, names, from, limit));
         let events: Vec<Value> = items.iter().map(HistoryItem::to_json).collect();
         json!({
             "id": self.instance.id,
             "events": events,
             "next": next,
-            "oldest_seq": (history.oldest_seq(self.tail()))
+            "oldest_seq": (history.and_then(|h| h.oldest_seq(tail)))
                 .unwrap_or(self.instance.event_count + 1),
         })
     }
@@ -395,6 +427,6 @@ mod tests {
     fn record_layout() {
         assert_eq!(size_of::<Instance>(), 112);
         assert_eq!(size_of::<InstanceRecord>(), 152);
-        assert_eq!(size_of::<History>(), 64);
+        assert_eq!(size_of::<History>(), 40);
     }
 }

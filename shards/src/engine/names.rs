@@ -4,17 +4,26 @@
 //! item hold pointers instead of three fresh strings, and lets `apply` count an event without
 //! allocating. The set of names is bounded by the definitions (`decide` logs only names a
 //! definition declares), so the interner never needs eviction.
+//!
+//! Each name also has a stable small id (`NameId`, in order of first use): history items store
+//! ids, four plain bytes, instead of `Arc` handles, so appending one counts no references, and
+//! a read maps them back (`Interner::name`).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 /// A machine, state or event name shared by every place that holds it.
 pub type Name = Arc<str>;
 
+/// A name's id in its engine's `Interner`: ids are never reused or freed.
+pub(crate) type NameId = u32;
+
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Interner {
-    names: HashSet<Name, BuildHasherDefault<NameHasher>>,
+    ids: HashMap<Name, NameId, BuildHasherDefault<NameHasher>>,
+    /// The names by id.
+    names: Vec<Name>,
 }
 
 /// A multiply-rotate hash (FxHash's construction) for the interner: a lookup runs three times
@@ -59,12 +68,38 @@ impl Hasher for NameHasher {
 impl Interner {
     /// The shared copy of `s`, made on first use.
     pub(crate) fn intern(&mut self, s: &str) -> Name {
-        if let Some(name) = self.names.get(s) {
-            return name.clone();
+        self.intern_with_id(s).0
+    }
+
+    /// The id of `s`, made on first use.
+    pub(crate) fn id(&mut self, s: &str) -> NameId {
+        match self.ids.get(s) {
+            Some(&id) => id,
+            None => self.add(s).1,
         }
+    }
+
+    /// `intern` and `id` with one lookup.
+    pub(crate) fn intern_with_id(&mut self, s: &str) -> (Name, NameId) {
+        match self.ids.get(s) {
+            Some(&id) => (self.name(id).clone(), id),
+            None => self.add(s),
+        }
+    }
+
+    fn add(&mut self, s: &str) -> (Name, NameId) {
+        // Names are bounded by the definitions' (a few thousand per machine): far below 2^32.
+        let id = self.names.len() as NameId;
         let name: Name = Arc::from(s);
-        self.names.insert(name.clone());
-        name
+        self.ids.insert(name.clone(), id);
+        self.names.push(name.clone());
+        (name, id)
+    }
+
+    /// The name with id `id`. Ids come only from this interner (`id`, `intern_with_id`), so
+    /// every id it is asked about exists.
+    pub(crate) fn name(&self, id: NameId) -> &Name {
+        &self.names[id as usize]
     }
 
     /// `name` if it is already the shared copy, else the shared copy of its text (names read
@@ -89,5 +124,19 @@ mod tests {
         let mut c: Name = Arc::from("paid");
         names.adopt(&mut c);
         assert!(Arc::ptr_eq(&a, &c));
+    }
+
+    #[test]
+    fn ids_are_stable_and_map_back_to_the_shared_name() {
+        let mut names = Interner::default();
+        let paid = names.id("paid");
+        let (new, new_id) = names.intern_with_id("new");
+        assert_ne!(paid, new_id);
+        assert_eq!(names.id("paid"), paid);
+        assert_eq!(names.intern_with_id("new").1, new_id);
+        assert_eq!(&**names.name(paid), "paid");
+        assert!(Arc::ptr_eq(names.name(new_id), &new));
+        let shared = names.intern("paid");
+        assert!(Arc::ptr_eq(names.name(paid), &shared));
     }
 }

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::index::InstanceMap;
-use super::instance::{InstanceRecord, UNKNOWN};
+use super::instance::{RecordOut, RestoredRecords, UNKNOWN};
 use super::stats::StatsForm;
 use super::{Engine, Entry};
 
@@ -21,7 +21,7 @@ const SNAPSHOT_VERSION: u32 = 1;
 struct SnapshotOut<'a> {
     v: u32,
     machines: Vec<Entry>,
-    instances: Vec<&'a InstanceRecord>,
+    instances: Vec<RecordOut<'a>>,
     stats: StatsForm,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     epochs: &'a [(u64, u64)],
@@ -31,7 +31,7 @@ struct SnapshotOut<'a> {
 struct SnapshotIn {
     v: u32,
     machines: Vec<Entry>,
-    instances: Vec<InstanceRecord>,
+    instances: RestoredRecords,
     stats: StatsForm,
     #[serde(default)]
     epochs: Vec<(u64, u64)>,
@@ -40,8 +40,11 @@ struct SnapshotIn {
 impl Engine {
     /// The full state as bytes, for `Engine::restore`.
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut instances: Vec<&InstanceRecord> = self.instances.records().collect();
-        instances.sort_by(|a, b| a.instance.id.cmp(&b.instance.id));
+        let mut records: Vec<_> = self.instances.records().collect();
+        records.sort_by(|a, b| a.instance.id.cmp(&b.instance.id));
+        let instances = (records.iter())
+            .map(|r| r.snapshot_form(&self.names))
+            .collect();
         let snapshot = SnapshotOut {
             v: SNAPSHOT_VERSION,
             machines: self.machine_entries(),
@@ -79,17 +82,13 @@ impl Engine {
                 ));
             }
         }
-        let mut instances = InstanceMap::with_capacity(snapshot.instances.len());
-        for mut record in snapshot.instances {
+        let RestoredRecords { records, names } = snapshot.instances;
+        let mut instances = InstanceMap::with_capacity(records.len());
+        for mut record in records {
             if record.entered_offset == UNKNOWN || record.entered_at_ms == UNKNOWN {
                 // Written before state-entry times were kept: the last change is the best guess.
                 record.entered_at_ms = record.instance.updated_at_ms;
                 record.entered_offset = record.instance.wal_offset;
-            }
-            engine.names.adopt(&mut record.instance.machine);
-            engine.names.adopt(&mut record.instance.state);
-            if let Some(history) = &mut record.history {
-                history.share_names(&mut engine.names);
             }
             if let Err(record) = instances.insert(Box::new(record)) {
                 let id = &record.instance.id;
@@ -97,6 +96,9 @@ impl Engine {
             }
         }
         engine.instances = instances;
+        // The names of the records, their histories' ids among them (machines compiled above
+        // intern none).
+        engine.names = names;
         engine.stats = snapshot.stats.into();
         engine.set_epochs(snapshot.epochs)?;
         Ok(engine)

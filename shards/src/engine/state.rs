@@ -167,7 +167,7 @@ impl Engine {
             .instances
             .get(id)
             .ok_or_else(|| rejections::instance_not_found(id))?;
-        Ok(record.history_json(from, limit))
+        Ok(record.history_json(&self.names, from, limit))
     }
 
     /// The GET_MACHINE result for `version`, or for the latest version when None.

@@ -273,20 +273,21 @@ impl Engine {
             prefetch(&**history);
         }
         let names = &mut self.names;
-        let to = names.intern(ev.to);
-        let from = record.instance.state.clone();
-        self.stats.count_event(&record.instance.machine, &from, &to);
-        if ev.timer {
-            self.stats.count_timer_fired(&record.instance.machine);
-        }
-        let cancelled = record.advance(NewItem {
-            event: names.intern(ev.event),
-            from_state: &from,
-            to_state: to,
+        let (to, to_id) = names.intern_with_id(ev.to);
+        let item = NewItem {
+            event: names.id(ev.event),
+            from_state: names.id(&record.instance.state),
             payload: ev.payload,
             at_ms: ev.at_ms,
             wal_offset: offset,
-        });
+        };
+        let (from, cancelled) = record.advance(item, to, to_id);
+        let instance = &record.instance;
+        self.stats
+            .count_event(&instance.machine, &from, &instance.state);
+        if ev.timer {
+            self.stats.count_timer_fired(&instance.machine);
+        }
         if cancelled {
             self.timers_armed = self.timers_armed.saturating_sub(1);
         }
