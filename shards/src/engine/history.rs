@@ -245,15 +245,20 @@ impl History {
     pub(crate) fn from_items(items: &[HistoryItem], names: &mut Interner) -> History {
         let mut history = History::default();
         for item in items {
-            history.push(NewItem {
-                event: names.id(&item.event),
-                from_state: names.id(&item.from_state),
-                payload: item.payload.as_ref().map(JsonText::as_str),
-                at_ms: item.at_ms,
-                wal_offset: item.wal_offset,
-            });
+            history.push_item(item, names);
         }
         history
+    }
+
+    /// Appends a full item (its seq and `to_state` are derived, see `Tail`).
+    fn push_item(&mut self, item: &HistoryItem, names: &mut Interner) {
+        self.push(NewItem {
+            event: names.id(&item.event),
+            from_state: names.id(&item.from_state),
+            payload: item.payload.as_ref().map(JsonText::as_str),
+            at_ms: item.at_ms,
+            wal_offset: item.wal_offset,
+        });
     }
 
     #[cfg(test)]
@@ -426,13 +431,7 @@ mod tests {
     }
 
     fn push(h: &mut History, names: &mut Interner, it: &HistoryItem) {
-        h.push(NewItem {
-            event: names.id(&it.event),
-            from_state: names.id(&it.from_state),
-            payload: it.payload.as_ref().map(JsonText::as_str),
-            at_ms: it.at_ms,
-            wal_offset: it.wal_offset,
-        });
+        h.push_item(it, names);
     }
 
     /// A history of items `1..=last` with its instance's tail state and its interner.
