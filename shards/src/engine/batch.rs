@@ -191,9 +191,14 @@ impl Engine {
         // Only an instance that a later op reads again needs a scratch copy: the common batch
         // (each op on its own instance) decides straight against the engine.
         let repeated = repeated_ids(ops);
-        // The records of all ops load together instead of one miss after another.
-        for op in ops {
-            self.instances.prefetch(op_id(op), RECORD_LINES);
+        // The records of all ops load together instead of one miss after another. Each id is
+        // hashed once for that and for `prefetch_apply`.
+        let hashes: Vec<u64> = ops
+            .iter()
+            .map(|op| self.instances.hash(op_id(op)))
+            .collect();
+        for &hash in &hashes {
+            self.instances.prefetch_hashed(hash, RECORD_LINES);
         }
         let mut decided = DecidedBatch {
             record: BatchRecord::new(),
@@ -229,7 +234,7 @@ impl Engine {
                 }
             }
         }
-        self.prefetch_apply(ops);
+        self.prefetch_apply(ops, &hashes);
         Ok(decided)
     }
 
@@ -237,27 +242,23 @@ impl Engine {
     /// are in cache now): each history, then the end of its ring, and the context members a
     /// merge overwrites, all ops' at once. The history boxes of all ops load in parallel
     /// while the contexts are prefetched, so reading them for the ring ends waits about once.
-    fn prefetch_apply(&self, ops: &[BatchOp<'_>]) {
-        for op in ops {
-            if let Some(record) = self.instances.get(op_id(op)) {
-                if let Some(history) = &record.history {
-                    prefetch(&**history);
-                }
-                for (_, value) in record.instance.context.iter().take(CONTEXT_KEYS_PREFETCHED) {
-                    if let Value::String(s) = value {
-                        prefetch(s.as_ptr());
-                    }
+    /// `hashes[i]` is the hash of op i's id.
+    fn prefetch_apply(&self, ops: &[BatchOp<'_>], hashes: &[u64]) {
+        let records: Vec<&InstanceRecord> = (ops.iter().zip(hashes))
+            .filter_map(|(op, &hash)| self.instances.get_hashed(hash, op_id(op)))
+            .collect();
+        for record in &records {
+            if let Some(history) = &record.history {
+                prefetch(&**history);
+            }
+            for (_, value) in record.instance.context.iter().take(CONTEXT_KEYS_PREFETCHED) {
+                if let Value::String(s) = value {
+                    prefetch(s.as_ptr());
                 }
             }
         }
-        for op in ops {
-            if let Some(history) = self
-                .instances
-                .get(op_id(op))
-                .and_then(|r| r.history.as_ref())
-            {
-                history.prefetch_end();
-            }
+        for history in records.iter().filter_map(|r| r.history.as_ref()) {
+            history.prefetch_end();
         }
     }
 

@@ -4,9 +4,9 @@
 //! the boxed record (`Instance::id`, inline when short), so the table is ~9 bytes per bucket,
 //! 19-38 bytes per instance depending on load. A lookup compares the id in the record it
 //! finds, which is the record it was going to read anyway; hashbrown's per-bucket hash tags
-//! make comparing against a wrong record rare (1 in 128 probes). Replay prefetches the records
-//! of the next few entries before applying them (`prefetch`), which overlaps the cache misses
-//! that would otherwise be paid one after another.
+//! make comparing against a wrong record rare (1 in 128 probes). An atomic batch prefetches the
+//! records of all its ops before deciding them (`prefetch_hashed`), which overlaps the cache
+//! misses that would otherwise be paid one after another.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -32,12 +32,18 @@ impl InstanceMap {
         }
     }
 
-    fn hash(&self, id: &str) -> u64 {
+    /// The hash of `id` (one SipHash): computed once where one id is looked up several times
+    /// (`get_hashed`, `prefetch_hashed`).
+    pub(crate) fn hash(&self, id: &str) -> u64 {
         self.hasher.hash_one(id)
     }
 
     pub(crate) fn get(&self, id: &str) -> Option<&InstanceRecord> {
-        let hash = self.hash(id);
+        self.get_hashed(self.hash(id), id)
+    }
+
+    /// `get` with `hash` = `self.hash(id)`.
+    pub(crate) fn get_hashed(&self, hash: u64, id: &str) -> Option<&InstanceRecord> {
         (self.table)
             .find(hash, |r| r.instance.id.as_str() == id)
             .map(|r| &**r)
@@ -50,11 +56,11 @@ impl InstanceMap {
             .map(|r| &mut **r)
     }
 
-    /// Starts loading the first `lines` cache lines of the record `id` most likely names,
-    /// without waiting for any of it: the first bucket whose hash tag matches, not compared
-    /// (a wrong guess, 1 in 128 probes, only loads a line for nothing).
-    pub(crate) fn prefetch(&self, id: &str, lines: usize) {
-        if let Some(record) = self.table.find(self.hash(id), |_| true) {
+    /// Starts loading the first `lines` cache lines of the record most likely under `hash`
+    /// (`self.hash(id)`), without waiting for any of it: the first bucket whose hash tag
+    /// matches, not compared (a wrong guess, 1 in 128 probes, only loads a line for nothing).
+    pub(crate) fn prefetch_hashed(&self, hash: u64, lines: usize) {
+        if let Some(record) = self.table.find(hash, |_| true) {
             let base = (&**record as *const InstanceRecord).cast::<u8>();
             for line in 0..lines {
                 prefetch(base.wrapping_add(line * 64));
