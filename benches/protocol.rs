@@ -55,6 +55,51 @@ fn request_parse(bencher: Bencher) {
     bencher.bench(|| parse_request(black_box(p)).map(|r| r.op.len()).ok());
 }
 
+/// The front's routing read of the typical APPLY_EVENT params (every routed request pays it).
+#[divan::bench]
+fn route_key(bencher: Bencher) {
+    let req = parse_request(APPLY_REQUEST.as_bytes()).ok();
+    let params = req
+        .and_then(|r| r.params)
+        .map(|p| p.get().as_bytes().to_vec());
+    bencher.bench(|| smdb::ops::route::route_key(black_box(params.as_deref())).is_ok());
+}
+
+/// A BATCH of 10 APPLY_EVENTs on one hash tag, as `smdb-bench --workload batch` sends it.
+fn batch_request() -> String {
+    let ops: Vec<String> = (0..10)
+        .map(|i| {
+            format!(
+                r#"{{"op":"APPLY_EVENT","params":{{"instance_id":"{{b7-42}}:{i}","event":"inc","payload":{{"p":"{}"}}}}}}"#,
+                "x".repeat(64)
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"type":"request","id":77,"op":"BATCH","params":{{"mode":"atomic","ops":[{}]}}}}"#,
+        ops.join(",")
+    )
+}
+
+/// The front's own parsing of an atomic BATCH of 10: the envelope, the op list, and each op's
+/// routing id (what it needs to pick the shard; the shard parses each op's params).
+#[divan::bench]
+fn batch_front_parse(bencher: Bencher) {
+    let text = batch_request();
+    bencher.bench(|| {
+        let req = parse_request(black_box(text.as_bytes())).ok()?;
+        let params = req.params.map(|p| p.get().as_bytes());
+        let batch = smdb::ops::batch::parse_batch(params).ok()?;
+        let mut n = 0;
+        for item in batch.ops.iter() {
+            n += smdb::ops::route::route_key(batch.ops.params(item))
+                .ok()?
+                .len();
+        }
+        Some(n)
+    });
+}
+
 #[divan::bench]
 fn apply_params_parse(bencher: Bencher) {
     let req = parse_request(APPLY_REQUEST.as_bytes()).ok();

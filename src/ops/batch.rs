@@ -2,6 +2,7 @@
 //! typed list (`parse_batch`); the shard turns each op's params into an engine op
 //! (`engine_op`) exactly as it would for the op sent alone.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use serde::Deserialize;
@@ -10,6 +11,7 @@ use serde_json::{json, Value};
 use shards::engine::BatchOp;
 use shards::{ErrorCode, Rejection};
 
+use super::scan::Scanner;
 use super::{events, instances};
 use crate::protocol::Op;
 
@@ -69,7 +71,8 @@ pub struct BatchRequest {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BatchParams<'a> {
-    mode: String,
+    #[serde(borrow)]
+    mode: Cow<'a, str>,
     #[serde(borrow)]
     ops: Vec<OpParams<'a>>,
 }
@@ -77,7 +80,8 @@ struct BatchParams<'a> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct OpParams<'a> {
-    op: String,
+    #[serde(borrow)]
+    op: Cow<'a, str>,
     #[serde(borrow, default)]
     params: Option<&'a RawValue>,
 }
@@ -91,14 +95,18 @@ pub fn batchable(op: Op) -> bool {
 }
 
 /// Parses BATCH params into the mode and the typed op list: the one place that knows which
-/// ops a request runs (a per-op check, e.g. authorization, belongs right after this).
+/// ops a request runs (a per-op check, e.g. authorization, belongs right after this). Each
+/// op's params are kept as their raw text, parsed on the shard. `raw` is valid JSON (the
+/// envelope parse checked it), so the usual batch is read by a byte scan; serde reads the rest.
 /// Errors are `BAD_REQUEST` for the whole request: a bad mode, no ops, more than
 /// `BATCH_OPS_MAX`, or an op that cannot be batched (details name its `index` and `op`).
 pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
     let raw = raw.unwrap_or(b"{}");
-    let p: BatchParams<'_> =
-        serde_json::from_slice(raw).map_err(|e| bad(format!("invalid params: {e}")))?;
-    let mode = match p.mode.as_str() {
+    let (mode, ops) = match scan_batch(raw) {
+        Some(scanned) => scanned,
+        None => serde_batch(raw)?,
+    };
+    let mode = match &*mode {
         "atomic" => BatchMode::Atomic,
         "best_effort" => BatchMode::BestEffort,
         other => {
@@ -107,35 +115,26 @@ pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
             )))
         }
     };
-    if p.ops.is_empty() {
+    if ops.is_empty() {
         return Err(bad("ops must not be empty".into()));
     }
-    if p.ops.len() > BATCH_OPS_MAX {
+    if ops.len() > BATCH_OPS_MAX {
         return Err(
             bad(format!("a batch holds at most {BATCH_OPS_MAX} ops")).with("limit", BATCH_OPS_MAX)
         );
     }
-    let mut items = Vec::with_capacity(p.ops.len());
-    for (index, item) in p.ops.into_iter().enumerate() {
-        let op = Op::parse(&item.op)
+    let mut items = Vec::with_capacity(ops.len());
+    for (index, (name, params)) in ops.into_iter().enumerate() {
+        let op = Op::parse(&name)
             .filter(|op| batchable(*op))
             .ok_or_else(|| {
                 bad(format!(
-                    "op {:?} cannot be batched (CREATE_INSTANCE, APPLY_EVENT, DELETE_INSTANCE, \
-                 GET_INSTANCE can)",
-                    item.op
-                ))
+                "op {name:?} cannot be batched (CREATE_INSTANCE, APPLY_EVENT, DELETE_INSTANCE, \
+                 GET_INSTANCE can)"
+            ))
                 .with("index", index)
-                .with("op", item.op.as_str())
+                .with("op", &*name)
             })?;
-        let params = (item.params)
-            .map(RawValue::get)
-            .filter(|text| *text != "null")
-            .map(|text| {
-                // A borrowed RawValue is a slice of `raw` itself.
-                let start = text.as_ptr() as usize - raw.as_ptr() as usize;
-                start..start + text.len()
-            });
         items.push(BatchItem { op, params });
     }
     let ops = BatchOps {
@@ -143,6 +142,81 @@ pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
         items,
     };
     Ok(BatchRequest { mode, ops })
+}
+
+/// The mode and, per op, its name and where its params are in `raw` (None when absent or
+/// null), as both readings below give them.
+type ScannedBatch<'a> = (Cow<'a, str>, Vec<(Cow<'a, str>, Option<Range<usize>>)>);
+
+/// The usual batch read by a byte scan (`scan`): `mode` and `ops` once each, every op an
+/// object of `op` (escape-free) and optional `params`, nothing else. None for anything else;
+/// `serde_batch` then gives the same reading or the error.
+fn scan_batch(raw: &[u8]) -> Option<ScannedBatch<'_>> {
+    let mut s = Scanner::new(raw);
+    let (mut mode, mut ops) = (None, None);
+    s.object(|key, s| match key {
+        b"mode" if mode.is_none() => {
+            mode = Some(s.plain_string()?);
+            Some(())
+        }
+        b"ops" if ops.is_none() => {
+            let mut list = Vec::new();
+            s.array(|s| {
+                list.push(scan_op(s)?);
+                Some(())
+            })?;
+            ops = Some(list);
+            Some(())
+        }
+        _ => None,
+    })?;
+    if !s.at_end() {
+        return None;
+    }
+    let mode = std::str::from_utf8(mode?).ok()?;
+    Some((Cow::Borrowed(mode), ops?))
+}
+
+/// One op of `scan_batch`: its name and its params' range in the scanned text.
+fn scan_op<'a>(s: &mut Scanner<'a>) -> Option<(Cow<'a, str>, Option<Range<usize>>)> {
+    let (mut op, mut params) = (None, None);
+    s.object(|key, s| match key {
+        b"op" if op.is_none() => {
+            op = Some(s.plain_string()?);
+            Some(())
+        }
+        b"params" if params.is_none() => {
+            let start = s.pos();
+            s.skip_value()?;
+            params = Some(start..s.pos());
+            Some(())
+        }
+        _ => None,
+    })?;
+    let op = std::str::from_utf8(op?).ok()?;
+    let params = params.filter(|r| s.text(r.clone()) != b"null");
+    Some((Cow::Borrowed(op), params))
+}
+
+/// The batch read by serde: the same as `scan_batch` where that answers, and the error
+/// (`BAD_REQUEST`, naming the field) where the params do not have the batch's shape.
+fn serde_batch(raw: &[u8]) -> Result<ScannedBatch<'_>, Rejection> {
+    let p: BatchParams<'_> =
+        serde_json::from_slice(raw).map_err(|e| bad(format!("invalid params: {e}")))?;
+    let ops = (p.ops.into_iter())
+        .map(|item| {
+            let params = (item.params)
+                .map(RawValue::get)
+                .filter(|text| *text != "null")
+                .map(|text| {
+                    // A borrowed RawValue is a slice of `raw` itself.
+                    let start = text.as_ptr() as usize - raw.as_ptr() as usize;
+                    start..start + text.len()
+                });
+            (item.op, params)
+        })
+        .collect();
+    Ok((p.mode, ops))
 }
 
 /// The engine op for one batched op, parsed as the op alone would be (same errors).
@@ -233,5 +307,64 @@ mod tests {
             .collect();
         let e = code(json!({"mode": "best_effort", "ops": many}));
         assert_eq!(e.details["limit"], BATCH_OPS_MAX);
+    }
+
+    #[test]
+    fn the_usual_batch_takes_the_scan_and_reads_as_serde_does() {
+        let usual = [
+            &br#"{"mode":"atomic","ops":[{"op":"APPLY_EVENT","params":{"instance_id":"{t}:1","event":"go","payload":{"p":"}]\"x"}}},{"op":"GET_INSTANCE","params":null},{"op":"DELETE_INSTANCE"}]}"#[..],
+            br#" { "ops" : [ { "params" : { "id" : "a" } , "op" : "CREATE_INSTANCE" } ] , "mode" : "best_effort" } "#,
+            br#"{"mode":"atomic","ops":[]}"#,
+        ];
+        for raw in usual {
+            let scanned = scan_batch(raw).expect("the usual batch is scanned");
+            assert_eq!(
+                scanned,
+                serde_batch(raw).unwrap(),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+        let unusual = [
+            &br#"{"mode":"atomic","ops":[{"op":"GET_INSTANCE"}],"x":1}"#[..],
+            br#"{"mode":"atomic","mode":"atomic","ops":[]}"#,
+            br#"{"mode":"atomic","ops":["GET_INSTANCE"]}"#,
+            br#"{"mode":"atomic","ops":[{"op":"GET_INSTANCE","params":{},"params":{}}]}"#,
+            br#"{"mode":"at\u006fmic","ops":[]}"#,
+            br#"{"ops":[]}"#,
+            br#"[]"#,
+        ];
+        for raw in unusual {
+            assert_eq!(scan_batch(raw), None, "{}", String::from_utf8_lossy(raw));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_batch_scan_agrees_with_serde_on_random_batches(text in crate::ops::scan::arb::batch_text()) {
+            let raw = text.as_bytes();
+            if let Some(scanned) = scan_batch(raw) {
+                proptest::prop_assert_eq!(Ok(scanned), serde_batch(raw).map_err(|e| e.message), "{}", text);
+            }
+        }
+    }
+
+    /// The property above is not vacuous: the random texts take both readings.
+    #[test]
+    fn random_texts_reach_the_scan_and_serde_both() {
+        use proptest::strategy::{Strategy, ValueTree};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = crate::ops::scan::arb::batch_text();
+        let total = 1000;
+        let scanned = (0..total)
+            .filter(|_| {
+                let text = strategy.new_tree(&mut runner).unwrap().current();
+                scan_batch(text.as_bytes()).is_some()
+            })
+            .count();
+        assert!(
+            scanned > total / 10 && scanned < total,
+            "{scanned} of {total} scanned"
+        );
     }
 }

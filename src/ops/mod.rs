@@ -5,6 +5,7 @@
 //! * `instances`: CREATE_INSTANCE, GET_INSTANCE, LIST_INSTANCES, DELETE_INSTANCE.
 //! * `events`: APPLY_EVENT, GET_HISTORY.
 //! * `batch`: BATCH (its op list; each op's params are parsed by the modules above).
+//! * `route`: the instance id a routed request (or batched op) names, read on the front.
 //!
 //! Param structs accept the spec's names and the aliases of CONTRACT §5 and reject unknown
 //! fields, so a typo is a `BAD_REQUEST` naming the field instead of a silently ignored option.
@@ -14,3 +15,5 @@ pub mod events;
 pub mod instances;
 pub mod machines;
 pub mod params;
+pub mod route;
+mod scan;

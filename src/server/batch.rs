@@ -8,6 +8,7 @@
 //! batch on the same connection sees its effects. A small task then waits for the replies,
 //! counts every op under its own label in the request metrics, and fills the batch's slot.
 
+use std::borrow::Cow;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -18,7 +19,7 @@ use shards::{ErrorCode, Rejection};
 use super::front::Front;
 use super::router::{Reply, ReplySlot};
 use crate::ops::batch::{aborted, error_object, BatchMode, BatchOps, BatchRequest};
-use crate::ops::params::route_key;
+use crate::ops::route::route_key;
 use crate::protocol::Op;
 use crate::shard::{ReplyBody, ShardCall};
 use crate::util::slot::Slot;
@@ -83,7 +84,7 @@ pub async fn start(front: &Rc<Front>, batch: BatchRequest) -> Result<ReplySlot, 
 /// (with the error it would get alone); ids on different shards are `CROSS_SHARD`.
 fn atomic_shard(front: &Front, ops: &BatchOps) -> Result<u32, Rejection> {
     let count = front.router.shard_count();
-    let mut ids: Vec<(String, u32)> = Vec::new();
+    let mut ids: Vec<(Cow<'_, str>, u32)> = Vec::with_capacity(ops.len());
     for (index, item) in ops.iter().enumerate() {
         let id = route_key(ops.params(item)).map_err(|e| aborted(index, &e))?;
         if !ids.iter().any(|(seen, _)| *seen == id) {
@@ -95,7 +96,8 @@ fn atomic_shard(front: &Front, ops: &BatchOps) -> Result<u32, Rejection> {
     if ids.iter().all(|(_, shard)| *shard == first) {
         return Ok(first);
     }
-    let (names, shards): (Vec<String>, Vec<u32>) = ids.into_iter().unzip();
+    let (names, shards): (Vec<String>, Vec<u32>) =
+        ids.into_iter().map(|(id, s)| (id.into_owned(), s)).unzip();
     Err(Rejection::new(
         ErrorCode::CrossShard,
         "an atomic batch must stay on one shard: give its ids one hash tag, like {order-7}:a",

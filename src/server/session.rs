@@ -15,7 +15,8 @@ use super::fanout;
 use super::front::Front;
 use super::router::Reply;
 use crate::auth::{AuthOutcome, SessionAuth};
-use crate::ops::params::{parse, route_key};
+use crate::ops::params::parse;
+use crate::ops::route::route_key;
 use crate::protocol::{encode_error, encode_ok, parse_request, Op};
 use crate::shard::{ReplyBody, ShardCall};
 use crate::util::slot::Slot;
@@ -273,7 +274,7 @@ async fn dispatch(
         | Op::GetHistory => {
             let id = route_key(params)?;
             let shard = shard_for(&id, router.shard_count());
-            *instance_id = Some(id.into_boxed_str());
+            *instance_id = Some(id.into());
             Ok(router
                 .start(
                     shard,

@@ -1,0 +1,311 @@
+//! A byte scanner over JSON that was already validated (the envelope parse checked the whole
+//! request): it finds keys and steps over values without checking them again. Every method
+//! returns None on anything it does not expect, and its callers then fall back to serde, which
+//! gives the same result or the proper error. Used where the front reads a little out of a
+//! request that the shard parses in full (`route`, `batch`).
+
+pub(crate) struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Scanner<'a> {
+    pub fn new(b: &'a [u8]) -> Scanner<'a> {
+        Scanner { b, i: 0 }
+    }
+
+    /// Bytes read so far.
+    pub fn pos(&self) -> usize {
+        self.i
+    }
+
+    pub fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    pub fn bump(&mut self) -> Option<u8> {
+        let c = self.peek()?;
+        self.i += 1;
+        Some(c)
+    }
+
+    pub fn eat(&mut self, c: u8) -> Option<()> {
+        (self.bump()? == c).then_some(())
+    }
+
+    pub fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+
+    /// Steps through an object; `member(key, self)` must step over each member's value. Keys
+    /// must be free of escapes.
+    pub fn object(
+        &mut self,
+        mut member: impl FnMut(&'a [u8], &mut Self) -> Option<()>,
+    ) -> Option<()> {
+        self.ws();
+        self.eat(b'{')?;
+        self.ws();
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            let key = self.plain_string()?;
+            self.ws();
+            self.eat(b':')?;
+            self.ws();
+            member(key, self)?;
+            self.ws();
+            match self.bump()? {
+                b',' => self.ws(),
+                b'}' => return Some(()),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Steps through an array; `item(self)` must step over each element.
+    pub fn array(&mut self, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.ws();
+        self.eat(b'[')?;
+        self.ws();
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            self.ws();
+            item(self)?;
+            self.ws();
+            match self.bump()? {
+                b',' => {}
+                b']' => return Some(()),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The scanned bytes in `range` (positions from `pos`).
+    pub fn text(&self, range: std::ops::Range<usize>) -> &'a [u8] {
+        &self.b[range]
+    }
+
+    /// Whether only whitespace is left.
+    pub fn at_end(&mut self) -> bool {
+        self.ws();
+        self.i == self.b.len()
+    }
+
+    /// A string without escapes; its bytes between the quotes.
+    pub fn plain_string(&mut self) -> Option<&'a [u8]> {
+        self.eat(b'"')?;
+        let rest = &self.b[self.i..];
+        let end = rest.iter().position(|&c| c == b'"' || c == b'\\')?;
+        if rest[end] != b'"' {
+            return None;
+        }
+        self.i += end + 1;
+        Some(&rest[..end])
+    }
+
+    /// Steps over any string (escapes included).
+    pub fn skip_string(&mut self) -> Option<()> {
+        self.eat(b'"')?;
+        loop {
+            let rest = &self.b[self.i..];
+            let at = rest.iter().position(|&c| c == b'"' || c == b'\\')?;
+            self.i += at + 1;
+            if rest[at] == b'"' {
+                return Some(());
+            }
+            self.i += 1; // the escaped byte (a `\u` escape's hex digits need no care)
+        }
+    }
+
+    /// Steps over one value: a string, an object or array (strings inside skipped whole, so
+    /// their brackets do not count), or a number or literal.
+    pub fn skip_value(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.skip_string(),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                loop {
+                    match self.peek()? {
+                        b'"' => self.skip_string()?,
+                        b'{' | b'[' => {
+                            depth += 1;
+                            self.i += 1;
+                        }
+                        b'}' | b']' => {
+                            depth -= 1;
+                            self.i += 1;
+                            if depth == 0 {
+                                return Some(());
+                            }
+                        }
+                        _ => self.i += 1,
+                    }
+                }
+            }
+            _ => {
+                let start = self.i;
+                while matches!(
+                    self.peek(),
+                    Some(b'-' | b'+' | b'.' | b'0'..=b'9' | b'a'..=b'z' | b'E')
+                ) {
+                    self.i += 1;
+                }
+                (self.i > start).then_some(())
+            }
+        }
+    }
+}
+
+/// Random JSON texts shaped like params (and like BATCH params) for the property tests of the
+/// scans: keys from the few the scans look for plus others, strings with quotes, brackets and
+/// escapes, ids that are not strings, duplicates, and spacing or none.
+#[cfg(test)]
+pub(crate) mod arb {
+    use proptest::prelude::*;
+    use serde_json::{json, Map, Value};
+
+    fn string() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("a".to_string()),
+            Just("{t}:1".to_string()),
+            Just("q\"uo}te]".to_string()),
+            Just("back\\slash".to_string()),
+            Just("caf\u{e9}".to_string()),
+            Just(String::new()),
+            "[a-z{}\\[\\]:,\" ]{0,6}",
+        ]
+    }
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            string().prop_map(Value::String),
+            Just(Value::Null),
+            Just(json!(true)),
+            Just(json!(-1.5e3)),
+            Just(json!(7)),
+        ]
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("id".to_string()),
+            Just("instance_id".to_string()),
+            Just("mode".to_string()),
+            Just("ops".to_string()),
+            Just("op".to_string()),
+            Just("params".to_string()),
+            Just("payload".to_string()),
+            Just("i\"d".to_string()),
+        ]
+    }
+
+    /// Any value, nested a few levels.
+    pub fn value() -> impl Strategy<Value = Value> {
+        leaf().prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((key(), inner), 0..4)
+                    .prop_map(|members| Value::Object(members.into_iter().collect::<Map<_, _>>())),
+            ]
+        })
+    }
+
+    /// An object's text made of these members in this order (duplicates kept), compact or
+    /// spaced.
+    pub fn object_text(members: &[(String, Value)], spaced: bool) -> String {
+        let sep = if spaced { " , " } else { "," };
+        let colon = if spaced { " : " } else { ":" };
+        let body: Vec<String> = (members.iter())
+            .map(|(k, v)| format!("{}{colon}{}", Value::String(k.clone()), v))
+            .collect();
+        if spaced {
+            format!(" {{ {} }} ", body.join(sep))
+        } else {
+            format!("{{{}}}", body.join(sep))
+        }
+    }
+
+    /// Params-like object texts: usually members around one string `id` or `instance_id`,
+    /// else members with the scans' keys (duplicates possible, ids of any type).
+    pub fn params_text() -> impl Strategy<Value = String> {
+        let usual = (
+            prop::collection::vec((key(), value()), 0..3),
+            prop_oneof![
+                Just(&["id"][..]),
+                Just(&["instance_id"][..]),
+                Just(&["id", "instance_id"][..]),
+                Just(&["instance_id", "id"][..]),
+            ],
+            (string(), string()),
+            any::<prop::sample::Index>(),
+            any::<bool>(),
+        )
+            .prop_map(|(mut members, keys, ids, at, spaced)| {
+                let i = at.index(members.len() + 1);
+                for (k, id) in keys.iter().zip([ids.0, ids.1]).rev() {
+                    members.insert(i, (k.to_string(), Value::String(id)));
+                }
+                object_text(&members, spaced)
+            });
+        let any_members = (prop::collection::vec((key(), value()), 0..5), any::<bool>())
+            .prop_map(|(members, spaced)| object_text(&members, spaced));
+        prop_oneof![usual, any_members]
+    }
+
+    /// BATCH-params-like texts: usually the right shape (a mode, a list of ops with `op` and
+    /// `params`), sometimes bent (a missing, repeated or extra member, an op that is not an
+    /// object).
+    pub fn batch_text() -> impl Strategy<Value = String> {
+        let op = (
+            prop_oneof![
+                Just("APPLY_EVENT"),
+                Just("GET_INSTANCE"),
+                Just("PING"),
+                Just("b\\\"ad")
+            ],
+            prop::option::of(prop_oneof![
+                params_text()
+                    .prop_map(|t| serde_json::from_str::<Value>(&t).unwrap_or(Value::Null)),
+                Just(Value::Null),
+                value(),
+            ]),
+            any::<bool>(),
+        )
+            .prop_map(|(name, params, spaced)| {
+                let mut members = vec![("op".to_string(), Value::String(name.to_string()))];
+                if let Some(p) = params {
+                    members.push(("params".to_string(), p));
+                }
+                object_text(&members, spaced)
+            });
+        let ops = prop::collection::vec(
+            prop_oneof![4 => op, 1 => value().prop_map(|v| v.to_string())],
+            0..4,
+        )
+        .prop_map(|ops| format!("[{}]", ops.join(",")));
+        (
+            prop_oneof![Just("atomic"), Just("best_effort"), Just("all")],
+            ops,
+            prop::collection::vec((key(), value()), 0..2),
+            any::<bool>(),
+        )
+            .prop_map(|(mode, ops, extra, spaced)| {
+                let mut body = vec![format!("\"mode\":\"{mode}\""), format!("\"ops\":{ops}")];
+                body.extend(
+                    extra
+                        .iter()
+                        .map(|(k, v)| format!("{}:{}", Value::String(k.clone()), v)),
+                );
+                let sep = if spaced { " ,\n " } else { "," };
+                format!("{{{}}}", body.join(sep))
+            })
+    }
+}
