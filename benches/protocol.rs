@@ -55,13 +55,17 @@ fn request_parse(bencher: Bencher) {
     bencher.bench(|| parse_request(black_box(p)).map(|r| r.op.len()).ok());
 }
 
+/// The raw params of `APPLY_REQUEST`.
+fn apply_params() -> Option<Vec<u8>> {
+    let req = parse_request(APPLY_REQUEST.as_bytes()).ok();
+    req.and_then(|r| r.params)
+        .map(|p| p.get().as_bytes().to_vec())
+}
+
 /// The front's routing read of the typical APPLY_EVENT params (every routed request pays it).
 #[divan::bench]
 fn route_key(bencher: Bencher) {
-    let req = parse_request(APPLY_REQUEST.as_bytes()).ok();
-    let params = req
-        .and_then(|r| r.params)
-        .map(|p| p.get().as_bytes().to_vec());
+    let params = apply_params();
     bencher.bench(|| smdb::ops::route::route_key(black_box(params.as_deref())).is_ok());
 }
 
@@ -102,10 +106,7 @@ fn batch_front_parse(bencher: Bencher) {
 
 #[divan::bench]
 fn apply_params_parse(bencher: Bencher) {
-    let req = parse_request(APPLY_REQUEST.as_bytes()).ok();
-    let params = req
-        .and_then(|r| r.params)
-        .map(|p| p.get().as_bytes().to_vec());
+    let params = apply_params();
     bencher.bench(|| smdb::ops::events::apply_command(black_box(params.as_deref())).is_ok());
 }
 

@@ -352,19 +352,7 @@ mod tests {
     /// The property above is not vacuous: the random texts take both readings.
     #[test]
     fn random_texts_reach_the_scan_and_serde_both() {
-        use proptest::strategy::{Strategy, ValueTree};
-        let mut runner = proptest::test_runner::TestRunner::deterministic();
-        let strategy = crate::ops::scan::arb::batch_text();
-        let total = 1000;
-        let scanned = (0..total)
-            .filter(|_| {
-                let text = strategy.new_tree(&mut runner).unwrap().current();
-                scan_batch(text.as_bytes()).is_some()
-            })
-            .count();
-        assert!(
-            scanned > total / 10 && scanned < total,
-            "{scanned} of {total} scanned"
-        );
+        let arb = crate::ops::scan::arb::batch_text();
+        crate::ops::scan::arb::assert_both_readings(arb, |raw| scan_batch(raw).is_some());
     }
 }

@@ -308,4 +308,25 @@ pub(crate) mod arb {
                 format!("{{{}}}", body.join(sep))
             })
     }
+
+    /// Asserts that of 1,000 texts from `strategy`, more than a tenth but not all are
+    /// `scanned`: a property over them then checks both readings.
+    pub fn assert_both_readings<S: Strategy<Value = String>>(
+        strategy: S,
+        scanned: impl Fn(&[u8]) -> bool,
+    ) {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let total = 1000;
+        let hits = (0..total)
+            .filter(|_| {
+                let text = strategy.new_tree(&mut runner).unwrap().current();
+                scanned(text.as_bytes())
+            })
+            .count();
+        assert!(
+            hits > total / 10 && hits < total,
+            "{hits} of {total} scanned"
+        );
+    }
 }
