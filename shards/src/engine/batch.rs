@@ -201,7 +201,7 @@ impl Engine {
             self.instances.prefetch_hashed(hash, RECORD_LINES);
         }
         let mut decided = DecidedBatch {
-            record: BatchRecord::new(),
+            record: BatchRecord::with_capacity(ops.len()),
             answers: Vec::with_capacity(ops.len()),
         };
         for (index, op) in ops.iter().enumerate() {
