@@ -104,6 +104,15 @@ fn batch_front_parse(bencher: Bencher) {
     });
 }
 
+/// The shard's read of the typical APPLY_EVENT params into the command it decides on
+/// (borrowed where the params allow).
+#[divan::bench]
+fn apply_event_params(bencher: Bencher) {
+    let params = apply_params();
+    bencher.bench(|| smdb::ops::events::apply_event_params(black_box(params.as_deref())).is_ok());
+}
+
+/// The owned read (`apply_command`): what params that cannot be borrowed cost.
 #[divan::bench]
 fn apply_params_parse(bencher: Bencher) {
     let params = apply_params();

@@ -9,6 +9,7 @@ use shards::engine::{Command, EventCommand, JsonText};
 use shards::{ErrorCode, Rejection};
 
 use super::params::{check_id, parse};
+use super::scan::Scanner;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,8 +58,12 @@ pub fn apply_event_params(raw: Option<&[u8]>) -> Result<EventCommand<'_>, Reject
 }
 
 /// The command read borrowed, when every string is free of escapes, the id is valid and the
-/// payload text is already compact (what `JsonText::from_map` would write); else None.
+/// payload text is already compact (what `JsonText::from_map` would write); else None. The
+/// usual params are read by a byte scan (`scanned_event`), the rest of these by serde.
 fn borrowed_event(raw: &[u8]) -> Option<EventCommand<'_>> {
+    if let Some(cmd) = scanned_event(raw) {
+        return Some(cmd);
+    }
     let p: ApplyParamsRef<'_> = serde_json::from_slice(raw).ok()?;
     check_id(p.instance_id).ok()?;
     let payload = match p.payload.map(RawValue::get) {
@@ -73,6 +78,57 @@ fn borrowed_event(raw: &[u8]) -> Option<EventCommand<'_>> {
         expected_wal_offset: p.expected_wal_offset,
         idempotency_key: p.idempotency_key.map(Cow::Borrowed),
     })
+}
+
+/// Members of APPLY_EVENT params, as bits of the set `scanned_event` has seen.
+const MEMBERS: [&[u8]; 6] = [
+    b"instance_id",
+    b"event",
+    b"payload",
+    b"expected_state",
+    b"expected_wal_offset",
+    b"idempotency_key",
+];
+
+/// The usual params read by a byte scan that needs no prior parse: an object of the known
+/// members, each at most once, whose strings are free of escapes and control characters, whose
+/// payload is already compact and whose offset is a plain integer (a `null` reads as absent).
+/// None for anything else; serde then reads it (`ApplyParamsRef`, else `apply_command`).
+fn scanned_event(raw: &[u8]) -> Option<EventCommand<'_>> {
+    let mut s = Scanner::new(raw);
+    let mut seen = 0u8;
+    let mut cmd = EventCommand {
+        instance_id: Cow::Borrowed(""),
+        event: Cow::Borrowed(""),
+        payload: None,
+        expected_state: None,
+        expected_wal_offset: None,
+        idempotency_key: None,
+    };
+    s.object(|name, s| {
+        let member = MEMBERS.iter().position(|m| *m == name)?;
+        let bit = 1u8 << member;
+        if seen & bit != 0 {
+            return None;
+        }
+        seen |= bit;
+        match member {
+            0 => cmd.instance_id = Cow::Borrowed(s.clean_str()?),
+            1 => cmd.event = Cow::Borrowed(s.clean_str()?),
+            _ if s.null() => {}
+            2 => cmd.payload = Some(Cow::Borrowed(s.compact_object()?)),
+            3 => cmd.expected_state = Some(Cow::Borrowed(s.clean_str()?)),
+            4 => cmd.expected_wal_offset = Some(s.uint()?),
+            _ => cmd.idempotency_key = Some(Cow::Borrowed(s.clean_str()?)),
+        }
+        Some(())
+    })?;
+    let required = 0b11;
+    if seen & required != required || !s.at_end() {
+        return None;
+    }
+    check_id(&cmd.instance_id).ok()?;
+    Some(cmd)
 }
 
 /// APPLY_EVENT params → command.
@@ -156,6 +212,79 @@ mod tests {
             apply_event_params(raw).unwrap_err(),
             apply_command(raw).unwrap_err()
         );
+    }
+
+    /// Random APPLY_EVENT-like params: the members (and an unknown one) in any order, maybe
+    /// repeated, with values of every kind the readings treat differently.
+    fn arb_apply_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let key = prop_oneof![
+            3 => Just("instance_id"),
+            3 => Just("event"),
+            2 => Just("payload"),
+            1 => Just("expected_state"),
+            1 => Just("expected_wal_offset"),
+            1 => Just("idempotency_key"),
+            1 => Just("extra"),
+        ];
+        let value = prop_oneof![
+            4 => Just(r#""a""#),
+            2 => Just(r#""{t}:1""#),
+            1 => Just(r#""x\"y""#),
+            1 => Just(r#""\u0001""#),
+            1 => Just("\"c\u{1}\""),
+            1 => Just(r#""é""#),
+            1 => Just(r#""""#),
+            2 => Just("null"),
+            2 => Just("7"),
+            1 => Just("0"),
+            1 => Just("-1"),
+            1 => Just("1.5"),
+            1 => Just("07"),
+            1 => Just("1e2"),
+            1 => Just("18446744073709551616"),
+            3 => Just(r#"{"p":"x","q":-3}"#),
+            1 => Just(r#"{"b":1,"a":2}"#),
+            1 => Just(r#"{ "p" : 1 }"#),
+            1 => Just(r#"{"p":{"z":1}}"#),
+            1 => Just("{}"),
+            1 => Just("[1]"),
+        ];
+        (
+            prop::collection::vec((key, value), 0..5),
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(mut members, usual, spaced)| {
+                if usual {
+                    members.insert(0, ("event", r#""go""#));
+                    members.insert(0, ("instance_id", r#""a""#));
+                }
+                let (colon, sep) = if spaced { (" : ", " ,\n") } else { (":", ",") };
+                let body: Vec<String> = (members.iter())
+                    .map(|(k, v)| format!("\"{k}\"{colon}{v}"))
+                    .collect();
+                format!("{{{}}}", body.join(sep))
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+        /// The byte scan and serde read random params alike: the same command or error.
+        #[test]
+        fn the_scan_reads_params_as_serde_does(text in arb_apply_text()) {
+            let raw = Some(text.as_bytes());
+            let want = apply_command(raw).map(|cmd| cmd.event().map(EventCommand::into_owned));
+            let got = apply_event_params(raw).map(|ev| Some(ev.into_owned()));
+            proptest::prop_assert_eq!(got, want, "{}", text);
+        }
+    }
+
+    #[test]
+    fn random_params_reach_the_scan_and_serde_both() {
+        crate::ops::scan::arb::assert_both_readings(arb_apply_text(), |raw| {
+            scanned_event(raw).is_some()
+        });
     }
 
     #[test]

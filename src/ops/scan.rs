@@ -2,7 +2,9 @@
 //! request): it finds keys and steps over values without checking them again. Every method
 //! returns None on anything it does not expect, and its callers then fall back to serde, which
 //! gives the same result or the proper error. Used where the front reads a little out of a
-//! request that the shard parses in full (`route`, `batch`).
+//! request that the shard parses in full (`route`, `batch`). The value readers `clean_str`,
+//! `uint` and `compact_object` accept only text that is valid JSON by itself, so the shard's
+//! read of the usual APPLY_EVENT params (`events`) takes what they return without a parse.
 
 pub(crate) struct Scanner<'a> {
     b: &'a [u8],
@@ -109,6 +111,50 @@ impl<'a> Scanner<'a> {
         }
         self.i += end + 1;
         Some(&rest[..end])
+    }
+
+    /// A string without escapes or control characters, as text: valid JSON by itself, so
+    /// callers may take it whether or not the text was parsed before. None for anything else.
+    pub fn clean_str(&mut self) -> Option<&'a str> {
+        let b = self.plain_string()?;
+        if b.iter().any(|&c| c < 0x20) {
+            return None;
+        }
+        std::str::from_utf8(b).ok()
+    }
+
+    /// A non-negative integer written plainly (no sign, fraction, exponent or leading zero)
+    /// that fits a u64. None for anything else.
+    pub fn uint(&mut self) -> Option<u64> {
+        let start = self.i;
+        let mut n: u64 = 0;
+        while let Some(c @ b'0'..=b'9') = self.peek() {
+            n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+            self.i += 1;
+        }
+        let digits = self.i - start;
+        let leading_zero = digits > 1 && self.b[start] == b'0';
+        let more = matches!(self.peek(), Some(b'.' | b'e' | b'E'));
+        (digits > 0 && !leading_zero && !more).then_some(n)
+    }
+
+    /// An object in the compact form `JsonText::is_compact_object` accepts (valid JSON by
+    /// itself), as text. None for anything else.
+    pub fn compact_object(&mut self) -> Option<&'a str> {
+        let rest = &self.b[self.i..];
+        let len = shards::engine::JsonText::compact_object_len(rest)?;
+        let text = std::str::from_utf8(&rest[..len]).ok()?;
+        self.i += len;
+        Some(text)
+    }
+
+    /// Steps over `null` when it is next; whether it did.
+    pub fn null(&mut self) -> bool {
+        let at_null = self.b[self.i..].starts_with(b"null");
+        if at_null {
+            self.i += 4;
+        }
+        at_null
     }
 
     /// Steps over any string (escapes included).

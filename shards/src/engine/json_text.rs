@@ -54,6 +54,14 @@ impl JsonText {
         compact_object_len(text.as_bytes()) == Some(text.len())
     }
 
+    /// The length of the object at the start of `b` when it has the compact form
+    /// `is_compact_object` accepts, or None. Needs no prior parse: the form is valid JSON by
+    /// itself (no control characters in strings, no leading zeros), so a byte scan of
+    /// params may take such a payload as it is; the caller checks that it is UTF-8.
+    pub fn compact_object_len(b: &[u8]) -> Option<usize> {
+        compact_object_len(b)
+    }
+
     /// The object, parsed.
     pub fn to_map(&self) -> Result<Map<String, Value>, serde_json::Error> {
         serde_json::from_str(&self.0)
@@ -112,7 +120,9 @@ fn plain_string(b: &[u8], at: usize) -> Option<&[u8]> {
         return None;
     }
     let rest = b.get(at + 1..)?;
-    let end = rest.iter().position(|c| *c == b'"' || *c == b'\\')?;
+    let end = rest
+        .iter()
+        .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)?;
     (rest[end] == b'"').then(|| &rest[..end])
 }
 
@@ -131,7 +141,8 @@ fn compact_scalar_len(b: &[u8], at: usize) -> Option<usize> {
                 .take_while(|c| c.is_ascii_digit())
                 .count();
             let zero_neg = sign == 1 && rest.get(1) == Some(&b'0');
-            let ok = (1..=COMPACT_INT_DIGITS_MAX).contains(&digits) && !zero_neg;
+            let leading_zero = digits > 1 && rest[sign] == b'0';
+            let ok = (1..=COMPACT_INT_DIGITS_MAX).contains(&digits) && !zero_neg && !leading_zero;
             // A fraction or exponent makes a float: not accepted.
             let next = rest.get(sign + digits);
             (ok && !matches!(next, Some(b'.' | b'e' | b'E'))).then_some(sign + digits)
@@ -464,6 +475,42 @@ mod tests {
                 proptest::prop_assert!(JsonText::is_compact_object(canonical.as_str()), "{}", canonical.as_str());
             }
         }
+    }
+
+    proptest::proptest! {
+        /// The compact form is valid JSON by itself: whatever prefix of arbitrary bytes
+        /// `compact_object_len` accepts, serde parses as an object.
+        #[test]
+        fn accepted_prefixes_are_valid_json(
+            text in r#"\{("[ab\x01\\]{0,2}":(-?0?[0-9]{0,2}|"[ab\x01\\]{0,2}"|true|tru|null|fals|1\.5),?){0,3}\}?x?"#,
+        ) {
+            if let Some(n) = JsonText::compact_object_len(text.as_bytes()) {
+                let parsed = serde_json::from_slice::<Map<String, Value>>(&text.as_bytes()[..n]);
+                proptest::prop_assert!(parsed.is_ok(), "{:?}", &text[..n]);
+            }
+        }
+    }
+
+    #[test]
+    fn compact_form_refuses_what_json_does() {
+        for text in [
+            "{\"a\":01}",
+            "{\"a\":-01}",
+            "{\"a\":\"x\u{1}y\"}",
+            "{\"a\tb\":1}",
+            "{\"a\":-}",
+        ] {
+            assert_eq!(
+                JsonText::compact_object_len(text.as_bytes()),
+                None,
+                "{text:?}"
+            );
+            assert!(serde_json::from_str::<Value>(text).is_err(), "{text:?}");
+        }
+        assert_eq!(
+            JsonText::compact_object_len(br#"{"a":0,"b":-7}tail"#),
+            Some(14)
+        );
     }
 
     #[test]
