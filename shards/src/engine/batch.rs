@@ -188,15 +188,15 @@ impl Engine {
             engine: self,
             touched: HashMap::new(),
         };
-        // Only an instance that a later op reads again needs a scratch copy: the common batch
-        // (each op on its own instance) decides straight against the engine.
-        let repeated = repeated_ids(ops);
         // The records of all ops load together instead of one miss after another. Each id is
-        // hashed once for that and for `prefetch_apply`.
+        // hashed once for that, for `repeated_ids` and for `prefetch_apply`.
         let hashes: Vec<u64> = ops
             .iter()
             .map(|op| self.instances.hash(op_id(op)))
             .collect();
+        // Only an instance that a later op reads again needs a scratch copy: the common batch
+        // (each op on its own instance) decides straight against the engine.
+        let repeated = repeated_ids(ops, &hashes);
         for &hash in &hashes {
             self.instances.prefetch_hashed(hash, RECORD_LINES);
         }
@@ -333,12 +333,13 @@ impl Engine {
 /// for the usual small batch); larger batches count ids in a map.
 const PAIRWISE_OPS_MAX: usize = 32;
 
-/// For each op, whether another op of the batch names the same instance.
-fn repeated_ids(ops: &[BatchOp<'_>]) -> Vec<bool> {
+/// For each op, whether another op of the batch names the same instance. `hashes[i]` is the
+/// hash of op i's id: ids are compared only where their hashes are equal.
+fn repeated_ids(ops: &[BatchOp<'_>], hashes: &[u64]) -> Vec<bool> {
     let ids: Vec<&str> = ops.iter().map(op_id).collect();
     if ids.len() <= PAIRWISE_OPS_MAX {
-        return (ids.iter())
-            .map(|id| ids.iter().filter(|other| *other == id).count() > 1)
+        return (0..ids.len())
+            .map(|i| (0..ids.len()).any(|j| j != i && hashes[j] == hashes[i] && ids[j] == ids[i]))
             .collect();
     }
     let mut counts: HashMap<&str, usize> = HashMap::with_capacity(ids.len());
@@ -376,6 +377,7 @@ fn get_not_found(id: &str) -> Rejection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::hash::BuildHasher;
 
     fn get(id: &str) -> BatchOp<'static> {
         BatchOp::Get { id: id.into() }
@@ -394,7 +396,11 @@ mod tests {
             let naive: Vec<bool> = (ops.iter())
                 .map(|a| ops.iter().filter(|b| op_id(a) == op_id(b)).count() > 1)
                 .collect();
-            assert_eq!(repeated_ids(&ops), naive, "n = {n}");
+            let state = std::collections::hash_map::RandomState::new();
+            let hashes: Vec<u64> = ops.iter().map(|op| state.hash_one(op_id(op))).collect();
+            assert_eq!(repeated_ids(&ops, &hashes), naive, "n = {n}");
+            // Every hash colliding: the ids themselves decide.
+            assert_eq!(repeated_ids(&ops, &vec![7; n]), naive, "n = {n}, colliding");
         }
     }
 }
