@@ -3,9 +3,8 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use shards::engine::{Command, EventCommand, JsonText};
+use shards::engine::{Command, EventCommand};
 use shards::{ErrorCode, Rejection};
 
 use super::params::{check_id, parse};
@@ -26,28 +25,10 @@ struct ApplyParams {
     idempotency_key: Option<String>,
 }
 
-/// APPLY_EVENT params as they usually come, read without copying: strings without escapes
-/// borrowed, the payload as its raw text. Anything else (an escape, a payload to normalise,
-/// any error) is read by `apply_params`, the reference for every command and error.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApplyParamsRef<'a> {
-    instance_id: &'a str,
-    event: &'a str,
-    #[serde(borrow, default)]
-    payload: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    expected_state: Option<&'a str>,
-    #[serde(default)]
-    expected_wal_offset: Option<u64>,
-    #[serde(borrow, default)]
-    idempotency_key: Option<&'a str>,
-}
-
 /// APPLY_EVENT params → the borrowed command the write path decides on: the command, and the
 /// errors, `apply_command` gives, without its copies where the params allow.
 pub fn apply_event_params(raw: Option<&[u8]>) -> Result<EventCommand<'_>, Rejection> {
-    if let Some(cmd) = raw.and_then(borrowed_event) {
+    if let Some(cmd) = raw.and_then(scanned_event) {
         return Ok(cmd);
     }
     // `apply_command` only makes APPLY_EVENT commands, which `Command::event` always converts.
@@ -55,29 +36,6 @@ pub fn apply_event_params(raw: Option<&[u8]>) -> Result<EventCommand<'_>, Reject
         .event()
         .map(EventCommand::into_owned)
         .ok_or_else(|| Rejection::new(ErrorCode::InternalError, "APPLY_EVENT params gave no event"))
-}
-
-/// The command read borrowed, when every string is free of escapes, the id is valid and the
-/// payload text is already compact (what `JsonText::from_map` would write); else None. The
-/// usual params are read by a byte scan (`scanned_event`), the rest of these by serde.
-fn borrowed_event(raw: &[u8]) -> Option<EventCommand<'_>> {
-    if let Some(cmd) = scanned_event(raw) {
-        return Some(cmd);
-    }
-    let p: ApplyParamsRef<'_> = serde_json::from_slice(raw).ok()?;
-    check_id(p.instance_id).ok()?;
-    let payload = match p.payload.map(RawValue::get) {
-        Some(text) if !JsonText::is_compact_object(text) => return None,
-        payload => payload.map(Cow::Borrowed),
-    };
-    Some(EventCommand {
-        instance_id: Cow::Borrowed(p.instance_id),
-        event: Cow::Borrowed(p.event),
-        payload,
-        expected_state: p.expected_state.map(Cow::Borrowed),
-        expected_wal_offset: p.expected_wal_offset,
-        idempotency_key: p.idempotency_key.map(Cow::Borrowed),
-    })
 }
 
 /// Members of APPLY_EVENT params, as bits of the set `scanned_event` has seen.
@@ -90,10 +48,11 @@ const MEMBERS: [&[u8]; 6] = [
     b"idempotency_key",
 ];
 
-/// The usual params read by a byte scan that needs no prior parse: an object of the known
+/// The command read borrowed, by a byte scan that needs no prior parse: an object of the known
 /// members, each at most once, whose strings are free of escapes and control characters, whose
-/// payload is already compact and whose offset is a plain integer (a `null` reads as absent).
-/// None for anything else; serde then reads it (`ApplyParamsRef`, else `apply_command`).
+/// payload text is already compact (what `JsonText::from_map` would write) and whose offset is
+/// a plain integer (a `null` reads as absent), with a valid id. None for anything else;
+/// `apply_command` then reads it.
 fn scanned_event(raw: &[u8]) -> Option<EventCommand<'_>> {
     let mut s = Scanner::new(raw);
     let mut seen = 0u8;
