@@ -271,3 +271,25 @@ fn get_instance_json(bencher: Bencher) {
             .map_or(0, |v| v.len())
     });
 }
+
+/// The shard's pause for a snapshot (`Engine::snapshot`, the state serialised while the shard
+/// serves nothing): 1,000 instances with a full history of 1,000 events each, the state an
+/// `smdb-bench --workload apply --instances 1000` run reaches at the first snapshot (1M
+/// entries).
+#[divan::bench(sample_count = 5, sample_size = 1)]
+fn snapshot_1m_history(bencher: Bencher) {
+    let mut e = engine_with(1_000);
+    let ids: Vec<String> = (0..1_000).map(|i| format!("o{i}")).collect();
+    let mut offset = 10_000u64;
+    for id in &ids {
+        offset += 1;
+        write(&mut e, &pay(id), offset);
+    }
+    for _ in 0..1_000 {
+        for id in &ids {
+            offset += 1;
+            write(&mut e, &touch(id), offset);
+        }
+    }
+    bencher.bench_local(|| e.snapshot().len());
+}

@@ -306,17 +306,28 @@ impl Shard {
         }
         s.running.set(true);
         s.last_offset.set(head);
+        let started = std::time::Instant::now();
         let bytes = self.engine.borrow().snapshot();
+        // The shard serves nothing while it serialises: that pause is logged with the write.
+        let paused = started.elapsed();
         // The log whose state this is: after a replication rewind it refuses the snapshot.
         let wal = self.log.wal();
         let shard = self.clone();
         glommio::spawn_local(async move {
+            let started = std::time::Instant::now();
             let written = match wal.wait_durable(head).await {
                 Ok(()) => (wal.write_snapshot(head, &bytes).await).map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
             match written {
-                Ok(()) => log::info!("shard {}: snapshot at offset {head}", shard.index),
+                Ok(()) => log::info!(
+                    "shard {}: snapshot at offset {head}: {} bytes, serialised in {} ms \
+                     (the shard's pause), written in {} ms",
+                    shard.index,
+                    bytes.len(),
+                    paused.as_millis(),
+                    started.elapsed().as_millis()
+                ),
                 Err(e) => log::error!(
                     "shard {}: snapshot at offset {head} failed: {e}",
                     shard.index

@@ -27,6 +27,12 @@ struct SnapshotOut<'a> {
     epochs: &'a [(u64, u64)],
 }
 
+/// Bytes. An instance's snapshot form without its context members and history: the id,
+/// machine, state, times, offsets and member names.
+const SNAPSHOT_RECORD_BYTES: usize = 320;
+/// Bytes. One context member in the snapshot, about, with a short name and value.
+const SNAPSHOT_MEMBER_BYTES: usize = 32;
+
 #[derive(Deserialize)]
 struct SnapshotIn {
     v: u32,
@@ -52,10 +58,29 @@ impl Engine {
             stats: StatsForm::from(&self.stats),
             epochs: &self.epochs,
         };
+        // Sized up front: a snapshot can be hundreds of megabytes, and growing it by doubling
+        // page-faults and copies it while the shard is paused.
+        let mut out = Vec::with_capacity(self.snapshot_bytes_estimate());
         // Cannot fail: every map in the snapshot has string keys and no Serialize impl here
         // returns an error, which are serde_json's only failure causes when writing to a Vec.
         #[allow(clippy::expect_used)]
-        serde_json::to_vec(&snapshot).expect("snapshot serializes")
+        serde_json::to_writer(&mut out, &snapshot).expect("snapshot serializes");
+        out
+    }
+
+    /// About the bytes of `snapshot()`: each instance's record (`SNAPSHOT_RECORD_BYTES`, plus
+    /// `SNAPSHOT_MEMBER_BYTES` per context member) and its history. Long context values make
+    /// it short, and then the buffer grows as before.
+    pub(crate) fn snapshot_bytes_estimate(&self) -> usize {
+        let records = self.instances.records().map(|r| {
+            let history = r
+                .history
+                .as_ref()
+                .map_or(0, |h| h.snapshot_bytes_estimate());
+            SNAPSHOT_RECORD_BYTES + SNAPSHOT_MEMBER_BYTES * r.instance.context.len() + history
+        });
+        let total: usize = records.sum();
+        total + total / 16
     }
 
     /// Rebuilds an engine from `snapshot` bytes.

@@ -138,3 +138,16 @@ fn grouping_keeps_each_instances_log_order_across_barriers_and_re_creates() {
     assert_eq!(engine.snapshot(), shard.engine.snapshot());
     assert_eq!(engine.stats(), shard.engine.stats());
 }
+
+/// `snapshot()` sizes its buffer from an estimate: it should be near the real size, so that the
+/// buffer neither doubles at the end (a copy while the shard is paused) nor reserves far more.
+#[test]
+fn snapshot_size_estimate_is_near_the_snapshot() {
+    let shard = busy_shard();
+    let real = shard.engine.snapshot().len();
+    let estimate = shard.engine.snapshot_bytes_estimate();
+    assert!(
+        estimate >= real && estimate <= 2 * real,
+        "estimate {estimate}, snapshot {real}"
+    );
+}
