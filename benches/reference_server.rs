@@ -271,7 +271,13 @@ async fn route(
                 "HELLO" => ok(&id, r#"{"protocol_version":1,"server_name":"reference"}"#),
                 "INFO" => ok(&id, r#"{"shards":1}"#),
                 "PING" => ok(&id, r#"{"pong":true}"#),
-                "PUT_MACHINE" => ok(&id, r#"{"created":false}"#),
+                "PUT_MACHINE" => {
+                    let machine = text("machine").unwrap_or_default();
+                    let result = format!(
+                        r#"{{"machine":"{machine}","version":1,"created":false,"checksum":"0"}}"#
+                    );
+                    ok(&id, &result)
+                }
                 _ => error(&id, "UNKNOWN_OPERATION"),
             };
             let _ = local.try_send(Reply { conn, seq, frame });
@@ -366,7 +372,9 @@ async fn shard(
                 let v = versions.entry(instance.clone()).or_insert(0);
                 ok(
                     &id,
-                    &format!(r#"{{"created":true,"id":"{instance}","state":"s","version":{v}}}"#),
+                    &format!(
+                        r#"{{"id":"{instance}","machine":"m","version":1,"state":"s","context":{{}},"wal_offset":{v}}}"#
+                    ),
                 )
             }
             Kind::Apply => match versions.get_mut(&instance) {
