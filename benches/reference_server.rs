@@ -179,29 +179,8 @@ async fn serve(
     local: Rc<LocalSender<Reply>>,
     replies: local_channel::LocalReceiver<Reply>,
 ) -> glommio::Task<()> {
-    let (mut r, mut w) = futures_lite::io::split(stream);
-    let writer = glommio::spawn_local(async move {
-        // Replies leave in request order: park early ones until their turn.
-        let (mut next, mut early) = (0u64, BTreeMap::new());
-        let mut out = Vec::with_capacity(16 * 1024);
-        while let Some(rep) = replies.recv().await {
-            early.insert(rep.seq, rep.frame);
-            // Take whatever else is already queued, then write once.
-            while let Some(Some(rep)) = futures_lite::future::poll_once(replies.recv()).await {
-                early.insert(rep.seq, rep.frame);
-            }
-            while let Some(f) = early.remove(&next) {
-                out.extend_from_slice(&f);
-                next += 1;
-            }
-            if !out.is_empty() {
-                if w.write_all(&out).await.is_err() {
-                    break;
-                }
-                out.clear();
-            }
-        }
-    });
+    let (mut r, w) = futures_lite::io::split(stream);
+    let writer = glommio::spawn_local(write_replies(w, replies));
     let mut buf = vec![0u8; 64 * 1024];
     let (mut lo, mut hi, mut seq) = (0usize, 0usize, 0u64);
     loop {
@@ -241,6 +220,32 @@ async fn serve(
         }
     }
     writer
+}
+
+/// Writes a connection's replies in request order (early ones wait for their turn), each
+/// wake-up's ready replies in one write.
+async fn write_replies(
+    mut w: futures_lite::io::WriteHalf<TcpStream>,
+    replies: local_channel::LocalReceiver<Reply>,
+) {
+    let (mut next, mut early) = (0u64, BTreeMap::new());
+    let mut out = Vec::with_capacity(16 * 1024);
+    while let Some(rep) = replies.recv().await {
+        early.insert(rep.seq, rep.frame);
+        while let Some(Some(rep)) = futures_lite::future::poll_once(replies.recv()).await {
+            early.insert(rep.seq, rep.frame);
+        }
+        while let Some(f) = early.remove(&next) {
+            out.extend_from_slice(&f);
+            next += 1;
+        }
+        if !out.is_empty() {
+            if w.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+    }
 }
 
 /// Parses one request: answers it here or sends it to the shard.
@@ -319,19 +324,7 @@ async fn shard(
     let (from_front, to_front) =
         futures_lite::future::zip(from_front.connect(), to_front.connect()).await;
     let to_front = Rc::new(to_front);
-    let probe = DmaFile::open(dir.join(".probe")).await.expect("probe");
-    probe.close().await.expect("probe close");
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(if sync == Durability::Dsync {
-            libc::O_DSYNC
-        } else {
-            0
-        })
-        .dma_open(dir.join("log"))
-        .await
-        .expect("log");
+    let file = open_log(&dir, sync).await;
     let group = Rc::new(RefCell::new(Group {
         records: Vec::new(),
         replies: Vec::new(),
@@ -346,66 +339,87 @@ async fn shard(
     ));
     let mut versions: HashMap<String, u64> = HashMap::new();
     while let Some(req) = from_front.recv().await {
-        let Request {
-            conn,
-            seq,
-            id,
-            kind,
-            instance,
-            body,
-        } = req;
-        let frame = match kind {
-            Kind::Get => {
-                let frame = match versions.get(&instance) {
-                    Some(v) => ok(
-                        &id,
-                        &format!(
-                            r#"{{"id":"{instance}","machine":"m","version":1,"state":"s","context":{{}},"last_event_id":{v}}}"#
-                        ),
-                    ),
-                    None => error(&id, "INSTANCE_NOT_FOUND"),
-                };
+        let (conn, seq) = (req.conn, req.seq);
+        match decide(&mut versions, &req) {
+            Outcome::Now(frame) => {
                 let _ = to_front.send(Reply { conn, seq, frame }).await;
-                continue;
             }
-            Kind::Create => {
-                let v = versions.entry(instance.clone()).or_insert(0);
-                ok(
-                    &id,
-                    &format!(
-                        r#"{{"id":"{instance}","machine":"m","version":1,"state":"s","context":{{}},"wal_offset":{v}}}"#
-                    ),
-                )
+            Outcome::Logged(frame) => {
+                let mut g = group.borrow_mut();
+                let body = &req.body;
+                g.records
+                    .extend_from_slice(&(body.len() as u32).to_le_bytes());
+                g.records
+                    .extend_from_slice(&crc32c::crc32c(body).to_le_bytes());
+                g.records.extend_from_slice(body);
+                g.replies.push(Reply { conn, seq, frame });
+                drop(g);
+                let _ = bell.try_send(());
             }
-            Kind::Apply => match versions.get_mut(&instance) {
-                Some(v) => {
-                    *v += 1;
-                    ok(
-                        &id,
-                        &format!(
-                            r#"{{"applied":true,"context":{{}},"from_state":"s","instance_id":"{instance}","to_state":"s","wal_offset":{v}}}"#
-                        ),
-                    )
-                }
-                None => {
-                    let frame = error(&id, "INSTANCE_NOT_FOUND");
-                    let _ = to_front.send(Reply { conn, seq, frame }).await;
-                    continue;
-                }
-            },
-        };
-        let mut g = group.borrow_mut();
-        g.records
-            .extend_from_slice(&(body.len() as u32).to_le_bytes());
-        g.records
-            .extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
-        g.records.extend_from_slice(&body);
-        g.replies.push(Reply { conn, seq, frame });
-        drop(g);
-        let _ = bell.try_send(());
+        }
     }
     drop(bell);
     let _ = committer.await;
+}
+
+/// The probe (GLOMMIO.md §0.1), then the pre-zeroed log, `O_DSYNC` when `sync` says so.
+async fn open_log(dir: &std::path::Path, sync: Durability) -> DmaFile {
+    let probe = DmaFile::open(dir.join(".probe")).await.expect("probe");
+    probe.close().await.expect("probe close");
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(if sync == Durability::Dsync {
+            libc::O_DSYNC
+        } else {
+            0
+        })
+        .dma_open(dir.join("log"))
+        .await
+        .expect("log")
+}
+
+/// A reply to send at once, or one to send after the request is in the log.
+enum Outcome {
+    Now(Vec<u8>),
+    Logged(Vec<u8>),
+}
+
+/// The whole state machine: an instance is a version counter.
+fn decide(versions: &mut HashMap<String, u64>, req: &Request) -> Outcome {
+    let (id, instance) = (&req.id, &req.instance);
+    match req.kind {
+        Kind::Get => Outcome::Now(match versions.get(instance) {
+            Some(v) => ok(
+                id,
+                &format!(
+                    r#"{{"id":"{instance}","machine":"m","version":1,"state":"s","context":{{}},"last_event_id":{v}}}"#
+                ),
+            ),
+            None => error(id, "INSTANCE_NOT_FOUND"),
+        }),
+        Kind::Create => {
+            let v = versions.entry(instance.clone()).or_insert(0);
+            Outcome::Logged(ok(
+                id,
+                &format!(
+                    r#"{{"id":"{instance}","machine":"m","version":1,"state":"s","context":{{}},"wal_offset":{v}}}"#
+                ),
+            ))
+        }
+        Kind::Apply => match versions.get_mut(instance) {
+            Some(v) => {
+                *v += 1;
+                Outcome::Logged(ok(
+                    id,
+                    &format!(
+                        r#"{{"applied":true,"context":{{}},"from_state":"s","instance_id":"{instance}","to_state":"s","wal_offset":{v}}}"#
+                    ),
+                ))
+            }
+            None => Outcome::Now(error(id, "INSTANCE_NOT_FOUND")),
+        },
+    }
 }
 
 /// Writes each open group with one DMA write (its first block is the last one's partial tail),
