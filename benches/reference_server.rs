@@ -30,13 +30,13 @@ use glommio::io::{DmaFile, OpenOptions};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::{LocalExecutorBuilder, Placement};
 use serde_json::Value;
+use smdb_client::frame::{decode_frame, encode_frame, FRAME_PAYLOAD_BYTES_DEFAULT};
 
 /// Messages per direction between the front and the shard (GLOMMIO.md §2: ≥ 1024).
 const CHANNEL_CAPACITY: usize = 4096;
 /// The pre-zeroed log file; writes wrap around at its end.
 const LOG_BYTES: u64 = 256 << 20;
 const BLOCK: usize = 4096;
-const FRAME_MAX: usize = 16 << 20;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Durability {
@@ -112,11 +112,8 @@ fn prepare_files(dir: &std::path::Path) {
 }
 
 fn frame(json: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(16 + json.len());
-    f.extend_from_slice(b"RCP1\0\0\0\0");
-    f.extend_from_slice(&(json.len() as u32).to_be_bytes());
-    f.extend_from_slice(&crc32c::crc32c(json).to_be_bytes());
-    f.extend_from_slice(json);
+    let mut f = Vec::new();
+    encode_frame(json, &mut f);
     f
 }
 
@@ -195,25 +192,19 @@ async fn serve(
             Ok(0) | Err(_) => break,
             Ok(n) => hi += n,
         }
-        while hi - lo >= 16 {
-            let h = &buf[lo..lo + 16];
-            let len = u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize;
-            let crc = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
-            if &h[..4] != b"RCP1" || len > FRAME_MAX {
-                return writer;
-            }
-            if hi - lo < 16 + len {
-                break;
-            }
-            let body = &buf[lo + 16..lo + 16 + len];
-            if crc32c::crc32c(body) != crc {
-                return writer;
-            }
+        loop {
+            let (body, used) = match decode_frame(&buf[lo..hi], FRAME_PAYLOAD_BYTES_DEFAULT) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                // A bad frame (magic, length, CRC32C) closes the connection.
+                Err(_) => return writer,
+            };
+            let body = &buf[lo + body.start..lo + body.end];
             if route(conn, seq, body, &shard, &local).await.is_err() {
                 return writer;
             }
             seq += 1;
-            lo += 16 + len;
+            lo += used;
         }
         if lo == hi {
             (lo, hi) = (0, 0);
