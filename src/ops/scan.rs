@@ -138,7 +138,7 @@ impl<'a> Scanner<'a> {
         (digits > 0 && !leading_zero && !more).then_some(n)
     }
 
-    /// An object in the compact form `JsonText::is_compact_object` accepts (valid JSON by
+    /// An object in the compact form `JsonText::compact_object_len` accepts (valid JSON by
     /// itself), as text. None for anything else.
     pub fn compact_object(&mut self) -> Option<&'a str> {
         let rest = &self.b[self.i..];

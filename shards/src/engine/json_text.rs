@@ -43,21 +43,17 @@ impl JsonText {
         self.0.into_string()
     }
 
-    /// Whether `text`, a valid JSON value, is already what `from_map` writes for it: an object
-    /// with no whitespace, member names in strictly ascending order (so no duplicates) and
-    /// without escapes, and only values that serialize back unchanged: strings without
-    /// escapes, `true`, `false`, `null`, and integers of at most 18 digits (not `-0`). Nested
-    /// arrays and objects, floats and escapes answer false (the caller then parses the text
-    /// into a `Map` and writes it with `from_map`). For the usual flat payload this spares
-    /// the parse, the map and the re-serialisation.
-    pub fn is_compact_object(text: &str) -> bool {
-        compact_object_len(text.as_bytes()) == Some(text.len())
-    }
-
-    /// The length of the object at the start of `b` when it has the compact form
-    /// `is_compact_object` accepts, or None. Needs no prior parse: the form is valid JSON by
-    /// itself (no control characters in strings, no leading zeros), so a byte scan of
-    /// params may take such a payload as it is; the caller checks that it is UTF-8.
+    /// The length of the object at the start of `b` when it is in the compact form, already
+    /// what `from_map` writes for it; else None. The compact form: an object with no
+    /// whitespace, member names in strictly ascending order (so no duplicates) and without
+    /// escapes, and only values that serialize back unchanged: strings without escapes or
+    /// control characters, `true`, `false`, `null`, and integers of at most 18 digits without
+    /// leading zeros (not `-0`). Nested arrays and objects, floats and escapes give None (the
+    /// caller then parses the text into a `Map` and writes it with `from_map`). For the usual
+    /// flat payload this spares the parse, the map and the re-serialisation.
+    ///
+    /// Needs no prior parse: the form is valid JSON by itself, so a byte scan of params may
+    /// take such a payload as it is; the caller checks that it is UTF-8.
     pub fn compact_object_len(b: &[u8]) -> Option<usize> {
         compact_object_len(b)
     }
@@ -80,11 +76,12 @@ impl JsonText {
     }
 }
 
-/// Most digits of an integer `is_compact_object` accepts: any such integer is an i64 and a
+/// Most digits of an integer the compact form accepts (`JsonText::compact_object_len`): any such integer is an i64 and a
 /// u64 alike, so serde_json writes it back digit for digit.
 const COMPACT_INT_DIGITS_MAX: usize = 18;
 
-/// The length of the compact object at the start of `b` (see `is_compact_object`), or None.
+/// The length of the compact object at the start of `b` (see `JsonText::compact_object_len`),
+/// or None.
 fn compact_object_len(b: &[u8]) -> Option<usize> {
     let mut at = 1;
     if b.first() != Some(&b'{') {
@@ -386,7 +383,12 @@ mod tests {
         assert!(s.capacity() < 4096, "capacity {}", s.capacity());
     }
 
-    /// `is_compact_object` says yes only where `from_map` writes the very same text.
+    /// Whether the whole of `text` is one object in the compact form.
+    fn is_compact(text: &str) -> bool {
+        JsonText::compact_object_len(text.as_bytes()) == Some(text.len())
+    }
+
+    /// The compact form is accepted only where `from_map` writes the very same text.
     #[test]
     fn compact_objects_are_what_from_map_writes() {
         let compact = [
@@ -396,7 +398,7 @@ mod tests {
             r#"{"":0,"a":"","ab":123456789012345678,"b":-123456789012345678}"#,
         ];
         for text in compact {
-            assert!(JsonText::is_compact_object(text), "{text}");
+            assert!(is_compact(text), "{text}");
             let map: Map<String, Value> = serde_json::from_str(text).unwrap();
             assert_eq!(JsonText::from_map(&map).as_str(), text);
         }
@@ -420,7 +422,7 @@ mod tests {
             r#""{}""#,
         ];
         for text in not_compact {
-            assert!(!JsonText::is_compact_object(text), "{text}");
+            assert!(!is_compact(text), "{text}");
         }
     }
 
@@ -453,7 +455,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Whatever text `is_compact_object` accepts is the text `from_map` writes for it.
+        /// Whatever text the compact form accepts is the text `from_map` writes for it.
         #[test]
         fn accepted_text_is_from_maps_text(
             members in proptest::collection::vec(arb_member(), 0..5),
@@ -461,7 +463,7 @@ mod tests {
             let text = format!("{{{}}}", members.join(","));
             let map: Map<String, Value> = serde_json::from_str(&text).unwrap();
             let canonical = JsonText::from_map(&map);
-            if JsonText::is_compact_object(&text) {
+            if is_compact(&text) {
                 proptest::prop_assert_eq!(canonical.as_str(), text.as_str());
             }
             // from_map's text of a map of plain scalars is always accepted.
@@ -472,7 +474,7 @@ mod tests {
                 _ => false,
             });
             if flat {
-                proptest::prop_assert!(JsonText::is_compact_object(canonical.as_str()), "{}", canonical.as_str());
+                proptest::prop_assert!(is_compact(canonical.as_str()), "{}", canonical.as_str());
             }
         }
     }
