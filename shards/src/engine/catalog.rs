@@ -1,10 +1,11 @@
 //! The machine catalog of one shard: every stored (machine, version), immutable once stored.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
 use super::definition::CompiledMachine;
+use super::names::NameMap;
 use super::rfc3339::format_ms;
 use super::Entry;
 
@@ -21,7 +22,7 @@ pub(crate) struct StoredMachine {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Catalog {
     /// name -> version -> machine. Hashed by name for the hot path, ordered by version.
-    machines: HashMap<String, BTreeMap<u32, StoredMachine>>,
+    machines: NameMap<String, BTreeMap<u32, StoredMachine>>,
     versions: usize,
 }
 

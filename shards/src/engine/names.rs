@@ -19,18 +19,25 @@ pub type Name = Arc<str>;
 /// A name's id in its engine's `Interner`: ids are never reused or freed.
 pub(crate) type NameId = u32;
 
+/// A map keyed by names a definition declares (machine, state and event names, and tuples of
+/// them): hashed with `NameHasher`, for the reason given there.
+pub type NameMap<K, V> = HashMap<K, V, BuildHasherDefault<NameHasher>>;
+
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Interner {
-    ids: HashMap<Name, NameId, BuildHasherDefault<NameHasher>>,
+    ids: NameMap<Name, NameId>,
     /// The names by id.
     names: Vec<Name>,
 }
 
-/// A multiply-rotate hash (FxHash's construction) for the interner: a lookup runs three times
-/// per applied event, and SipHash's flooding resistance buys nothing here, because the names
-/// are the ones definitions declare, validated and bounded at PUT_MACHINE.
+/// A multiply-rotate hash (FxHash's construction) for maps keyed by names (`NameMap`): the
+/// interner, the catalog, a machine's state and event index and the engine's counters, looked
+/// up several times per applied event. SipHash's flooding resistance buys nothing here, because
+/// the names are the ones definitions declare, validated and bounded at PUT_MACHINE, and only
+/// an admin can store a definition. Instance ids, which any writer chooses, keep SipHash
+/// (`index::InstanceMap`).
 #[derive(Default)]
-pub(crate) struct NameHasher(u64);
+pub struct NameHasher(u64);
 
 const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 

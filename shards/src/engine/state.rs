@@ -3,14 +3,12 @@
 //! `decide` and `apply` only dispatch here; each op family lives in `ops/` (PUT_MACHINE,
 //! CREATE_INSTANCE, APPLY_EVENT, DELETE_INSTANCE). Reads are small and sit at the end.
 
-use std::collections::HashMap;
-
 use serde_json::Value;
 
 use super::catalog::Catalog;
 use super::index::InstanceMap;
 use super::instance::InstanceView;
-use super::names::{Interner, Name};
+use super::names::{Interner, Name, NameMap};
 use super::ops::rejections;
 use super::{Command, Entry, Instance, Record};
 use crate::Rejection;
@@ -37,13 +35,13 @@ pub struct ListPage {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EngineStats {
     /// machine -> events applied (moved or not).
-    pub events_applied: HashMap<Name, u64>,
+    pub events_applied: NameMap<Name, u64>,
     /// (machine, from, to) -> transitions that changed state.
-    pub transitions: HashMap<(Name, Name, Name), u64>,
+    pub transitions: NameMap<(Name, Name, Name), u64>,
     /// (machine, state) -> current instances in that state (entries stay at 0 once seen).
-    pub by_state: HashMap<(Name, Name), u64>,
+    pub by_state: NameMap<(Name, Name), u64>,
     /// machine -> events applied by a timer (`Entry::Apply { timer: true }`).
-    pub timers_fired: HashMap<Name, u64>,
+    pub timers_fired: NameMap<Name, u64>,
 }
 
 #[derive(Debug, Default, Clone)]

@@ -3,16 +3,15 @@
 //! `by_state` entries that fall to zero stay in the map at 0, so a metrics gauge reads 0 rather
 //! than keeping a stale value for a label that vanished.
 
-use std::collections::HashMap;
 use std::hash::Hash;
 
 use serde::{Deserialize, Serialize};
 
-use super::names::Name;
+use super::names::{Name, NameMap};
 use super::state::EngineStats;
 
 /// Adds one to `map[key]`, starting from zero.
-fn bump<K: Hash + Eq>(map: &mut HashMap<K, u64>, key: K) {
+fn bump<K: Hash + Eq>(map: &mut NameMap<K, u64>, key: K) {
     *map.entry(key).or_insert(0) += 1;
 }
 

@@ -13,16 +13,17 @@ use super::timed::{Delay, Timed};
 use super::{Definition, DefinitionError, FromSpec, TransitionDef};
 use crate::engine::guard::Guard;
 use crate::engine::limits::{NAME_BYTES_MAX, STATES_MAX, TRANSITIONS_MAX};
+use crate::engine::names::NameMap;
 
 /// A validated machine, ready for `resolve`.
 #[derive(Debug, Clone)]
 pub struct CompiledMachine {
     states: Vec<String>,
-    index: HashMap<String, u16>,
+    index: NameMap<String, u16>,
     initial: u16,
     finals: StateSet,
     /// event -> transitions on that event, in definition order.
-    by_event: HashMap<String, Vec<Transition>>,
+    by_event: NameMap<String, Vec<Transition>>,
     /// The timed transitions (`after_ms` / `at`), in definition order.
     pub(super) timed: Vec<Timed>,
 }
@@ -125,7 +126,7 @@ impl CompiledMachine {
             index,
             initial,
             finals,
-            by_event: HashMap::new(),
+            by_event: NameMap::default(),
             timed: Vec::new(),
         };
         machine.add_transitions(&def.transitions)?;
@@ -273,7 +274,7 @@ impl CompiledMachine {
 }
 
 /// Checks state names and gives each an index.
-fn index_states(names: &[String]) -> Result<(Vec<String>, HashMap<String, u16>), DefinitionError> {
+fn index_states(names: &[String]) -> Result<(Vec<String>, NameMap<String, u16>), DefinitionError> {
     if names.is_empty() {
         return Err(DefinitionError::new("states must not be empty"));
     }
@@ -282,7 +283,7 @@ fn index_states(names: &[String]) -> Result<(Vec<String>, HashMap<String, u16>),
             "more than {STATES_MAX} states"
         )));
     }
-    let mut index = HashMap::with_capacity(names.len());
+    let mut index = NameMap::with_capacity_and_hasher(names.len(), Default::default());
     for (i, name) in names.iter().enumerate() {
         check_name("state name", name)?;
         if name == FromSpec::ANY {
