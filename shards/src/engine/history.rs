@@ -220,14 +220,20 @@ impl History {
         Header::decode(&h)
     }
 
-    /// Starts loading the cache lines the next `push` writes first (the ring's end).
+    /// Starts loading the cache lines the next `push` touches first: the ring's end, and, when
+    /// the history is full, the oldest item's header, which `pop_oldest` reads to drop it (in
+    /// a long-lived instance that line is the coldest the push touches: a whole ring away).
     pub(crate) fn prefetch_end(&self) {
         if self.ring.is_empty() {
             return;
         }
-        let end = self.ring.as_ptr().wrapping_add(self.index(self.used));
+        let base = self.ring.as_ptr();
+        let end = base.wrapping_add(self.index(self.used));
         prefetch(end);
         prefetch(end.wrapping_add(64));
+        if self.items >= HISTORY_PER_INSTANCE_MAX {
+            prefetch(base.wrapping_add(self.head));
+        }
     }
 
     fn pop_oldest(&mut self) {
