@@ -11,8 +11,10 @@ use serde_json::{json, Value};
 use shards::engine::BatchOp;
 use shards::{ErrorCode, Rejection};
 
+use super::events::{self, EventSpans};
+use super::instances;
+use super::route::route_key;
 use super::scan::Scanner;
-use super::{events, instances};
 use crate::protocol::Op;
 
 /// Most ops in one BATCH. A larger batch is `BAD_REQUEST` (nothing runs). The frame size
@@ -33,6 +35,9 @@ pub struct BatchItem {
     pub op: Op,
     /// Where the op's raw `params` JSON is in `BatchOps::text` (None when absent or null).
     params: Option<Range<usize>>,
+    /// An APPLY_EVENT of an atomic batch with the usual params: where its members are in the
+    /// params, found by the front's one scan of them (`EventSpans`).
+    event: Option<EventSpans>,
 }
 
 /// A batch's ops with their params, all in one buffer (one allocation per batch, not one per
@@ -55,6 +60,19 @@ impl BatchOps {
 
     pub fn len(&self) -> usize {
         self.items.len()
+    }
+
+    /// The id `item` routes by (`route_key` of its params), taken from its spans when the
+    /// front scanned them.
+    pub fn route_key(&self, item: &BatchItem) -> Result<Cow<'_, str>, Rejection> {
+        let params = self.params(item);
+        let scanned = (item.event.as_ref())
+            .zip(params)
+            .and_then(|(e, p)| e.instance_id(p));
+        match scanned {
+            Some(id) => Ok(Cow::Borrowed(id)),
+            None => route_key(params),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -135,7 +153,12 @@ pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
                 .with("index", index)
                 .with("op", &*name)
             })?;
-        items.push(BatchItem { op, params });
+        // An atomic batch's ops are all routed on the front: an APPLY_EVENT's one scan there
+        // also finds what its shard needs (best-effort ops go out as if sent alone).
+        let event = (mode == BatchMode::Atomic && op == Op::ApplyEvent)
+            .then(|| params.clone().and_then(|r| EventSpans::scan(raw.get(r)?)))
+            .flatten();
+        items.push(BatchItem { op, params, event });
     }
     let ops = BatchOps {
         text: raw.to_vec(),
@@ -224,7 +247,13 @@ pub fn engine_op<'o>(ops: &'o BatchOps, item: &BatchItem) -> Result<BatchOp<'o>,
     let params = ops.params(item);
     match item.op {
         Op::CreateInstance => instances::create_command(params).map(BatchOp::Write),
-        Op::ApplyEvent => events::apply_event_params(params).map(BatchOp::Event),
+        Op::ApplyEvent => match (item.event.as_ref())
+            .zip(params)
+            .and_then(|(e, p)| e.command(p))
+        {
+            Some(cmd) => Ok(BatchOp::Event(cmd)),
+            None => events::apply_event_params(params).map(BatchOp::Event),
+        },
         Op::DeleteInstance => instances::delete_command(params).map(BatchOp::Write),
         Op::GetInstance => instances::id_param(params).map(|id| BatchOp::Get { id }),
         other => Err(bad(format!("op {} cannot be batched", other.as_str()))),
@@ -337,6 +366,35 @@ mod tests {
         for raw in unusual {
             assert_eq!(scan_batch(raw), None, "{}", String::from_utf8_lossy(raw));
         }
+    }
+
+    #[test]
+    fn an_atomic_batch_keeps_its_apply_spans_and_its_ops_read_as_alone() {
+        let raw = br#"{"mode":"atomic","ops":[{"op":"APPLY_EVENT","params":{"instance_id":"{t}:1","event":"go","payload":{"p":"x"}}},{"op":"APPLY_EVENT","params":{"instance_id":"{t}:2","event":"go","payload":{"b": 1}}},{"op":"CREATE_INSTANCE","params":{"id":"{t}:3"}}]}"#;
+        let b = parse_batch(Some(raw)).unwrap();
+        let items: Vec<&BatchItem> = b.ops.iter().collect();
+        // The usual params are scanned once, on the front; a payload that is not compact is not.
+        assert!(items[0].event.is_some());
+        assert!(items[1].event.is_none());
+        assert!(items[2].event.is_none());
+        for item in &items {
+            let params = b.ops.params(item);
+            let alone = crate::ops::route::route_key(params).unwrap();
+            assert_eq!(b.ops.route_key(item).unwrap(), alone);
+        }
+        for item in &items[..2] {
+            let Ok(BatchOp::Event(got)) = engine_op(&b.ops, item) else {
+                panic!("an APPLY_EVENT op");
+            };
+            let want = events::apply_event_params(b.ops.params(item)).unwrap();
+            assert_eq!(got.into_owned(), want.into_owned());
+        }
+        // A best-effort batch's ops go out as if sent alone: no spans kept.
+        let best_effort = String::from_utf8(raw.to_vec())
+            .unwrap()
+            .replace("atomic", "best_effort");
+        let best = parse_batch(Some(best_effort.as_bytes())).unwrap();
+        assert!(best.ops.iter().all(|item| item.event.is_none()));
     }
 
     proptest::proptest! {

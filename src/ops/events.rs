@@ -1,6 +1,7 @@
 //! APPLY_EVENT and GET_HISTORY params.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -88,6 +89,73 @@ fn scanned_event(raw: &[u8]) -> Option<EventCommand<'_>> {
     }
     check_id(&cmd.instance_id).ok()?;
     Some(cmd)
+}
+
+/// Where `scanned_event` found the members of the usual APPLY_EVENT params, as byte ranges of
+/// the params text. The front scans each op of an atomic batch once, for its routing id, and
+/// keeps these; the shard then builds the op's command from them (`command`) instead of
+/// scanning the params again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventSpans {
+    instance_id: Range<usize>,
+    event: Range<usize>,
+    payload: Option<Range<usize>>,
+    expected_state: Option<Range<usize>>,
+    expected_wal_offset: Option<u64>,
+    idempotency_key: Option<Range<usize>>,
+}
+
+impl EventSpans {
+    /// The spans of `raw` where `scanned_event` reads it, else None.
+    pub fn scan(raw: &[u8]) -> Option<EventSpans> {
+        let cmd = scanned_event(raw)?;
+        // `scanned_event` only borrows from `raw`: each string is a slice of it.
+        let span = |text: &Cow<'_, str>| match text {
+            Cow::Borrowed(t) => {
+                let start = (t.as_ptr() as usize).checked_sub(raw.as_ptr() as usize)?;
+                (start + t.len() <= raw.len()).then_some(start..start + t.len())
+            }
+            Cow::Owned(_) => None,
+        };
+        let opt = |text: &Option<Cow<'_, str>>| match text {
+            Some(t) => span(t).map(Some),
+            None => Some(None),
+        };
+        Some(EventSpans {
+            instance_id: span(&cmd.instance_id)?,
+            event: span(&cmd.event)?,
+            payload: opt(&cmd.payload)?,
+            expected_state: opt(&cmd.expected_state)?,
+            expected_wal_offset: cmd.expected_wal_offset,
+            idempotency_key: opt(&cmd.idempotency_key)?,
+        })
+    }
+
+    /// The instance id (the routing key) in `raw`, the text these spans were scanned from.
+    pub fn instance_id<'a>(&self, raw: &'a [u8]) -> Option<&'a str> {
+        text_at(raw, &self.instance_id)
+    }
+
+    /// The command `scanned_event` gave for `raw`, the text these spans were scanned from,
+    /// without scanning it again (None if the spans do not fit `raw`).
+    pub fn command<'a>(&self, raw: &'a [u8]) -> Option<EventCommand<'a>> {
+        let opt = |range: &Option<Range<usize>>| match range {
+            Some(r) => text_at(raw, r).map(|t| Some(Cow::Borrowed(t))),
+            None => Some(None),
+        };
+        Some(EventCommand {
+            instance_id: Cow::Borrowed(text_at(raw, &self.instance_id)?),
+            event: Cow::Borrowed(text_at(raw, &self.event)?),
+            payload: opt(&self.payload)?,
+            expected_state: opt(&self.expected_state)?,
+            expected_wal_offset: self.expected_wal_offset,
+            idempotency_key: opt(&self.idempotency_key)?,
+        })
+    }
+}
+
+fn text_at<'a>(raw: &'a [u8], range: &Range<usize>) -> Option<&'a str> {
+    std::str::from_utf8(raw.get(range.clone())?).ok()
 }
 
 /// APPLY_EVENT params → command.
@@ -237,6 +305,33 @@ mod tests {
             let got = apply_event_params(raw).map(|ev| Some(ev.into_owned()));
             proptest::prop_assert_eq!(got, want, "{}", text);
         }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+        /// Spans exist exactly where the scan reads the params, and give its command, also
+        /// from a copy of the text (as the shard gets it, inside the batch's buffer).
+        #[test]
+        fn spans_give_the_scanned_command(text in arb_apply_text()) {
+            let raw = text.as_bytes();
+            let spans = EventSpans::scan(raw);
+            proptest::prop_assert_eq!(spans.is_some(), scanned_event(raw).is_some());
+            if let Some(spans) = spans {
+                let copy = raw.to_vec();
+                let want = scanned_event(raw).map(EventCommand::into_owned);
+                proptest::prop_assert_eq!(spans.command(&copy).map(EventCommand::into_owned), want.clone());
+                proptest::prop_assert_eq!(spans.instance_id(&copy), want.as_ref().map(|c| &*c.instance_id));
+            }
+        }
+    }
+
+    #[test]
+    fn spans_that_do_not_fit_the_text_give_nothing() {
+        let raw = br#"{"instance_id":"abc","event":"go"}"#;
+        let spans = EventSpans::scan(raw).unwrap();
+        assert_eq!(spans.instance_id(raw), Some("abc"));
+        assert_eq!(spans.command(&raw[..10]), None);
+        assert_eq!(spans.instance_id(b"{}"), None);
     }
 
     #[test]

@@ -86,7 +86,7 @@ fn atomic_shard(front: &Front, ops: &BatchOps) -> Result<u32, Rejection> {
     let count = front.router.shard_count();
     let mut ids: Vec<(Cow<'_, str>, u32)> = Vec::with_capacity(ops.len());
     for (index, item) in ops.iter().enumerate() {
-        let id = route_key(ops.params(item)).map_err(|e| aborted(index, &e))?;
+        let id = ops.route_key(item).map_err(|e| aborted(index, &e))?;
         if !ids.iter().any(|(seen, _)| *seen == id) {
             let shard = shard_for(&id, count);
             ids.push((id, shard));
