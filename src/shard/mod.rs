@@ -8,6 +8,7 @@ mod batch;
 pub mod durability;
 mod event;
 pub mod message;
+mod os_yield;
 mod replica;
 pub mod runtime;
 pub mod subs;

@@ -17,6 +17,7 @@ use shards::{ErrorCode, Rejection};
 
 use super::durability::Durability;
 use super::message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
+use super::os_yield::OsYield;
 use super::replica::ReplState;
 use super::subs::{self, Registry};
 use super::sync::{self as sync_mode, SyncSetup, SyncState};
@@ -58,6 +59,8 @@ pub struct Shard {
     pub(super) sync: Option<SyncState>,
     /// The APPLY_EVENT record being decided, reused across events (`shard/event.rs`).
     pub(super) record_buf: RefCell<Vec<u8>>,
+    /// Offers the core to the log's completion worker between requests (`os_yield`).
+    os_yield: OsYield,
     /// Where a write's result JSON is built before its exact-size copy (`result_bytes`).
     result_buf: RefCell<Vec<u8>>,
 }
@@ -96,6 +99,7 @@ pub async fn run(setup: ShardSetup) {
         repl: ReplState::default(),
         sync: setup.sync.map(SyncState::new),
         record_buf: RefCell::new(Vec::new()),
+        os_yield: OsYield::default(),
         result_buf: RefCell::new(Vec::with_capacity(RESULT_BYTES_HINT)),
     });
     shard.timers.rebuild(&mut shard.engine.borrow_mut());
@@ -146,6 +150,7 @@ async fn receive(
 ) {
     let mut since_yield = 0;
     while let Some(req) = rx.recv().await {
+        shard.os_yield.tick();
         since_yield += 1;
         if since_yield >= YIELD_EVERY_REQUESTS {
             since_yield = 0;
