@@ -142,7 +142,7 @@ pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
         );
     }
     let mut items = Vec::with_capacity(ops.len());
-    for (index, (name, params)) in ops.into_iter().enumerate() {
+    for (index, (name, params, spans)) in ops.into_iter().enumerate() {
         let op = Op::parse(&name)
             .filter(|op| batchable(*op))
             .ok_or_else(|| {
@@ -153,11 +153,16 @@ pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
                 .with("index", index)
                 .with("op", &*name)
             })?;
-        // An atomic batch's ops are all routed on the front: an APPLY_EVENT's one scan there
-        // also finds what its shard needs (best-effort ops go out as if sent alone).
-        let event = (mode == BatchMode::Atomic && op == Op::ApplyEvent)
-            .then(|| params.clone().and_then(|r| EventSpans::scan(raw.get(r)?)))
-            .flatten();
+        // An atomic batch's ops are all routed on the front: an APPLY_EVENT's spans, found in
+        // the batch's one scan, also give its shard the command (best-effort ops go out as if
+        // sent alone). Params the scan did not reach (serde's reading) are scanned here.
+        let event = match (mode, op) {
+            (BatchMode::Atomic, Op::ApplyEvent) => spans.or_else(|| {
+                let r = params.clone()?;
+                EventSpans::scan(raw.get(r)?)
+            }),
+            _ => None,
+        };
         items.push(BatchItem { op, params, event });
     }
     let ops = BatchOps {
@@ -167,9 +172,18 @@ pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
     Ok(BatchRequest { mode, ops })
 }
 
-/// The mode and, per op, its name and where its params are in `raw` (None when absent or
-/// null), as both readings below give them.
-type ScannedBatch<'a> = (Cow<'a, str>, Vec<(Cow<'a, str>, Option<Range<usize>>)>);
+/// One op as both readings below give it: its name, where its params are in `raw` (None
+/// when absent or null) and, for an APPLY_EVENT with the usual params written after its `op`,
+/// their spans (the scan only; serde's reading gives None).
+type ScannedOp<'a> = (Cow<'a, str>, Option<Range<usize>>, Option<EventSpans>);
+
+/// The mode and the ops, as both readings below give them.
+type ScannedBatch<'a> = (Cow<'a, str>, Vec<ScannedOp<'a>>);
+
+/// Ops to reserve room for, from the params' length (a usual op is over 100 bytes).
+fn ops_hint(raw: &[u8]) -> usize {
+    (raw.len() / 96 + 1).min(BATCH_OPS_MAX + 1)
+}
 
 /// The usual batch read by a byte scan (`scan`): `mode` and `ops` once each, every op an
 /// object of `op` (escape-free) and optional `params`, nothing else. None for anything else;
@@ -183,7 +197,7 @@ fn scan_batch(raw: &[u8]) -> Option<ScannedBatch<'_>> {
             Some(())
         }
         b"ops" if ops.is_none() => {
-            let mut list = Vec::new();
+            let mut list = Vec::with_capacity(ops_hint(raw));
             s.array(|s| {
                 list.push(scan_op(s)?);
                 Some(())
@@ -200,9 +214,10 @@ fn scan_batch(raw: &[u8]) -> Option<ScannedBatch<'_>> {
     Some((Cow::Borrowed(mode), ops?))
 }
 
-/// One op of `scan_batch`: its name and its params' range in the scanned text.
-fn scan_op<'a>(s: &mut Scanner<'a>) -> Option<(Cow<'a, str>, Option<Range<usize>>)> {
-    let (mut op, mut params) = (None, None);
+/// One op of `scan_batch`: its name, its params' range in the scanned text and, for the usual
+/// APPLY_EVENT params, their spans, read in the same pass.
+fn scan_op<'a>(s: &mut Scanner<'a>) -> Option<ScannedOp<'a>> {
+    let (mut op, mut params, mut spans) = (None, None, None);
     s.object(|key, s| match key {
         b"op" if op.is_none() => {
             op = Some(s.plain_string()?);
@@ -210,7 +225,12 @@ fn scan_op<'a>(s: &mut Scanner<'a>) -> Option<(Cow<'a, str>, Option<Range<usize>
         }
         b"params" if params.is_none() => {
             let start = s.pos();
-            s.skip_value()?;
+            if op == Some(b"APPLY_EVENT".as_slice()) {
+                spans = event_spans(s);
+            }
+            if spans.is_none() {
+                s.skip_value()?;
+            }
             params = Some(start..s.pos());
             Some(())
         }
@@ -218,7 +238,18 @@ fn scan_op<'a>(s: &mut Scanner<'a>) -> Option<(Cow<'a, str>, Option<Range<usize>
     })?;
     let op = std::str::from_utf8(op?).ok()?;
     let params = params.filter(|r| s.text(r.clone()) != b"null");
-    Some((Cow::Borrowed(op), params))
+    Some((Cow::Borrowed(op), params, spans))
+}
+
+/// Usual APPLY_EVENT params at the scanner's position (`events::scan_event`): steps over them
+/// and gives their spans, relative to the params' own text; else leaves `s` where it was.
+fn event_spans(s: &mut Scanner<'_>) -> Option<EventSpans> {
+    let start = s.pos();
+    let mut ahead = *s;
+    let cmd = events::scan_event(&mut ahead)?;
+    let spans = EventSpans::of(&cmd, s.text(start..ahead.pos()))?;
+    *s = ahead;
+    Some(spans)
 }
 
 /// The batch read by serde: the same as `scan_batch` where that answers, and the error
@@ -236,7 +267,7 @@ fn serde_batch(raw: &[u8]) -> Result<ScannedBatch<'_>, Rejection> {
                     let start = text.as_ptr() as usize - raw.as_ptr() as usize;
                     start..start + text.len()
                 });
-            (item.op, params)
+            (item.op, params, None)
         })
         .collect();
     Ok((p.mode, ops))
@@ -338,6 +369,24 @@ mod tests {
         assert_eq!(e.details["limit"], BATCH_OPS_MAX);
     }
 
+    /// The reading without the scan's spans, which serde's reading never has.
+    fn without_spans(b: ScannedBatch<'_>) -> ScannedBatch<'_> {
+        let ops = b.1.into_iter().map(|(op, params, _)| (op, params, None));
+        (b.0, ops.collect())
+    }
+
+    /// Spans the scan found are those `EventSpans::scan` finds in the op's params alone, and
+    /// only an APPLY_EVENT has them.
+    fn assert_spans_are_the_params_own(raw: &[u8], b: &ScannedBatch<'_>) {
+        for (op, params, spans) in &b.1 {
+            if let Some(spans) = spans {
+                assert_eq!(op, "APPLY_EVENT");
+                let text = &raw[params.clone().expect("spans come with params")];
+                assert_eq!(Some(spans), EventSpans::scan(text).as_ref());
+            }
+        }
+    }
+
     #[test]
     fn the_usual_batch_takes_the_scan_and_reads_as_serde_does() {
         let usual = [
@@ -347,8 +396,9 @@ mod tests {
         ];
         for raw in usual {
             let scanned = scan_batch(raw).expect("the usual batch is scanned");
+            assert_spans_are_the_params_own(raw, &scanned);
             assert_eq!(
-                scanned,
+                without_spans(scanned),
                 serde_batch(raw).unwrap(),
                 "{}",
                 String::from_utf8_lossy(raw)
@@ -373,7 +423,10 @@ mod tests {
         let raw = br#"{"mode":"atomic","ops":[{"op":"APPLY_EVENT","params":{"instance_id":"{t}:1","event":"go","payload":{"p":"x"}}},{"op":"APPLY_EVENT","params":{"instance_id":"{t}:2","event":"go","payload":{"b": 1}}},{"op":"CREATE_INSTANCE","params":{"id":"{t}:3"}}]}"#;
         let b = parse_batch(Some(raw)).unwrap();
         let items: Vec<&BatchItem> = b.ops.iter().collect();
-        // The usual params are scanned once, on the front; a payload that is not compact is not.
+        // The usual params are scanned once, on the front, in the batch's one pass; a payload
+        // that is not compact is not.
+        let (_, scanned) = scan_batch(raw).unwrap();
+        assert_eq!(scanned[0].2.as_ref(), items[0].event.as_ref());
         assert!(items[0].event.is_some());
         assert!(items[1].event.is_none());
         assert!(items[2].event.is_none());
@@ -398,11 +451,31 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]
+        /// An APPLY_EVENT op's params read in the batch's one pass: spans exactly where the
+        /// params alone have them (`EventSpans::scan`), and the params' range either way.
+        #[test]
+        fn one_pass_spans_are_the_params_alone(params in crate::ops::scan::arb::apply_text()) {
+            let raw = format!(r#"{{"mode":"atomic","ops":[{{"op":"APPLY_EVENT","params":{params}}}]}}"#);
+            proptest::prop_assume!(serde_json::from_str::<serde_json::Value>(&raw).is_ok());
+            let (_, ops) = scan_batch(raw.as_bytes()).expect("the batch is scanned");
+            let (_, range, spans) = &ops[0];
+            let range = range.clone().expect("params are not null here");
+            proptest::prop_assert_eq!(&raw[range.clone()], params.as_str());
+            let alone = EventSpans::scan(params.as_bytes());
+            proptest::prop_assert_eq!(spans, &alone);
+        }
+    }
+
+    proptest::proptest! {
         #[test]
         fn the_batch_scan_agrees_with_serde_on_random_batches(text in crate::ops::scan::arb::batch_text()) {
             let raw = text.as_bytes();
+            // The scan reads params the envelope parse already checked.
+            proptest::prop_assume!(serde_json::from_slice::<serde_json::Value>(raw).is_ok());
             if let Some(scanned) = scan_batch(raw) {
-                proptest::prop_assert_eq!(Ok(scanned), serde_batch(raw).map_err(|e| e.message), "{}", text);
+                assert_spans_are_the_params_own(raw, &scanned);
+                proptest::prop_assert_eq!(Ok(without_spans(scanned)), serde_batch(raw).map_err(|e| e.message), "{}", text);
             }
         }
     }
@@ -412,5 +485,22 @@ mod tests {
     fn random_texts_reach_the_scan_and_serde_both() {
         let arb = crate::ops::scan::arb::batch_text();
         crate::ops::scan::arb::assert_both_readings(arb, |raw| scan_batch(raw).is_some());
+    }
+
+    /// Nor is its check of the spans: some random scanned ops have them (fewer than one in
+    /// ten batches: every member of the APPLY_EVENT's random params must be a usual one).
+    #[test]
+    fn random_texts_reach_ops_with_spans() {
+        use proptest::strategy::{Strategy, ValueTree};
+        let arb = crate::ops::scan::arb::batch_text();
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let with_spans = (0..2000)
+            .filter(|_| {
+                let text = arb.new_tree(&mut runner).unwrap().current();
+                let scanned = scan_batch(text.as_bytes());
+                scanned.is_some_and(|(_, ops)| ops.iter().any(|op| op.2.is_some()))
+            })
+            .count();
+        assert!(with_spans >= 5, "{with_spans} of 2000 batches had spans");
     }
 }

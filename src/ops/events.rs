@@ -56,6 +56,14 @@ const MEMBERS: [&[u8]; 6] = [
 /// `apply_command` then reads it.
 fn scanned_event(raw: &[u8]) -> Option<EventCommand<'_>> {
     let mut s = Scanner::new(raw);
+    let cmd = scan_event(&mut s)?;
+    s.at_end().then_some(cmd)
+}
+
+/// `scanned_event`'s reading of the object at the scanner's position, which it steps over
+/// (whatever follows is the caller's): a BATCH op's params are read this way in the front's
+/// one pass over the batch.
+pub(crate) fn scan_event<'a>(s: &mut Scanner<'a>) -> Option<EventCommand<'a>> {
     let mut seen = 0u8;
     let mut cmd = EventCommand {
         instance_id: Cow::Borrowed(""),
@@ -84,7 +92,7 @@ fn scanned_event(raw: &[u8]) -> Option<EventCommand<'_>> {
         Some(())
     })?;
     let required = 0b11;
-    if seen & required != required || !s.at_end() {
+    if seen & required != required {
         return None;
     }
     check_id(&cmd.instance_id).ok()?;
@@ -108,8 +116,12 @@ pub struct EventSpans {
 impl EventSpans {
     /// The spans of `raw` where `scanned_event` reads it, else None.
     pub fn scan(raw: &[u8]) -> Option<EventSpans> {
-        let cmd = scanned_event(raw)?;
-        // `scanned_event` only borrows from `raw`: each string is a slice of it.
+        EventSpans::of(&scanned_event(raw)?, raw)
+    }
+
+    /// The spans of `cmd`, a command `scan_event` read borrowed from `raw`, in `raw`. None if
+    /// one of its strings is not a slice of `raw`.
+    pub(crate) fn of(cmd: &EventCommand<'_>, raw: &[u8]) -> Option<EventSpans> {
         let span = |text: &Cow<'_, str>| match text {
             Cow::Borrowed(t) => {
                 let start = (t.as_ptr() as usize).checked_sub(raw.as_ptr() as usize)?;
@@ -241,59 +253,7 @@ mod tests {
         );
     }
 
-    /// Random APPLY_EVENT-like params: the members (and an unknown one) in any order, maybe
-    /// repeated, with values of every kind the readings treat differently.
-    fn arb_apply_text() -> impl proptest::strategy::Strategy<Value = String> {
-        use proptest::prelude::*;
-        let key = prop_oneof![
-            3 => Just("instance_id"),
-            3 => Just("event"),
-            2 => Just("payload"),
-            1 => Just("expected_state"),
-            1 => Just("expected_wal_offset"),
-            1 => Just("idempotency_key"),
-            1 => Just("extra"),
-        ];
-        let value = prop_oneof![
-            4 => Just(r#""a""#),
-            2 => Just(r#""{t}:1""#),
-            1 => Just(r#""x\"y""#),
-            1 => Just(r#""\u0001""#),
-            1 => Just("\"c\u{1}\""),
-            1 => Just(r#""é""#),
-            1 => Just(r#""""#),
-            2 => Just("null"),
-            2 => Just("7"),
-            1 => Just("0"),
-            1 => Just("-1"),
-            1 => Just("1.5"),
-            1 => Just("07"),
-            1 => Just("1e2"),
-            1 => Just("18446744073709551616"),
-            3 => Just(r#"{"p":"x","q":-3}"#),
-            1 => Just(r#"{"b":1,"a":2}"#),
-            1 => Just(r#"{ "p" : 1 }"#),
-            1 => Just(r#"{"p":{"z":1}}"#),
-            1 => Just("{}"),
-            1 => Just("[1]"),
-        ];
-        (
-            prop::collection::vec((key, value), 0..5),
-            any::<bool>(),
-            any::<bool>(),
-        )
-            .prop_map(|(mut members, usual, spaced)| {
-                if usual {
-                    members.insert(0, ("event", r#""go""#));
-                    members.insert(0, ("instance_id", r#""a""#));
-                }
-                let (colon, sep) = if spaced { (" : ", " ,\n") } else { (":", ",") };
-                let body: Vec<String> = (members.iter())
-                    .map(|(k, v)| format!("\"{k}\"{colon}{v}"))
-                    .collect();
-                format!("{{{}}}", body.join(sep))
-            })
-    }
+    use crate::ops::scan::arb::apply_text as arb_apply_text;
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4096))]

@@ -6,6 +6,7 @@
 //! `uint` and `compact_object` accept only text that is valid JSON by itself, so the shard's
 //! read of the usual APPLY_EVENT params (`events`) takes what they return without a parse.
 
+#[derive(Clone, Copy)]
 pub(crate) struct Scanner<'a> {
     b: &'a [u8],
     i: usize,
@@ -306,6 +307,59 @@ pub(crate) mod arb {
         prop_oneof![usual, any_members]
     }
 
+    /// Random APPLY_EVENT-like params: the members (and an unknown one) in any order, maybe
+    /// repeated, with values of every kind the readings treat differently.
+    pub fn apply_text() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            3 => Just("instance_id"),
+            3 => Just("event"),
+            2 => Just("payload"),
+            1 => Just("expected_state"),
+            1 => Just("expected_wal_offset"),
+            1 => Just("idempotency_key"),
+            1 => Just("extra"),
+        ];
+        let value = prop_oneof![
+            4 => Just(r#""a""#),
+            2 => Just(r#""{t}:1""#),
+            1 => Just(r#""x\"y""#),
+            1 => Just(r#""\u0001""#),
+            1 => Just("\"c\u{1}\""),
+            1 => Just(r#""é""#),
+            1 => Just(r#""""#),
+            2 => Just("null"),
+            2 => Just("7"),
+            1 => Just("0"),
+            1 => Just("-1"),
+            1 => Just("1.5"),
+            1 => Just("07"),
+            1 => Just("1e2"),
+            1 => Just("18446744073709551616"),
+            3 => Just(r#"{"p":"x","q":-3}"#),
+            1 => Just(r#"{"b":1,"a":2}"#),
+            1 => Just(r#"{ "p" : 1 }"#),
+            1 => Just(r#"{"p":{"z":1}}"#),
+            1 => Just("{}"),
+            1 => Just("[1]"),
+        ];
+        (
+            prop::collection::vec((key, value), 0..5),
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(mut members, usual, spaced)| {
+                if usual {
+                    members.insert(0, ("event", r#""go""#));
+                    members.insert(0, ("instance_id", r#""a""#));
+                }
+                let (colon, sep) = if spaced { (" : ", " ,\n") } else { (":", ",") };
+                let body: Vec<String> = (members.iter())
+                    .map(|(k, v)| format!("\"{k}\"{colon}{v}"))
+                    .collect();
+                format!("{{{}}}", body.join(sep))
+            })
+    }
+
     /// BATCH-params-like texts: usually the right shape (a mode, a list of ops with `op` and
     /// `params`), sometimes bent (a missing, repeated or extra member, an op that is not an
     /// object).
@@ -332,8 +386,13 @@ pub(crate) mod arb {
                 }
                 object_text(&members, spaced)
             });
+        // APPLY_EVENT params as written (not re-serialized), so the scan's spans are reached.
+        let apply = (apply_text(), any::<bool>()).prop_map(|(params, op_first)| match op_first {
+            true => format!(r#"{{"op":"APPLY_EVENT","params":{params}}}"#),
+            false => format!(r#"{{"params":{params},"op":"APPLY_EVENT"}}"#),
+        });
         let ops = prop::collection::vec(
-            prop_oneof![4 => op, 1 => value().prop_map(|v| v.to_string())],
+            prop_oneof![4 => op, 2 => apply, 1 => value().prop_map(|v| v.to_string())],
             0..4,
         )
         .prop_map(|ops| format!("[{}]", ops.join(",")));
