@@ -42,6 +42,9 @@ pub fn routing_key(id: &str) -> &str {
 /// The shard (0-based) that owns instance `id` among `shard_count` shards.
 pub fn shard_for(id: &str, shard_count: u32) -> u32 {
     debug_assert!(shard_count > 0, "shard_count must be positive");
+    if shard_count <= 1 {
+        return 0; // one shard owns every id: no need to hash it
+    }
     (fnv1a64(routing_key(id).as_bytes()) % u64::from(shard_count.max(1))) as u32
 }
 

@@ -8,7 +8,6 @@
 //! batch on the same connection sees its effects. A small task then waits for the replies,
 //! counts every op under its own label in the request metrics, and fills the batch's slot.
 
-use std::borrow::Cow;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -84,26 +83,34 @@ pub async fn start(front: &Rc<Front>, batch: BatchRequest) -> Result<ReplySlot, 
 /// (with the error it would get alone); ids on different shards are `CROSS_SHARD`.
 fn atomic_shard(front: &Front, ops: &BatchOps) -> Result<u32, Rejection> {
     let count = front.router.shard_count();
-    let mut ids: Vec<(Cow<'_, str>, u32)> = Vec::with_capacity(ops.len());
+    let (mut first, mut crossed) = (None, false);
     for (index, item) in ops.iter().enumerate() {
         let id = ops.route_key(item).map_err(|e| aborted(index, &e))?;
+        let shard = shard_for(&id, count);
+        crossed |= *first.get_or_insert(shard) != shard;
+    }
+    match crossed {
+        false => Ok(first.unwrap_or(0)),
+        true => Err(cross_shard(ops, count)),
+    }
+}
+
+/// `CROSS_SHARD`, naming each id of the batch once, in order, with its shard.
+fn cross_shard(ops: &BatchOps, count: u32) -> Rejection {
+    let mut ids: Vec<(String, u32)> = Vec::with_capacity(ops.len());
+    for id in ops.iter().filter_map(|item| ops.route_key(item).ok()) {
         if !ids.iter().any(|(seen, _)| *seen == id) {
             let shard = shard_for(&id, count);
-            ids.push((id, shard));
+            ids.push((id.into_owned(), shard));
         }
     }
-    let first = ids.first().map_or(0, |(_, shard)| *shard);
-    if ids.iter().all(|(_, shard)| *shard == first) {
-        return Ok(first);
-    }
-    let (names, shards): (Vec<String>, Vec<u32>) =
-        ids.into_iter().map(|(id, s)| (id.into_owned(), s)).unzip();
-    Err(Rejection::new(
+    let (names, shards): (Vec<String>, Vec<u32>) = ids.into_iter().unzip();
+    Rejection::new(
         ErrorCode::CrossShard,
         "an atomic batch must stay on one shard: give its ids one hash tag, like {order-7}:a",
     )
     .with("ids", names)
-    .with("shards", shards))
+    .with("shards", shards)
 }
 
 /// Runs `work` (which yields the per-op outcomes to count and the BATCH reply) as a task;
