@@ -14,7 +14,7 @@ use shards::{ErrorCode, Rejection};
 use super::events::{self, EventSpans};
 use super::instances;
 use super::route::route_key;
-use super::scan::Scanner;
+use super::scan::{utf8, Scanner};
 use crate::protocol::Op;
 
 /// Most ops in one BATCH. A larger batch is `BAD_REQUEST` (nothing runs). The frame size
@@ -120,7 +120,7 @@ pub fn batchable(op: Op) -> bool {
 /// `BATCH_OPS_MAX`, or an op that cannot be batched (details name its `index` and `op`).
 pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
     let raw = raw.unwrap_or(b"{}");
-    let (mode, ops) = match scan_batch(raw) {
+    let (mode, mut read) = match scan_batch(raw) {
         Some(scanned) => scanned,
         None => serde_batch(raw)?,
     };
@@ -133,52 +133,80 @@ pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
             )))
         }
     };
-    if ops.is_empty() {
+    if read.count == 0 {
         return Err(bad("ops must not be empty".into()));
     }
-    if ops.len() > BATCH_OPS_MAX {
+    if read.count > BATCH_OPS_MAX {
         return Err(
             bad(format!("a batch holds at most {BATCH_OPS_MAX} ops")).with("limit", BATCH_OPS_MAX)
         );
     }
-    let mut items = Vec::with_capacity(ops.len());
-    for (index, (name, params, spans)) in ops.into_iter().enumerate() {
-        let op = Op::parse(&name)
-            .filter(|op| batchable(*op))
-            .ok_or_else(|| {
-                bad(format!(
-                "op {name:?} cannot be batched (CREATE_INSTANCE, APPLY_EVENT, DELETE_INSTANCE, \
-                 GET_INSTANCE can)"
-            ))
-                .with("index", index)
-                .with("op", &*name)
-            })?;
+    if let Some((index, name)) = read.unbatchable {
+        return Err(bad(format!(
+            "op {name:?} cannot be batched (CREATE_INSTANCE, APPLY_EVENT, DELETE_INSTANCE, \
+             GET_INSTANCE can)"
+        ))
+        .with("index", index)
+        .with("op", &*name));
+    }
+    for item in &mut read.items {
         // An atomic batch's ops are all routed on the front: an APPLY_EVENT's spans, found in
         // the batch's one scan, also give its shard the command (best-effort ops go out as if
         // sent alone). Params the scan did not reach (serde's reading) are scanned here.
-        let event = match (mode, op) {
-            (BatchMode::Atomic, Op::ApplyEvent) => spans.or_else(|| {
-                let r = params.clone()?;
+        item.event = match (mode, item.op) {
+            (BatchMode::Atomic, Op::ApplyEvent) => item.event.take().or_else(|| {
+                let r = item.params.clone()?;
                 EventSpans::scan(raw.get(r)?)
             }),
             _ => None,
         };
-        items.push(BatchItem { op, params, event });
     }
     let ops = BatchOps {
         text: raw.to_vec(),
-        items,
+        items: read.items,
     };
     Ok(BatchRequest { mode, ops })
 }
 
-/// One op as both readings below give it: its name, where its params are in `raw` (None
-/// when absent or null) and, for an APPLY_EVENT with the usual params written after its `op`,
-/// their spans (the scan only; serde's reading gives None).
-type ScannedOp<'a> = (Cow<'a, str>, Option<Range<usize>>, Option<EventSpans>);
+/// The ops as both readings below give them: each op whose name is a batchable op, as its
+/// `BatchItem` (with spans from the scan only; serde's reading gives none), how many ops there
+/// were, and the first op whose name is not batchable (its index and name). The items are
+/// built as the ops are read, straight into the list the request keeps.
+#[derive(Debug, Default, PartialEq)]
+struct ReadOps<'a> {
+    items: Vec<BatchItem>,
+    count: usize,
+    unbatchable: Option<(usize, Cow<'a, str>)>,
+}
+
+impl<'a> ReadOps<'a> {
+    fn with_capacity(ops: usize) -> Self {
+        ReadOps {
+            items: Vec::with_capacity(ops),
+            ..ReadOps::default()
+        }
+    }
+
+    /// The next op: its name, where its params are in the batch (None when absent or null)
+    /// and its spans.
+    fn push(
+        &mut self,
+        name: Cow<'a, str>,
+        params: Option<Range<usize>>,
+        event: Option<EventSpans>,
+    ) {
+        match Op::parse(&name).filter(|op| batchable(*op)) {
+            Some(op) => self.items.push(BatchItem { op, params, event }),
+            None => {
+                self.unbatchable.get_or_insert((self.count, name));
+            }
+        }
+        self.count += 1;
+    }
+}
 
 /// The mode and the ops, as both readings below give them.
-type ScannedBatch<'a> = (Cow<'a, str>, Vec<ScannedOp<'a>>);
+type ReadBatch<'a> = (Cow<'a, str>, ReadOps<'a>);
 
 /// Ops to reserve room for, from the params' length (a usual op is over 100 bytes).
 fn ops_hint(raw: &[u8]) -> usize {
@@ -188,7 +216,7 @@ fn ops_hint(raw: &[u8]) -> usize {
 /// The usual batch read by a byte scan (`scan`): `mode` and `ops` once each, every op an
 /// object of `op` (escape-free) and optional `params`, nothing else. None for anything else;
 /// `serde_batch` then gives the same reading or the error.
-fn scan_batch(raw: &[u8]) -> Option<ScannedBatch<'_>> {
+fn scan_batch(raw: &[u8]) -> Option<ReadBatch<'_>> {
     let mut s = Scanner::new(raw);
     let (mut mode, mut ops) = (None, None);
     s.object(|key, s| match key {
@@ -197,12 +225,9 @@ fn scan_batch(raw: &[u8]) -> Option<ScannedBatch<'_>> {
             Some(())
         }
         b"ops" if ops.is_none() => {
-            let mut list = Vec::with_capacity(ops_hint(raw));
-            s.array(|s| {
-                list.push(scan_op(s)?);
-                Some(())
-            })?;
-            ops = Some(list);
+            let mut read = ReadOps::with_capacity(ops_hint(raw));
+            s.array(|s| scan_op(s, &mut read))?;
+            ops = Some(read);
             Some(())
         }
         _ => None,
@@ -210,13 +235,13 @@ fn scan_batch(raw: &[u8]) -> Option<ScannedBatch<'_>> {
     if !s.at_end() {
         return None;
     }
-    let mode = std::str::from_utf8(mode?).ok()?;
+    let mode = utf8(mode?)?;
     Some((Cow::Borrowed(mode), ops?))
 }
 
-/// One op of `scan_batch`: its name, its params' range in the scanned text and, for the usual
-/// APPLY_EVENT params, their spans, read in the same pass.
-fn scan_op<'a>(s: &mut Scanner<'a>) -> Option<ScannedOp<'a>> {
+/// One op of `scan_batch`, read into `read`: its name, its params' range in the scanned text
+/// and, for the usual APPLY_EVENT params, their spans, read in the same pass.
+fn scan_op<'a>(s: &mut Scanner<'a>, read: &mut ReadOps<'a>) -> Option<()> {
     let (mut op, mut params, mut spans) = (None, None, None);
     s.object(|key, s| match key {
         b"op" if op.is_none() => {
@@ -236,9 +261,10 @@ fn scan_op<'a>(s: &mut Scanner<'a>) -> Option<ScannedOp<'a>> {
         }
         _ => None,
     })?;
-    let op = std::str::from_utf8(op?).ok()?;
+    let op = utf8(op?)?;
     let params = params.filter(|r| s.text(r.clone()) != b"null");
-    Some((Cow::Borrowed(op), params, spans))
+    read.push(Cow::Borrowed(op), params, spans);
+    Some(())
 }
 
 /// Usual APPLY_EVENT params at the scanner's position (`events::scan_event`): steps over them
@@ -254,23 +280,22 @@ fn event_spans(s: &mut Scanner<'_>) -> Option<EventSpans> {
 
 /// The batch read by serde: the same as `scan_batch` where that answers, and the error
 /// (`BAD_REQUEST`, naming the field) where the params do not have the batch's shape.
-fn serde_batch(raw: &[u8]) -> Result<ScannedBatch<'_>, Rejection> {
+fn serde_batch(raw: &[u8]) -> Result<ReadBatch<'_>, Rejection> {
     let p: BatchParams<'_> =
         serde_json::from_slice(raw).map_err(|e| bad(format!("invalid params: {e}")))?;
-    let ops = (p.ops.into_iter())
-        .map(|item| {
-            let params = (item.params)
-                .map(RawValue::get)
-                .filter(|text| *text != "null")
-                .map(|text| {
-                    // A borrowed RawValue is a slice of `raw` itself.
-                    let start = text.as_ptr() as usize - raw.as_ptr() as usize;
-                    start..start + text.len()
-                });
-            (item.op, params, None)
-        })
-        .collect();
-    Ok((p.mode, ops))
+    let mut read = ReadOps::with_capacity(p.ops.len());
+    for item in p.ops {
+        let params = (item.params)
+            .map(RawValue::get)
+            .filter(|text| *text != "null")
+            .map(|text| {
+                // A borrowed RawValue is a slice of `raw` itself.
+                let start = text.as_ptr() as usize - raw.as_ptr() as usize;
+                start..start + text.len()
+            });
+        read.push(item.op, params, None);
+    }
+    Ok((p.mode, read))
 }
 
 /// The engine op for one batched op, parsed as the op alone would be (same errors).
@@ -370,18 +395,20 @@ mod tests {
     }
 
     /// The reading without the scan's spans, which serde's reading never has.
-    fn without_spans(b: ScannedBatch<'_>) -> ScannedBatch<'_> {
-        let ops = b.1.into_iter().map(|(op, params, _)| (op, params, None));
-        (b.0, ops.collect())
+    fn without_spans(mut b: ReadBatch<'_>) -> ReadBatch<'_> {
+        for item in &mut b.1.items {
+            item.event = None;
+        }
+        b
     }
 
     /// Spans the scan found are those `EventSpans::scan` finds in the op's params alone, and
     /// only an APPLY_EVENT has them.
-    fn assert_spans_are_the_params_own(raw: &[u8], b: &ScannedBatch<'_>) {
-        for (op, params, spans) in &b.1 {
-            if let Some(spans) = spans {
-                assert_eq!(op, "APPLY_EVENT");
-                let text = &raw[params.clone().expect("spans come with params")];
+    fn assert_spans_are_the_params_own(raw: &[u8], b: &ReadBatch<'_>) {
+        for item in &b.1.items {
+            if let Some(spans) = &item.event {
+                assert_eq!(item.op, Op::ApplyEvent);
+                let text = &raw[item.params.clone().expect("spans come with params")];
                 assert_eq!(Some(spans), EventSpans::scan(text).as_ref());
             }
         }
@@ -426,7 +453,7 @@ mod tests {
         // The usual params are scanned once, on the front, in the batch's one pass; a payload
         // that is not compact is not.
         let (_, scanned) = scan_batch(raw).unwrap();
-        assert_eq!(scanned[0].2.as_ref(), items[0].event.as_ref());
+        assert_eq!(scanned.items[0].event.as_ref(), items[0].event.as_ref());
         assert!(items[0].event.is_some());
         assert!(items[1].event.is_none());
         assert!(items[2].event.is_none());
@@ -459,7 +486,7 @@ mod tests {
             let raw = format!(r#"{{"mode":"atomic","ops":[{{"op":"APPLY_EVENT","params":{params}}}]}}"#);
             proptest::prop_assume!(serde_json::from_str::<serde_json::Value>(&raw).is_ok());
             let (_, ops) = scan_batch(raw.as_bytes()).expect("the batch is scanned");
-            let (_, range, spans) = &ops[0];
+            let (range, spans) = (&ops.items[0].params, &ops.items[0].event);
             let range = range.clone().expect("params are not null here");
             proptest::prop_assert_eq!(&raw[range.clone()], params.as_str());
             let alone = EventSpans::scan(params.as_bytes());
@@ -498,7 +525,7 @@ mod tests {
             .filter(|_| {
                 let text = arb.new_tree(&mut runner).unwrap().current();
                 let scanned = scan_batch(text.as_bytes());
-                scanned.is_some_and(|(_, ops)| ops.iter().any(|op| op.2.is_some()))
+                scanned.is_some_and(|(_, ops)| ops.items.iter().any(|op| op.event.is_some()))
             })
             .count();
         assert!(with_spans >= 5, "{with_spans} of 2000 batches had spans");

@@ -9,7 +9,7 @@ use shards::engine::{Command, EventCommand};
 use shards::{ErrorCode, Rejection};
 
 use super::params::{check_id, parse};
-use super::scan::Scanner;
+use super::scan::{utf8, Scanner};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -167,7 +167,7 @@ impl EventSpans {
 }
 
 fn text_at<'a>(raw: &'a [u8], range: &Range<usize>) -> Option<&'a str> {
-    std::str::from_utf8(raw.get(range.clone())?).ok()
+    utf8(raw.get(range.clone())?)
 }
 
 /// APPLY_EVENT params → command.

@@ -57,7 +57,7 @@ fn scan(raw: &[u8]) -> Option<&str> {
             }
         }
     })?;
-    std::str::from_utf8(instance_id.or(id)?).ok()
+    super::scan::utf8(instance_id.or(id)?)
 }
 
 #[cfg(test)]
