@@ -3,8 +3,15 @@
 //! tasks calling at once keep eight requests in flight. A lost connection is replaced on the
 //! next call; calls that are safe to repeat are retried with capped backoff (see `retry`).
 
+mod call;
 mod conn;
+mod fast;
+mod reader;
+mod scan;
 mod subscription;
+#[cfg(test)]
+mod tests;
+mod write;
 
 pub use conn::SUBSCRIPTION_QUEUE_MAX;
 pub use subscription::Subscription;
@@ -13,13 +20,14 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::Value;
 
 pub use crate::blocking::ConnectOptions;
 use crate::error::{Error, Result};
 use crate::ops::{self, *};
 use conn::Conn;
+use reader::{Answer, Expect};
+use write::Params;
 
 #[derive(Clone)]
 pub struct Client {
@@ -111,26 +119,30 @@ impl Client {
     /// Sends one typed request and decodes its result, retrying per the policy where that is
     /// safe, on a new connection when the old one was lost.
     pub async fn run<T: DeserializeOwned>(&self, req: Request<T>) -> Result<T> {
-        self.run_params(req.op, params_of(&req.params), req.retry)
+        let params = params_of(&req.params);
+        self.run_params(req.op, params, req.retry, Expect::Raw, decode_answer)
             .await
     }
 
-    /// `run` for params of any serializable type (`None`: no params member).
-    async fn run_params<T: DeserializeOwned, P: Serialize + ?Sized>(
+    /// `run` for params of any type the client writes (`None`: no params member), with the
+    /// result expected as `expect` says and decoded by `decode`.
+    async fn run_params<T, P: Params + ?Sized>(
         &self,
         op: &'static str,
         params: Option<&P>,
         retry: Retry,
+        expect: Expect,
+        decode: fn(&'static str, Answer) -> Result<T>,
     ) -> Result<T> {
         let policy = self.inner.opts.retry;
         let mut attempt = 1;
         loop {
             let r = match self.connection().await {
-                Ok(conn) => call_on(&conn, op.into(), params, None).await,
+                Ok(conn) => conn.call(op.into(), params, None, expect).await,
                 Err(e) => Err(e),
             };
             match r {
-                Ok(raw) => return ops::decode_raw(op, &raw),
+                Ok(answer) => return decode(op, answer),
                 Err(e) if policy.should_retry(&e, retry, attempt) => {
                     if e.is_shutting_down() {
                         self.drop_connection();
@@ -152,14 +164,13 @@ impl Client {
         let conn = self.connection().await?;
         let mut waiting = Vec::with_capacity(reqs.len());
         for r in reqs {
-            waiting.push(conn.send(r.op.into(), params_of(&r.params), None)?);
+            let params = params_of(&r.params);
+            waiting.push(conn.send(r.op.into(), params, None, Expect::Raw)?);
         }
         let mut out = Vec::with_capacity(reqs.len());
-        for (rx, r) in waiting.into_iter().zip(reqs) {
-            let v = rx
-                .await
-                .unwrap_or_else(|_| Err(Error::eof("connection closed")));
-            out.push(v.and_then(|raw| r.decode_raw(&raw)));
+        for (call, r) in waiting.into_iter().zip(reqs) {
+            let v = call.await;
+            out.push(v.and_then(|a| r.decode_raw(&a.into_raw()?)));
         }
         Ok(out)
     }
@@ -250,10 +261,16 @@ impl Client {
         payload: Option<&Value>,
         opts: &ApplyOptions,
     ) -> Result<Applied> {
-        // Params serialized straight into the frame (`ops::apply_event` builds the same object
-        // as a `Value`): the hot call of most services.
+        // Params written straight into the frame (`ops::apply_event` builds the same object as
+        // a `Value`), the result decoded by the reader when the response has the usual shape:
+        // the hot call of most services.
         let p = ops::ApplyParams::new(instance_id, event, payload, opts);
-        self.run_params("APPLY_EVENT", Some(&p), p.retry()).await
+        let decode = |op, answer| match answer {
+            Answer::Applied(a) => Ok(a),
+            Answer::Raw(raw) => ops::decode_raw(op, &raw),
+        };
+        self.run_params("APPLY_EVENT", Some(&p), p.retry(), Expect::Applied, decode)
+            .await
     }
 
     pub async fn history(
@@ -306,16 +323,20 @@ impl Client {
     }
 }
 
-/// Sends one request on `conn` and waits for its result (the connection enforces the timeout).
-pub(crate) async fn call_on<P: Serialize + ?Sized>(
+/// Sends one request on `conn` and waits for its result as raw text (the connection enforces
+/// the timeout).
+pub(crate) async fn call_on<P: Params + ?Sized>(
     conn: &Conn,
     op: Cow<'static, str>,
     params: Option<&P>,
     pushes: Option<tokio::sync::mpsc::Sender<Value>>,
-) -> conn::RawResult {
-    let rx = conn.send(op, params, pushes)?;
-    rx.await
-        .unwrap_or_else(|_| Err(Error::eof("connection closed")))
+) -> reader::RawResult {
+    conn.call(op, params, pushes, Expect::Raw).await?.into_raw()
+}
+
+/// A result handed over as raw text, decoded into `T`.
+fn decode_answer<T: DeserializeOwned>(op: &'static str, answer: Answer) -> Result<T> {
+    ops::decode_raw(op, &answer.into_raw()?)
 }
 
 /// A request's params as sent: a `Null` value means no params member.
