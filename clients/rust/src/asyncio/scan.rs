@@ -268,7 +268,7 @@ pub(crate) fn plain_len(b: &[u8]) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -369,7 +369,9 @@ mod tests {
         }
     }
 
-    fn arbitrary_value() -> impl Strategy<Value = Value> {
+    /// Random JSON values: every kind, any text, and short strings and keys dense in the
+    /// characters that need escapes (shared with `write`'s tests).
+    pub(in crate::asyncio) fn arbitrary_value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::from),
@@ -379,11 +381,13 @@ mod tests {
                 .prop_filter("finite", |f| f.is_finite())
                 .prop_map(Value::from),
             any::<String>().prop_map(Value::from),
+            "[a-z\"\\\\\n\u{7f}é]{0,20}".prop_map(Value::from),
         ];
-        leaf.prop_recursive(4, 32, 5, |inner| {
+        let key = prop_oneof![any::<String>(), "[a-z\"\\\\é]{0,6}"];
+        leaf.prop_recursive(4, 32, 5, move |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..5).prop_map(Value::from),
-                prop::collection::btree_map(any::<String>(), inner, 0..5)
+                prop::collection::btree_map(key.clone(), inner, 0..5)
                     .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
         })

@@ -148,26 +148,7 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    fn arbitrary_value() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            any::<f64>()
-                .prop_filter("finite", |f| f.is_finite())
-                .prop_map(Value::from),
-            any::<String>().prop_map(Value::from),
-            "[a-z\"\\\\\n\u{7f}é]{0,20}".prop_map(Value::from),
-        ];
-        leaf.prop_recursive(4, 32, 5, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::from),
-                prop::collection::btree_map("[a-z\"\\\\é]{0,6}", inner, 0..5)
-                    .prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
-    }
+    use crate::asyncio::scan::tests::arbitrary_value;
 
     fn frames<P: Params + serde::Serialize>(
         id: u64,
