@@ -14,7 +14,7 @@ use shards::{ErrorCode, Rejection};
 use super::events::{self, EventSpans};
 use super::instances;
 use super::route::route_key;
-use super::scan::{utf8, Scanner};
+use super::scan::Scanner;
 use crate::protocol::Op;
 
 /// Most ops in one BATCH. A larger batch is `BAD_REQUEST` (nothing runs). The frame size
@@ -235,7 +235,7 @@ fn scan_batch(raw: &[u8]) -> Option<ReadBatch<'_>> {
     if !s.at_end() {
         return None;
     }
-    let mode = utf8(mode?)?;
+    let mode = shards::engine::utf8(mode?).ok()?;
     Some((Cow::Borrowed(mode), ops?))
 }
 
@@ -261,7 +261,7 @@ fn scan_op<'a>(s: &mut Scanner<'a>, read: &mut ReadOps<'a>) -> Option<()> {
         }
         _ => None,
     })?;
-    let op = utf8(op?)?;
+    let op = shards::engine::utf8(op?).ok()?;
     let params = params.filter(|r| s.text(r.clone()) != b"null");
     read.push(Cow::Borrowed(op), params, spans);
     Some(())

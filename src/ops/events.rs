@@ -9,7 +9,7 @@ use shards::engine::{Command, EventCommand};
 use shards::{ErrorCode, Rejection};
 
 use super::params::{check_id, parse};
-use super::scan::{utf8, Scanner};
+use super::scan::Scanner;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -167,7 +167,7 @@ impl EventSpans {
 }
 
 fn text_at<'a>(raw: &'a [u8], range: &Range<usize>) -> Option<&'a str> {
-    utf8(raw.get(range.clone())?)
+    shards::engine::utf8(raw.get(range.clone())?).ok()
 }
 
 /// APPLY_EVENT params → command.

@@ -57,7 +57,7 @@ fn scan(raw: &[u8]) -> Option<&str> {
             }
         }
     })?;
-    super::scan::utf8(instance_id.or(id)?)
+    shards::engine::utf8(instance_id.or(id)?).ok()
 }
 
 #[cfg(test)]

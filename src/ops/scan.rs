@@ -6,16 +6,6 @@
 //! `uint` and `compact_object` accept only text that is valid JSON by itself, so the shard's
 //! read of the usual APPLY_EVENT params (`events`) takes what they return without a parse.
 
-/// `bytes` as text: ASCII (the usual names, ids and payloads) after a plain byte check, the
-/// rest by `from_utf8`. None for bytes that are not UTF-8.
-pub(crate) fn utf8(bytes: &[u8]) -> Option<&str> {
-    if bytes.is_ascii() {
-        // SAFETY: every byte is ASCII (checked just above), and ASCII is valid UTF-8.
-        return Some(unsafe { std::str::from_utf8_unchecked(bytes) });
-    }
-    std::str::from_utf8(bytes).ok()
-}
-
 #[derive(Clone, Copy)]
 pub(crate) struct Scanner<'a> {
     b: &'a [u8],
@@ -131,7 +121,7 @@ impl<'a> Scanner<'a> {
         if b.iter().any(|&c| c < 0x20) {
             return None;
         }
-        utf8(b)
+        shards::engine::utf8(b).ok()
     }
 
     /// A non-negative integer written plainly (no sign, fraction, exponent or leading zero)
@@ -154,7 +144,7 @@ impl<'a> Scanner<'a> {
     pub fn compact_object(&mut self) -> Option<&'a str> {
         let rest = &self.b[self.i..];
         let len = shards::engine::JsonText::compact_object_len(rest)?;
-        let text = utf8(&rest[..len])?;
+        let text = shards::engine::utf8(&rest[..len]).ok()?;
         self.i += len;
         Some(text)
     }
@@ -224,18 +214,6 @@ impl<'a> Scanner<'a> {
 /// Random JSON texts shaped like params (and like BATCH params) for the property tests of the
 /// scans: keys from the few the scans look for plus others, strings with quotes, brackets and
 /// escapes, ids that are not strings, duplicates, and spacing or none.
-#[cfg(test)]
-mod utf8_tests {
-    #[test]
-    fn utf8_takes_ascii_and_other_utf8_and_refuses_the_rest() {
-        assert_eq!(super::utf8(b""), Some(""));
-        assert_eq!(super::utf8(b"order-7"), Some("order-7"));
-        assert_eq!(super::utf8("é{t}".as_bytes()), Some("é{t}"));
-        assert_eq!(super::utf8(b"a\xff"), None);
-        assert_eq!(super::utf8(b"\xc3"), None); // a sequence cut short
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod arb {
     use proptest::prelude::*;

@@ -15,7 +15,7 @@ mod entry;
 
 pub use batch::{BatchAbort, BatchOp, DecidedBatch};
 pub use command::{Command, EventCommand};
-pub use entry::{batch_records, BatchRecord, DecodeError, Entry, EventRef, Record};
+pub use entry::{batch_records, utf8, BatchRecord, DecodeError, Entry, EventRef, Record};
 
 mod catalog;
 mod context;

@@ -86,6 +86,17 @@ impl<'a> Record<'a> {
 }
 
 /// The instance a binary CREATE, APPLY or DELETE record is about, read without decoding the
+/// `bytes` as text: ASCII after a plain byte check, the rest by `from_utf8`. Names, ids and
+/// most payloads are ASCII; this skips `from_utf8`'s general path for them (the log's reader
+/// and the front's byte scans both read such strings).
+pub fn utf8(bytes: &[u8]) -> Result<&str, std::str::Utf8Error> {
+    if bytes.is_ascii() {
+        // SAFETY: every byte is ASCII (checked just above), and ASCII is valid UTF-8.
+        return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
+    }
+    std::str::from_utf8(bytes)
+}
+
 /// rest; None for a machine entry, a JSON (format 1) entry, or bytes that do not get that far.
 pub(crate) fn record_instance_id(bytes: &[u8]) -> Option<&str> {
     let mut r = Reader { bytes, pos: 1 };
@@ -402,12 +413,7 @@ impl<'a> Reader<'a> {
     fn str(&mut self) -> Result<&'a str, DecodeError> {
         let start = self.pos;
         let b = self.bytes()?;
-        if b.is_ascii() {
-            // SAFETY: every byte is ASCII (checked just above), and ASCII is valid UTF-8.
-            // Names, ids and most payloads are ASCII; this skips `from_utf8`'s general path.
-            return Ok(unsafe { std::str::from_utf8_unchecked(b) });
-        }
-        std::str::from_utf8(b).map_err(|e| DecodeError {
+        utf8(b).map_err(|e| DecodeError {
             at: start,
             what: format!("string is not UTF-8: {e}"),
         })

@@ -10,7 +10,7 @@ mod codec;
 pub use batch_record::{batch_records, BatchRecord};
 
 pub(crate) use codec::record_instance_id;
-pub use codec::{DecodeError, Record};
+pub use codec::{utf8, DecodeError, Record};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

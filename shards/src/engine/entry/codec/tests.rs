@@ -299,3 +299,13 @@ fn timer_flag_is_a_trailing_integer_only_when_set() {
     assert!(!serde_json::to_string(&plain).unwrap().contains("timer"));
     assert_eq!(serde_json::from_str::<Entry>(&json).unwrap(), fired);
 }
+
+#[test]
+fn utf8_takes_ascii_and_other_utf8_and_refuses_the_rest() {
+    use super::utf8;
+    assert_eq!(utf8(b""), Ok(""));
+    assert_eq!(utf8(b"order-7"), Ok("order-7"));
+    assert_eq!(utf8("é{t}".as_bytes()), Ok("é{t}"));
+    assert!(utf8(b"a\xff").is_err());
+    assert!(utf8(b"\xc3").is_err()); // a sequence cut short
+}
