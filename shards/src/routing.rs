@@ -45,7 +45,7 @@ pub fn shard_for(id: &str, shard_count: u32) -> u32 {
     if shard_count <= 1 {
         return 0; // one shard owns every id: no need to hash it
     }
-    (fnv1a64(routing_key(id).as_bytes()) % u64::from(shard_count.max(1))) as u32
+    (fnv1a64(routing_key(id).as_bytes()) % u64::from(shard_count)) as u32
 }
 
 #[cfg(test)]
