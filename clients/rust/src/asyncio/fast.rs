@@ -24,24 +24,11 @@ const AFTER_ID: &[u8] = br#"","status":"ok","result":"#;
 /// is taken, so that it is also the id's text in any error message; any other is left to the
 /// general read.
 pub(crate) fn ok_head(payload: &[u8]) -> Option<(u64, usize)> {
-    let rest = payload.strip_prefix(HEAD)?;
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits > 1 && rest[0] == b'0' {
-        return None;
-    }
-    let id = parse_u64(&rest[..digits])?;
-    rest[digits..].strip_prefix(AFTER_ID)?;
-    Some((id, HEAD.len() + digits + AFTER_ID.len()))
-}
-
-/// Decimal digits as a `u64` (`None`: empty or too large).
-fn parse_u64(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() {
-        return None;
-    }
-    digits.iter().try_fold(0u64, |n, &d| {
-        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })
+    payload.strip_prefix(HEAD)?;
+    let mut s = Scan::new(payload, HEAD.len());
+    let id = s.uint()?;
+    payload[s.at..].strip_prefix(AFTER_ID)?;
+    Some((id, s.at + AFTER_ID.len()))
 }
 
 /// The `Applied` of a payload whose result starts at `at` (from `ok_head`), when the result
