@@ -41,14 +41,27 @@ fn encode<P: Serialize + ?Sized>(
     op: &str,
     params: Option<&P>,
 ) -> Result<()> {
+    let write_params = params.map(|p| move |out: &mut Vec<u8>| write_json(out, p));
+    encode_envelope(out, write_id, op, write_params)
+}
+
+/// Appends one request frame around an id and params that the caller writes (`write_params`
+/// `None`: no params member): the one place that knows the request envelope's layout, for
+/// the functions above and for the async client's own params writer.
+pub(crate) fn encode_envelope(
+    out: &mut Vec<u8>,
+    write_id: impl FnOnce(&mut Vec<u8>) -> Result<()>,
+    op: &str,
+    write_params: Option<impl FnOnce(&mut Vec<u8>) -> Result<()>>,
+) -> Result<()> {
     let start = begin_frame(out);
     out.extend_from_slice(b"{\"id\":");
     write_id(out)?;
     out.extend_from_slice(b",\"op\":");
     write_json(out, op)?;
-    if let Some(params) = params {
+    if let Some(write_params) = write_params {
         out.extend_from_slice(b",\"params\":");
-        write_json(out, params)?;
+        write_params(out)?;
     }
     out.extend_from_slice(b",\"type\":\"request\"}");
     finish_frame(out, start);

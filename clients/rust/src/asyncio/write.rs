@@ -8,7 +8,7 @@ use serde_json::{Number, Value};
 
 use super::scan::plain_len;
 use crate::error::{Error, Result};
-use crate::frame::{begin_frame, finish_frame};
+use crate::message::encode_envelope;
 use crate::ops::ApplyParams;
 
 /// Params the async client sends: written as serde_json writes them.
@@ -51,25 +51,22 @@ impl Params for ApplyParams<'_> {
 }
 
 /// Appends one request frame, `{"id":"ID","op":OP,"params":P,"type":"request"}` (`params`
-/// `None`: no params member), as `message::encode_request_numbered` writes it.
+/// `None`: no params member), in `message`'s envelope, as `message::encode_request_numbered`
+/// writes it.
 pub(crate) fn encode_request<P: Params + ?Sized>(
     out: &mut Vec<u8>,
     id: u64,
     op: &str,
     params: Option<&P>,
 ) -> Result<()> {
-    let start = begin_frame(out);
-    out.extend_from_slice(b"{\"id\":\"");
-    write_u64(out, id);
-    out.extend_from_slice(b"\",\"op\":");
-    write_str(out, op)?;
-    if let Some(p) = params {
-        out.extend_from_slice(b",\"params\":");
-        p.write_json(out)?;
-    }
-    out.extend_from_slice(b",\"type\":\"request\"}");
-    finish_frame(out, start);
-    Ok(())
+    let write_id = |out: &mut Vec<u8>| {
+        out.push(b'"');
+        write_u64(out, id);
+        out.push(b'"');
+        Ok(())
+    };
+    let write_params = params.map(|p| move |out: &mut Vec<u8>| p.write_json(out));
+    encode_envelope(out, write_id, op, write_params)
 }
 
 fn write_value(out: &mut Vec<u8>, v: &Value) -> Result<()> {
