@@ -23,6 +23,12 @@ pub(crate) type NameId = u32;
 /// them): hashed with `NameHasher`, for the reason given there.
 pub type NameMap<K, V> = HashMap<K, V, BuildHasherDefault<NameHasher>>;
 
+/// A `NameMap` of counters (the engine's `EngineStats`). hashbrown's map rather than std's
+/// (the same table) for one thing std lacks: lookups by a borrowed key (`stats::Pair`,
+/// `stats::Triple`) that hashes and compares like the owned tuple, so counting an event clones
+/// no `Arc` (each clone and drop is an atomic add).
+pub type CountMap<K> = hashbrown::HashMap<K, u64, BuildHasherDefault<NameHasher>>;
+
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Interner {
     ids: NameMap<Name, NameId>,

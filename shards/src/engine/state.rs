@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::catalog::Catalog;
 use super::index::InstanceMap;
 use super::instance::InstanceView;
-use super::names::{Interner, Name, NameMap};
+use super::names::{CountMap, Interner, Name};
 use super::ops::rejections;
 use super::{Command, Entry, Instance, Record};
 use crate::Rejection;
@@ -35,13 +35,13 @@ pub struct ListPage {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EngineStats {
     /// machine -> events applied (moved or not).
-    pub events_applied: NameMap<Name, u64>,
+    pub events_applied: CountMap<Name>,
     /// (machine, from, to) -> transitions that changed state.
-    pub transitions: NameMap<(Name, Name, Name), u64>,
+    pub transitions: CountMap<(Name, Name, Name)>,
     /// (machine, state) -> current instances in that state (entries stay at 0 once seen).
-    pub by_state: NameMap<(Name, Name), u64>,
+    pub by_state: CountMap<(Name, Name)>,
     /// machine -> events applied by a timer (`Entry::Apply { timer: true }`).
-    pub timers_fired: NameMap<Name, u64>,
+    pub timers_fired: CountMap<Name>,
 }
 
 #[derive(Debug, Default, Clone)]

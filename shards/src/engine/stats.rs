@@ -3,48 +3,88 @@
 //! `by_state` entries that fall to zero stay in the map at 0, so a metrics gauge reads 0 rather
 //! than keeping a stale value for a label that vanished.
 
-use std::hash::Hash;
+use std::hash::{Hash, Hasher};
 
+use hashbrown::Equivalent;
 use serde::{Deserialize, Serialize};
 
-use super::names::{Name, NameMap};
+use super::names::{CountMap, Name};
 use super::state::EngineStats;
 
-/// Adds one to `map[key]`, starting from zero.
-fn bump<K: Hash + Eq>(map: &mut NameMap<K, u64>, key: K) {
-    *map.entry(key).or_insert(0) += 1;
+/// `(machine, state)` borrowed: hashes and compares like the `(Name, Name)` key it finds
+/// (a tuple hashes its fields in order, and `Arc<str>` hashes as its `str`).
+struct Pair<'a>(&'a str, &'a str);
+
+/// `(machine, from, to)` borrowed, likewise for `(Name, Name, Name)`.
+struct Triple<'a>(&'a str, &'a str, &'a str);
+
+impl Hash for Pair<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        (self.0, self.1).hash(h);
+    }
 }
 
-/// Counting never allocates once a name has been seen: keys are interned names, so a key is
-/// three reference-count increments, not three strings.
+impl Equivalent<(Name, Name)> for Pair<'_> {
+    fn equivalent(&self, key: &(Name, Name)) -> bool {
+        self.0 == &*key.0 && self.1 == &*key.1
+    }
+}
+
+impl Hash for Triple<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        (self.0, self.1, self.2).hash(h);
+    }
+}
+
+impl Equivalent<(Name, Name, Name)> for Triple<'_> {
+    fn equivalent(&self, key: &(Name, Name, Name)) -> bool {
+        self.0 == &*key.0 && self.1 == &*key.1 && self.2 == &*key.2
+    }
+}
+
+/// Adds one to the counter `find` finds in `map`, else inserts `key()` at one: the key is
+/// built (its names cloned) only the first time it is counted.
+fn bump<K, Q>(map: &mut CountMap<K>, find: &Q, key: impl FnOnce() -> K)
+where
+    K: Hash + Eq,
+    Q: Hash + Equivalent<K> + ?Sized,
+{
+    match map.get_mut(find) {
+        Some(n) => *n += 1,
+        None => {
+            map.insert(key(), 1);
+        }
+    }
+}
+
+/// Counting never allocates once a name has been seen, and clones no name: each counter is
+/// found by a borrowed key (`Pair`, `Triple`, `str`); only a first count stores interned names.
 impl EngineStats {
     /// An instance was created in `state`.
     pub(crate) fn count_create(&mut self, machine: &Name, state: &Name) {
-        bump(&mut self.by_state, (machine.clone(), state.clone()));
+        bump(&mut self.by_state, &Pair(machine, state), || {
+            (machine.clone(), state.clone())
+        });
     }
 
     /// An event was applied; `from == to` counts as an event but not as a transition.
     pub(crate) fn count_event(&mut self, machine: &Name, from: &Name, to: &Name) {
-        match self.events_applied.get_mut(&**machine) {
-            Some(n) => *n += 1,
-            None => {
-                self.events_applied.insert(machine.clone(), 1);
-            }
-        }
+        bump(&mut self.events_applied, &**machine, || machine.clone());
         if from == to {
             return;
         }
-        bump(
-            &mut self.transitions,
-            (machine.clone(), from.clone(), to.clone()),
-        );
+        bump(&mut self.transitions, &Triple(machine, from, to), || {
+            (machine.clone(), from.clone(), to.clone())
+        });
         self.leave(machine, from);
-        bump(&mut self.by_state, (machine.clone(), to.clone()));
+        bump(&mut self.by_state, &Pair(machine, to), || {
+            (machine.clone(), to.clone())
+        });
     }
 
     /// A timer applied its event.
     pub(crate) fn count_timer_fired(&mut self, machine: &Name) {
-        bump(&mut self.timers_fired, machine.clone());
+        bump(&mut self.timers_fired, &**machine, || machine.clone());
     }
 
     /// An instance in `state` was deleted.
@@ -53,7 +93,7 @@ impl EngineStats {
     }
 
     fn leave(&mut self, machine: &Name, state: &Name) {
-        if let Some(n) = self.by_state.get_mut(&(machine.clone(), state.clone())) {
+        if let Some(n) = self.by_state.get_mut(&Pair(machine, state)) {
             *n = n.saturating_sub(1);
         }
     }
