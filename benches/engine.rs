@@ -9,7 +9,10 @@ use std::cell::Cell;
 use divan::{black_box, Bencher};
 use serde_json::{json, Map, Value};
 use shards::engine::guard::Guard;
-use shards::engine::{BatchOp, Command, Decision, Engine, Entry, EventCommand, JsonText, Record};
+use shards::engine::{
+    batch_records, BatchOp, BatchRecord, Command, Decision, Engine, Entry, EventCommand, JsonText,
+    Record,
+};
 
 fn main() {
     divan::main();
@@ -199,6 +202,80 @@ fn batch_decide(bencher: Bencher) {
         next = (next + 10) % (ids.len() - 10);
         e.decide_batch(black_box(&ops), 1_700_000_000_000, 100_000)
             .map_or(0, |d| d.record.len())
+    });
+}
+
+/// The shard's whole CPU path for an atomic batch of 10 APPLY_EVENTs (smdb-bench's `batch`
+/// workload: payload `{"p":"x" * 64}`, one hash tag per group of 10 among 10,000 instances):
+/// decide into the batch record (kept between batches, as the shard keeps it), read the
+/// record back entry by entry and apply each, its result written into the reply's bytes. No
+/// log I/O. `self_loop`: smdb-bench's event, which stays in its state; `toggle`: every event
+/// changes state (a transition: the transition and per-state counters move too).
+#[divan::bench(args = ["self_loop", "toggle"])]
+fn batch_full(bencher: Bencher, shape: &str) {
+    let mut e = Engine::new();
+    let def = match shape {
+        "toggle" => json!({"states": ["on", "off"], "initial": "on", "transitions": [
+            {"from": "on", "event": "inc", "to": "off"},
+            {"from": "off", "event": "inc", "to": "on"}]}),
+        _ => json!({"states": ["on"], "initial": "on",
+            "transitions": [{"from": "on", "event": "inc", "to": "on"}]}),
+    };
+    let put = Command::PutMachine {
+        machine: "counter".into(),
+        version: 1,
+        definition: def,
+    };
+    write(&mut e, &put, 1);
+    let ids: Vec<String> = (0..10_000)
+        .map(|i| format!("{{b1a2b3c4-{}}}:{}", i / 10, i % 10))
+        .collect();
+    for (i, id) in ids.iter().enumerate() {
+        let create = Command::CreateInstance {
+            id: id.clone(),
+            machine: "counter".into(),
+            version: 1,
+            context: obj(json!({"p": "x".repeat(64)})),
+            idempotency_key: None,
+        };
+        write(&mut e, &create, i as u64 + 2);
+    }
+    let payload = JsonText::from_map(&obj(json!({"p": "x".repeat(64)})));
+    let mut group = 0usize;
+    let mut offset = 100_000u64;
+    let mut reply = Vec::with_capacity(4096);
+    let mut scratch = Some(BatchRecord::default());
+    bencher.bench_local(|| {
+        let ops: Vec<BatchOp<'_>> = ids[group * 10..group * 10 + 10]
+            .iter()
+            .map(|id| {
+                BatchOp::Event(EventCommand {
+                    instance_id: id.as_str().into(),
+                    event: "inc".into(),
+                    payload: Some(payload.as_str().into()),
+                    expected_state: None,
+                    expected_wal_offset: None,
+                    idempotency_key: None,
+                })
+            })
+            .collect();
+        group = (group * 7919 + 13) % 1000;
+        offset += 1;
+        let kept = scratch.take().unwrap_or_default();
+        let decided = match e.decide_batch_into(black_box(&ops), 1_700_000_000_000, offset, kept) {
+            Ok(decided) => decided,
+            Err(abort) => panic!("batch refused: {abort:?}"),
+        };
+        let record = decided.record.finish();
+        scratch = Some(decided.record);
+        reply.clear();
+        for entry in batch_records(&record).into_iter().flatten() {
+            if let Record::Event(ev) = entry {
+                assert!(e.apply_event_into(ev, offset, &mut reply), "not applied");
+            }
+        }
+        assert!(reply.len() > 1000, "reply {}", reply.len());
+        reply.len()
     });
 }
 

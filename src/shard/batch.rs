@@ -29,7 +29,8 @@ impl Shard {
             }
         }
         let offset = self.log.head() + 1;
-        let decided = self.engine.borrow().decide_batch(&ops, now_ms(), offset);
+        let scratch = self.batch_record.take();
+        let decided = (self.engine.borrow()).decide_batch_into(&ops, now_ms(), offset, scratch);
         let decided = match decided {
             Ok(decided) => decided,
             Err(abort) => return (Err(aborted(abort.index, &abort.error)), 0),
@@ -40,6 +41,7 @@ impl Shard {
             for answer in &decided.answers {
                 reply.push_value(answer.as_ref().unwrap_or(&Value::Null));
             }
+            self.batch_record.replace(decided.record);
             return (Ok(reply.finish()), self.log.head());
         }
         let mut record = self.record_buf.take();
@@ -63,6 +65,9 @@ impl Shard {
         };
         if record.capacity() <= RECORD_BUF_KEEP_BYTES {
             self.record_buf.replace(record);
+        }
+        if decided.record.capacity() <= RECORD_BUF_KEEP_BYTES {
+            self.batch_record.replace(decided.record);
         }
         outcome
     }

@@ -59,6 +59,8 @@ pub struct Shard {
     pub(super) sync: Option<SyncState>,
     /// The APPLY_EVENT record being decided, reused across events (`shard/event.rs`).
     pub(super) record_buf: RefCell<Vec<u8>>,
+    /// The atomic BATCH record being decided, kept between batches like `record_buf`.
+    pub(super) batch_record: RefCell<shards::engine::BatchRecord>,
     /// Offers the core to the log's completion worker between requests (`os_yield`).
     os_yield: OsYield,
     /// Where a write's result JSON is built before its exact-size copy (`result_bytes`).
@@ -99,6 +101,7 @@ pub async fn run(setup: ShardSetup) {
         repl: ReplState::default(),
         sync: setup.sync.map(SyncState::new),
         record_buf: RefCell::new(Vec::new()),
+        batch_record: RefCell::default(),
         os_yield: OsYield::default(),
         result_buf: RefCell::new(Vec::with_capacity(RESULT_BYTES_HINT)),
     });

@@ -35,6 +35,18 @@ impl BatchRecord {
         }
     }
 
+    /// Empties the record, keeping its buffers (a shard reuses one record for every batch).
+    pub fn clear(&mut self) {
+        self.body.clear();
+        self.inner.clear();
+        self.count = 0;
+    }
+
+    /// Bytes the record's buffers hold allocated.
+    pub fn capacity(&self) -> usize {
+        self.body.capacity() + self.inner.capacity()
+    }
+
     /// Appends an APPLY entry, encoded straight from its borrowed fields.
     pub fn push_event(&mut self, ev: &EventRef<'_>) {
         self.inner.clear();
