@@ -293,9 +293,27 @@ impl Server {
     }
 }
 
+/// Lines of the server's log a failing test prints (the temp dir holding the whole log is
+/// deleted with the test).
+const LOG_LINES_ON_FAILURE: usize = 80;
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            // A failed assertion is unwinding: the server's side of it goes with the report
+            // (a rare CI failure is otherwise gone with its temp dir).
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_LINES_ON_FAILURE)..];
+            eprintln!(
+                "--- last {} of {} lines of the server log ({}):\n{}\n---",
+                tail.len(),
+                lines.len(),
+                self.dir.display(),
+                tail.join("\n")
+            );
+        }
     }
 }
 
