@@ -115,6 +115,7 @@ fn once<T>(slot: &mut Option<T>, v: T) -> Option<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::asyncio::scan::tests::arbitrary_value;
     use crate::message::{Incoming, Received};
     use proptest::prelude::*;
     use serde_json::{json, Value};
@@ -202,25 +203,6 @@ mod tests {
         assert_eq!(fast(p.as_bytes()), None);
     }
 
-    /// A JSON value of the kinds a context or an unknown member holds.
-    fn json_value() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            (-1e6f64..1e6).prop_map(Value::from),
-            "[a-z\"\\\\é\u{1}]{0,8}".prop_map(Value::from),
-        ];
-        leaf.prop_recursive(3, 24, 4, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
-                prop::collection::btree_map("[a-z_$]{0,6}", inner, 0..4)
-                    .prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
-    }
-
     /// One member of a result: a known one (sometimes of the wrong type) or an unknown one.
     fn member() -> impl Strategy<Value = (String, Value)> {
         let name = prop_oneof![
@@ -234,7 +216,7 @@ mod tests {
             // Few names: unknown members repeat.
             "[xy]",
         ];
-        (name, json_value())
+        (name, arbitrary_value())
     }
 
     /// A result of the usual shape with random values, members dropped, repeated, added,
@@ -244,7 +226,7 @@ mod tests {
             "[a-z0-9\"\\\\é-]{0,10}",
             "[a-z\\\\]{1,4}",
             "[a-z]{1,4}",
-            json_value(),
+            arbitrary_value(),
             any::<u64>(),
             any::<bool>(),
         );

@@ -383,7 +383,7 @@ pub(super) mod tests {
             any::<String>().prop_map(Value::from),
             "[a-z\"\\\\\n\u{7f}é]{0,20}".prop_map(Value::from),
         ];
-        let key = prop_oneof![any::<String>(), "[a-z\"\\\\é]{0,6}"];
+        let key = prop_oneof![any::<String>(), "[a-z\"\\\\é]{0,6}", "[a-z_$]{0,6}"];
         leaf.prop_recursive(4, 32, 5, move |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..5).prop_map(Value::from),
