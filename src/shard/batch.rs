@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use serde_json::Value;
-use shards::engine::{batch_records, Record};
+use shards::engine::{batch_records, BatchRecord, Record};
 use shards::Rejection;
 
 use super::event::RECORD_BUF_KEEP_BYTES;
@@ -41,7 +41,7 @@ impl Shard {
             for answer in &decided.answers {
                 reply.push_value(answer.as_ref().unwrap_or(&Value::Null));
             }
-            self.batch_record.replace(decided.record);
+            self.keep_batch_record(decided.record);
             return (Ok(reply.finish()), self.log.head());
         }
         let mut record = self.record_buf.take();
@@ -66,10 +66,16 @@ impl Shard {
         if record.capacity() <= RECORD_BUF_KEEP_BYTES {
             self.record_buf.replace(record);
         }
-        if decided.record.capacity() <= RECORD_BUF_KEEP_BYTES {
-            self.batch_record.replace(decided.record);
-        }
+        self.keep_batch_record(decided.record);
         outcome
+    }
+
+    /// Keeps `record`'s buffers for the next batch, unless a large batch left them larger than
+    /// `RECORD_BUF_KEEP_BYTES` (then the next batch starts from empty ones).
+    fn keep_batch_record(&self, record: BatchRecord) {
+        if record.capacity() <= RECORD_BUF_KEEP_BYTES {
+            self.batch_record.replace(record);
+        }
     }
 
     /// Applies the logged batch `record` at `offset` entry by entry, publishing each event
