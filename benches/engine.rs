@@ -172,6 +172,22 @@ fn apply_event_full(bencher: Bencher) {
     });
 }
 
+/// One APPLY_EVENT op per id, `event` with `payload`, borrowed as the shard borrows its ops.
+fn event_ops<'a>(ids: &'a [String], event: &'a str, payload: &'a JsonText) -> Vec<BatchOp<'a>> {
+    (ids.iter())
+        .map(|id| {
+            BatchOp::Event(EventCommand {
+                instance_id: id.as_str().into(),
+                event: event.into(),
+                payload: Some(payload.as_str().into()),
+                expected_state: None,
+                expected_wal_offset: None,
+                idempotency_key: None,
+            })
+        })
+        .collect()
+}
+
 /// An atomic batch of 10 APPLY_EVENTs on 10 of 10,000 instances, decided (scratch view,
 /// prefetch, the batch record encoded), as the shard does before logging it; nothing applied.
 #[divan::bench]
@@ -186,19 +202,7 @@ fn batch_decide(bencher: Bencher) {
         .collect();
     let mut next = 0usize;
     bencher.bench_local(|| {
-        let ops: Vec<BatchOp<'_>> = ids[next..next + 10]
-            .iter()
-            .map(|id| {
-                BatchOp::Event(EventCommand {
-                    instance_id: id.as_str().into(),
-                    event: "touch".into(),
-                    payload: Some(payload.as_str().into()),
-                    expected_state: None,
-                    expected_wal_offset: None,
-                    idempotency_key: None,
-                })
-            })
-            .collect();
+        let ops = event_ops(&ids[next..next + 10], "touch", &payload);
         next = (next + 10) % (ids.len() - 10);
         e.decide_batch(black_box(&ops), 1_700_000_000_000, 100_000)
             .map_or(0, |d| d.record.len())
@@ -244,30 +248,18 @@ fn batch_full(bencher: Bencher, shape: &str) {
     let mut group = 0usize;
     let mut offset = 100_000u64;
     let mut reply = Vec::with_capacity(4096);
-    let mut scratch = Some(BatchRecord::default());
+    let mut kept = BatchRecord::default();
+    let mut record = Vec::new();
     bencher.bench_local(|| {
-        let ops: Vec<BatchOp<'_>> = ids[group * 10..group * 10 + 10]
-            .iter()
-            .map(|id| {
-                BatchOp::Event(EventCommand {
-                    instance_id: id.as_str().into(),
-                    event: "inc".into(),
-                    payload: Some(payload.as_str().into()),
-                    expected_state: None,
-                    expected_wal_offset: None,
-                    idempotency_key: None,
-                })
-            })
-            .collect();
+        let ops = event_ops(&ids[group * 10..group * 10 + 10], "inc", &payload);
         group = (group * 7919 + 13) % 1000;
         offset += 1;
-        let kept = scratch.take().unwrap_or_default();
-        let decided = match e.decide_batch_into(black_box(&ops), 1_700_000_000_000, offset, kept) {
-            Ok(decided) => decided,
-            Err(abort) => panic!("batch refused: {abort:?}"),
-        };
-        let record = decided.record.finish();
-        scratch = Some(decided.record);
+        let scratch = std::mem::take(&mut kept);
+        let decided = (e.decide_batch_into(black_box(&ops), 1_700_000_000_000, offset, scratch))
+            .unwrap_or_else(|abort| panic!("batch refused: {abort:?}"));
+        record.clear();
+        decided.record.finish_into(&mut record);
+        kept = decided.record;
         reply.clear();
         for entry in batch_records(&record).into_iter().flatten() {
             if let Record::Event(ev) = entry {
