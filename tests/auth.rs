@@ -71,7 +71,8 @@ fn every_op_before_auth_is_unauthorized() {
     let mut c = s.client();
     assert_eq!(c.hello_result().unwrap()["auth_required"], true);
     let ops: Vec<Op> = Op::ALL
-        .into_iter()
+        .iter()
+        .copied()
         .filter(|op| need(*op) != Need::Nothing)
         .collect();
     assert!(ops.len() >= 14 && ops.contains(&Op::Batch), "{ops:?}");

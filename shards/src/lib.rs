@@ -5,10 +5,10 @@
 //! fails. Time, ids and guard outcomes travel inside the entry, so recovery and replicas call only
 //! `apply` and reach the same state.
 
-pub mod codes;
 pub mod engine;
 pub mod routing;
 pub mod timers;
 pub mod wal;
 
-pub use codes::{ErrorCode, Rejection};
+/// The error codes and the rejection value live in the protocol crate (the wire's table).
+pub use smdb_protocol::{ErrorCode, Rejection};

@@ -154,7 +154,7 @@ mod tests {
     #[test]
     fn every_scoped_op_is_refused_before_auth_and_free_ops_pass() {
         let s = SessionAuth::new(true);
-        for op in Op::ALL {
+        for &op in Op::ALL {
             match need(op) {
                 Need::Nothing => assert!(s.check(op).is_ok()),
                 _ => assert_eq!(s.check(op).unwrap_err().code, ErrorCode::Unauthorized),
@@ -174,7 +174,7 @@ mod tests {
     fn a_scope_allows_exactly_its_ops() {
         let mut s = SessionAuth::new(true);
         assert!(matches!(auth(&mut s, "w"), AuthOutcome::Granted(_)));
-        for op in Op::ALL {
+        for &op in Op::ALL {
             match required_scope(op) {
                 Some(Scope::Write) | None => assert!(s.check(op).is_ok(), "{op:?}"),
                 Some(scope) => {

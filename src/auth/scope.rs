@@ -1,51 +1,27 @@
-//! Scopes (CONTRACT §3) and the scope each op needs. The match in `required_scope` has no
-//! wildcard arm: a new `Op` does not compile until someone decides which scope guards it.
+//! Scopes (docs/protocol.md, "Auth") and the scope each op needs. Which scope guards an op is a
+//! fact of the op table (`smdb_protocol::op`): a new op does not compile until its row says.
 
 use crate::protocol::Op;
 
-/// One permission a token may carry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Scope {
-    Read,
-    Write,
-    Admin,
-    Replicate,
-}
-
-impl Scope {
-    pub const ALL: [Scope; 4] = [Scope::Read, Scope::Write, Scope::Admin, Scope::Replicate];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Read => "read",
-            Scope::Write => "write",
-            Scope::Admin => "admin",
-            Scope::Replicate => "replicate",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Scope> {
-        Scope::ALL.into_iter().find(|s| s.as_str() == name)
-    }
-
-    fn bit(self) -> u8 {
-        1 << self as u8
-    }
-}
+pub use smdb_protocol::op::{Need, Scope};
 
 /// A set of scopes (a bit per scope).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Scopes(u8);
 
+const fn bit(s: Scope) -> u8 {
+    1 << s as u8
+}
+
 impl Scopes {
     pub const ALL: Scopes = Scopes(0b1111);
 
     pub fn contains(self, s: Scope) -> bool {
-        self.0 & s.bit() != 0
+        self.0 & bit(s) != 0
     }
 
     pub fn with(self, s: Scope) -> Scopes {
-        Scopes(self.0 | s.bit())
+        Scopes(self.0 | bit(s))
     }
 
     /// The scope names in `Scope::ALL` order (the AUTH result's `scopes`).
@@ -58,44 +34,18 @@ impl Scopes {
     }
 }
 
-/// What a session needs to run an op.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
-    /// Every session may run it (HELLO, PING, BYE, AUTH itself; the label-only pseudo-ops).
-    Nothing,
-    /// The session's token must carry this scope.
-    Scope(Scope),
-    /// An authenticated session, and the scope of each op inside (BATCH).
-    EachOpsScope,
-}
-
-/// What a session needs to run `op`.
+/// What a session needs to run `op` (its row of the op table).
 pub fn need(op: Op) -> Need {
-    match op {
-        Op::Batch => Need::EachOpsScope,
-        op => required_scope(op).map_or(Need::Nothing, Need::Scope),
-    }
+    op.facts().need
 }
 
 /// The scope a session needs to run `op`; `None` for the ops every session may run (HELLO,
 /// PING, BYE, AUTH itself), for the label-only pseudo-ops, and for BATCH (whose ops each
 /// need their own: see `need`).
 pub fn required_scope(op: Op) -> Option<Scope> {
-    match op {
-        Op::Hello | Op::Ping | Op::Bye | Op::Auth | Op::Frame | Op::Unknown | Op::Batch => None,
-        Op::GetInstance
-        | Op::GetMachine
-        | Op::ListMachines
-        | Op::ListInstances
-        | Op::GetHistory
-        | Op::Info
-        | Op::WatchInstance
-        | Op::WatchAll
-        | Op::Unwatch
-        | Op::ReplicationStatus => Some(Scope::Read),
-        Op::CreateInstance | Op::ApplyEvent | Op::DeleteInstance => Some(Scope::Write),
-        Op::PutMachine | Op::Promote => Some(Scope::Admin),
-        Op::Replicate => Some(Scope::Replicate),
+    match need(op) {
+        Need::Scope(s) => Some(s),
+        Need::Nothing | Need::EachOpsScope => None,
     }
 }
 
@@ -122,7 +72,7 @@ mod tests {
 
     #[test]
     fn only_session_ops_need_no_scope() {
-        for op in Op::ALL {
+        for &op in Op::ALL {
             let free = matches!(
                 op,
                 Op::Hello | Op::Ping | Op::Bye | Op::Auth | Op::Frame | Op::Unknown

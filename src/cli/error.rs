@@ -124,7 +124,7 @@ mod tests {
     fn server_errors_render_code_message_and_details() {
         let e = CliError::from_call(
             ClientError::Server {
-                code: smdb_client::ErrorCode::Conflict,
+                code: smdb_client::error::Code::Conflict.into(),
                 message: "expected paid".into(),
                 retryable: false,
                 details: json!({"actual_state": "new"}),

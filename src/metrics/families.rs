@@ -116,7 +116,7 @@ fn requests(r: &mut Registry, s: &Scrape) {
     let mut total = Series::new(MetricType::Counter);
     let mut duration = Series::new(MetricType::Histogram);
     let mut errors = Series::new(MetricType::Counter);
-    for op in Op::ALL {
+    for &op in Op::ALL {
         let n = f.requests[op.index()];
         if n > 0 {
             total.push(labels(&[("op", op.as_str())]), ConstCounter::new(n));
@@ -125,7 +125,7 @@ fn requests(r: &mut Registry, s: &Scrape) {
                 Hist(f.durations[op.index()].clone()),
             );
         }
-        for code in ErrorCode::ALL {
+        for &code in ErrorCode::ALL {
             let n = f.errors[op.index()][code.index()];
             if n > 0 {
                 let l = labels(&[("op", op.as_str()), ("code", code.as_str())]);

@@ -12,8 +12,8 @@ use shards::ErrorCode;
 use super::histogram::HistogramSnapshot;
 use crate::protocol::Op;
 
-const OPS: usize = Op::ALL.len();
-const CODES: usize = ErrorCode::ALL.len();
+const OPS: usize = Op::COUNT;
+const CODES: usize = ErrorCode::COUNT;
 
 /// Upper bounds (seconds) of the request duration histogram: 25 µs to 10 s.
 pub const DURATION_BUCKETS: [f64; 16] = [

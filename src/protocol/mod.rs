@@ -1,12 +1,8 @@
-//! The RCP1 wire protocol: frame codec, request envelope parsing, response encoding, op names.
-//!
-//! Nothing here touches a socket: codecs are functions over byte slices so tests and fuzzers
-//! call them directly.
+//! The RCP1 wire protocol. The codecs, the op table and the error codes live in the
+//! `smdb-protocol` crate (`protocol/`), shared with the Rust client; re-exported here under the
+//! server's paths.
 
-pub mod frame;
-pub mod message;
-pub mod op;
-
-pub use frame::{decode_frame, encode_frame, FrameError, HEADER_LEN, MAGIC};
-pub use message::{encode_error, encode_ok, parse_request, RequestEnvelope};
-pub use op::Op;
+pub use smdb_protocol::{decode_frame, encode_frame, FrameError, HEADER_LEN, MAGIC};
+pub use smdb_protocol::{encode_error, encode_ok, parse_request, RequestEnvelope};
+pub use smdb_protocol::{envelope as message, frame, op};
+pub use smdb_protocol::{Effect, Facts, Follower, Need, Op, Route};

@@ -1,41 +1,35 @@
-//! The one check that keeps a replica read-only (CONTRACT §10): every op passes through
-//! `check` in the session, after authorization; a BATCH passes `check_batch` with its ops.
+//! The follower gate: a member that is not the primary refuses what the op table says a
+//! follower may not serve (`Facts::refused_on`), with the role in force now as its input.
+//! Every request passes `check` in the session, after authorization; a BATCH passes
+//! `check_batch` with its ops. The shard refuses a client write on a follower again by
+//! itself (`shard::runtime`, defence in depth).
 
 use shards::{ErrorCode, Rejection};
 
 use super::state::ReplState;
 use crate::protocol::Op;
 
-/// Ops that change state (they would append to a log).
-pub fn is_write(op: Op) -> bool {
-    matches!(
-        op,
-        Op::CreateInstance | Op::ApplyEvent | Op::DeleteInstance | Op::PutMachine
-    )
-}
-
-/// `READ_ONLY_MODE` for a write on a replica.
+/// `READ_ONLY_MODE` for an op a follower may not serve.
 pub fn check(state: &ReplState, op: Op) -> Result<(), Rejection> {
-    if is_write(op) && state.is_replica() {
+    if op.facts().refused_on(state.table_role()) {
         return Err(read_only(op));
     }
     Ok(())
 }
 
-/// A BATCH on a replica may only read.
+/// A BATCH on a follower may only hold ops a follower serves.
 pub fn check_batch(state: &ReplState, ops: impl Iterator<Item = Op>) -> Result<(), Rejection> {
-    if !state.is_replica() {
-        return Ok(());
-    }
+    let role = state.table_role();
     for (index, op) in ops.enumerate() {
-        if is_write(op) {
+        if op.facts().refused_on(role) {
             return Err(read_only(op).with("index", index));
         }
     }
     Ok(())
 }
 
-fn read_only(op: Op) -> Rejection {
+/// The refusal a follower answers (the gate's and the shard's).
+pub fn read_only(op: Op) -> Rejection {
     Rejection::new(
         ErrorCode::ReadOnlyMode,
         format!(
@@ -52,17 +46,29 @@ mod tests {
     use crate::config::Role;
 
     #[test]
-    fn replicas_refuse_writes_only() {
+    fn followers_refuse_what_the_table_says() {
         let replica = ReplState::new(Some(Role::Replica));
+        for &op in Op::ALL {
+            let refused = check(&replica, op).is_err();
+            assert_eq!(
+                refused,
+                op.facts().follower == smdb_protocol::Follower::Refuse,
+                "{op:?}"
+            );
+            if op.facts().writes() {
+                assert!(refused, "{op:?} writes, so a replica refuses it");
+            }
+        }
         assert_eq!(
             check(&replica, Op::ApplyEvent).unwrap_err().code,
             ErrorCode::ReadOnlyMode
         );
-        assert!(check(&replica, Op::GetInstance).is_ok());
         let ops = [Op::GetInstance, Op::CreateInstance];
-        assert!(check_batch(&replica, ops.into_iter()).is_err());
+        let rej = check_batch(&replica, ops.into_iter()).unwrap_err();
+        assert_eq!(rej.details["index"], 1);
         let primary = ReplState::new(Some(Role::Primary));
         assert!(check(&primary, Op::ApplyEvent).is_ok());
+        assert!(check(&ReplState::new(None), Op::ApplyEvent).is_ok());
         replica.become_primary();
         assert!(check(&replica, Op::ApplyEvent).is_ok());
     }

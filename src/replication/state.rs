@@ -50,6 +50,15 @@ impl ReplState {
         }
     }
 
+    /// The role as the op table sees it (`smdb_protocol::Role`).
+    pub fn table_role(&self) -> smdb_protocol::Role {
+        match self.role.load(Relaxed) {
+            PRIMARY => smdb_protocol::Role::Primary,
+            REPLICA => smdb_protocol::Role::Follower,
+            _ => smdb_protocol::Role::Standalone,
+        }
+    }
+
     pub fn is_replica(&self) -> bool {
         self.role.load(Relaxed) == REPLICA
     }

@@ -160,7 +160,7 @@ fn abort_outcome(ops: &[Op], rej: &Rejection) -> Option<(Op, Option<ErrorCode>)>
     }
     let index = rej.details.get("index")?.as_u64()? as usize;
     let name = rej.details.get("error")?.get("code")?.as_str()?;
-    let code = ErrorCode::ALL.into_iter().find(|c| c.as_str() == name)?;
+    let code = ErrorCode::parse(name)?;
     Some((*ops.get(index)?, Some(code)))
 }
 

@@ -142,6 +142,7 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
             // Replicas never fire timers (CONTRACT §4); a promoted one will re-arm from state.
             fires_timers: config.replication.role != Some(Role::Replica),
             sync: crate::shard::sync::SyncSetup::from_config(&config.replication),
+            member: repl.clone(),
             ready: ready_tx.clone(),
         };
         handles.push(spawn(&format!("shard{i}"), *cpu, io_memory, move || {

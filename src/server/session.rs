@@ -17,7 +17,7 @@ use super::router::Reply;
 use crate::auth::{AuthOutcome, SessionAuth};
 use crate::ops::params::parse;
 use crate::ops::route::route_key;
-use crate::protocol::{encode_error, encode_ok, parse_request, Op};
+use crate::protocol::{encode_error, encode_ok, parse_request, Op, Route};
 use crate::shard::{ReplyBody, ShardCall};
 use crate::util::slot::Slot;
 
@@ -76,84 +76,98 @@ impl Session {
             }
         };
         let params = req.params.map(|p| p.get().as_bytes());
-        let Some(op) = Op::parse(&req.op) else {
-            let rej = Rejection::new(
-                ErrorCode::UnknownOperation,
-                format!("unknown op {:?}", req.op),
-            )
-            .with("op", req.op.as_ref());
-            respond_err(conn, front, Some(req.id), Op::Unknown, &rej, started);
-            return Flow::Continue;
-        };
-        if !self.hello && !op.allowed_before_hello() {
-            let rej = Rejection::new(ErrorCode::HelloRequired, "send HELLO first");
-            respond_err(conn, front, Some(req.id), op, &rej, started);
-            return Flow::Continue;
-        }
-        if let Err(rej) = self.auth.check(op) {
-            respond_err(conn, front, Some(req.id), op, &rej, started);
-            return Flow::Continue;
-        }
-        if let Err(rej) = crate::replication::gate::check(&front.info.replication, op) {
-            respond_err(conn, front, Some(req.id), op, &rej, started);
-            return Flow::Continue;
-        }
-        if matches!(op, Op::Replicate | Op::ReplicationStatus | Op::Promote) {
-            let slot = self.replication_op(op, params, conn, front).await;
-            conn.push(Pending::Reply {
-                id: req.id.into(),
-                op,
-                instance_id: None,
-                started,
-                slot,
-            });
-            return Flow::Continue;
-        }
-        if op == Op::Auth {
-            return self.authenticate(params, conn, front, req.id, started);
-        }
-        let local = match op {
-            Op::Hello => Some(self.hello(params, front)),
-            Op::Ping => Some(Ok(json!({"pong": true}))),
-            Op::Bye => Some(Ok(json!({}))),
-            _ => None,
-        };
-        if let Some(result) = local {
-            match result {
-                Ok(v) => respond_ok(conn, front, req.id, op, &v, started),
-                Err(rej) => respond_err(conn, front, Some(req.id), op, &rej, started),
-            }
-            if op == Op::Bye {
-                conn.push(Pending::Close);
-                return Flow::Close;
-            }
-            return Flow::Continue;
-        }
-        if let Some(slot) = crate::subscriptions::dispatch(op, params, &conn.subs, front) {
-            conn.push(Pending::Reply {
-                id: req.id.into(),
-                op,
-                instance_id: None,
-                started,
-                slot,
-            });
-            return Flow::Continue;
-        }
-        let mut instance_id = None;
-        let slot = match dispatch(op, params, front, &self.auth, &mut instance_id).await {
-            Ok(slot) => slot,
-            Err(rej) => {
+        let op = match self.admit(&req.op, front) {
+            Ok(op) => op,
+            Err((op, rej)) => {
                 respond_err(conn, front, Some(req.id), op, &rej, started);
                 return Flow::Continue;
             }
         };
-        conn.push(Pending::Reply {
-            id: req.id.into(),
+        let request = Request {
+            id: req.id,
             op,
-            instance_id,
+            params,
             started,
-            slot,
-        });
+        };
+        self.route(request, conn, front).await
+    }
+
+    /// The checks every request passes before it runs, in order: a known op, HELLO first,
+    /// authorization, the follower gate. Refusals name the op they are counted under.
+    fn admit(&self, name: &str, front: &Front) -> Result<Op, (Op, Rejection)> {
+        let Some(op) = Op::parse(name) else {
+            let rej = Rejection::new(
+                ErrorCode::UnknownOperation,
+                format!("unknown op {:?}", smdb_protocol::codes::quote(name)),
+            )
+            .with("op", smdb_protocol::codes::quote(name));
+            return Err((Op::Unknown, rej));
+        };
+        if !self.hello && !op.allowed_before_hello() {
+            let rej = Rejection::new(ErrorCode::HelloRequired, "send HELLO first");
+            return Err((op, rej));
+        }
+        self.auth.check(op).map_err(|rej| (op, rej))?;
+        crate::replication::gate::check(&front.info.replication, op).map_err(|rej| (op, rej))?;
+        Ok(op)
+    }
+
+    /// Runs an admitted request where the op table says it is answered (`Facts::route`).
+    async fn route(&mut self, req: Request<'_>, conn: &Rc<Conn>, front: &Rc<Front>) -> Flow {
+        let op = req.op;
+        let started = match op.facts().route {
+            Route::Session => return self.session_op(req, conn, front),
+            Route::Control => Ok((self.replication_op(op, req.params, conn, front).await, None)),
+            Route::Subscriptions => {
+                crate::subscriptions::dispatch(op, req.params, &conn.subs, front)
+                    .map(|slot| (slot, None))
+                    .ok_or_else(no_dispatcher)
+            }
+            Route::Instance
+            | Route::Definitions
+            | Route::AllShards
+            | Route::Batch
+            | Route::Label => {
+                let mut instance_id = None;
+                dispatch(op, req.params, front, &self.auth, &mut instance_id)
+                    .await
+                    .map(|slot| (slot, instance_id))
+            }
+        };
+        match started {
+            Ok((slot, instance_id)) => conn.push(Pending::Reply {
+                id: req.id.into(),
+                op,
+                instance_id,
+                started: req.started,
+                slot,
+            }),
+            Err(rej) => respond_err(conn, front, Some(req.id), op, &rej, req.started),
+        }
+        Flow::Continue
+    }
+
+    /// The ops the session answers itself: HELLO, PING, BYE, AUTH.
+    fn session_op(&mut self, req: Request<'_>, conn: &Rc<Conn>, front: &Rc<Front>) -> Flow {
+        let (op, started) = (req.op, req.started);
+        let result = match op {
+            Op::Auth => return self.authenticate(req.params, conn, front, req.id, started),
+            Op::Hello => self.hello(req.params, front),
+            Op::Ping => Ok(json!({"pong": true})),
+            Op::Bye => Ok(json!({})),
+            _ => Err(Rejection::new(
+                ErrorCode::InternalError,
+                "op is not a session op",
+            )),
+        };
+        match result {
+            Ok(v) => respond_ok(conn, front, req.id, op, &v, started),
+            Err(rej) => respond_err(conn, front, Some(req.id), op, &rej, started),
+        }
+        if op == Op::Bye {
+            conn.push(Pending::Close);
+            return Flow::Close;
+        }
         Flow::Continue
     }
 
@@ -255,6 +269,15 @@ impl Session {
     }
 }
 
+/// One admitted request.
+struct Request<'a> {
+    /// The raw request id, echoed verbatim.
+    id: &'a str,
+    op: Op,
+    params: Option<&'a [u8]>,
+    started: Instant,
+}
+
 /// Starts an op that a shard (or several) answers; returns the slot its reply lands in and sets
 /// `instance_id` to the instance the op names, if any (for its log line).
 async fn dispatch(
@@ -266,12 +289,8 @@ async fn dispatch(
 ) -> Result<super::router::ReplySlot, Rejection> {
     let router = &front.router;
     let owned = || params.map(<[u8]>::to_vec);
-    match op {
-        Op::CreateInstance
-        | Op::GetInstance
-        | Op::DeleteInstance
-        | Op::ApplyEvent
-        | Op::GetHistory => {
+    match (op.facts().route, op) {
+        (Route::Instance, _) => {
             let id = route_key(params)?;
             let shard = shard_for(&id, router.shard_count());
             *instance_id = Some(id.into());
@@ -285,7 +304,7 @@ async fn dispatch(
                 )
                 .await)
         }
-        Op::Batch => {
+        (Route::Batch, _) => {
             // The batch's ops, typed, parsed once; each passes the session's check.
             let batch = crate::ops::batch::parse_batch(params)?;
             auth.check_each(batch.ops.iter().map(|item| item.op))?;
@@ -293,27 +312,31 @@ async fn dispatch(
             crate::replication::gate::check_batch(repl, batch.ops.iter().map(|item| item.op))?;
             super::batch::start(front, batch).await
         }
-        Op::GetMachine | Op::ListMachines => {
+        (Route::Definitions, _) => {
             let call = ShardCall::Op {
                 op,
                 params: owned(),
             };
             Ok(router.start(fanout::DEFINITIONS_SHARD, call).await)
         }
-        Op::PutMachine => Ok(spawn_fanout(front, owned(), |f, p| async move {
+        (Route::AllShards, Op::PutMachine) => Ok(spawn_fanout(front, owned(), |f, p| async move {
             fanout::put_machine(&f.router, p).await
         })),
-        Op::ListInstances => Ok(spawn_fanout(front, owned(), |f, p| async move {
-            fanout::list_instances(&f.router, p).await
-        })),
-        Op::Info => Ok(spawn_fanout(front, owned(), |f, _| async move {
+        (Route::AllShards, Op::ListInstances) => {
+            Ok(spawn_fanout(front, owned(), |f, p| async move {
+                fanout::list_instances(&f.router, p).await
+            }))
+        }
+        (Route::AllShards, Op::Info) => Ok(spawn_fanout(front, owned(), |f, _| async move {
             info(&f).await
         })),
-        _ => Err(Rejection::new(
-            ErrorCode::InternalError,
-            "op has no dispatcher",
-        )),
+        _ => Err(no_dispatcher()),
     }
+}
+
+/// An op whose route has no code to run it: a bug, answered as one.
+fn no_dispatcher() -> Rejection {
+    Rejection::new(ErrorCode::InternalError, "op has no dispatcher")
 }
 
 /// Runs a multi-shard op as its own task; its result lands in the returned slot.

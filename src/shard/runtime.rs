@@ -42,6 +42,9 @@ pub struct ShardSetup {
     /// Sync replication (a primary in `replication.mode = "sync"`): write replies wait for
     /// replica acknowledgement (`shard/sync.rs`). None: they wait for the local log only.
     pub sync: Option<SyncSetup>,
+    /// The member's role in force now (the front's gate reads the same), so the shard refuses
+    /// a client write on a follower by itself.
+    pub member: std::sync::Arc<crate::replication::ReplState>,
     pub ready: std::sync::mpsc::Sender<Result<(), String>>,
 }
 
@@ -56,6 +59,7 @@ pub struct Shard {
     pub(super) subs: Registry,
     pub(super) timers: Timers,
     pub(super) repl: ReplState,
+    member: std::sync::Arc<crate::replication::ReplState>,
     pub(super) sync: Option<SyncState>,
     /// The APPLY_EVENT record being decided, reused across events (`shard/event.rs`).
     pub(super) record_buf: RefCell<Vec<u8>>,
@@ -99,6 +103,7 @@ pub async fn run(setup: ShardSetup) {
         subs: Registry::start(),
         timers: Timers::new(setup.fires_timers),
         repl: ReplState::default(),
+        member: setup.member,
         sync: setup.sync.map(SyncState::new),
         record_buf: RefCell::new(Vec::new()),
         batch_record: RefCell::default(),
@@ -349,8 +354,14 @@ impl Shard {
     /// Executes one call. Returns the reply and the log offset that must be durable first.
     fn execute(&self, call: ShardCall) -> Outcome {
         match call {
-            ShardCall::Op { op, params } => self.execute_op(op, params.as_deref()),
-            ShardCall::Batch(ops) => self.execute_batch(&ops),
+            ShardCall::Op { op, params } => match self.follower_refuses(std::iter::once(op)) {
+                Some((_, rej)) => (Err(rej), 0),
+                None => self.execute_op(op, params.as_deref()),
+            },
+            ShardCall::Batch(ops) => match self.follower_refuses(ops.iter().map(|i| i.op)) {
+                Some((index, rej)) => (Err(rej.with("index", index)), 0),
+                None => self.execute_batch(&ops),
+            },
             ShardCall::InstallMachines(entries) => self.install_machines(entries),
             ShardCall::MachineEntries => (
                 Ok(ReplyBody::Entries(self.engine.borrow().machine_entries())),
@@ -392,6 +403,17 @@ impl Shard {
                 (Err(internal("rewind call not awaited")), 0)
             }
         }
+    }
+
+    /// Defence in depth behind the front's gate (`replication::gate`): on a follower, the
+    /// first op the op table says a follower may not serve refuses the call.
+    /// Returns the refused op's index and the refusal.
+    fn follower_refuses(&self, ops: impl Iterator<Item = Op>) -> Option<(usize, Rejection)> {
+        let role = self.member.table_role();
+        let (index, op) = ops
+            .enumerate()
+            .find(|(_, op)| op.facts().refused_on(role))?;
+        Some((index, crate::replication::gate::read_only(op)))
     }
 
     fn execute_op(&self, op: Op, params: Option<&[u8]>) -> Outcome {

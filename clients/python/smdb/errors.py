@@ -1,17 +1,22 @@
-"""Errors: one exception class per server error code (CONTRACT §6) under ``SmdbError``, plus
+"""Errors: one exception class per server error code (docs/protocol.md, "Error codes") under
+``SmdbError``, plus
 the client-side failures (lost connection, malformed frames, a lagged subscription)."""
 
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Type
 
-#: Codes the server marks retryable.
+# The tables below follow the protocol crate's (protocol/src/codes.rs); tests/test_errors.py
+# checks them against its generated vector, protocol/testdata/error_codes.json.
+
+#: Codes the server marks retryable. ``SYNC_TIMEOUT`` is not one (the write committed), nor is
+#: ``WAL_IO_ERROR`` (the log is poisoned until a restart).
 RETRYABLE = frozenset(
-    {"SYNC_TIMEOUT", "RATE_LIMITED", "SHUTTING_DOWN", "CONNECTION_LIMIT", "WAL_IO_ERROR", "INTERNAL_ERROR"}
+    {"RATE_LIMITED", "SHUTTING_DOWN", "CONNECTION_LIMIT", "NO_PRIMARY", "STORAGE_FULL", "INTERNAL_ERROR"}
 )
-#: Codes that mean the server refused the request before executing it (safe to resend any
-#: request).
-NOT_EXECUTED = frozenset({"SHUTTING_DOWN", "RATE_LIMITED", "CONNECTION_LIMIT"})
+#: Retryable codes that mean the server refused the request before executing it (safe to
+#: resend any request); ``NO_PRIMARY`` only without ``details.maybe_committed``.
+NOT_EXECUTED = frozenset({"SHUTTING_DOWN", "RATE_LIMITED", "CONNECTION_LIMIT", "NO_PRIMARY", "STORAGE_FULL"})
 
 
 class SmdbError(Exception):
@@ -64,7 +69,8 @@ _CODES = [
     "MACHINE_VERSION_EXISTS", "INVALID_DEFINITION", "INSTANCE_NOT_FOUND", "INSTANCE_EXISTS",
     "INVALID_TRANSITION", "GUARD_FAILED", "CONFLICT", "READ_ONLY_MODE", "SYNC_TIMEOUT",
     "CONNECTION_LIMIT", "RATE_LIMITED", "SHUTTING_DOWN", "WAL_IO_ERROR", "INTERNAL_ERROR",
-    "FORBIDDEN", "BATCH_ABORTED", "CROSS_SHARD", "STALE_EPOCH",
+    "FORBIDDEN", "BATCH_ABORTED", "CROSS_SHARD", "STALE_EPOCH", "NO_PRIMARY", "STORAGE_FULL",
+    "NOT_FOUND", "METHOD_NOT_ALLOWED",
 ]
 
 
@@ -108,6 +114,10 @@ ForbiddenError: Type[ServerError] = BY_CODE["FORBIDDEN"]
 BatchAbortedError: Type[ServerError] = BY_CODE["BATCH_ABORTED"]
 CrossShardError: Type[ServerError] = BY_CODE["CROSS_SHARD"]
 StaleEpochError: Type[ServerError] = BY_CODE["STALE_EPOCH"]
+NoPrimaryError: Type[ServerError] = BY_CODE["NO_PRIMARY"]
+StorageFullError: Type[ServerError] = BY_CODE["STORAGE_FULL"]
+NotFoundError: Type[ServerError] = BY_CODE["NOT_FOUND"]
+MethodNotAllowedError: Type[ServerError] = BY_CODE["METHOD_NOT_ALLOWED"]
 
 
 def from_wire(error: Any) -> ServerError:
@@ -128,7 +138,8 @@ def may_resend(exc: BaseException, safe: bool) -> bool:
     """Whether a request (``safe``: a read, PUT_MACHINE, or a write with an idempotency key)
     may be sent again after ``exc`` without risk of applying it twice."""
     if isinstance(exc, ServerError):
-        return exc.code in NOT_EXECUTED or (exc.retryable and safe)
+        maybe_committed = bool(exc.details.get("maybe_committed"))
+        return (exc.code in NOT_EXECUTED and not maybe_committed) or (exc.retryable and safe)
     if isinstance(exc, (ConnectionLost, OSError, TimeoutError)):
         return safe
     return False

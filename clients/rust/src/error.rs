@@ -5,127 +5,55 @@ use std::io::{self, ErrorKind};
 
 use serde_json::Value;
 
-/// The error codes of CONTRACT §6. A code this client does not know yet (a newer server) is
-/// kept as `Other` with its text.
+/// The protocol's error codes (`smdb_protocol::ErrorCode`): one table for the server and this
+/// client, with each code's retryability and what a failed request did.
+pub use smdb_protocol::ErrorCode as Code;
+pub use smdb_protocol::Execution;
+
+/// An error code as the server sent it: one of the protocol's codes, or a code this client
+/// does not know yet (a newer server), kept with its text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
-    HelloRequired,
-    UnsupportedProtocol,
-    BadRequest,
-    UnknownOperation,
-    InvalidFrame,
-    ChecksumMismatch,
-    FrameTooLarge,
-    Unauthorized,
-    AuthFailed,
-    MachineNotFound,
-    MachineVersionExists,
-    InvalidDefinition,
-    InstanceNotFound,
-    InstanceExists,
-    InvalidTransition,
-    GuardFailed,
-    Conflict,
-    ReadOnlyMode,
-    SyncTimeout,
-    ConnectionLimit,
-    RateLimited,
-    ShuttingDown,
-    WalIoError,
-    InternalError,
-    Forbidden,
-    BatchAborted,
-    CrossShard,
-    StaleEpoch,
+    Known(Code),
     Other(String),
 }
 
 impl ErrorCode {
-    /// Every code of CONTRACT §6, in its order.
-    pub const ALL: [ErrorCode; 28] = [
-        ErrorCode::HelloRequired,
-        ErrorCode::UnsupportedProtocol,
-        ErrorCode::BadRequest,
-        ErrorCode::UnknownOperation,
-        ErrorCode::InvalidFrame,
-        ErrorCode::ChecksumMismatch,
-        ErrorCode::FrameTooLarge,
-        ErrorCode::Unauthorized,
-        ErrorCode::AuthFailed,
-        ErrorCode::MachineNotFound,
-        ErrorCode::MachineVersionExists,
-        ErrorCode::InvalidDefinition,
-        ErrorCode::InstanceNotFound,
-        ErrorCode::InstanceExists,
-        ErrorCode::InvalidTransition,
-        ErrorCode::GuardFailed,
-        ErrorCode::Conflict,
-        ErrorCode::ReadOnlyMode,
-        ErrorCode::SyncTimeout,
-        ErrorCode::ConnectionLimit,
-        ErrorCode::RateLimited,
-        ErrorCode::ShuttingDown,
-        ErrorCode::WalIoError,
-        ErrorCode::InternalError,
-        ErrorCode::Forbidden,
-        ErrorCode::BatchAborted,
-        ErrorCode::CrossShard,
-        ErrorCode::StaleEpoch,
-    ];
-
     pub fn as_str(&self) -> &str {
         match self {
-            ErrorCode::HelloRequired => "HELLO_REQUIRED",
-            ErrorCode::UnsupportedProtocol => "UNSUPPORTED_PROTOCOL",
-            ErrorCode::BadRequest => "BAD_REQUEST",
-            ErrorCode::UnknownOperation => "UNKNOWN_OPERATION",
-            ErrorCode::InvalidFrame => "INVALID_FRAME",
-            ErrorCode::ChecksumMismatch => "CHECKSUM_MISMATCH",
-            ErrorCode::FrameTooLarge => "FRAME_TOO_LARGE",
-            ErrorCode::Unauthorized => "UNAUTHORIZED",
-            ErrorCode::AuthFailed => "AUTH_FAILED",
-            ErrorCode::MachineNotFound => "MACHINE_NOT_FOUND",
-            ErrorCode::MachineVersionExists => "MACHINE_VERSION_EXISTS",
-            ErrorCode::InvalidDefinition => "INVALID_DEFINITION",
-            ErrorCode::InstanceNotFound => "INSTANCE_NOT_FOUND",
-            ErrorCode::InstanceExists => "INSTANCE_EXISTS",
-            ErrorCode::InvalidTransition => "INVALID_TRANSITION",
-            ErrorCode::GuardFailed => "GUARD_FAILED",
-            ErrorCode::Conflict => "CONFLICT",
-            ErrorCode::ReadOnlyMode => "READ_ONLY_MODE",
-            ErrorCode::SyncTimeout => "SYNC_TIMEOUT",
-            ErrorCode::ConnectionLimit => "CONNECTION_LIMIT",
-            ErrorCode::RateLimited => "RATE_LIMITED",
-            ErrorCode::ShuttingDown => "SHUTTING_DOWN",
-            ErrorCode::WalIoError => "WAL_IO_ERROR",
-            ErrorCode::InternalError => "INTERNAL_ERROR",
-            ErrorCode::Forbidden => "FORBIDDEN",
-            ErrorCode::BatchAborted => "BATCH_ABORTED",
-            ErrorCode::CrossShard => "CROSS_SHARD",
-            ErrorCode::StaleEpoch => "STALE_EPOCH",
+            ErrorCode::Known(c) => c.as_str(),
             ErrorCode::Other(s) => s,
         }
     }
 
     pub fn parse(code: &str) -> ErrorCode {
-        ErrorCode::ALL
-            .iter()
-            .find(|c| c.as_str() == code)
-            .cloned()
-            .unwrap_or_else(|| ErrorCode::Other(code.to_string()))
+        Code::parse(code).map_or_else(|| ErrorCode::Other(code.to_string()), ErrorCode::Known)
     }
 
-    /// Retryable per CONTRACT §6 (the server also says so in each error's `retryable`).
+    /// The protocol's code, when this client knows it.
+    pub fn known(&self) -> Option<Code> {
+        match self {
+            ErrorCode::Known(c) => Some(*c),
+            ErrorCode::Other(_) => None,
+        }
+    }
+
+    /// Retryable per the protocol's table (the server also says so in each error's
+    /// `retryable`); an unknown code is not.
     pub fn retryable(&self) -> bool {
-        matches!(
-            self,
-            ErrorCode::SyncTimeout
-                | ErrorCode::RateLimited
-                | ErrorCode::ShuttingDown
-                | ErrorCode::ConnectionLimit
-                | ErrorCode::WalIoError
-                | ErrorCode::InternalError
-        )
+        self.known().is_some_and(Code::retryable)
+    }
+}
+
+impl From<Code> for ErrorCode {
+    fn from(c: Code) -> Self {
+        ErrorCode::Known(c)
+    }
+}
+
+impl PartialEq<Code> for ErrorCode {
+    fn eq(&self, other: &Code) -> bool {
+        self.known() == Some(*other)
     }
 }
 
@@ -259,10 +187,7 @@ impl Error {
     pub fn is_shutting_down(&self) -> bool {
         matches!(
             self,
-            Error::Server {
-                code: ErrorCode::ShuttingDown,
-                ..
-            }
+            Error::Server { code, .. } if *code == Code::ShuttingDown
         )
     }
 
@@ -272,11 +197,13 @@ impl Error {
             Error::Io(_) => !self.is_timeout(),
             Error::Protocol(_) => true,
             Error::Server { code, .. } => matches!(
-                code,
-                ErrorCode::InvalidFrame
-                    | ErrorCode::ChecksumMismatch
-                    | ErrorCode::FrameTooLarge
-                    | ErrorCode::ConnectionLimit
+                code.known(),
+                Some(
+                    Code::InvalidFrame
+                        | Code::ChecksumMismatch
+                        | Code::FrameTooLarge
+                        | Code::ConnectionLimit
+                )
             ),
             Error::Lagged { .. } | Error::Config(_) => false,
         }
@@ -335,15 +262,33 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_unknown_ones_are_kept() {
-        for c in ErrorCode::ALL {
+        for &c in Code::ALL {
             assert_eq!(ErrorCode::parse(c.as_str()), c);
         }
         assert_eq!(
             ErrorCode::parse("NEW_CODE"),
             ErrorCode::Other("NEW_CODE".into())
         );
-        let retryable: Vec<_> = ErrorCode::ALL.iter().filter(|c| c.retryable()).collect();
-        assert_eq!(retryable.len(), 6);
+        assert!(!ErrorCode::parse("NEW_CODE").retryable());
+    }
+
+    /// The shared vector (protocol/testdata/error_codes.json) and this client agree on every
+    /// code: known, retryable as the vector says.
+    #[test]
+    fn every_code_of_the_shared_vector_has_its_retryability_here() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../protocol/testdata/error_codes.json"
+        );
+        let text = std::fs::read_to_string(path).expect("the shared vector");
+        let vector: Value = serde_json::from_str(&text).expect("vector is JSON");
+        let codes = vector["codes"].as_array().expect("codes");
+        assert_eq!(codes.len(), Code::ALL.len());
+        for c in codes {
+            let code = ErrorCode::parse(c["code"].as_str().expect("name"));
+            assert!(code.known().is_some(), "{code} unknown to the client");
+            assert_eq!(Some(code.retryable()), c["retryable"].as_bool(), "{code}");
+        }
     }
 
     #[test]

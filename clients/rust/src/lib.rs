@@ -12,7 +12,7 @@
 
 pub mod blocking;
 pub mod error;
-pub mod frame;
+pub use smdb_protocol::frame;
 pub mod message;
 pub mod ops;
 pub mod resume;
@@ -23,7 +23,7 @@ pub mod tls;
 pub mod asyncio;
 
 pub use blocking::{Client, ConnectOptions, Subscription, Transport};
-pub use error::{ClientError, Error, ErrorCode, Result};
+pub use error::{ClientError, Code, Error, ErrorCode, Result};
 pub use message::{into_result, Incoming};
 pub use ops::*;
 pub use retry::RetryPolicy;

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, ErrorCode};
+use crate::error::{Error, ErrorCode, Execution};
 use crate::ops::Retry;
 
 /// Capped exponential backoff. `attempts` counts the first try: 1 means never retry.
@@ -59,19 +59,20 @@ impl RetryPolicy {
 /// Whether `e` allows sending a request of safety `retry` again.
 pub fn retryable(e: &Error, retry: Retry) -> bool {
     match e {
-        Error::Server { code, .. } if not_executed(code) => true,
+        Error::Server { code, details, .. } if not_executed(code, details) => true,
         Error::Server { retryable, .. } => *retryable && retry == Retry::Safe,
         Error::Io(_) | Error::Protocol(_) => retry == Retry::Safe,
         Error::Lagged { .. } | Error::Config(_) => false,
     }
 }
 
-/// Codes that mean the server refused the request before executing it.
-fn not_executed(code: &ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::ShuttingDown | ErrorCode::RateLimited | ErrorCode::ConnectionLimit
-    )
+/// A retryable refusal of a request the server surely did not execute (the protocol's table;
+/// `NO_PRIMARY` counts only without `details.maybe_committed`).
+fn not_executed(code: &ErrorCode, details: &serde_json::Value) -> bool {
+    let maybe_committed = details["maybe_committed"].as_bool().unwrap_or(false);
+    code.known().is_some_and(|c| {
+        c.retryable() && c.execution_with(maybe_committed) == Execution::NotExecuted
+    })
 }
 
 #[cfg(test)]

@@ -1,31 +1,7 @@
-//! Every size limit of the WAL, with its unit and the reason for its value.
+//! Every size limit of the WAL, with its unit and the reason for its value. The sizes that
+//! define the on-disk layout are the format crate's (`smdb_format::limits`), re-exported here.
 
-/// Bytes. The unit of every DMA write and of the tail-block rewrite. `DmaFile::alignment()`
-/// reports the logical block (512 here) but the physical sector is 4096: aligning to 4096 is
-/// correct on both and keeps a rewritten tail block within one physical sector.
-pub const BLOCK_BYTES: u64 = 4096;
-
-/// Bytes. A segment starts with one block holding its header, so records start aligned.
-pub const SEGMENT_HEADER_BYTES: u64 = BLOCK_BYTES;
-
-/// Bytes. Snapshot header block; the payload starts at this offset.
-pub const SNAPSHOT_HEADER_BYTES: u64 = BLOCK_BYTES;
-
-/// Bytes: `len u32 | crc u32 | offset u64 | kind u8`.
-pub const RECORD_HEADER_BYTES: usize = 17;
-
-/// Bytes of the CRC-covered body that are not payload: `offset u64 | kind u8`.
-pub const RECORD_BODY_OVERHEAD: usize = 9;
-
-/// Bytes. Largest entry payload. The engine's entries are kilobytes; anything near this is a
-/// bug upstream, and recovery buffers a whole record in memory.
-pub const RECORD_PAYLOAD_BYTES_MAX: usize = 64 << 20;
-
-/// Bytes. Payload of a sync marker record: the `synced_through` offset (u64).
-pub const MARKER_PAYLOAD_BYTES: usize = 8;
-
-/// Bytes. A whole sync marker record.
-pub const MARKER_BYTES: usize = RECORD_HEADER_BYTES + MARKER_PAYLOAD_BYTES;
+pub use smdb_format::limits::*;
 
 /// Bytes. Largest single `write_at`. Bigger batches are split into several writes before the
 /// one fdatasync, which bounds the DMA buffer a batch needs.
@@ -85,5 +61,3 @@ const _: () = assert!(SEGMENT_BYTES_MAX >= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(WRITE_BYTES_MAX as u64 > 2 * BLOCK_BYTES);
 const _: () = assert!(READ_CHUNK_BYTES as u64 % BLOCK_BYTES == 0);
 const _: () = assert!(RECOVERY_READ_CHUNK_BYTES as u64 % BLOCK_BYTES == 0);
-// A record length is stored as u32.
-const _: () = assert!(RECORD_PAYLOAD_BYTES_MAX + RECORD_BODY_OVERHEAD < u32::MAX as usize);

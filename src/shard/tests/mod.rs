@@ -49,6 +49,8 @@ pub struct Options {
     pub fires_timers: bool,
     pub segment_bytes: u64,
     pub sync: Option<super::sync::SyncSetup>,
+    /// The member's role (`None`: standalone).
+    pub role: Option<crate::config::Role>,
 }
 
 impl Default for Options {
@@ -57,6 +59,7 @@ impl Default for Options {
             fires_timers: true,
             segment_bytes: 64 << 10,
             sync: None,
+            role: None,
         }
     }
 }
@@ -77,6 +80,7 @@ impl TestShard {
             snapshot_every: u64::MAX / 2,
             fires_timers: opts.fires_timers,
             sync: opts.sync,
+            member: std::sync::Arc::new(crate::replication::ReplState::new(opts.role)),
             ready: ready_tx,
         };
         let task = glommio::spawn_local(runtime::run(setup)).detach();

@@ -267,7 +267,7 @@ fn truncate_and_snapshot_install_rebuild_the_state_from_the_log() {
         let opts = Options {
             fires_timers: false,
             segment_bytes: 16 << 10,
-            sync: None,
+            ..Options::default()
         };
         let mut r = TestShard::start(&root.join("r"), opts).await;
         append(&mut r, 2, 1, &entries).await;
@@ -359,4 +359,56 @@ async fn handle_read(s: &mut TestShard, from: u64) -> Vec<Vec<u8>> {
         .await
         .expect("read");
     records.into_iter().map(|(_, p)| p).collect()
+}
+
+/// Defence in depth: a client write that reaches a replica's shard without passing the front's
+/// gate (a bug upstream) is refused by the shard itself, alone or inside a BATCH, and changes
+/// nothing; reads still run.
+#[test]
+fn a_replica_shard_refuses_client_writes_that_bypass_the_session() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let opts = Options {
+            fires_timers: false,
+            role: Some(crate::config::Role::Replica),
+            ..Options::default()
+        };
+        let mut r = TestShard::start(&root.join("r"), opts).await;
+        let (head, ..) = position(&mut r).await;
+        for (op, params) in [
+            (Op::PutMachine, machine()),
+            (
+                Op::CreateInstance,
+                json!({"machine": "order", "version": 1, "id": "o-1"}),
+            ),
+            (
+                Op::ApplyEvent,
+                json!({"instance_id": "o-1", "event": "pay"}),
+            ),
+            (Op::DeleteInstance, json!({"id": "o-1"})),
+        ] {
+            let rej = r.op(op, params).await.expect_err("a replica refuses");
+            assert_eq!(rej.code, ErrorCode::ReadOnlyMode, "{op:?}");
+            assert_eq!(rej.details["op"], op.as_str());
+        }
+        let batch = json!({"mode": "atomic", "ops": [
+            {"op": "GET_INSTANCE", "params": {"id": "o-1"}},
+            {"op": "CREATE_INSTANCE", "params": {"machine": "order", "version": 1, "id": "o-2"}},
+        ]});
+        let ops = crate::ops::batch::parse_batch(Some(batch.to_string().as_bytes()))
+            .expect("batch parses")
+            .ops;
+        let rej = code(r.call(ShardCall::Batch(ops)).await);
+        assert_eq!(rej.code, ErrorCode::ReadOnlyMode);
+        assert_eq!(rej.details["index"], 1);
+        let (after, ..) = position(&mut r).await;
+        assert_eq!(after, head, "nothing was appended");
+        let read = r.op(Op::GetInstance, json!({"id": "o-1"})).await;
+        assert_eq!(
+            read.expect_err("no such instance").code,
+            ErrorCode::InstanceNotFound
+        );
+        r.stop().await;
+    });
 }

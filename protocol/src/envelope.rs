@@ -1,15 +1,15 @@
-//! Request envelopes in, response envelopes out (CONTRACT §2).
+//! Request envelopes in, response envelopes out (docs/protocol.md, "Envelopes").
 //!
 //! The front only parses the envelope (`type`, `id`, `op`) and keeps `params` as raw JSON: the
 //! owning shard parses params, so the front core (the bottleneck) does the least work per frame.
 
 use std::borrow::Cow;
 
+use crate::codes::{ErrorCode, Rejection};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use shards::{ErrorCode, Rejection};
 
-use super::frame::{begin_frame, finish_frame};
+use crate::frame::{begin_frame, finish_frame};
 
 /// A parsed request envelope borrowing from the frame payload.
 #[derive(Debug)]
@@ -154,7 +154,7 @@ pub fn rejection(code: ErrorCode, message: impl Into<String>) -> Rejection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::frame::{decode_frame, FRAME_PAYLOAD_BYTES_DEFAULT};
+    use crate::frame::{decode_frame, FRAME_PAYLOAD_BYTES_DEFAULT};
 
     fn payload_of(frame: &[u8]) -> serde_json::Value {
         let (range, _) = decode_frame(frame, FRAME_PAYLOAD_BYTES_DEFAULT)

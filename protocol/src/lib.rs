@@ -1,0 +1,19 @@
+//! `smdb-protocol`: the smdb wire protocol, shared by the server and every Rust client.
+//!
+//! * [`frame`]: the RCP1 frame codec (docs/protocol.md, "Frames");
+//! * [`envelope`]: request envelopes in, response envelopes out;
+//! * [`op`]: the op table, every op's facts in one place;
+//! * [`codes`]: the error codes, with their retryability and what a failed request did.
+//!
+//! Nothing here touches a socket or a runtime: codecs are functions over byte slices, so the
+//! server, the clients, tests and fuzzers call them directly.
+
+pub mod codes;
+pub mod envelope;
+pub mod frame;
+pub mod op;
+
+pub use codes::{ErrorCode, Execution, Rejection};
+pub use envelope::{encode_error, encode_ok, parse_request, RequestEnvelope};
+pub use frame::{decode_frame, encode_frame, FrameError, HEADER_LEN, MAGIC};
+pub use op::{Effect, Facts, Follower, Need, Op, Role, Route, Scope};

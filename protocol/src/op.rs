@@ -1,0 +1,502 @@
+//! The op table: every operation and all its facts, stated in one place.
+//!
+//! Each row of `op_table!` below names one op and states every fact about it; the macro builds
+//! the `Op` enum and `Op::facts` (an exhaustive `match`) from the rows. A row that leaves out a
+//! fact does not match the macro and does not compile, and there is no other way to add an op:
+//!
+//! ```compile_fail
+//! use smdb_protocol::op::*;
+//! smdb_protocol::op_table! {
+//!     /// A new op whose author forgot to say whether a follower may serve it.
+//!     Frobnicate = "FROBNICATE" {
+//!         need: Need::Scope(Scope::Write), before_hello: false,
+//!         effect: Effect::Write, batch: false, route: Route::Instance,
+//!         fenced: true,
+//!         http: &[],
+//!     },
+//! }
+//! ```
+//!
+//! Every layer asks this table: authorization (`need`), the follower gate and the shard's own
+//! check (`effect`, `follower`), BATCH (`batch`), the session's dispatch (`route`), the
+//! primary's lease (`fenced`), metrics (`Op::ALL`, `Op::COUNT`) and the HTTP router (`http`).
+//! The member's role is a run-time input (`Facts::refused_on`): failover changes it without a
+//! restart.
+
+/// One permission a token may carry (docs/protocol.md, "Auth").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Read,
+    Write,
+    Admin,
+    Replicate,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 4] = [Scope::Read, Scope::Write, Scope::Admin, Scope::Replicate];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Write => "write",
+            Scope::Admin => "admin",
+            Scope::Replicate => "replicate",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+/// What a session needs to run an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Every session may run it (HELLO, PING, BYE, AUTH itself; the label-only pseudo-ops).
+    Nothing,
+    /// The session's token must carry this scope.
+    Scope(Scope),
+    /// An authenticated session, and the scope of each op inside (BATCH).
+    EachOpsScope,
+}
+
+/// What running an op does to the member's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Answered by the session; touches no shard.
+    Session,
+    /// Reads state; never appends to a log.
+    Read,
+    /// Decided on the primary and appended to a shard's log (replicas receive the entry).
+    Write,
+    /// Acts on the member or the cluster (replication, roles), not on a shard's state.
+    Control,
+    /// BATCH: each op inside has its own effect.
+    EachOp,
+}
+
+/// Where the server answers an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The connection's session, on the front.
+    Session,
+    /// The shard that owns the instance the params name (`instance_id`, else `id`).
+    Instance,
+    /// The shard that decides machine definitions (shard 0).
+    Definitions,
+    /// Every shard, results merged on the front.
+    AllShards,
+    /// The front's subscription table (and the shards it watches).
+    Subscriptions,
+    /// The control executor (replication, roles).
+    Control,
+    /// BATCH: one shard for an atomic batch, each op's own otherwise.
+    Batch,
+    /// A label only (metrics, logs): never a request.
+    Label,
+}
+
+/// Whether a member that is not the primary serves an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Follower {
+    /// Served on any member.
+    Serve,
+    /// Refused with `READ_ONLY_MODE` (naming the primary) or `NO_PRIMARY`.
+    Refuse,
+    /// BATCH: refused if any op inside is refused.
+    EachOp,
+}
+
+/// An HTTP method of the API (docs/http.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+    Put,
+    Delete,
+}
+
+impl Method {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Delete => "DELETE",
+        }
+    }
+}
+
+/// One HTTP path that runs an op; `{name}` segments are path parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpRoute {
+    pub method: Method,
+    pub path: &'static str,
+}
+
+/// `http!(Get, "/path")`: one `HttpRoute` (a struct literal, so rows stay constants).
+macro_rules! http {
+    ($method:ident, $path:literal) => {
+        HttpRoute {
+            method: Method::$method,
+            path: $path,
+        }
+    };
+}
+
+/// The role a member holds now, as the op table sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// No replication: accepts writes.
+    Standalone,
+    /// Accepts writes (and, with failover, holds a valid lease).
+    Primary,
+    /// Follows a primary (or waits for one): serves reads only.
+    Follower,
+}
+
+/// Everything the server needs to know about an op, stated once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// The wire name (the `op` field; the `op` label of metrics and logs).
+    pub name: &'static str,
+    /// Allowed before HELLO (a load balancer may probe with one PING).
+    pub before_hello: bool,
+    pub need: Need,
+    pub effect: Effect,
+    /// May appear inside a BATCH.
+    pub batch: bool,
+    pub route: Route,
+    pub follower: Follower,
+    /// Checked against the primary's lease before its entry is appended and when its reply
+    /// is released (a primary past its lease answers `NO_PRIMARY`).
+    pub fenced: bool,
+    /// The HTTP paths that run it (empty: RCP1 only).
+    pub http: &'static [HttpRoute],
+}
+
+impl Facts {
+    /// Whether a member in `role` refuses this op (BATCH: see `Follower::EachOp`, checked per
+    /// op by the caller).
+    pub const fn refused_on(&self, role: Role) -> bool {
+        matches!((self.follower, role), (Follower::Refuse, Role::Follower))
+    }
+
+    /// Appends to a log.
+    pub const fn writes(&self) -> bool {
+        matches!(self.effect, Effect::Write)
+    }
+}
+
+/// Builds `Op` and its facts from the table's rows (see the module docs). Exported only so the
+/// doc test above can show that a row without every fact does not compile.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! op_table {
+    ($( $(#[$doc:meta])* $variant:ident = $name:literal {
+        need: $need:expr, before_hello: $before_hello:expr,
+        effect: $effect:expr, batch: $batch:expr, route: $route:expr,
+        follower: $follower:expr, fenced: $fenced:expr,
+        http: $http:expr $(,)?
+    } ),* $(,)?) => {
+        /// Every operation the server knows, plus the label-only pseudo-ops `Frame` (errors
+        /// before a request could be read) and `Unknown` (an op name we do not serve, one label
+        /// value so clients cannot inflate label cardinality).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Op {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl Op {
+            /// All ops in declaration order (sizes per-op metric arrays).
+            pub const ALL: &'static [Op] = &[$(Op::$variant),*];
+
+            /// Everything about this op.
+            pub const fn facts(self) -> &'static Facts {
+                match self {
+                    $( Op::$variant => &Facts {
+                        name: $name,
+                        before_hello: $before_hello,
+                        need: $need,
+                        effect: $effect,
+                        batch: $batch,
+                        route: $route,
+                        follower: $follower,
+                        fenced: $fenced,
+                        http: $http,
+                    }, )*
+                }
+            }
+        }
+    };
+}
+
+op_table! {
+    /// Opens a session: protocol version, server facts.
+    Hello = "HELLO" {
+        need: Need::Nothing, before_hello: true,
+        effect: Effect::Session, batch: false, route: Route::Session,
+        follower: Follower::Serve, fenced: false,
+        http: &[],
+    },
+    Ping = "PING" {
+        need: Need::Nothing, before_hello: true,
+        effect: Effect::Session, batch: false, route: Route::Session,
+        follower: Follower::Serve, fenced: false,
+        http: &[],
+    },
+    /// Answered, then the server closes the connection.
+    Bye = "BYE" {
+        need: Need::Nothing, before_hello: true,
+        effect: Effect::Session, batch: false, route: Route::Session,
+        follower: Follower::Serve, fenced: false,
+        http: &[],
+    },
+    Info = "INFO" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Route::AllShards,
+        follower: Follower::Serve, fenced: false,
+        http: &[http!(Get, "/info")],
+    },
+    Auth = "AUTH" {
+        need: Need::Nothing, before_hello: false,
+        effect: Effect::Session, batch: false, route: Route::Session,
+        follower: Follower::Serve, fenced: false,
+        http: &[],
+    },
+    /// Decided on the definitions shard, installed on every shard.
+    PutMachine = "PUT_MACHINE" {
+        need: Need::Scope(Scope::Admin), before_hello: false,
+        effect: Effect::Write, batch: false, route: Route::AllShards,
+        follower: Follower::Refuse, fenced: true,
+        http: &[http!(Put, "/machines/{machine}/versions/{version}")],
+    },
+    GetMachine = "GET_MACHINE" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Route::Definitions,
+        follower: Follower::Serve, fenced: false,
+        http: &[
+            http!(Get, "/machines/{machine}"),
+            http!(Get, "/machines/{machine}/versions/{version}"),
+        ],
+    },
+    ListMachines = "LIST_MACHINES" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Route::Definitions,
+        follower: Follower::Serve, fenced: false,
+        http: &[http!(Get, "/machines")],
+    },
+    CreateInstance = "CREATE_INSTANCE" {
+        need: Need::Scope(Scope::Write), before_hello: false,
+        effect: Effect::Write, batch: true, route: Route::Instance,
+        follower: Follower::Refuse, fenced: true,
+        http: &[http!(Post, "/instances")],
+    },
+    GetInstance = "GET_INSTANCE" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: true, route: Route::Instance,
+        follower: Follower::Serve, fenced: false,
+        http: &[http!(Get, "/instances/{id}")],
+    },
+    ListInstances = "LIST_INSTANCES" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Route::AllShards,
+        follower: Follower::Serve, fenced: false,
+        http: &[http!(Get, "/instances")],
+    },
+    DeleteInstance = "DELETE_INSTANCE" {
+        need: Need::Scope(Scope::Write), before_hello: false,
+        effect: Effect::Write, batch: true, route: Route::Instance,
+        follower: Follower::Refuse, fenced: true,
+        http: &[http!(Delete, "/instances/{id}")],
+    },
+    ApplyEvent = "APPLY_EVENT" {
+        need: Need::Scope(Scope::Write), before_hello: false,
+        effect: Effect::Write, batch: true, route: Route::Instance,
+        follower: Follower::Refuse, fenced: true,
+        http: &[http!(Post, "/instances/{id}/events")],
+    },
+    GetHistory = "GET_HISTORY" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Route::Instance,
+        follower: Follower::Serve, fenced: false,
+        http: &[http!(Get, "/instances/{id}/events")],
+    },
+    /// Pushes one instance's events (HTTP: `GET /stream?instance=ID`).
+    WatchInstance = "WATCH_INSTANCE" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Route::Subscriptions,
+        follower: Follower::Serve, fenced: false,
+        http: &[http!(Get, "/stream")],
+    },
+    /// Pushes every matching event of every shard (HTTP: `GET /stream`).
+    WatchAll = "WATCH_ALL" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Route::Subscriptions,
+        follower: Follower::Serve, fenced: false,
+        http: &[http!(Get, "/stream")],
+    },
+    Unwatch = "UNWATCH" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Route::Subscriptions,
+        follower: Follower::Serve, fenced: false,
+        http: &[],
+    },
+    Batch = "BATCH" {
+        need: Need::EachOpsScope, before_hello: false,
+        effect: Effect::EachOp, batch: false, route: Route::Batch,
+        follower: Follower::EachOp, fenced: false,
+        http: &[http!(Post, "/batch")],
+    },
+    /// Turns the connection into a replication stream (only a primary serves one).
+    Replicate = "REPLICATE" {
+        need: Need::Scope(Scope::Replicate), before_hello: false,
+        effect: Effect::Control, batch: false, route: Route::Control,
+        follower: Follower::Refuse, fenced: false,
+        http: &[],
+    },
+    ReplicationStatus = "REPLICATION_STATUS" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Route::Control,
+        follower: Follower::Serve, fenced: false,
+        http: &[http!(Get, "/replication")],
+    },
+    /// Makes a replica the primary (a follower's op by nature).
+    Promote = "PROMOTE" {
+        need: Need::Scope(Scope::Admin), before_hello: false,
+        effect: Effect::Control, batch: false, route: Route::Control,
+        follower: Follower::Serve, fenced: false,
+        http: &[],
+    },
+    /// Label: an error before a request could be read.
+    Frame = "FRAME" {
+        need: Need::Nothing, before_hello: false,
+        effect: Effect::Session, batch: false, route: Route::Label,
+        follower: Follower::Serve, fenced: false,
+        http: &[],
+    },
+    /// Label: an op name this server does not serve.
+    Unknown = "UNKNOWN" {
+        need: Need::Nothing, before_hello: false,
+        effect: Effect::Session, batch: false, route: Route::Label,
+        follower: Follower::Serve, fenced: false,
+        http: &[],
+    },
+}
+
+impl Op {
+    /// Number of ops (metric array sizes).
+    pub const COUNT: usize = Op::ALL.len();
+
+    pub const fn as_str(self) -> &'static str {
+        self.facts().name
+    }
+
+    /// The op a request names, or `None` for a name we do not serve. The labels `FRAME` and
+    /// `UNKNOWN` never parse from a request.
+    pub fn parse(name: &str) -> Option<Op> {
+        Op::ALL
+            .iter()
+            .copied()
+            .find(|op| op.facts().route != Route::Label && op.as_str() == name)
+    }
+
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Allowed before HELLO.
+    pub const fn allowed_before_hello(self) -> bool {
+        self.facts().before_hello
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_index_matches() {
+        for (i, op) in Op::ALL.iter().enumerate() {
+            assert_eq!(op.index(), i);
+            if op.facts().route != Route::Label {
+                assert_eq!(Op::parse(op.as_str()), Some(*op));
+            }
+        }
+        assert_eq!(Op::parse("FRAME"), None);
+        assert_eq!(Op::parse("UNKNOWN"), None);
+        assert_eq!(Op::parse("ping"), None);
+    }
+
+    /// Every op's row, checked fact by fact against what docs/protocol.md says of it. A new op
+    /// fails here until its line is added, so its facts are read twice.
+    #[test]
+    fn every_op_has_the_facts_the_docs_give_it() {
+        type Row = (Op, Option<Scope>, Effect, bool, Route, Follower, bool);
+        let (read, write, admin) = (Some(Scope::Read), Some(Scope::Write), Some(Scope::Admin));
+        let (serve, refuse) = (Follower::Serve, Follower::Refuse);
+        #[rustfmt::skip]
+        let want: &[Row] = &[
+            (Op::Hello, None, Effect::Session, false, Route::Session, serve, true),
+            (Op::Ping, None, Effect::Session, false, Route::Session, serve, true),
+            (Op::Bye, None, Effect::Session, false, Route::Session, serve, true),
+            (Op::Info, read, Effect::Read, false, Route::AllShards, serve, false),
+            (Op::Auth, None, Effect::Session, false, Route::Session, serve, false),
+            (Op::PutMachine, admin, Effect::Write, false, Route::AllShards, refuse, false),
+            (Op::GetMachine, read, Effect::Read, false, Route::Definitions, serve, false),
+            (Op::ListMachines, read, Effect::Read, false, Route::Definitions, serve, false),
+            (Op::CreateInstance, write, Effect::Write, true, Route::Instance, refuse, false),
+            (Op::GetInstance, read, Effect::Read, true, Route::Instance, serve, false),
+            (Op::ListInstances, read, Effect::Read, false, Route::AllShards, serve, false),
+            (Op::DeleteInstance, write, Effect::Write, true, Route::Instance, refuse, false),
+            (Op::ApplyEvent, write, Effect::Write, true, Route::Instance, refuse, false),
+            (Op::GetHistory, read, Effect::Read, false, Route::Instance, serve, false),
+            (Op::WatchInstance, read, Effect::Read, false, Route::Subscriptions, serve, false),
+            (Op::WatchAll, read, Effect::Read, false, Route::Subscriptions, serve, false),
+            (Op::Unwatch, read, Effect::Read, false, Route::Subscriptions, serve, false),
+            (Op::Batch, None, Effect::EachOp, false, Route::Batch, Follower::EachOp, false),
+            (Op::Replicate, Some(Scope::Replicate), Effect::Control, false, Route::Control,
+                refuse, false),
+            (Op::ReplicationStatus, read, Effect::Read, false, Route::Control, serve, false),
+            (Op::Promote, admin, Effect::Control, false, Route::Control, serve, false),
+            (Op::Frame, None, Effect::Session, false, Route::Label, serve, false),
+            (Op::Unknown, None, Effect::Session, false, Route::Label, serve, false),
+        ];
+        assert_eq!(want.len(), Op::COUNT, "every op has a line above");
+        for &(op, scope, effect, batch, route, follower, before_hello) in want {
+            let f = op.facts();
+            let need = match (op, scope) {
+                (Op::Batch, _) => Need::EachOpsScope,
+                (_, Some(s)) => Need::Scope(s),
+                (_, None) => Need::Nothing,
+            };
+            assert_eq!(f.need, need, "{op:?} need");
+            assert_eq!(f.effect, effect, "{op:?} effect");
+            assert_eq!(f.batch, batch, "{op:?} batch");
+            assert_eq!(f.route, route, "{op:?} route");
+            assert_eq!(f.follower, follower, "{op:?} follower");
+            assert_eq!(f.before_hello, before_hello, "{op:?} before HELLO");
+            // Only writes are fenced by the lease, and every write is.
+            assert_eq!(f.fenced, f.writes(), "{op:?} fenced");
+            // A write is never served by a follower.
+            if f.writes() {
+                assert!(f.refused_on(Role::Follower), "{op:?}");
+            }
+            assert!(!f.refused_on(Role::Primary) && !f.refused_on(Role::Standalone));
+        }
+    }
+
+    #[test]
+    fn every_http_path_is_unique_per_method_but_the_stream() {
+        let mut seen = std::collections::BTreeMap::new();
+        for op in Op::ALL {
+            for r in op.facts().http {
+                assert!(r.path.starts_with('/'), "{op:?}");
+                if let Some(other) = seen.insert((r.method.as_str(), r.path), *op) {
+                    let stream = [Op::WatchAll, Op::WatchInstance];
+                    assert!(stream.contains(&other) && stream.contains(op), "{op:?}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! `smdb-format`: smdb's on-disk formats as plain codecs over bytes and `std::fs`, with no
+//! runtime: the shard's WAL (on glommio) and offline tools (backup, verify, restore) read and
+//! write the same files through them. docs/wal.md describes every layout.
+//!
+//! * [`limits`]: the sizes that define the layout;
+//! * [`record`]: one log record (`len | crc | offset | kind | payload`) and sync markers;
+//! * [`segment`]: segment file names, the header block, directory listings;
+//! * [`snapshot`]: snapshot file names and the header block.
+
+pub mod limits;
+pub mod record;
+pub mod segment;
+pub mod snapshot;
