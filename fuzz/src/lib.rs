@@ -12,12 +12,14 @@
 //! the code under test must never panic itself. The one other panic is a harness bug (the TLS
 //! body's own certificate or in-memory handshake failing), which says so.
 
+mod apply_event;
 mod auth;
 mod frame_decoder;
 mod proxy_header;
 mod request_parser;
 mod tls_frame_reader;
 
+pub use apply_event::apply_event_differential;
 pub use auth::{auth, AUTH_TOKEN};
 pub use frame_decoder::{frame_decoder, FRAME_PAYLOAD_MAX};
 pub use proxy_header::proxy_header;

@@ -6,17 +6,23 @@ use smdb::ops::{events, instances, machines, route};
 use smdb::protocol::parse_request;
 use smdb::subscriptions::params as watch;
 
+use crate::apply_event_differential;
+
 /// Shard count the subscription params are checked against (they name shards by index).
 const SHARDS: u32 = 4;
 
 /// Parses `data` as a request payload and gives its params to every op's parser, as the front
-/// and the shards would: each returns a value or a `BAD_REQUEST`, never panics.
+/// and the shards would: each returns a value or a `BAD_REQUEST`, never panics. The params, as
+/// the envelope checked them, also go through the APPLY_EVENT differential.
 pub fn request_parser(data: &[u8]) {
     let Ok(req) = parse_request(data) else {
         return;
     };
     let params = req.params.map(|p| p.get().as_bytes());
     params_of_every_op(params);
+    if let Some(raw) = params {
+        apply_event_differential(raw);
+    }
 }
 
 fn params_of_every_op(params: Option<&[u8]>) {

@@ -323,3 +323,208 @@ proptest! {
         smdb_fuzz::tls_frame_reader(&data);
     }
 }
+
+/// APPLY_EVENT member names: the six, one escaped into a known name, and an unknown one.
+fn apply_key() -> impl Strategy<Value = &'static str> {
+    prop_oneof![
+        4 => Just(r#""instance_id""#),
+        4 => Just(r#""event""#),
+        3 => Just(r#""payload""#),
+        1 => Just(r#""expected_state""#),
+        1 => Just(r#""expected_wal_offset""#),
+        1 => Just(r#""idempotency_key""#),
+        1 => Just(r#""instance\u005fid""#),
+        1 => Just(r#""extra""#),
+    ]
+}
+
+/// Values the scan takes as they are (when in the right member).
+const CLEAN_VALUES: &[&str] = &[
+    r#""a""#,
+    r#""b-2""#,
+    r#""{t}:1""#,
+    "\"\u{e9}\"",
+    "null",
+    "0",
+    "7",
+    r#"{"p":"x"}"#,
+    r#"{"a":1,"b":"x","c":true}"#,
+    "{}",
+    r#"{"p":-3,"q":null}"#,
+];
+
+/// Values each reading treats its own way: escapes, raw control and non-ASCII characters,
+/// every spelling of a number, and payloads compact or not (unsorted, duplicate or escaped
+/// names, nesting, floats, `-0`, integers past 18 digits or past u64).
+const APPLY_VALUES: &[&str] = &[
+    r#""a""#,
+    r#""{t}:1""#,
+    r#""x\"y""#,
+    r#""\u0061""#,
+    r#""a\/b""#,
+    "\"\u{e9}\"",
+    r#""\u00e9""#,
+    "\"c\u{1}\"",
+    "\"t\tb\"",
+    "\"\u{2028}\"",
+    "\"\u{7f}\"",
+    r#""""#,
+    "null",
+    "true",
+    "0",
+    "7",
+    "-0",
+    "-1",
+    "1.5",
+    "1.0",
+    "07",
+    "1e2",
+    "1E2",
+    "0e0",
+    "18446744073709551615",
+    "18446744073709551616",
+    "123456789012345678",
+    "1234567890123456789",
+    "[1]",
+    "{}",
+    r#"{"p":"x","q":-3}"#,
+    r#"{"b":1,"a":2}"#,
+    r#"{"a":1,"a":2}"#,
+    r#"{ "p" : 1 }"#,
+    r#"{"p":{"z":1}}"#,
+    r#"{"p":[]}"#,
+    r#"{"p":-0}"#,
+    r#"{"p":1.0}"#,
+    r#"{"p":1e2}"#,
+    r#"{"p":"\u00e9"}"#,
+    "{\"p\":\"\u{e9}\"}",
+    "{\"\u{e9}\":1,\"e\":2}",
+    r#"{"p":"a\/b"}"#,
+    r#"{"p":123456789012345678}"#,
+    r#"{"p":-123456789012345678}"#,
+    r#"{"p":1234567890123456789}"#,
+    r#"{"p":18446744073709551616}"#,
+    r#"{"p":true,"q":false,"r":null}"#,
+    r#"{"":1}"#,
+    r#"{"a":1,"":2}"#,
+    r#"{"a":1,"aa":2}"#,
+    r#"{"A":1,"a":2}"#,
+    r#"{"p\u0071":1}"#,
+    "{\"p\":\"\u{0}\"}",
+    r#"{"p":"\u0000"}"#,
+    r#"{"p":"\ud83d\ude00"}"#,
+    "{\"p\":\"\u{1f600}\"}",
+    "{\"p\":1}\u{a0}",
+    r#"{"p":01}"#,
+    r#"{"p":tru}"#,
+    r#"{"p":nul}"#,
+];
+
+/// A value of a member: one of `CLEAN_VALUES` or `APPLY_VALUES`, any JSON value as serde
+/// writes it, or a string of any bytes (alone or as a payload member).
+fn apply_value() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        6 => select(CLEAN_VALUES).prop_map(|v| v.as_bytes().to_vec()),
+        6 => select(APPLY_VALUES).prop_map(|v| v.as_bytes().to_vec()),
+        2 => value().prop_map(|v| v.to_string().into_bytes()),
+        1 => bytes(6).prop_map(|b| [&b"\""[..], &b, b"\""].concat()),
+        1 => bytes(6).prop_map(|b| [&b"{\"p\":\""[..], &b, b"\"}"].concat()),
+    ]
+}
+
+/// JSON's own whitespace.
+const JSON_GAPS: &[&[u8]] = &[b" ", b"\n", b"\t", b"\r\n  "];
+/// Bytes JSON does not allow between tokens: form feed, a no-break space, NUL.
+const BAD_GAPS: &[&[u8]] = &[b"\x0c", b"\xc2\xa0", b"\x00"];
+
+/// Whitespace between tokens: none, JSON's own, or bytes JSON does not allow there.
+fn gap() -> impl Strategy<Value = &'static [u8]> {
+    prop_oneof![
+        16 => Just(&b""[..]),
+        4 => select(JSON_GAPS),
+        1 => select(BAD_GAPS),
+    ]
+}
+
+/// APPLY_EVENT params: usually `instance_id` and `event` first, then members in any order,
+/// maybe repeated, with a gap around every token.
+fn apply_params() -> impl Strategy<Value = Vec<u8>> {
+    let member = (apply_key(), apply_value(), gap(), gap());
+    (prop::collection::vec(member, 0..4), any::<bool>(), gap()).prop_map(
+        |(members, usual, outer)| {
+            let mut out = [outer, b"{"].concat();
+            if usual {
+                out.extend_from_slice(br#""instance_id":"order-1","event":"go""#);
+            }
+            for (i, (k, v, before, after)) in members.iter().enumerate() {
+                if usual || i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(&[*before, k.as_bytes(), b":", *after, v].concat());
+            }
+            out.extend_from_slice(&[b"}", outer].concat());
+            out
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(cases(16384))]
+
+    #[test]
+    fn apply_event_differential_on_arbitrary_bytes(data in bytes(128)) {
+        smdb_fuzz::apply_event_differential(&data);
+    }
+
+    #[test]
+    fn apply_event_differential_on_params(data in apply_params()) {
+        smdb_fuzz::apply_event_differential(&data);
+    }
+
+    #[test]
+    fn apply_event_differential_on_bent_params(data in bent(apply_params())) {
+        smdb_fuzz::apply_event_differential(&data);
+    }
+}
+
+/// The generated params reach both readings: the scan answers for a good share of them, and
+/// serde alone for another (else the differential would compare serde with itself).
+#[test]
+fn generated_params_reach_the_scan_and_serde_both() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let total = 2000;
+    let scanned = (0..total)
+        .filter(|_| {
+            let tree = apply_params().new_tree(&mut runner);
+            let data = tree.map(|t| t.current()).unwrap_or_default();
+            smdb::ops::events::scanned_event(&data).is_some()
+        })
+        .count();
+    assert!(
+        scanned > total / 10 && scanned < total * 9 / 10,
+        "{scanned} of {total} scanned"
+    );
+}
+
+/// Every value of `CLEAN_VALUES` and `APPLY_VALUES` in every member, after the usual two and in their place.
+#[test]
+fn every_tricky_value_in_every_member_reads_alike() {
+    let keys = [
+        "instance_id",
+        "event",
+        "payload",
+        "expected_state",
+        "expected_wal_offset",
+        "idempotency_key",
+        "extra",
+    ];
+    for key in keys {
+        for value in CLEAN_VALUES.iter().chain(APPLY_VALUES) {
+            let after = format!(r#"{{"instance_id":"a","event":"go","{key}":{value}}}"#);
+            smdb_fuzz::apply_event_differential(after.as_bytes());
+            let alone = format!(r#"{{"{key}":{value},"event":"go"}}"#);
+            smdb_fuzz::apply_event_differential(alone.as_bytes());
+        }
+    }
+}
