@@ -446,9 +446,16 @@ fn gap() -> impl Strategy<Value = &'static [u8]> {
     ]
 }
 
-/// APPLY_EVENT params: usually `instance_id` and `event` first, then members in any order,
-/// maybe repeated, with a gap around every token.
+/// APPLY_EVENT params: usually an object, `instance_id` and `event` first, then members in
+/// any order, maybe repeated, with a gap around every token; now and then an array of values
+/// (which serde reads into a struct by position).
 fn apply_params() -> impl Strategy<Value = Vec<u8>> {
+    let array = prop::collection::vec(apply_value(), 0..4)
+        .prop_map(|values| [&b"["[..], &values.join(&b","[..]), b"]"].concat());
+    prop_oneof![9 => apply_object(), 1 => array]
+}
+
+fn apply_object() -> impl Strategy<Value = Vec<u8>> {
     let member = (apply_key(), apply_value(), gap(), gap());
     (prop::collection::vec(member, 0..4), any::<bool>(), gap()).prop_map(
         |(members, usual, outer)| {
@@ -526,5 +533,27 @@ fn every_tricky_value_in_every_member_reads_alike() {
             let alone = format!(r#"{{"{key}":{value},"event":"go"}}"#);
             smdb_fuzz::apply_event_differential(alone.as_bytes());
         }
+    }
+}
+
+/// What libFuzzer found (fuzz/README.md): APPLY_EVENT params that are an array, which serde
+/// read into a command by position (`["x","go"]`: instance `x`, event `go`) while the routing
+/// id read them as `{id, instance_id}` and routed by `go`. A BATCH op's params reached both
+/// unchecked; now params that are not an object are refused (`ops::params::check_object`).
+#[test]
+fn libfuzzer_findings_stay_fixed() {
+    let found: [&[u8]; 4] = [
+        b"\r\r\r\r\r[\"[#\" \n,\"[\"]",
+        b"\r\r\r\r\r[\"{\" \n,\"[\"]",
+        b"\r\r\r\r\r[\"1\" \n,\"[\"]",
+        br#"["x","go"]"#,
+    ];
+    for data in found {
+        smdb_fuzz::apply_event_differential(data);
+        let params = String::from_utf8_lossy(data);
+        let request = format!(
+            r#"{{"type":"request","id":1,"op":"BATCH","params":{{"mode":"atomic","ops":[{{"op":"APPLY_EVENT","params":{params}}}]}}}}"#
+        );
+        smdb_fuzz::request_parser(request.as_bytes());
     }
 }
