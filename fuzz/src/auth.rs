@@ -3,6 +3,8 @@
 
 use std::sync::OnceLock;
 
+use serde::Deserialize;
+use serde_json::Value;
 use smdb::auth::table::{hex, sha256};
 use smdb::auth::{required_scope, AuthOutcome, SessionAuth, Table};
 use smdb::config::Config;
@@ -26,14 +28,22 @@ fn table() -> &'static Table {
     })
 }
 
-/// Whether `params` name the bearer method and the token. Read from the text with bytes that
-/// are not UTF-8 replaced: serde skips members AUTH does not know without checking their
-/// UTF-8, so such bytes there leave the token valid (and the server's AUTH params are UTF-8
-/// anyway: the envelope parse checks them).
+/// The two members of AUTH params that decide a grant, read leniently: other members are
+/// skipped unread, as the server skips them (serde checks neither their UTF-8 nor their
+/// numbers' range there, so such bytes in them cannot be what made a grant wrong).
+#[derive(Deserialize)]
+struct Claimed {
+    #[serde(default)]
+    method: Option<Value>,
+    #[serde(default)]
+    token: Option<Value>,
+}
+
+/// Whether `params` name the bearer method and the token (escaped or not).
 fn holds_the_token(params: &[u8]) -> bool {
-    serde_json::from_str::<serde_json::Value>(&String::from_utf8_lossy(params))
-        .map(|v| v["method"] == "bearer" && v["token"] == AUTH_TOKEN)
-        .unwrap_or(false)
+    serde_json::from_slice::<Claimed>(params).is_ok_and(|c| {
+        c.method.is_some_and(|m| m == "bearer") && c.token.is_some_and(|t| t == AUTH_TOKEN)
+    })
 }
 
 fn authenticate(session: &mut SessionAuth, params: &[u8]) {
