@@ -358,6 +358,32 @@ fn bad_batches_are_bad_requests() {
     c.call("PING", json!({})).unwrap();
 }
 
+/// An op's params are exactly what it takes alone (docs/protocol.md, BATCH): params that are
+/// not an object get the `BAD_REQUEST` the op gets alone. serde once read `["a","cancel"]`
+/// into APPLY_EVENT by position and cancelled `a` (routing it by `cancel`).
+#[test]
+fn an_op_whose_params_are_not_an_object_gets_the_bad_request_it_gets_alone() {
+    let (s, _d) = Server::start("");
+    let mut c = s.client();
+    put_order_machine(&mut c);
+    c.call("CREATE_INSTANCE", create("a", 1)["params"].clone())
+        .unwrap();
+    let op = json!({"op": "APPLY_EVENT", "params": ["a", "cancel"]});
+    let r = batch(&mut c, "best_effort", json!([op])).unwrap();
+    let error = &r["results"][0]["error"];
+    assert_eq!(error["code"], "BAD_REQUEST", "{r}");
+    assert_eq!(error["message"], "field `params` must be an object", "{r}");
+    let (code, d) = details(batch(&mut c, "atomic", json!([op])));
+    assert_eq!((code.as_str(), &d["index"]), ("BATCH_ABORTED", &json!(0)));
+    assert_eq!(d["error"]["code"], "BAD_REQUEST", "{d}");
+    assert_eq!(
+        err_code(c.call("APPLY_EVENT", json!(["a", "cancel"]))),
+        "BAD_REQUEST"
+    );
+    let a = c.call("GET_INSTANCE", json!({"id": "a"})).unwrap();
+    assert_eq!(a["state"], "new", "{a}");
+}
+
 const TAGS: usize = 4;
 const MEMBERS: usize = 4;
 

@@ -1,7 +1,8 @@
-//! tuning/haproxy.cfg against the real HAProxy, when it is installed (`.ci/run` installs it;
-//! without it each test prints that it skipped): the file is valid, and a rolling drain behind
-//! it loses no request: two smdb servers with PROXY v2, client load through HAProxy, one server
-//! drained by SIGTERM. tuning/lb-check.sh runs the same check by hand.
+//! tuning/haproxy.cfg against the real HAProxy (Debian package `haproxy`, which `.ci/test`
+//! installs; without it each test fails with the install line): the file is valid, and a
+//! rolling drain behind it loses no request: two smdb servers with PROXY v2, client load
+//! through HAProxy, one server drained by SIGTERM. tuning/lb-check.sh runs the same check by
+//! hand.
 
 mod common;
 
@@ -15,26 +16,13 @@ use common::*;
 use serde_json::json;
 use smdb_client::{Client, ConnectOptions, RetryPolicy};
 
-fn haproxy() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
-            .map(|d| d.join("haproxy"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        eprintln!("SKIPPED: haproxy is not installed (apt-get install haproxy; .ci/run does)");
-    }
-    found
-}
-
 fn config_file() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tuning/haproxy.cfg")
 }
 
 #[test]
 fn haproxy_accepts_the_tuning_config() {
-    let Some(bin) = haproxy() else { return };
+    let bin = tools::haproxy();
     let out = Command::new(bin)
         .arg("-c")
         .arg("-f")
@@ -89,7 +77,7 @@ fn free_addr() -> String {
 
 #[test]
 fn a_drained_server_behind_haproxy_costs_clients_no_request() {
-    let Some(bin) = haproxy() else { return };
+    let bin = tools::haproxy();
     let (mut s1, _d1) = Server::start_with_env(SERVER, &[("RUST_LOG", "")]);
     let (s2, _d2) = Server::start_with_env(SERVER, &[("RUST_LOG", "")]);
     for s in [&s1, &s2] {

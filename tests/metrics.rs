@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::scrape::*;
+use common::tools::promtool;
 use common::*;
 use serde_json::{json, Value};
 

@@ -374,6 +374,32 @@ mod tests {
         assert_eq!(b.ops.params(items[2]), None);
     }
 
+    /// An op's params that are not an object get the `BAD_REQUEST` they get alone, from its
+    /// routing and from its parse alike. serde reads an array into a struct by position, so
+    /// `["x","go"]` once routed by `go` (as `{id, instance_id}`) and applied `go` to `x`.
+    #[test]
+    fn an_op_whose_params_are_not_an_object_is_refused_as_alone() {
+        for mode in ["atomic", "best_effort"] {
+            let b = parsed(json!({"mode": mode, "ops": [
+                {"op": "APPLY_EVENT", "params": ["x", "go"]},
+                {"op": "GET_INSTANCE", "params": ["x"]},
+                {"op": "CREATE_INSTANCE", "params": "x"},
+            ]}))
+            .unwrap();
+            for item in b.ops.iter() {
+                let route = b.ops.route_key(item).unwrap_err();
+                let op = engine_op(&b.ops, item).unwrap_err();
+                assert_eq!(
+                    (route.code, op.code),
+                    (ErrorCode::BadRequest, ErrorCode::BadRequest)
+                );
+                assert_eq!(op.message, "field `params` must be an object");
+                let alone = route_key(b.ops.params(item)).unwrap_err();
+                assert_eq!(alone.message, route.message);
+            }
+        }
+    }
+
     #[test]
     fn bad_batches_are_bad_requests() {
         let code = |v| parsed(v).unwrap_err();

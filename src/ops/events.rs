@@ -54,7 +54,11 @@ const MEMBERS: [&[u8]; 6] = [
 /// payload text is already compact (what `JsonText::from_map` would write) and whose offset is
 /// a plain integer (a `null` reads as absent), with a valid id. None for anything else;
 /// `apply_command` then reads it.
-fn scanned_event(raw: &[u8]) -> Option<EventCommand<'_>> {
+///
+/// Public (and hidden) only for the fuzz crate's differential target
+/// (fuzz/src/apply_event.rs), which checks this reading against `apply_command`'s.
+#[doc(hidden)]
+pub fn scanned_event(raw: &[u8]) -> Option<EventCommand<'_>> {
     let mut s = Scanner::new(raw);
     let cmd = scan_event(&mut s)?;
     s.at_end().then_some(cmd)

@@ -12,15 +12,18 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use shards::{ErrorCode, Rejection};
 
+use super::params::check_object;
 use super::scan::Scanner;
 
 /// The routing id from raw params (absent means `{}`): `instance_id` first, then `id`.
-/// `BAD_REQUEST` when neither is there or the params do not parse.
+/// `BAD_REQUEST` when neither is there, the params are not an object (`check_object`) or they
+/// do not parse.
 pub fn route_key(raw: Option<&[u8]>) -> Result<Cow<'_, str>, Rejection> {
     let raw = raw.unwrap_or(b"{}");
     if let Some(id) = scan(raw) {
         return Ok(Cow::Borrowed(id));
     }
+    check_object(raw)?;
     let key: RouteKey<'_> = serde_json::from_slice(raw)
         .map_err(|e| Rejection::new(ErrorCode::BadRequest, format!("invalid params: {e}")))?;
     key.instance_id

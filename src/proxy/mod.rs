@@ -1,7 +1,7 @@
 //! PROXY protocol (HAProxy's spec, v1 text and v2 binary): the header a TCP load balancer puts
 //! at the start of a connection to name the client it accepted (CONTRACT §11).
 //!
-//! `parse` is pure (fuzzed: fuzz/fuzz_targets/proxy_header.rs); `read_header` reads exactly the
+//! `parse` is pure (fuzzed: fuzz/src/proxy_header.rs); `read_header` reads exactly the
 //! header's bytes from a stream, never more, so whatever follows (TLS, frames) is untouched.
 //!
 //! A small parser rather than the `ppp` crate: the reader has to know the header's length

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod scrape;
+pub mod tools;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

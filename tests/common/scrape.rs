@@ -1,10 +1,9 @@
-//! Test helpers for the metrics listener: a tiny blocking HTTP client, a parser for the
-//! Prometheus text exposition, and promtool.
+//! Test helpers for the metrics listener: a tiny blocking HTTP client and a parser for the
+//! Prometheus text exposition (promtool itself: `tools::promtool`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use super::Server;
@@ -177,19 +176,4 @@ fn parse_sample(line: &str) -> (String, Labels, f64) {
             .unwrap_or_else(|_| panic!("bad value in {line:?}")),
     };
     (name, labels, value)
-}
-
-/// promtool (Debian package `prometheus`); the tests fail without it, saying how to get it.
-pub fn promtool() -> PathBuf {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("promtool"))
-            .find(|p| p.is_file())
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "promtool not found on PATH: install the `prometheus` package \
-             (apt-get update && apt-get install -y prometheus); .ci/run does this"
-        )
-    })
 }
