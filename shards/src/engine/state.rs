@@ -56,6 +56,10 @@ pub struct Engine {
     pub(super) timers_armed: u64,
     /// Replication epochs: `(epoch, offset of its epoch entry)`, ascending (`engine::epochs`).
     pub(super) epochs: Vec<(u64, u64)>,
+    /// The snapshot walk running, if any (`engine::snapshot::walk`).
+    pub(super) walk: Option<Box<super::snapshot::Walk>>,
+    /// Walks begun: the id of the last one.
+    pub(super) walks: u64,
 }
 
 impl Engine {

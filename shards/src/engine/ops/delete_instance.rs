@@ -32,6 +32,7 @@ impl Engine {
         let Entry::Delete { id, .. } = entry else {
             return None; // `Engine::apply` routes only Delete entries here.
         };
+        self.before_change(&id);
         let Some(record) = self.instances.remove(id.as_str()) else {
             log::warn!("skipping delete of unknown instance `{id}` at offset {offset}");
             return None;
