@@ -25,6 +25,19 @@ pub struct ShardStats {
     /// Sync replication: write replies that became `SYNC_TIMEOUT` (0 unless sync mode).
     pub sync_timeouts: u64,
     pub log: LogStats,
+    /// Snapshots taken by this process (`shard/snapshot.rs`).
+    pub snapshots: SnapshotFigures,
+}
+
+/// A shard's snapshot figures.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotFigures {
+    /// Snapshots completed.
+    pub total: u64,
+    /// Seconds per snapshot, from the walk's start to the file in place.
+    pub duration: HistogramSnapshot,
+    /// Payload bytes of the last snapshot completed (0: none yet).
+    pub last_bytes: u64,
 }
 
 /// One shard's log figures (from `shards::wal::WalStats`).

@@ -57,7 +57,10 @@ impl Context {
     /// A context of `members`, which must be in strictly ascending name order (as `iter`
     /// gives them): a snapshot's members, checked instead of sorted.
     pub(crate) fn from_sorted(members: Vec<(SmallStr, Value)>) -> Result<Context, String> {
-        if members.windows(2).any(|w| w[0].0.as_str() >= w[1].0.as_str()) {
+        if members
+            .windows(2)
+            .any(|w| w[0].0.as_str() >= w[1].0.as_str())
+        {
             return Err("context members are not in ascending name order".into());
         }
         Ok(Context(members.into_boxed_slice()))

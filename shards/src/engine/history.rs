@@ -298,7 +298,10 @@ impl History {
             at += HEADER + h.text_len();
         }
         if at != bytes.len() {
-            return Err(format!("{} bytes after the last history item", bytes.len() - at));
+            return Err(format!(
+                "{} bytes after the last history item",
+                bytes.len() - at
+            ));
         }
         Ok(History {
             ring: bytes.into(),

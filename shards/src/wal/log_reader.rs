@@ -26,8 +26,8 @@ use super::files::{self, align_down};
 use super::handle::LogHandle;
 use super::limits::{BLOCK_BYTES, INDEX_STRIDE_BYTES, READ_CHUNK_BYTES, SEGMENT_HEADER_BYTES};
 use super::record::{self, Decoded, KIND_ENTRY};
-use super::segment::list_segments;
 use super::scan::ReadSize;
+use super::segment::list_segments;
 use super::snapshot::{self, Opened, SnapshotFile, SnapshotStream};
 
 /// Segment files a reader keeps open at most; the oldest open one is closed for a new one.

@@ -41,7 +41,9 @@ pub use config::{FsyncPolicy, WalConfig};
 pub use error::WalError;
 pub use handle::LogHandle;
 pub use log_reader::LogReader;
-pub use snapshot::{SnapshotHeader, SnapshotStream};
+pub use snapshot::{
+    SnapshotHeader, SnapshotStream, SNAPSHOT_VERSION, SNAPSHOT_VERSIONS_READ, SNAPSHOT_VERSION_JSON,
+};
 pub use snapshot_writer::SnapshotWriter;
 pub use stats::{Histogram, WalStats, BATCH_BOUNDS_ENTRIES, DURATION_BOUNDS_SECONDS};
 

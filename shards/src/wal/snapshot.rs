@@ -119,7 +119,10 @@ async fn check_header(
     Ok(if h.shard != shard {
         Err(format!("belongs to shard {}, not {shard}", h.shard))
     } else if h.offset != offset {
-        Err(format!("header says offset {}, name says {offset}", h.offset))
+        Err(format!(
+            "header says offset {}, name says {offset}",
+            h.offset
+        ))
     } else if size < SNAPSHOT_HEADER_BYTES + h.payload_len {
         Err(format!(
             "truncated: {size} bytes for a {} byte payload",

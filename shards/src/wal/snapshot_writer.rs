@@ -63,6 +63,11 @@ impl SnapshotWriter {
         self.len() == 0
     }
 
+    /// CRC32C of the payload written so far.
+    pub fn crc(&self) -> u32 {
+        self.header.payload_crc
+    }
+
     pub(crate) fn tmp_path(&self) -> &Path {
         &self.tmp
     }

@@ -94,7 +94,10 @@ impl Items {
         let repeats = matches!(tag, TAG_MACHINE | TAG_INSTANCE);
         if tag < self.last || (tag == self.last && !repeats) || (self.last == 0 && tag != TAG_META)
         {
-            return Err(format!("snapshot item {tag} out of order (after {})", self.last));
+            return Err(format!(
+                "snapshot item {tag} out of order (after {})",
+                self.last
+            ));
         }
         self.last = tag;
         let mut c = Cursor::new(body);
@@ -104,7 +107,9 @@ impl Items {
                 let meta = Meta::read(&mut c)?;
                 // The count is read before the payload's CRC is checked: reserve no more than
                 // the payload can hold.
-                let room = meta.instances.min(self.payload_len / MIN_INSTANCE_ITEM_BYTES);
+                let room = meta
+                    .instances
+                    .min(self.payload_len / MIN_INSTANCE_ITEM_BYTES);
                 e.instances = InstanceMap::with_capacity(usize::try_from(room).unwrap_or(0));
                 self.meta = Some(meta);
             }
@@ -135,11 +140,17 @@ impl Items {
             ("instances", meta.instances, self.instances),
             ("machines", meta.machines, self.machines),
             ("names", meta.names, self.engine.names.len() as u64),
-            ("instances (end item)", self.end.unwrap_or(u64::MAX), self.instances),
+            (
+                "instances (end item)",
+                self.end.unwrap_or(u64::MAX),
+                self.instances,
+            ),
         ];
         for (what, said, found) in counts {
             if said != found {
-                return Err(format!("the snapshot announces {said} {what} and holds {found}"));
+                return Err(format!(
+                    "the snapshot announces {said} {what} and holds {found}"
+                ));
             }
         }
         Ok(self.engine)

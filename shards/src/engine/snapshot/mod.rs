@@ -15,8 +15,8 @@ mod value;
 mod walk;
 
 pub use load::SnapshotLoader;
-pub use walk::{SliceBudget, WalkProgress};
 pub(crate) use walk::Walk;
+pub use walk::{SliceBudget, WalkProgress};
 
 use smdb_format::snapshot::SNAPSHOT_VERSION_ITEMS;
 

@@ -32,7 +32,12 @@ pub(crate) fn put_record(out: &mut Vec<u8>, r: &InstanceRecord, names: &Interner
     put_name(out, &i.machine, names);
     put_uint(out, u64::from(i.version));
     put_name(out, &i.state, names);
-    for n in [i.created_at_ms, i.updated_at_ms, i.event_count, i.wal_offset] {
+    for n in [
+        i.created_at_ms,
+        i.updated_at_ms,
+        i.event_count,
+        i.wal_offset,
+    ] {
         put_uint(out, n);
     }
     put_uint(out, r.entered_at_ms);
@@ -68,8 +73,8 @@ fn put_history(out: &mut Vec<u8>, history: Option<&History>) {
 fn put_keys(out: &mut Vec<u8>, keys: Option<&Keys>) {
     let created = keys.and_then(|k| k.created.as_ref());
     let events = keys.map(|k| &k.events).filter(|e| e.len() > 0);
-    let flags = u64::from(created.is_some()) * KEYS_CREATED
-        + u64::from(events.is_some()) * KEYS_EVENTS;
+    let flags =
+        u64::from(created.is_some()) * KEYS_CREATED + u64::from(events.is_some()) * KEYS_EVENTS;
     put_uint(out, flags);
     if let Some(c) = created {
         put_str(out, &c.key);

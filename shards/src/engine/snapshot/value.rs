@@ -137,14 +137,19 @@ mod tests {
         assert_eq!(back, v);
         assert_eq!(back["min"].as_i64(), Some(i64::MIN));
         assert!(back["pi"].is_f64() && back["big"].is_u64() && back["neg"].is_i64());
-        assert_eq!(serde_json::to_string(&back).unwrap(), serde_json::to_string(&v).unwrap());
+        assert_eq!(
+            serde_json::to_string(&back).unwrap(),
+            serde_json::to_string(&v).unwrap()
+        );
     }
 
     #[test]
     fn damage_is_refused_not_followed() {
         let mut deep = vec![ARRAY, 1].repeat(DEPTH_MAX + 2);
         deep.push(NULL);
-        assert!(value(&mut Cursor::new(&deep)).unwrap_err().contains("deeper"));
+        assert!(value(&mut Cursor::new(&deep))
+            .unwrap_err()
+            .contains("deeper"));
         assert!(value(&mut Cursor::new(&[9])).unwrap_err().contains("tag 9"));
         let mut huge = vec![ARRAY];
         put_uint(&mut huge, u64::MAX >> 1);

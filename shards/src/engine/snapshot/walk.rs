@@ -115,7 +115,9 @@ impl Walk {
         if self.scratch.len() > SNAPSHOT_ITEM_BYTES_MAX {
             let id = &r.instance.id;
             let n = self.scratch.len();
-            self.abandon(format!("instance `{id}` takes {n} bytes, over the item limit"));
+            self.abandon(format!(
+                "instance `{id}` takes {n} bytes, over the item limit"
+            ));
             return;
         }
         put_item(&mut self.out, TAG_INSTANCE, &self.scratch);
@@ -156,7 +158,9 @@ impl Walk {
     fn finish(&mut self) {
         if self.written != self.expected {
             let (w, e) = (self.written, self.expected);
-            self.abandon(format!("the walk wrote {w} of the {e} instances at its offset"));
+            self.abandon(format!(
+                "the walk wrote {w} of the {e} instances at its offset"
+            ));
             log::error!("snapshot walk: {w} of {e} instances written: a defect, not kept");
             return;
         }
@@ -222,7 +226,12 @@ impl Engine {
 
     /// One slice of walk `id`: visits buckets within `budget` unless `pending_soft` bytes or
     /// more already wait to be taken. Returns where the walk stands.
-    pub fn snapshot_step(&mut self, id: u64, budget: SliceBudget, pending_soft: usize) -> WalkProgress {
+    pub fn snapshot_step(
+        &mut self,
+        id: u64,
+        budget: SliceBudget,
+        pending_soft: usize,
+    ) -> WalkProgress {
         let Some(walk) = self.walk.as_deref_mut().filter(|w| w.id == id) else {
             return WalkProgress::Gone;
         };

@@ -205,8 +205,15 @@ fn a_walk_over_the_pending_limit_is_abandoned_and_writes_go_on() {
         }
     }
     let (k, why) = abandoned.expect("the walk gave up");
-    assert!(k < 50 && why.contains("over the limit of 600"), "{k}: {why}");
-    assert_eq!(run.shard.engine.snapshot_pending(), 0, "its bytes are freed");
+    assert!(
+        k < 50 && why.contains("over the limit of 600"),
+        "{k}: {why}"
+    );
+    assert_eq!(
+        run.shard.engine.snapshot_pending(),
+        0,
+        "its bytes are freed"
+    );
     run.shard.engine.snapshot_end();
     assert_eq!(run.shard.engine.snapshot_walking(), None);
     // A fresh walk of the same engine completes.
@@ -224,15 +231,25 @@ fn the_table_grows_under_a_walk_and_takes_the_new_instances_back_at_its_end() {
     let walk = run.shard.engine.snapshot_begin(offset, usize::MAX);
     let buckets = run.shard.engine.instances.buckets();
     run.write(&Write::Grow(500));
-    assert_eq!(run.shard.engine.instances.buckets(), buckets, "the layout held");
+    assert_eq!(
+        run.shard.engine.instances.buckets(),
+        buckets,
+        "the layout held"
+    );
     assert_eq!(run.shard.engine.instance_count(), 503);
-    assert!(run.shard.engine.instance("g400").is_some(), "found in the overflow");
+    assert!(
+        run.shard.engine.instance("g400").is_some(),
+        "found in the overflow"
+    );
     run.shard.ok(delete("g450"));
     let mut payload = Vec::new();
     while let WalkProgress::Walking = run.shard.engine.snapshot_step(walk, slice(1), usize::MAX) {}
     run.shard.engine.snapshot_take(walk, &mut payload);
     run.shard.engine.snapshot_end();
-    assert!(run.shard.engine.instances.buckets() > buckets, "grown at the end");
+    assert!(
+        run.shard.engine.instances.buckets() > buckets,
+        "grown at the end"
+    );
     assert_eq!(run.shard.engine.instance_count(), 502);
     assert!(run.shard.engine.instance("g400").is_some());
     assert_eq!(load(&payload, 7).unwrap().snapshot(), before);
@@ -259,13 +276,18 @@ fn an_ended_or_replaced_walk_is_gone() {
 #[test]
 fn damaged_payloads_are_refused_with_a_reason() {
     let mut run = Run::new();
-    for (i, w) in [Write::Create(0, 5), Write::Event(0, 0, 9), Write::Epoch].iter().enumerate() {
+    for (i, w) in [Write::Create(0, 5), Write::Event(0, 0, 9), Write::Epoch]
+        .iter()
+        .enumerate()
+    {
         run.write(w);
         assert!(i < 3);
     }
     let payload = run.shard.engine.snapshot_items(run.head());
     assert!(load(&payload, 5).is_ok());
-    assert!(load(&payload[..payload.len() - 1], 5).unwrap_err().contains("inside an item"));
+    assert!(load(&payload[..payload.len() - 1], 5)
+        .unwrap_err()
+        .contains("inside an item"));
     let mut cut_end = payload.clone();
     cut_end.truncate(payload.len() - 3);
     assert!(load(&cut_end, 5).is_err());
@@ -276,7 +298,12 @@ fn damaged_payloads_are_refused_with_a_reason() {
 #[test]
 fn a_format_1_payload_still_loads_through_the_loader() {
     let mut run = Run::new();
-    for w in [Write::Create(0, 5), Write::Event(0, 0, 9), Write::Epoch, Write::Grow(3)] {
+    for w in [
+        Write::Create(0, 5),
+        Write::Event(0, 0, 9),
+        Write::Epoch,
+        Write::Grow(3),
+    ] {
         run.write(&w);
     }
     let json = run.shard.engine.snapshot();

@@ -79,7 +79,10 @@ pub async fn reopen_collect(
         match r {
             Recovered::SnapshotBegin { offset, len, .. } => {
                 assert!(got.records.is_empty(), "snapshot must come first");
-                assert!(parts.is_none() && got.snapshot.is_none(), "one snapshot at a time");
+                assert!(
+                    parts.is_none() && got.snapshot.is_none(),
+                    "one snapshot at a time"
+                );
                 parts = Some((offset, Vec::with_capacity(len as usize)));
             }
             Recovered::SnapshotPart { bytes } => {

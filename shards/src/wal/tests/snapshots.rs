@@ -47,10 +47,16 @@ fn invalid_newest_snapshot_falls_back_to_the_older_one() {
     run(move || async move {
         let (wal, _) = open_collect(c).await.expect("open");
         append_range(&wal, 1, 400).await;
-        wal.write_snapshot(100, V, b"old").await.expect("snapshot 100");
+        wal.write_snapshot(100, V, b"old")
+            .await
+            .expect("snapshot 100");
         append_range(&wal, 401, 800).await;
-        wal.write_snapshot(300, V, b"mid").await.expect("snapshot 300");
-        wal.write_snapshot(600, V, b"new").await.expect("snapshot 600");
+        wal.write_snapshot(300, V, b"mid")
+            .await
+            .expect("snapshot 300");
+        wal.write_snapshot(600, V, b"new")
+            .await
+            .expect("snapshot 600");
         // Only the 2 newest stay; the log still covers everything after the older one.
         assert_eq!(*wal.shared().snapshots.borrow(), vec![300, 600]);
         assert!(wal.oldest_offset() <= 301);
