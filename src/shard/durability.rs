@@ -24,7 +24,7 @@ pub enum Rewind {
     /// Replace the log with the snapshot written into `writer` (not sealed yet), whose
     /// payload loads as `engine` (checked by the caller while it was received).
     Install {
-        writer: SnapshotWriter,
+        writer: Box<SnapshotWriter>,
         engine: Box<Engine>,
     },
 }
@@ -51,8 +51,8 @@ impl Durability {
             Rewind::TruncateAfter(after) => (wal.truncate_after(after).await, None),
             Rewind::Install { writer, engine } => {
                 let offset = writer.offset();
-                let removed =
-                    (wal.install_snapshot_from(writer).await).map(|()| head.saturating_sub(offset));
+                let removed = (wal.install_snapshot_from(*writer).await)
+                    .map(|()| head.saturating_sub(offset));
                 (removed, Some((offset, *engine)))
             }
         };

@@ -122,7 +122,7 @@ impl Shard {
         let before = self.log.head();
         let rewound = self
             .rewind(Rewind::Install {
-                writer,
+                writer: Box::new(writer),
                 engine: Box::new(engine),
             })
             .await;

@@ -138,8 +138,14 @@ impl Shard {
         s.running.set(true);
         s.cancel.set(false);
         s.last_offset.set(head);
+        // The walk begins now, at `head`: every entry up to it is applied and none after. (It
+        // must not wait for the file: entries applied meanwhile would be missed.)
+        let walk = self
+            .engine
+            .borrow_mut()
+            .snapshot_begin(head, PENDING_BYTES_MAX);
         let shard = self.clone();
-        glommio::spawn_local(async move { shard.snapshot_task(head).await }).detach();
+        glommio::spawn_local(async move { shard.snapshot_task(walk, head).await }).detach();
     }
 
     /// Stops a running snapshot and waits until its temp file is gone (before a rewind, an
@@ -170,11 +176,11 @@ impl Shard {
         self.snapshots.last_offset.set(head);
     }
 
-    async fn snapshot_task(self: Rc<Self>, offset: u64) {
+    async fn snapshot_task(self: Rc<Self>, walk: u64, offset: u64) {
         let started = Instant::now();
         // The log whose state this is: after a rewind it refuses the snapshot.
         let wal = self.log.wal();
-        let walked = self.walk_and_write(&wal, offset).await;
+        let walked = self.walk_and_write(&wal, walk, offset).await;
         self.engine.borrow_mut().snapshot_end();
         let s = &self.snapshots;
         match walked {
@@ -211,14 +217,16 @@ impl Shard {
         s.running.set(false);
     }
 
-    /// Walks the engine as of `offset` into a snapshot file of `wal` and commits it.
-    async fn walk_and_write(&self, wal: &Rc<Wal>, offset: u64) -> Result<Walked, String> {
-        let mut file =
-            (wal.begin_snapshot(offset, SNAPSHOT_FORMAT).await).map_err(|e| e.to_string())?;
-        let walk = self
-            .engine
-            .borrow_mut()
-            .snapshot_begin(offset, PENDING_BYTES_MAX);
+    /// Walks the engine (walk `walk`, begun at `offset`) into a snapshot file of `wal` and
+    /// commits it.
+    async fn walk_and_write(
+        &self,
+        wal: &Rc<Wal>,
+        walk: u64,
+        offset: u64,
+    ) -> Result<Walked, String> {
+        let file = wal.begin_snapshot(offset, SNAPSHOT_FORMAT).await;
+        let mut file = file.map_err(|e| e.to_string())?;
         let (first, least, most) = SLICE_RECORDS;
         let mut budget = SliceBudget {
             records: first,

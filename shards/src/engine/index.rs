@@ -58,7 +58,7 @@ impl InstanceMap {
 
     /// `get` with `hash` = `self.hash(id)`.
     pub(crate) fn get_hashed(&self, hash: u64, id: &str) -> Option<&InstanceRecord> {
-        let eq = |r: &Box<InstanceRecord>| r.instance.id.as_str() == id;
+        let eq = has_id(id);
         match self.table.find(hash, eq) {
             Some(r) => Some(r),
             None if self.overflow.is_empty() => None,
@@ -69,7 +69,7 @@ impl InstanceMap {
 
     pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut InstanceRecord> {
         let hash = self.hash(id);
-        let eq = |r: &Box<InstanceRecord>| r.instance.id.as_str() == id;
+        let eq = has_id(id);
         if self.overflow.is_empty() {
             return self.table.find_mut(hash, eq).map(|r| &mut **r);
         }
@@ -101,7 +101,7 @@ impl InstanceMap {
         let hash = self.hash(&record.instance.id);
         let hasher = &self.hasher;
         let id = record.instance.id.as_str();
-        let eq = |r: &Box<InstanceRecord>| r.instance.id.as_str() == id;
+        let eq = has_id(id);
         if !self.overflow.is_empty() && self.overflow.find(hash, eq).is_some() {
             return Err(record);
         }
@@ -119,7 +119,7 @@ impl InstanceMap {
 
     pub(crate) fn remove(&mut self, id: &str) -> Option<Box<InstanceRecord>> {
         let hash = self.hash(id);
-        let eq = |r: &Box<InstanceRecord>| r.instance.id.as_str() == id;
+        let eq = has_id(id);
         if let Ok(entry) = self.table.find_entry(hash, eq) {
             return Some(entry.remove().0);
         }
@@ -150,7 +150,7 @@ impl InstanceMap {
             return;
         }
         let hasher = &self.hasher;
-        let rehash = |r: &Box<InstanceRecord>| hasher.hash_one(r.instance.id.as_str());
+        let rehash = |r: &_| hash_of(hasher, r);
         self.table.reserve(self.overflow.len(), rehash);
         for record in self.overflow.drain() {
             let hash = hasher.hash_one(record.instance.id.as_str());
@@ -184,6 +184,18 @@ impl InstanceMap {
             }
         }
     }
+}
+
+/// Matches the table entry holding `id` (the table's elements are boxes, hence `&Box`).
+#[allow(clippy::borrowed_box)]
+fn has_id(id: &str) -> impl Fn(&Box<InstanceRecord>) -> bool + Copy + '_ {
+    move |r| r.instance.id.as_str() == id
+}
+
+/// The hash of an entry's id, for hashbrown's rehash.
+#[allow(clippy::borrowed_box)]
+fn hash_of(hasher: &RandomState, r: &Box<InstanceRecord>) -> u64 {
+    hasher.hash_one(r.instance.id.as_str())
 }
 
 impl std::fmt::Debug for InstanceMap {

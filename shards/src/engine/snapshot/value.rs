@@ -145,7 +145,7 @@ mod tests {
 
     #[test]
     fn damage_is_refused_not_followed() {
-        let mut deep = vec![ARRAY, 1].repeat(DEPTH_MAX + 2);
+        let mut deep = [ARRAY, 1].repeat(DEPTH_MAX + 2);
         deep.push(NULL);
         assert!(value(&mut Cursor::new(&deep))
             .unwrap_err()
