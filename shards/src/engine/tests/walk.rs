@@ -315,3 +315,101 @@ fn a_format_1_payload_still_loads_through_the_loader() {
     assert_eq!(loaded.snapshot(), json);
     assert!(crate::engine::SnapshotLoader::new(3, 0).is_err());
 }
+
+/// Speeds of the walk and the loader on 1M instances with one event each (prints; run with
+/// `cargo test --release -p smdb-shards -- --ignored snapshot_speed --nocapture`).
+#[test]
+#[ignore]
+fn snapshot_speed() {
+    use std::time::Instant;
+    let n: u64 = std::env::var("SNAP_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let mut run = Run::new();
+    let t = Instant::now();
+    for k in 0..n {
+        let id = format!("b12bbadf9-{k}");
+        run.log_apply(Entry::Create {
+            id: id.clone(),
+            machine: "order".into(),
+            version: 1,
+            state: "new".into(),
+            context: super::obj(json!({"n": 0})),
+            idempotency_key: None,
+            at_ms: 1_769_860_800_000 + k,
+        });
+        let ev = crate::engine::EventRef {
+            instance_id: &id,
+            event: "note",
+            from: "new",
+            to: "new",
+            payload: Some(r#"{"n":1}"#),
+            idempotency_key: None,
+            at_ms: 1_769_860_800_000 + k,
+            machine: Some("order"),
+            version: Some(1),
+            timer: false,
+        };
+        run.log_apply(ev.to_entry());
+    }
+    run.shard.log.clear();
+    eprintln!("built {n} in {:?}", t.elapsed());
+    let e = &mut run.shard.engine;
+    let repeat: usize = std::env::var("SNAP_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for _ in 1..repeat {
+        let walk = e.snapshot_begin(2 * n + 1, usize::MAX);
+        let mut out = Vec::new();
+        while e.snapshot_step(walk, slice(256), usize::MAX) == WalkProgress::Walking {
+            e.snapshot_take(walk, &mut out);
+            out.clear();
+        }
+        e.snapshot_end();
+    }
+    let t = Instant::now();
+    let walk = e.snapshot_begin(2 * n + 1, usize::MAX);
+    let (mut longest, mut slices) = (std::time::Duration::ZERO, 0);
+    let mut payload = Vec::new();
+    loop {
+        let s = Instant::now();
+        let p = e.snapshot_step(walk, slice(256), usize::MAX);
+        e.snapshot_take(walk, &mut payload);
+        longest = longest.max(s.elapsed());
+        slices += 1;
+        if p != WalkProgress::Walking {
+            break;
+        }
+    }
+    e.snapshot_end();
+    eprintln!(
+        "walk: {:?}, {} bytes ({:.1} per instance), {slices} slices of 256, longest {:?}",
+        t.elapsed(),
+        payload.len(),
+        payload.len() as f64 / n as f64,
+        longest
+    );
+    let mut kept = Vec::new();
+    for _ in 1..repeat {
+        let t = Instant::now();
+        kept.push(load(&payload, 512 << 10).unwrap());
+        eprintln!("load v2 (repeat): {:?}", t.elapsed());
+    }
+    let t = Instant::now();
+    let loaded = load(&payload, 512 << 10).unwrap();
+    eprintln!("load v2: {:?}", t.elapsed());
+    if std::env::var("SNAP_SKIP_JSON").is_ok() {
+        std::process::exit(0);
+    }
+    assert_eq!(loaded.instance_count(), n as usize);
+    drop(loaded);
+    let t = Instant::now();
+    let json = run.shard.engine.snapshot();
+    eprintln!("v1 json: {:?}, {} bytes", t.elapsed(), json.len());
+    let t = Instant::now();
+    let back = Engine::restore(&json).unwrap();
+    eprintln!("restore v1: {:?}", t.elapsed());
+    assert_eq!(back.instance_count(), n as usize);
+}
