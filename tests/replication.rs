@@ -510,7 +510,10 @@ fn a_replica_catches_up_from_a_streamed_snapshot_and_an_older_one_is_refused() {
     }
     p.wait_for_log("snapshot at offset", 2);
     let info = w.call("INFO", json!({})).unwrap();
-    assert!(info["shard_details"][0]["wal_oldest_offset"].as_u64() > Some(1), "{info}");
+    assert!(
+        info["shard_details"][0]["wal_oldest_offset"].as_u64() > Some(1),
+        "{info}"
+    );
 
     let mut old = p.client();
     old.call(
@@ -525,7 +528,9 @@ fn a_replica_catches_up_from_a_streamed_snapshot_and_an_older_one_is_refused() {
         }
     };
     assert!(
-        refused.contains("snapshot format 2") && refused.contains("[1]") && refused.contains("upgrade replicas first"),
+        refused.contains("snapshot format 2")
+            && refused.contains("[1]")
+            && refused.contains("upgrade replicas first"),
         "{refused}"
     );
 
@@ -540,7 +545,10 @@ fn a_replica_catches_up_from_a_streamed_snapshot_and_an_older_one_is_refused() {
         .filter_map(|rest| rest.split(" (").nth(1)?.split(' ').next()?.parse().ok())
         .last()
         .expect("the primary logged the snapshot it sent");
-    assert!(bytes > 4 * 1024 * 1024, "a snapshot of two parts or more: {bytes} bytes");
+    assert!(
+        bytes > 4 * 1024 * 1024,
+        "a snapshot of two parts or more: {bytes} bytes"
+    );
     assert_eq!(snapshot_of(&r, &ids), snapshot_of(&p, &ids));
     // The replica's own snapshots load after a restart too (its log starts at the snapshot).
     let mut r = r;
