@@ -169,6 +169,11 @@ async fn recover(
                     None => Err("a snapshot end without its begin".into()),
                 }
                 .map_err(|e| format!("snapshot at offset {offset}: {e}"))?;
+                log::info!(
+                    "shard snapshot at offset {offset} loaded after {:?}: {} instances",
+                    started.elapsed(),
+                    engine.instance_count()
+                );
             }
             Recovered::SnapshotDiscard { .. } => loading = None,
             Recovered::Record { offset, payload } => replay.push(engine, offset, payload)?,
