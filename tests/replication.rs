@@ -543,7 +543,7 @@ fn a_replica_catches_up_from_a_streamed_snapshot_and_an_older_one_is_refused() {
     let bytes: u64 = (sent.lines())
         .filter_map(|l| l.split("sending the snapshot at offset ").nth(1))
         .filter_map(|rest| rest.split(" (").nth(1)?.split(' ').next()?.parse().ok())
-        .last()
+        .next_back()
         .expect("the primary logged the snapshot it sent");
     assert!(
         bytes > 4 * 1024 * 1024,
