@@ -276,6 +276,75 @@ fn compaction_then_restart_gives_identical_instances() {
     );
 }
 
+/// The snapshot files of shard 0, oldest first.
+fn snapshot_files(data: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(data.join("data/shard-0/snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "snap"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Waits until shard 0 holds two snapshots, the newer one at or after `offset`.
+fn two_snapshots_after(data: &Path, offset: u64) -> Vec<PathBuf> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let snaps = snapshot_files(data);
+        let newest = (snaps.last())
+            .and_then(|p| p.file_stem()?.to_str()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        if snaps.len() >= 2 && newest >= offset {
+            return snaps;
+        }
+        assert!(std::time::Instant::now() < deadline, "snapshots: {snaps:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A damaged newest snapshot (a flipped byte in its payload, then a file cut short) is set
+/// aside and the server recovers from the one before it plus the log, to the same state.
+#[test]
+fn a_corrupt_or_torn_snapshot_falls_back_to_the_previous_one_and_the_log() {
+    let dir = temp_dir();
+    let extra = "[storage]\nsegment_bytes = 1048576\nsnapshot_every_entries = 1500\n\
+                 retain_bytes = 104857600";
+    let mut s = Server::start_in(dir.path(), extra).unwrap();
+    let mut c = s.client();
+    fill(&mut c, 40, 4_000);
+    let snaps = two_snapshots_after(dir.path(), 3_000);
+    let before = snapshot_all(&mut c, 40);
+    s.kill();
+    let newest = snaps.last().unwrap().clone();
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let mid = 4096 + (bytes.len() - 4096) / 2;
+    bytes[mid] ^= 0x5a;
+    std::fs::write(&newest, &bytes).unwrap();
+    s.restart_after_kill();
+    let mut c = s.client();
+    assert_eq!(snapshot_all(&mut c, 40), before, "the flipped byte");
+    assert!(s.log().contains("payload checksum mismatch"), "{}", s.log());
+    assert!(newest.with_extension("snap.corrupt").exists());
+
+    fill(&mut c, 40, 4_000);
+    let info = c.call("INFO", json!({})).unwrap();
+    let head = info["shard_details"][0]["wal_offset"].as_u64().unwrap();
+    let snaps = two_snapshots_after(dir.path(), head - 1_500);
+    let before = snapshot_all(&mut c, 40);
+    s.kill();
+    let newest = snaps.last().unwrap();
+    let torn = std::fs::OpenOptions::new()
+        .write(true)
+        .open(newest)
+        .unwrap();
+    torn.set_len(torn.metadata().unwrap().len() / 2).unwrap();
+    s.restart_after_kill();
+    let mut c = s.client();
+    assert_eq!(snapshot_all(&mut c, 40), before, "the torn file");
+    assert!(s.log().contains("truncated"), "{}", s.log());
+}
+
 #[test]
 fn idempotency_keys_and_definitions_survive_restart() {
     let dir = temp_dir();

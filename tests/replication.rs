@@ -486,6 +486,77 @@ fn a_replica_that_starts_after_compaction_converges_from_a_snapshot() {
     );
 }
 
+/// A replica beyond retention catches up from a snapshot of several 4 MiB parts, streamed from
+/// the primary's file into the replica's (format 2); a replica that reads format 1 only (one
+/// that does not say `snapshot_versions`) is refused with an `error` frame naming both formats.
+#[test]
+fn a_replica_catches_up_from_a_streamed_snapshot_and_an_older_one_is_refused() {
+    let (p, _pd) = primary(
+        "[storage]\nsegment_bytes = 1048576\nsnapshot_every_entries = 2000\nretain_bytes = 0\nfsync = \"never\"",
+    );
+    let mut w = p.client();
+    put_machine(&mut w);
+    let ids = ids("s", 100);
+    for id in &ids {
+        create(&mut w, id);
+    }
+    let blob = "y".repeat(1500);
+    for i in 0..5000u64 {
+        w.call(
+            "APPLY_EVENT",
+            json!({"instance_id": ids[i as usize % 100], "event": "touch", "payload": {"i": i, "b": blob}}),
+        )
+        .unwrap();
+    }
+    p.wait_for_log("snapshot at offset", 2);
+    let info = w.call("INFO", json!({})).unwrap();
+    assert!(
+        info["shard_details"][0]["wal_oldest_offset"].as_u64() > Some(1),
+        "{info}"
+    );
+
+    let mut old = p.client();
+    old.call(
+        "REPLICATE",
+        json!({"replica_id": "old", "epoch": 1, "positions": {"0": 0}}),
+    )
+    .unwrap();
+    let refused = loop {
+        let m = old.read_message().expect("a stream frame");
+        if m["kind"] == "error" {
+            break m["message"].as_str().unwrap_or_default().to_string();
+        }
+    };
+    assert!(
+        refused.contains("snapshot format 2")
+            && refused.contains("[1]")
+            && refused.contains("upgrade replicas first"),
+        "{refused}"
+    );
+
+    let (r, _rd) = replica_of(&p, "late", "[storage]\nfsync = \"never\"");
+    converge(&p, &r);
+    let log = r.log();
+    assert!(log.contains("receiving the primary's snapshot"), "{log}");
+    assert!(log.contains("format 2"), "{log}");
+    let sent = p.log();
+    let bytes: u64 = (sent.lines())
+        .filter_map(|l| l.split("sending the snapshot at offset ").nth(1))
+        .filter_map(|rest| rest.split(" (").nth(1)?.split(' ').next()?.parse().ok())
+        .next_back()
+        .expect("the primary logged the snapshot it sent");
+    assert!(
+        bytes > 4 * 1024 * 1024,
+        "a snapshot of two parts or more: {bytes} bytes"
+    );
+    assert_eq!(snapshot_of(&r, &ids), snapshot_of(&p, &ids));
+    // The replica's own snapshots load after a restart too (its log starts at the snapshot).
+    let mut r = r;
+    r.kill();
+    r.restart_after_kill();
+    assert_eq!(snapshot_of(&r, &ids), snapshot_of(&p, &ids));
+}
+
 #[test]
 fn sync_mode_times_out_on_a_stopped_replica_and_the_write_is_committed() {
     let (p, _pd) = primary("[replication]\nmode = \"sync\"\nsync_timeout_ms = 400");

@@ -159,7 +159,7 @@ fn value() -> impl Strategy<Value = Value> {
 /// Request envelopes for every op, with params-like objects.
 fn request() -> impl Strategy<Value = Vec<u8>> {
     let op = prop_oneof![
-        9 => select(&Op::ALL[..]).prop_map(|op| op.as_str().to_string()),
+        9 => select(Op::ALL).prop_map(|op| op.as_str().to_string()),
         1 => string(),
     ];
     let params = prop::collection::btree_map(key(), value(), 0..6);

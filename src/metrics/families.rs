@@ -45,6 +45,7 @@ pub fn registry(s: &Scrape) -> Registry {
     machines(&mut r, &s.shards);
     timers(&mut r, &s.shards);
     wal(&mut r, &s.shards);
+    super::snapshots::register(&mut r, &s.shards);
     gauge(
         &mut r,
         "svc_subscriptions_active",
@@ -402,11 +403,11 @@ fn replica(r: &mut Registry, p: &ReplicaStats) {
     truncated(r, p.truncated_entries);
 }
 
-fn gauge(r: &mut Registry, name: &str, help: &str, v: u64) {
+pub(super) fn gauge(r: &mut Registry, name: &str, help: &str, v: u64) {
     r.register(name, help, ConstGauge::new(v));
 }
 
-fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
+pub(super) fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
     if COUNTERS_WITHOUT_TOTAL.contains(&name) {
         r.register(name, help, SuffixlessCounter(v));
     } else {
@@ -511,7 +512,7 @@ impl<M: EncodeMetric> EncodeMetric for Series<M> {
 
 /// A histogram snapshot as a crate metric.
 #[derive(Debug)]
-struct Hist(HistogramSnapshot);
+pub(super) struct Hist(pub(super) HistogramSnapshot);
 
 impl EncodeMetric for Hist {
     fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
@@ -534,7 +535,7 @@ impl EncodeMetric for Hist {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::HashMap;
     use std::time::Duration;
 

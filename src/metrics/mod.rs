@@ -4,7 +4,8 @@
 //! * `shard`: what a shard reports when asked (`ShardCall::Stats`), log figures included.
 //! * `histogram`: histogram figures as plain data.
 //! * `scrape`: gathering one scrape on the control executor.
-//! * `families`: the spec's metric families, built into a `prometheus_client` registry.
+//! * `families`: the spec's metric families, built into a `prometheus_client` registry
+//!   (`snapshots`: the snapshot families).
 //! * `exposition`: Prometheus text 0.0.4 (the spec's names) or OpenMetrics, by `Accept`.
 //! * `http`: the listener on `metrics.bind_addr` (`/metrics`, `/health`).
 //!
@@ -18,6 +19,7 @@ pub mod histogram;
 pub mod http;
 pub mod scrape;
 pub mod shard;
+pub mod snapshots;
 pub mod subs;
 
 pub use front::FrontStats;

@@ -28,6 +28,19 @@ pub struct ShardStats {
     /// The first log entry this shard's state did not fit (`shards::engine::Divergence`): the
     /// shard refuses writes, and `/health` names it.
     pub diverged: Option<shards::engine::Divergence>,
+    /// Snapshots taken by this process (`shard/snapshot.rs`).
+    pub snapshots: SnapshotFigures,
+}
+
+/// A shard's snapshot figures.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotFigures {
+    /// Snapshots completed.
+    pub total: u64,
+    /// Seconds per snapshot, from the walk's start to the file in place.
+    pub duration: HistogramSnapshot,
+    /// Payload bytes of the last snapshot completed (0: none yet).
+    pub last_bytes: u64,
 }
 
 /// One shard's log figures (from `shards::wal::WalStats`).

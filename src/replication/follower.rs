@@ -23,9 +23,10 @@ use super::wire::{self, ReplicateResult, StreamFrame};
 use crate::config::Config;
 use crate::protocol::frame::{decode_frame, encode_frame};
 use crate::server::router::ReplySlot;
-use crate::shard::{ReplyBody, ShardCall};
+use crate::shard::{ReplyBody, ShardCall, SnapshotChunk};
 use crate::util::notify::Notify;
 use crate::util::time::now_ms;
+use shards::wal::{SNAPSHOT_VERSIONS_READ, SNAPSHOT_VERSION_JSON};
 
 // The largest frame a primary sends: a whole record of the largest size, base64-encoded
 // (`crate::limits`, where the sizes that must fit inside it are checked).
@@ -33,8 +34,6 @@ use crate::limits::STREAM_FRAME_BYTES_MAX;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// First reconnect delay; doubles up to `replication.reconnect_max_ms`.
 const RECONNECT_MIN: Duration = Duration::from_millis(100);
-/// Bytes of one snapshot being received, at most (it is held in memory until installed).
-const SNAPSHOT_BYTES_MAX: usize = 8 << 30;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -264,15 +263,29 @@ where
         .max()
         .unwrap_or(0)
         .max(hub.state.epoch());
-    let params = json!({
+    let mut params = json!({
         "replica_id": cfg.replica_id,
         "epoch": epoch,
         "positions": wire::positions_map(&heads),
         "epochs": wire::positions_map(&epochs),
+        "snapshot_versions": SNAPSHOT_VERSIONS_READ,
     });
-    let result = request(&mut r, &mut w, "REPLICATE", params)
-        .await?
-        .map_err(|e| format!("REPLICATE refused: {} {}", e["code"], e["message"]))?;
+    let mut result = request(&mut r, &mut w, "REPLICATE", params.clone()).await?;
+    if let Err(e) = &result {
+        if e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("snapshot_versions"))
+        {
+            // A primary built before streamed snapshots does not know the field (it sends
+            // format 1, which this build reads): ask again without it.
+            params
+                .as_object_mut()
+                .map(|p| p.remove("snapshot_versions"));
+            result = request(&mut r, &mut w, "REPLICATE", params).await?;
+        }
+    }
+    let result =
+        result.map_err(|e| format!("REPLICATE refused: {} {}", e["code"], e["message"]))?;
     let result: ReplicateResult =
         serde_json::from_value(result).map_err(|e| format!("REPLICATE result: {e}"))?;
     let n = hub.router.shard_count();
@@ -382,7 +395,27 @@ async fn read_loop<R: AsyncRead + Unpin>(
     applier: &Rc<Applier>,
 ) -> Result<(), String> {
     let silence = cfg.heartbeat * 3 + Duration::from_secs(2);
-    let mut snapshot: Option<(u32, u64, Vec<u8>)> = None;
+    let mut receiving: Option<Receiving> = None;
+    let read = read_frames(hub, cfg, r, applier, silence, &mut receiving).await;
+    if let Some(rx) = receiving {
+        // The stream broke inside a snapshot: the shard deletes what it received.
+        let _ = hub
+            .router
+            .call(rx.shard, ShardCall::InstallSnapshot(SnapshotChunk::Abandon))
+            .await;
+    }
+    read
+}
+
+async fn read_frames<R: AsyncRead + Unpin>(
+    hub: &Rc<Hub>,
+    cfg: &Settings,
+    r: &mut FrameReader<R>,
+    applier: &Rc<Applier>,
+    silence: Duration,
+    receiving: &mut Option<Receiving>,
+) -> Result<(), String> {
+    let _ = cfg;
     loop {
         if let Some(e) = applier.failed.borrow().clone() {
             return Err(e);
@@ -417,24 +450,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 applier.wake.notify();
                 note_primary_head(hub, f.shard as usize, f.first + count - 1);
             }
-            "snapshot" => {
-                let data = wire::decode_data(&f)?;
-                let (shard, offset, mut bytes) = match snapshot.take() {
-                    Some((s, o, b)) if s == f.shard && o == f.offset => (s, o, b),
-                    _ => (f.shard, f.offset, Vec::new()),
-                };
-                if bytes.len() + data.len() > SNAPSHOT_BYTES_MAX {
-                    return Err(format!(
-                        "snapshot of shard {shard} over {SNAPSHOT_BYTES_MAX} bytes"
-                    ));
-                }
-                bytes.extend_from_slice(&data);
-                if !f.last {
-                    snapshot = Some((shard, offset, bytes));
-                    continue;
-                }
-                install(hub, applier, shard, offset, bytes).await?;
-            }
+            "snapshot" => receive_snapshot(hub, applier, &f, receiving).await?,
+            "error" => return Err(format!("the primary ends the stream: {}", f.message)),
             "heartbeat" => {
                 let skew_ms = f.time_ms as i64 - now_ms() as i64;
                 let heads = wire::positions_vec(&f.heads, hub.router.shard_count())?;
@@ -459,28 +476,70 @@ fn note_primary_head(hub: &Hub, shard: usize, offset: u64) {
     }
 }
 
-/// Replaces shard `shard`'s state with the primary's snapshot at `offset`, once every append
-/// sent before it is done.
-async fn install(
-    hub: &Hub,
-    applier: &Applier,
+/// A snapshot being received: its shard, offset and the next part expected.
+struct Receiving {
     shard: u32,
     offset: u64,
-    payload: Vec<u8>,
+    next: u32,
+}
+
+/// One `snapshot` frame: each part goes to the shard as it arrives (`SnapshotChunk`), so the
+/// replica never holds the snapshot; the last one installs it. Part 0 first waits until every
+/// append sent before it is done.
+async fn receive_snapshot(
+    hub: &Hub,
+    applier: &Applier,
+    f: &StreamFrame,
+    receiving: &mut Option<Receiving>,
 ) -> Result<(), String> {
-    let before = hub.router.start(shard, ShardCall::LogPosition).await;
-    drop(before.wait().await); // the shard has handled everything sent before
+    let data = wire::decode_data(f)?;
+    let shard = f.shard;
+    if f.part == 0 {
+        let before = hub.router.start(shard, ShardCall::LogPosition).await;
+        drop(before.wait().await); // the shard has handled everything sent before
+        let begin = SnapshotChunk::Begin {
+            offset: f.offset,
+            version: f.version.unwrap_or(SNAPSHOT_VERSION_JSON),
+            len: f.bytes.unwrap_or(0),
+        };
+        install_call(hub, shard, begin).await?;
+        *receiving = Some(Receiving {
+            shard,
+            offset: f.offset,
+            next: 0,
+        });
+    }
+    match receiving.as_mut() {
+        Some(rx) if rx.shard == shard && rx.offset == f.offset && rx.next == f.part => rx.next += 1,
+        _ => {
+            return Err(format!(
+                "snapshot part {} of shard {shard} out of order",
+                f.part
+            ))
+        }
+    }
+    install_call(hub, shard, SnapshotChunk::Part(data)).await?;
+    if !f.last {
+        return Ok(());
+    }
+    *receiving = None;
     log::info!(
-        "replication: shard {shard}: installing the primary's snapshot at offset {offset} ({} bytes)",
-        payload.len()
+        "replication: shard {shard}: installing the primary's snapshot at offset {} ({} bytes)",
+        f.offset,
+        f.bytes.map_or("?".into(), |b| b.to_string())
     );
-    hub.router
-        .call(shard, ShardCall::InstallSnapshot { offset, payload })
-        .await
-        .map_err(|r| format!("installing the snapshot of shard {shard}: {}", r.message))?;
-    applier.positions.borrow_mut()[shard as usize] = offset;
+    install_call(hub, shard, SnapshotChunk::End { crc: f.crc }).await?;
+    applier.positions.borrow_mut()[shard as usize] = f.offset;
     applier.wake.notify();
     Ok(())
+}
+
+async fn install_call(hub: &Hub, shard: u32, chunk: SnapshotChunk) -> Result<(), String> {
+    (hub.router
+        .call(shard, ShardCall::InstallSnapshot(chunk))
+        .await)
+        .map(drop)
+        .map_err(|r| format!("installing the snapshot of shard {shard}: {}", r.message))
 }
 
 fn update_lag(hub: &Hub, applier: &Applier) {

@@ -297,7 +297,9 @@ impl Hub {
                 ReplicationMode::Async => wire::ASYNC_ACK_EVERY_MS,
             },
         };
-        let link = Rc::new(Link::new(id, front, p.replica_id.clone(), &agree));
+        let versions = (p.snapshot_versions.clone())
+            .unwrap_or_else(|| wire::SNAPSHOT_VERSIONS_UNSAID.to_vec());
+        let link = Rc::new(Link::new(id, front, p.replica_id.clone(), &agree, versions));
         if let Some(old) = self.links.borrow_mut().insert(id, link.clone()) {
             old.stop();
         }

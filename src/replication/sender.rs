@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use shards::wal::{LogHandle, LogReader, WalError};
+use shards::wal::{LogHandle, LogReader, SnapshotStream, WalError};
 
 use super::hub::Hub;
 use super::relay::Down;
@@ -28,6 +28,8 @@ pub struct Link {
     pub id: u64,
     pub front: usize,
     pub replica_id: String,
+    /// Snapshot formats the replica reads (`REPLICATE`'s `snapshot_versions`).
+    snapshot_versions: Vec<u32>,
     /// Durable on the replica, per shard.
     acked: RefCell<Vec<u64>>,
     /// Per shard, the offset of a snapshot sent: flow control counts entries after it only.
@@ -38,11 +40,18 @@ pub struct Link {
 }
 
 impl Link {
-    pub fn new(id: u64, front: usize, replica_id: String, start: &[u64]) -> Link {
+    pub fn new(
+        id: u64,
+        front: usize,
+        replica_id: String,
+        start: &[u64],
+        snapshot_versions: Vec<u32>,
+    ) -> Link {
         Link {
             id,
             front,
             replica_id,
+            snapshot_versions,
             acked: RefCell::new(start.to_vec()),
             floor: RefCell::new(vec![0; start.len()]),
             last_ack: Cell::new(Instant::now()),
@@ -238,7 +247,9 @@ fn update_lag(hub: &Hub, link: &Link, readers: &[LogReader]) {
 }
 
 /// The replica needs entries older than the oldest one kept: send the newest snapshot of
-/// `shard` in parts; the stream continues after its offset. Returns that offset.
+/// `shard` in parts, read from its file as they go (`SnapshotStream`: at most two parts in
+/// memory); the stream continues after its offset. Returns that offset. A snapshot in a format
+/// the replica does not read is refused, naming both (an `error` frame tells the replica).
 async fn send_snapshot(
     hub: &Hub,
     link: &Link,
@@ -247,42 +258,86 @@ async fn send_snapshot(
     oldest: u64,
 ) -> Result<u64, String> {
     let snap = reader
-        .newest_snapshot()
+        .newest_snapshot_stream()
         .await
         .map_err(|e| format!("shard {shard}: reading the snapshot: {e}"))?;
-    let Some((offset, payload)) = snap else {
+    let Some(mut snap) = snap else {
         return Err(format!(
             "shard {shard}: the replica needs entries before offset {oldest}, which were compacted, and there is no snapshot"
         ));
     };
+    let sent = send_parts(hub, link, &mut snap, shard, oldest).await;
+    let closed = snap
+        .close()
+        .await
+        .map_err(|e| format!("shard {shard}: {e}"));
+    sent.and_then(|offset| closed.map(|()| offset))
+}
+
+async fn send_parts(
+    hub: &Hub,
+    link: &Link,
+    snap: &mut SnapshotStream,
+    shard: usize,
+    oldest: u64,
+) -> Result<u64, String> {
+    let offset = snap.offset();
     if offset + 1 < oldest {
         return Err(format!(
             "shard {shard}: the newest snapshot (offset {offset}) is older than the oldest entry kept ({oldest})"
         ));
     }
-    log::info!(
-        "replica {}: shard {shard}: sending the snapshot at offset {offset} ({} bytes): its position was compacted away",
-        link.replica_id,
-        payload.len()
-    );
-    let parts: Vec<&[u8]> = if payload.is_empty() {
-        vec![&[][..]]
-    } else {
-        payload.chunks(wire::SNAPSHOT_PART_BYTES).collect()
-    };
-    let count = parts.len();
-    for (i, part) in parts.into_iter().enumerate() {
-        let mut out = Vec::new();
-        let epoch = hub.state.epoch();
-        wire::snapshot_frame(
-            &mut out,
-            shard as u32,
-            epoch,
-            offset,
-            i as u32,
-            i + 1 == count,
-            part,
+    if !link.snapshot_versions.contains(&snap.version()) {
+        let why = format!(
+            "shard {shard}: the replica needs the snapshot at offset {offset}, which is in \
+             snapshot format {}, and it reads formats {:?} only: upgrade replicas first",
+            snap.version(),
+            link.snapshot_versions
         );
+        let mut out = Vec::new();
+        wire::error_frame(&mut out, hub.state.epoch(), &why);
+        hub.down(
+            link.front,
+            Down::Frames {
+                link: link.id,
+                bytes: out,
+            },
+        )
+        .await;
+        return Err(why);
+    }
+    log::info!(
+        "replica {}: shard {shard}: sending the snapshot at offset {offset} ({} bytes, format {}): its position was compacted away",
+        link.replica_id,
+        snap.len(),
+        snap.version()
+    );
+    let info = wire::SnapshotInfo {
+        shard: shard as u32,
+        epoch: hub.state.epoch(),
+        offset,
+        version: snap.version(),
+        bytes: snap.len(),
+        crc: snap.crc(),
+    };
+    let read = |e| format!("shard {shard}: reading the snapshot: {e}");
+    let mut next = snap
+        .next_part(wire::SNAPSHOT_PART_BYTES)
+        .await
+        .map_err(read)?;
+    let mut part = 0u32;
+    loop {
+        let data = next.take().unwrap_or_default();
+        next = match data.is_empty() {
+            true => None,
+            false => snap
+                .next_part(wire::SNAPSHOT_PART_BYTES)
+                .await
+                .map_err(read)?,
+        };
+        let last = next.is_none();
+        let mut out = Vec::new();
+        wire::snapshot_frame(&mut out, &info, part, last, &data);
         if !hub
             .down(
                 link.front,
@@ -295,6 +350,10 @@ async fn send_snapshot(
         {
             return Err("front gone".into());
         }
+        link.last_ack.set(Instant::now());
+        if last {
+            return Ok(offset);
+        }
+        part += 1;
     }
-    Ok(offset)
 }

@@ -31,7 +31,14 @@ pub struct ReplicateParams {
     /// The epoch of the replica's last entry per shard.
     #[serde(default)]
     pub epochs: BTreeMap<String, u64>,
+    /// The snapshot formats the replica reads (`smdb_format::snapshot`); absent from a replica
+    /// built before streamed snapshots, which reads format 1 only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_versions: Option<Vec<u32>>,
 }
+
+/// What a replica that does not say reads: format 1 (one JSON document).
+pub const SNAPSHOT_VERSIONS_UNSAID: &[u32] = &[1];
 
 /// `REPLICATE` result: per shard, the offset up to which both logs agree (the replica
 /// truncates whatever follows it), and the primary's heads.
@@ -80,6 +87,18 @@ pub struct StreamFrame {
     pub data: String,
     #[serde(default)]
     pub heads: BTreeMap<String, u64>,
+    /// `snapshot`: the payload's format (absent from older primaries: 1).
+    #[serde(default)]
+    pub version: Option<u32>,
+    /// `snapshot`: the payload's length in bytes.
+    #[serde(default)]
+    pub bytes: Option<u64>,
+    /// `snapshot`: the payload's CRC32C.
+    #[serde(default)]
+    pub crc: Option<u32>,
+    /// `error`: why the primary ends the stream.
+    #[serde(default)]
+    pub message: String,
 }
 
 /// A replica's acknowledgement: every shard's durable offset.
@@ -120,26 +139,53 @@ pub fn entries_frame(
     finish_frame(out, start);
 }
 
-/// Appends one `snapshot` frame carrying `data`, part `part` of the snapshot at `offset`.
-pub fn snapshot_frame(
-    out: &mut Vec<u8>,
-    shard: u32,
-    epoch: u64,
-    offset: u64,
-    part: u32,
-    last: bool,
-    data: &[u8],
-) {
+/// What a `snapshot` frame says about the whole snapshot it is part of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    pub shard: u32,
+    pub epoch: u64,
+    /// The state as of this offset.
+    pub offset: u64,
+    /// Payload format, length and CRC32C (the snapshot file's header).
+    pub version: u32,
+    pub bytes: u64,
+    pub crc: u32,
+}
+
+/// Appends one `snapshot` frame carrying `data`, part `part` of the snapshot `info` describes.
+pub fn snapshot_frame(out: &mut Vec<u8>, info: &SnapshotInfo, part: u32, last: bool, data: &[u8]) {
+    let SnapshotInfo {
+        shard,
+        epoch,
+        offset,
+        version,
+        bytes,
+        crc,
+    } = *info;
     let start = begin_frame(out);
     out.extend_from_slice(
         format!(
             "{{\"type\":\"stream\",\"kind\":\"snapshot\",\"shard\":{shard},\"epoch\":{epoch},\
-             \"offset\":{offset},\"part\":{part},\"last\":{last},\"data\":\""
+             \"offset\":{offset},\"version\":{version},\"bytes\":{bytes},\"crc\":{crc},\
+             \"part\":{part},\"last\":{last},\"data\":\""
         )
         .as_bytes(),
     );
     base64::encode_into(data, out);
     out.extend_from_slice(b"\"}");
+    finish_frame(out, start);
+}
+
+/// Appends one `error` frame: the primary ends the stream, and says why.
+pub fn error_frame(out: &mut Vec<u8>, epoch: u64, message: &str) {
+    let start = begin_frame(out);
+    let body = serde_json::json!({
+        "type": "stream",
+        "kind": "error",
+        "epoch": epoch,
+        "message": message,
+    });
+    out.extend_from_slice(body.to_string().as_bytes());
     finish_frame(out, start);
 }
 
@@ -232,10 +278,34 @@ mod tests {
     #[test]
     fn snapshot_heartbeat_and_ack_frames_parse() {
         let mut out = Vec::new();
-        snapshot_frame(&mut out, 0, 3, 77, 2, true, b"state");
+        let info = SnapshotInfo {
+            shard: 0,
+            epoch: 3,
+            offset: 77,
+            version: 2,
+            bytes: 5,
+            crc: 4_000_000_000,
+        };
+        snapshot_frame(&mut out, &info, 2, true, b"state");
         let f: StreamFrame = serde_json::from_slice(payload(&out)).unwrap();
         assert_eq!((f.offset, f.part, f.last), (77, 2, true));
+        assert_eq!(
+            (f.version, f.bytes, f.crc),
+            (Some(2), Some(5), Some(4_000_000_000))
+        );
         assert_eq!(decode_data(&f).unwrap(), b"state");
+        // A frame from an older primary says none of these.
+        let old =
+            br#"{"type":"stream","kind":"snapshot","offset":7,"part":0,"last":true,"data":""}"#;
+        let f: StreamFrame = serde_json::from_slice(old).unwrap();
+        assert_eq!((f.version, f.bytes, f.crc), (None, None, None));
+        let mut out = Vec::new();
+        error_frame(&mut out, 3, "upgrade replicas first");
+        let f: StreamFrame = serde_json::from_slice(payload(&out)).unwrap();
+        assert_eq!(
+            (f.kind.as_str(), f.message.as_str()),
+            ("error", "upgrade replicas first")
+        );
         let mut out = Vec::new();
         heartbeat_frame(&mut out, 3, &[5, 6], 1000);
         let f: StreamFrame = serde_json::from_slice(payload(&out)).unwrap();

@@ -8,8 +8,8 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use shards::engine::{Engine, Replay};
-use shards::wal::{LogHandle, Recovered, Wal, WalConfig, WalError, WalStats};
+use shards::engine::{Engine, Replay, SnapshotLoader};
+use shards::wal::{LogHandle, Recovered, SnapshotWriter, Wal, WalConfig, WalError, WalStats};
 use shards::{ErrorCode, Rejection};
 
 pub struct Durability {
@@ -21,15 +21,19 @@ pub struct Durability {
 pub enum Rewind {
     /// Drop every entry after this offset.
     TruncateAfter(u64),
-    /// Replace the log with this engine snapshot at this offset.
-    Install { offset: u64, payload: Vec<u8> },
+    /// Replace the log with the snapshot written into `writer` (not sealed yet), whose
+    /// payload loads as `engine` (checked by the caller while it was received).
+    Install {
+        writer: Box<SnapshotWriter>,
+        engine: Box<Engine>,
+    },
 }
 
 impl Durability {
     /// Opens the shard's log and rebuilds `engine` from the newest snapshot and the entries
     /// after it. A corrupt log (anything but a torn tail) is an error naming file and offset.
     pub async fn open(cfg: WalConfig, engine: &mut Engine) -> Result<Durability, String> {
-        let wal = recover(cfg.clone(), None, engine).await?;
+        let wal = recover(cfg.clone(), None, engine, None).await?;
         Ok(Durability {
             wal: RefCell::new(wal),
             cfg,
@@ -42,12 +46,14 @@ impl Durability {
     /// it closed (the shard then refuses writes until restarted, as after an I/O error).
     pub async fn rewind(&self, what: Rewind) -> Result<(u64, Engine), Rejection> {
         let wal = self.wal();
-        let removed = match &what {
-            Rewind::TruncateAfter(after) => wal.truncate_after(*after).await,
-            Rewind::Install { offset, payload } => {
-                let head = wal.head_offset();
-                (wal.install_snapshot(*offset, payload).await)
-                    .map(|()| head.saturating_sub(*offset))
+        let head = wal.head_offset();
+        let (removed, preloaded) = match what {
+            Rewind::TruncateAfter(after) => (wal.truncate_after(after).await, None),
+            Rewind::Install { writer, engine } => {
+                let offset = writer.offset();
+                let removed = (wal.install_snapshot_from(*writer).await)
+                    .map(|()| head.saturating_sub(offset));
+                (removed, Some((offset, *engine)))
             }
         };
         let removed = match removed {
@@ -66,7 +72,7 @@ impl Durability {
             }
         };
         let mut engine = Engine::new();
-        let reopened = recover(self.cfg.clone(), Some(wal.handle()), &mut engine).await;
+        let reopened = recover(self.cfg.clone(), Some(wal.handle()), &mut engine, preloaded).await;
         match reopened {
             Ok(new) => {
                 *self.wal.borrow_mut() = new;
@@ -125,21 +131,51 @@ impl Durability {
     }
 }
 
-/// Opens the log in `cfg` (into `handle` when reopening) and replays it into `engine`.
+/// Opens the log in `cfg` (into `handle` when reopening) and replays it into `engine`: the
+/// newest snapshot streamed into a `SnapshotLoader`, then the records after it. `preloaded` is
+/// the engine a snapshot install already loaded from the payload it just wrote: that file is
+/// read for its CRC only, not decoded a second time.
 async fn recover(
     cfg: WalConfig,
     handle: Option<LogHandle>,
     engine: &mut Engine,
+    mut preloaded: Option<(u64, Engine)>,
 ) -> Result<Rc<Wal>, String> {
     let started = std::time::Instant::now();
     let mut replay = Replay::new();
+    let mut loading: Option<Loading> = None;
     let mut on = |rec: Recovered<'_>| -> Result<(), String> {
         match rec {
-            Recovered::Snapshot { offset, bytes } => {
+            Recovered::SnapshotBegin {
+                offset,
+                version,
+                len,
+            } => {
                 replay.flush(engine)?;
-                *engine = Engine::restore(bytes)
-                    .map_err(|e| format!("snapshot at offset {offset}: {e}"))?;
+                loading = Some(match preloaded.take() {
+                    Some((o, e)) if o == offset => Loading::Loaded(Box::new(e)),
+                    _ => Loading::Stream(SnapshotLoader::new(version, len)?),
+                });
             }
+            Recovered::SnapshotPart { bytes } => match &mut loading {
+                Some(Loading::Stream(loader)) => loader.feed(bytes)?,
+                Some(Loading::Loaded(_)) => {}
+                None => return Err("snapshot bytes before the snapshot".into()),
+            },
+            Recovered::SnapshotEnd { offset } => {
+                *engine = match loading.take() {
+                    Some(Loading::Stream(loader)) => loader.finish(),
+                    Some(Loading::Loaded(e)) => Ok(*e),
+                    None => Err("a snapshot end without its begin".into()),
+                }
+                .map_err(|e| format!("snapshot at offset {offset}: {e}"))?;
+                log::info!(
+                    "shard snapshot at offset {offset} loaded after {:?}: {} instances",
+                    started.elapsed(),
+                    engine.instance_count()
+                );
+            }
+            Recovered::SnapshotDiscard { .. } => loading = None,
             Recovered::Record { offset, payload } => replay.push(engine, offset, payload)?,
         }
         Ok(())
@@ -158,6 +194,13 @@ async fn recover(
         wal.head_offset()
     );
     Ok(wal)
+}
+
+/// A snapshot being read at recovery.
+enum Loading {
+    Stream(SnapshotLoader),
+    /// Already in memory (a snapshot install): only the file's CRC is checked.
+    Loaded(Box<Engine>),
 }
 
 /// How a log failure reaches a client.

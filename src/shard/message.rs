@@ -71,13 +71,28 @@ pub enum ShardCall {
     /// diverged there), then rebuild the state from the log. Answered with `Truncated`.
     /// `BAD_REQUEST` (details `oldest`) when the retained log cannot keep that prefix.
     Truncate { after: u64 },
-    /// Replication, on a replica: replace the log with the primary's engine snapshot `payload`
-    /// as of `offset` (the next entry is `offset + 1`), then rebuild the state. Answers `{}`;
-    /// `BAD_REQUEST` when the payload is not an engine snapshot (nothing changes).
-    InstallSnapshot { offset: u64, payload: Vec<u8> },
+    /// Replication, on a replica: the primary's snapshot, received in order as `Begin`, its
+    /// payload in `Part`s, and `End`, which replaces the log with it (the next entry is its
+    /// offset + 1) and rebuilds the state (`shard/install.rs`). Each answers `{}`. A refusal
+    /// (`BAD_REQUEST`: the payload does not load or fails its CRC, or a chunk out of order)
+    /// deletes what was received; the log and the state do not change.
+    InstallSnapshot(SnapshotChunk),
     /// Sync replication, on a primary (`shard/sync.rs`): `sync_replicas` replicas hold this
     /// shard's log through `through` (monotonic). Answers `{}` at once.
     ReplicaAcked { through: u64 },
+}
+
+/// One step of receiving a snapshot (`ShardCall::InstallSnapshot`).
+pub enum SnapshotChunk {
+    /// The primary's state as of `offset`: a payload of `len` bytes (0: not said) in snapshot
+    /// format `version`.
+    Begin { offset: u64, version: u32, len: u64 },
+    /// The next bytes of the payload.
+    Part(Vec<u8>),
+    /// The payload is complete; `crc` is its CRC32C per the primary (None: not said).
+    End { crc: Option<u32> },
+    /// The stream broke before `End`: delete what was received.
+    Abandon,
 }
 
 pub enum ReplyBody {

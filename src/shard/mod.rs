@@ -7,10 +7,12 @@
 mod batch;
 pub mod durability;
 mod event;
+mod install;
 pub mod message;
 mod os_yield;
 mod replica;
 pub mod runtime;
+pub mod snapshot;
 pub mod subs;
 pub mod sync;
 pub mod timers;
@@ -18,7 +20,7 @@ pub mod timers;
 #[cfg(test)]
 mod tests;
 
-pub use message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
+pub use message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse, SnapshotChunk};
 
 /// Depth of each front→shard request channel and shard→front response channel (replies and
 /// subscription pushes). Policy when full: the sender waits (a front stops reading that

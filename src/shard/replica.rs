@@ -10,7 +10,8 @@
 //! - `Promote` (replica becoming primary): start firing timers.
 //! - `Truncate` / `InstallSnapshot` (replica): rewind the log (`Durability::rewind`: drop
 //!   what follows the point where it agrees with the primary's, or replace it with the
-//!   primary's snapshot), then rebuild the engine from the log exactly as at start-up.
+//!   primary's snapshot, received as a stream: `install.rs`), then rebuild the engine from the
+//!   log exactly as at start-up.
 //!   Subscriptions stay registered; timers are re-armed from the rebuilt state.
 //!
 //! A replica mirrors its primary's layout, so every record lands at the primary's offset on
@@ -21,11 +22,11 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use serde_json::json;
-use shards::engine::{Engine, Entry, Record};
+use shards::engine::{Entry, Record};
 use shards::{ErrorCode, Rejection};
 
 use super::durability::Rewind;
-use super::message::{ReplyBody, ShardCall};
+use super::message::ReplyBody;
 use super::runtime::{Outcome, Shard};
 
 /// Replication state a shard keeps beside its engine.
@@ -172,42 +173,41 @@ impl Shard {
     /// `ShardCall::Promote`: this shard starts firing timers (from state; overdue ones fire at
     /// once).
     pub(super) fn promote(&self) -> Outcome {
+        self.cancel_snapshot_now();
         self.timers.promote(&mut self.engine.borrow_mut());
         (Ok(ReplyBody::Json(b"{}".to_vec())), 0)
     }
 }
 
 impl Shard {
-    /// `ShardCall::Truncate` and `ShardCall::InstallSnapshot`: rewind the log, rebuild the
-    /// engine from it. The caller's requests wait; others see the old state until the swap.
-    pub(super) async fn rewind(self: &Rc<Self>, call: ShardCall) -> Outcome {
-        let what = match call {
-            ShardCall::Truncate { after } => {
-                if after >= self.log.head() {
-                    return (Ok(ReplyBody::Truncated { removed: 0 }), 0);
-                }
-                Rewind::TruncateAfter(after)
+    /// `ShardCall::Truncate`: drops the log after `after` and rebuilds the state from it.
+    pub(super) async fn truncate(self: &Rc<Self>, after: u64) -> Outcome {
+        if after >= self.log.head() {
+            return (Ok(ReplyBody::Truncated { removed: 0 }), 0);
+        }
+        match self.rewind(Rewind::TruncateAfter(after)).await {
+            Ok(removed) => {
+                log::warn!(
+                    "shard {}: truncated {removed} log entries after offset {}",
+                    self.index,
+                    self.log.head()
+                );
+                (Ok(ReplyBody::Truncated { removed }), 0)
             }
-            ShardCall::InstallSnapshot { offset, payload } => {
-                // Checked before anything changes: a payload recovery cannot load would leave
-                // the shard unable to start.
-                if let Err(e) = Engine::restore(&payload) {
-                    let msg = format!("the snapshot at offset {offset} does not load: {e}");
-                    return (Err(Rejection::new(ErrorCode::BadRequest, msg)), 0);
-                }
-                Rewind::Install { offset, payload }
-            }
-            _ => {
-                let rej = Rejection::new(ErrorCode::InternalError, "not a rewind call");
-                return (Err(rej), 0);
-            }
-        };
-        let install = matches!(what, Rewind::Install { .. });
-        self.snapshot_idle().await;
-        let (removed, mut engine) = match self.log.rewind(what).await {
-            Ok(done) => done,
-            Err(rej) => return (Err(rej), 0),
-        };
+            Err(rej) => (Err(rej), 0),
+        }
+    }
+
+    /// Rewinds the log (`Durability::rewind`) and swaps in the engine rebuilt from it; returns
+    /// the entries dropped. A running snapshot walk is cancelled first (its file deleted) and
+    /// none starts until this ends. The caller's requests wait; others see the old state until
+    /// the swap.
+    pub(super) async fn rewind(&self, what: Rewind) -> Result<u64, Rejection> {
+        self.snapshots.hold(true);
+        self.cancel_snapshot().await;
+        let rewound = self.log.rewind(what).await;
+        self.snapshots.hold(false);
+        let (removed, mut engine) = rewound?;
         let head = self.log.head();
         self.timers.rebuild(&mut engine);
         *self.engine.borrow_mut() = engine;
@@ -215,20 +215,7 @@ impl Shard {
         for outbox in self.subs.outboxes() {
             outbox.clamp_needs(head);
         }
-        if install {
-            log::warn!(
-                "shard {}: state replaced by a snapshot at offset {head} ({removed} entries \
-                 dropped)",
-                self.index
-            );
-            (Ok(ReplyBody::Json(b"{}".to_vec())), 0)
-        } else {
-            log::warn!(
-                "shard {}: truncated {removed} log entries after offset {head}",
-                self.index
-            );
-            (Ok(ReplyBody::Truncated { removed }), 0)
-        }
+        Ok(removed)
     }
 }
 

@@ -19,6 +19,7 @@ use super::durability::Durability;
 use super::message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
 use super::os_yield::OsYield;
 use super::replica::ReplState;
+use super::snapshot::Snapshots;
 use super::subs::{self, Registry};
 use super::sync::{self as sync_mode, SyncSetup, SyncState};
 use super::timers::Timers;
@@ -53,7 +54,9 @@ pub struct Shard {
     pub index: u32,
     pub(super) engine: RefCell<Engine>,
     pub(super) log: Durability,
-    snapshots: Snapshots,
+    pub(super) snapshots: Snapshots,
+    /// A snapshot being received from the primary (`shard/install.rs`).
+    pub(super) incoming: RefCell<Option<super::install::Incoming>>,
     /// Replies waiting in this shard's outboxes (a metrics gauge).
     queued: Cell<u64>,
     pub(super) subs: Registry,
@@ -71,14 +74,6 @@ pub struct Shard {
     result_buf: RefCell<Vec<u8>>,
 }
 
-/// Snapshot scheduling: after `every` entries, serialise the engine and let the log write it
-/// (and compact) in the background; one at a time.
-struct Snapshots {
-    every: u64,
-    last_offset: Cell<u64>,
-    running: Cell<bool>,
-}
-
 /// Runs a shard until every client has hung up.
 pub async fn run(setup: ShardSetup) {
     let mut engine = Engine::new();
@@ -94,11 +89,8 @@ pub async fn run(setup: ShardSetup) {
         index: setup.index,
         engine: RefCell::new(engine),
         log,
-        snapshots: Snapshots {
-            every: setup.snapshot_every,
-            last_offset: Cell::new(head),
-            running: Cell::new(false),
-        },
+        snapshots: Snapshots::new(setup.snapshot_every, head),
+        incoming: RefCell::new(None),
         queued: Cell::new(0),
         subs: Registry::start(),
         timers: Timers::new(setup.fires_timers),
@@ -171,8 +163,8 @@ async fn receive(
         };
         let ((result, needs), gate) = match shard.sync {
             None => match call {
-                call @ (ShardCall::Truncate { .. } | ShardCall::InstallSnapshot { .. }) => {
-                    (shard.rewind(call).await, None)
+                call @ (ShardCall::Truncate { .. } | ShardCall::InstallSnapshot(_)) => {
+                    (shard.dispatch(call).await, None)
                 }
                 call => (shard.execute(call), None),
             },
@@ -284,9 +276,8 @@ impl Shard {
     /// requests wait for them.
     pub(super) async fn dispatch(self: &Rc<Self>, call: ShardCall) -> Outcome {
         match call {
-            call @ (ShardCall::Truncate { .. } | ShardCall::InstallSnapshot { .. }) => {
-                self.rewind(call).await
-            }
+            ShardCall::Truncate { after } => self.truncate(after).await,
+            ShardCall::InstallSnapshot(chunk) => self.install_chunk(chunk).await,
             call => self.execute(call),
         }
     }
@@ -294,61 +285,6 @@ impl Shard {
     /// An outbox sent (or failed) one reply.
     pub(super) fn reply_left(&self) {
         self.queued.set(self.queued.get().saturating_sub(1));
-    }
-
-    /// Waits until no background snapshot is being written (before a log rewind).
-    pub(super) async fn snapshot_idle(&self) {
-        while self.snapshots.running.get() {
-            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
-        }
-    }
-
-    /// The log was rewound to `head`: the next snapshot is due `every` entries from there.
-    pub(super) fn snapshot_from(&self, head: u64) {
-        self.snapshots.last_offset.set(head);
-    }
-
-    /// Starts a background snapshot when enough entries have accumulated. Serialising the
-    /// engine happens here, synchronously (the state must not move under it); writing, syncing
-    /// and compacting happen in a task that waits for the offset to be durable first.
-    fn maybe_snapshot(self: &Rc<Self>) {
-        let s = &self.snapshots;
-        let head = self.log.head();
-        if s.running.get() || head < s.last_offset.get() + s.every {
-            return;
-        }
-        s.running.set(true);
-        s.last_offset.set(head);
-        let started = std::time::Instant::now();
-        let bytes = self.engine.borrow().snapshot();
-        // The shard serves nothing while it serialises: that pause is logged with the write.
-        let paused = started.elapsed();
-        // The log whose state this is: after a replication rewind it refuses the snapshot.
-        let wal = self.log.wal();
-        let shard = self.clone();
-        glommio::spawn_local(async move {
-            let started = std::time::Instant::now();
-            let written = match wal.wait_durable(head).await {
-                Ok(()) => (wal.write_snapshot(head, &bytes).await).map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            match written {
-                Ok(()) => log::info!(
-                    "shard {}: snapshot at offset {head}: {} bytes, serialised in {} ms \
-                     (the shard's pause), written in {} ms",
-                    shard.index,
-                    bytes.len(),
-                    paused.as_millis(),
-                    started.elapsed().as_millis()
-                ),
-                Err(e) => log::error!(
-                    "shard {}: snapshot at offset {head} failed: {e}",
-                    shard.index
-                ),
-            }
-            shard.snapshots.running.set(false);
-        })
-        .detach();
     }
 
     /// Executes one call. Returns the reply and the log offset that must be durable first.
@@ -399,7 +335,7 @@ impl Shard {
             | ShardCall::ReadEvents { .. } => {
                 (Err(internal("subscription call not intercepted")), 0)
             }
-            ShardCall::Truncate { .. } | ShardCall::InstallSnapshot { .. } => {
+            ShardCall::Truncate { .. } | ShardCall::InstallSnapshot(_) => {
                 (Err(internal("rewind call not awaited")), 0)
             }
         }
@@ -717,6 +653,7 @@ impl Shard {
             sync_timeouts: self.sync.as_ref().map_or(0, SyncState::timeouts),
             log: LogStats::from(&self.log.stats()),
             diverged: engine.divergence().cloned(),
+            snapshots: self.snapshot_figures(),
         }
     }
 }

@@ -5,9 +5,11 @@
 //! * [`limits`]: the sizes that define the layout;
 //! * [`record`]: one log record (`len | crc | offset | kind | payload`) and sync markers;
 //! * [`segment`]: segment file names, the header block, directory listings;
-//! * [`snapshot`]: snapshot file names and the header block.
+//! * [`snapshot`]: snapshot file names, the header block, and a whole-file check;
+//! * [`snapshot_items`]: the payload of a version-2 snapshot: framed items and their fields.
 
 pub mod limits;
 pub mod record;
 pub mod segment;
 pub mod snapshot;
+pub mod snapshot_items;

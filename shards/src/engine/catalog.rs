@@ -48,6 +48,13 @@ impl Catalog {
         true
     }
 
+    /// Whether any stored machine version has a timed transition.
+    pub(crate) fn has_timers(&self) -> bool {
+        (self.machines.values())
+            .flat_map(|versions| versions.values())
+            .any(|m| m.compiled.has_timers())
+    }
+
     /// Number of stored machine versions.
     pub(crate) fn count(&self) -> usize {
         self.versions

@@ -54,6 +54,18 @@ impl Context {
         self.0.len()
     }
 
+    /// A context of `members`, which must be in strictly ascending name order (as `iter`
+    /// gives them): a snapshot's members, checked instead of sorted.
+    pub(crate) fn from_sorted(members: Vec<(SmallStr, Value)>) -> Result<Context, String> {
+        if members
+            .windows(2)
+            .any(|w| w[0].0.as_str() >= w[1].0.as_str())
+        {
+            return Err("context members are not in ascending name order".into());
+        }
+        Ok(Context(members.into_boxed_slice()))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

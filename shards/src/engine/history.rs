@@ -267,6 +267,50 @@ impl History {
         });
     }
 
+    /// The items as stored, for a snapshot: how many, and their bytes oldest first (headers
+    /// and payload texts), in two parts when they wrap around the ring's end.
+    pub(crate) fn raw(&self) -> (usize, &[u8], &[u8]) {
+        let (a, b) = self.bytes(0, self.used);
+        (self.items, a, b)
+    }
+
+    /// The history `raw` gave (`items` items in `bytes`), checked: the headers walk the bytes
+    /// exactly, every name id is below `names`, every payload is UTF-8, and there are at most
+    /// `HISTORY_PER_INSTANCE_MAX` items. The ring is exactly that size.
+    pub(crate) fn from_raw(items: usize, bytes: &[u8], names: usize) -> Result<History, String> {
+        if items > HISTORY_PER_INSTANCE_MAX {
+            return Err(format!("{items} history items, over the limit"));
+        }
+        let mut at = 0;
+        for _ in 0..items {
+            let head: &[u8; HEADER] = (bytes.get(at..at + HEADER))
+                .and_then(|h| h.try_into().ok())
+                .ok_or("a history item header runs past the history")?;
+            let h = Header::decode(head);
+            if h.event as usize >= names || h.from_state as usize >= names {
+                return Err("a history item names an unknown name id".into());
+            }
+            let text = (bytes.get(at + HEADER..at + HEADER + h.text_len()))
+                .ok_or("a history item's payload runs past the history")?;
+            if super::utf8(text).is_err() {
+                return Err("a history item's payload is not UTF-8".into());
+            }
+            at += HEADER + h.text_len();
+        }
+        if at != bytes.len() {
+            return Err(format!(
+                "{} bytes after the last history item",
+                bytes.len() - at
+            ));
+        }
+        Ok(History {
+            ring: bytes.into(),
+            head: 0,
+            used: bytes.len(),
+            items,
+        })
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.items

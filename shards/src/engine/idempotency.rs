@@ -24,9 +24,13 @@ impl IdempotencyStore {
         self.results.get(key)
     }
 
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.order.len()
+    }
+
+    /// Every key with its first result, oldest first (a snapshot's order).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        (self.order.iter()).filter_map(|k| self.results.get(k).map(|v| (k.as_str(), v)))
     }
 
     /// Records `result` for `key`; a key already present keeps its place and first result.

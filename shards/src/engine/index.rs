@@ -7,6 +7,14 @@
 //! make comparing against a wrong record rare (1 in 128 probes). An atomic batch prefetches the
 //! records of all its ops before deciding them (`prefetch_hashed`), which overlaps the cache
 //! misses that would otherwise be paid one after another.
+//!
+//! A snapshot walk (`engine::snapshot::walk`) visits the table by bucket index across many
+//! slices, so while it runs the table's layout must not change: the map is `frozen`. hashbrown
+//! moves records only when it resizes or rehashes in place, and it does either only on an
+//! insert into a table with no growth left (`capacity() == len()`); a frozen map puts such an
+//! insert into a second table (`overflow`) instead, and `thaw` moves those records back when
+//! the walk ends (one rehash, the one the insert would have made). Removals and inserts into
+//! free buckets move nothing.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -19,6 +27,10 @@ use super::instance::InstanceRecord;
 #[derive(Clone, Default)]
 pub(crate) struct InstanceMap {
     table: HashTable<Box<InstanceRecord>>,
+    /// Records inserted while `frozen` when `table` had no growth left; empty otherwise.
+    overflow: HashTable<Box<InstanceRecord>>,
+    /// A walk visits `table` by bucket index: its layout must not change (module doc).
+    frozen: bool,
     /// Ids come from clients: SipHash with a per-process key keeps them from choosing
     /// collisions.
     hasher: RandomState,
@@ -28,6 +40,8 @@ impl InstanceMap {
     pub(crate) fn with_capacity(n: usize) -> Self {
         InstanceMap {
             table: HashTable::with_capacity(n),
+            overflow: HashTable::new(),
+            frozen: false,
             hasher: RandomState::new(),
         }
     }
@@ -44,16 +58,25 @@ impl InstanceMap {
 
     /// `get` with `hash` = `self.hash(id)`.
     pub(crate) fn get_hashed(&self, hash: u64, id: &str) -> Option<&InstanceRecord> {
-        (self.table)
-            .find(hash, |r| r.instance.id.as_str() == id)
-            .map(|r| &**r)
+        let eq = has_id(id);
+        match self.table.find(hash, eq) {
+            Some(r) => Some(r),
+            None if self.overflow.is_empty() => None,
+            None => self.overflow.find(hash, eq),
+        }
+        .map(|r| &**r)
     }
 
     pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut InstanceRecord> {
         let hash = self.hash(id);
-        (self.table)
-            .find_mut(hash, |r| r.instance.id.as_str() == id)
-            .map(|r| &mut **r)
+        let eq = has_id(id);
+        if self.overflow.is_empty() {
+            return self.table.find_mut(hash, eq).map(|r| &mut **r);
+        }
+        match self.table.find_mut(hash, eq) {
+            Some(r) => Some(&mut **r),
+            None => self.overflow.find_mut(hash, eq).map(|r| &mut **r),
+        }
     }
 
     /// Starts loading the first `lines` cache lines of the record most likely under `hash`
@@ -69,7 +92,8 @@ impl InstanceMap {
     }
 
     /// Inserts `record` under its id (one probe) and returns it in place; gives it back when
-    /// the id is already present.
+    /// the id is already present. A frozen map whose table has no growth left inserts into
+    /// `overflow` (module doc).
     pub(crate) fn insert(
         &mut self,
         record: Box<InstanceRecord>,
@@ -77,11 +101,17 @@ impl InstanceMap {
         let hash = self.hash(&record.instance.id);
         let hasher = &self.hasher;
         let id = record.instance.id.as_str();
-        match (self.table).entry(
-            hash,
-            |r| r.instance.id.as_str() == id,
-            |r| hasher.hash_one(r.instance.id.as_str()),
-        ) {
+        let eq = has_id(id);
+        if !self.overflow.is_empty() && self.overflow.find(hash, eq).is_some() {
+            return Err(record);
+        }
+        let full = self.table.capacity() == self.table.len();
+        let table = match self.frozen && full {
+            true if self.table.find(hash, eq).is_some() => return Err(record),
+            true => &mut self.overflow,
+            false => &mut self.table,
+        };
+        match table.entry(hash, eq, |r| hasher.hash_one(r.instance.id.as_str())) {
             hashbrown::hash_table::Entry::Occupied(_) => Err(record),
             hashbrown::hash_table::Entry::Vacant(slot) => Ok(&mut **slot.insert(record).into_mut()),
         }
@@ -89,23 +119,83 @@ impl InstanceMap {
 
     pub(crate) fn remove(&mut self, id: &str) -> Option<Box<InstanceRecord>> {
         let hash = self.hash(id);
-        match self
-            .table
-            .find_entry(hash, |r| r.instance.id.as_str() == id)
-        {
+        let eq = has_id(id);
+        if let Ok(entry) = self.table.find_entry(hash, eq) {
+            return Some(entry.remove().0);
+        }
+        match self.overflow.find_entry(hash, eq) {
             Ok(entry) => Some(entry.remove().0),
             Err(_) => None,
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.table.len()
+        self.table.len() + self.overflow.len()
     }
 
     /// Every record, in no particular order.
     pub(crate) fn records(&self) -> impl Iterator<Item = &InstanceRecord> {
-        self.table.iter().map(|r| &**r)
+        (self.table.iter().chain(self.overflow.iter())).map(|r| &**r)
     }
+
+    /// Fixes the table's layout for a walk by bucket index (module doc).
+    pub(crate) fn freeze(&mut self) {
+        self.frozen = true;
+    }
+
+    /// Ends `freeze`: the records inserted meanwhile into `overflow` move into the table.
+    pub(crate) fn thaw(&mut self) {
+        self.frozen = false;
+        if self.overflow.is_empty() {
+            return;
+        }
+        let hasher = &self.hasher;
+        let rehash = |r: &_| hash_of(hasher, r);
+        self.table.reserve(self.overflow.len(), rehash);
+        for record in self.overflow.drain() {
+            let hash = hasher.hash_one(record.instance.id.as_str());
+            self.table.insert_unique(hash, record, rehash);
+        }
+        self.overflow = HashTable::new();
+    }
+
+    /// Buckets of the table (a frozen table keeps this number); `bucket` takes `0..this`.
+    pub(crate) fn buckets(&self) -> usize {
+        self.table.num_buckets()
+    }
+
+    /// The record in bucket `index` of the table, if the bucket holds one.
+    pub(crate) fn bucket(&self, index: usize) -> Option<&InstanceRecord> {
+        self.table.get_bucket(index).map(|r| &**r)
+    }
+
+    /// The bucket of the table holding `id` (None when it is absent or in `overflow`).
+    pub(crate) fn bucket_of(&self, id: &str) -> Option<usize> {
+        let hash = self.hash(id);
+        (self.table).find_bucket_index(hash, |r| r.instance.id.as_str() == id)
+    }
+
+    /// `prefetch_hashed` for the record in bucket `index`, if any.
+    pub(crate) fn prefetch_bucket(&self, index: usize, lines: usize) {
+        if let Some(record) = self.table.get_bucket(index) {
+            let base = (&**record as *const InstanceRecord).cast::<u8>();
+            for line in 0..lines {
+                prefetch(base.wrapping_add(line * 64));
+            }
+        }
+    }
+}
+
+/// Matches the table entry holding `id` (the table's elements are boxes, hence `&Box`).
+#[allow(clippy::borrowed_box)]
+fn has_id(id: &str) -> impl Fn(&Box<InstanceRecord>) -> bool + Copy + '_ {
+    move |r| r.instance.id.as_str() == id
+}
+
+/// The hash of an entry's id, for hashbrown's rehash.
+#[allow(clippy::borrowed_box)]
+fn hash_of(hasher: &RandomState, r: &Box<InstanceRecord>) -> u64 {
+    hasher.hash_one(r.instance.id.as_str())
 }
 
 impl std::fmt::Debug for InstanceMap {

@@ -50,6 +50,7 @@ pub use json_write::write_u64;
 pub use names::Name;
 pub use replay::Replay;
 pub use small_str::SmallStr;
+pub use snapshot::{SliceBudget, SnapshotLoader, WalkProgress, SNAPSHOT_FORMAT};
 pub use state::{Decision, Engine, EngineStats, ListPage};
 pub use timers::{Armed, Fire};
 

@@ -109,6 +109,21 @@ impl Interner {
         (name, id)
     }
 
+    /// The id of `s` if it is interned.
+    pub(crate) fn get_id(&self, s: &str) -> Option<NameId> {
+        self.ids.get(s).copied()
+    }
+
+    /// Names interned so far; their ids are `0..len`.
+    pub(crate) fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Every name, by id.
+    pub(crate) fn names(&self) -> &[Name] {
+        &self.names
+    }
+
     /// The name with id `id`. Ids come only from this interner (`id`, `intern_with_id`), so
     /// every id it is asked about exists.
     pub(crate) fn name(&self, id: NameId) -> &Name {

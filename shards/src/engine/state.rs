@@ -58,6 +58,10 @@ pub struct Engine {
     pub(super) epochs: Vec<(u64, u64)>,
     /// The first applied entry that did not fit the state (`engine::divergence`).
     pub(super) divergence: Option<super::divergence::Divergence>,
+    /// The snapshot walk running, if any (`engine::snapshot::walk`).
+    pub(super) walk: Option<Box<super::snapshot::Walk>>,
+    /// Walks begun: the id of the last one.
+    pub(super) walks: u64,
 }
 
 impl Engine {

@@ -48,9 +48,14 @@ impl Engine {
         Some(due)
     }
 
-    /// Arms every instance's timer (recovery, promotion): the queue's initial contents.
+    /// Arms every instance's timer (recovery, promotion): the queue's initial contents. With
+    /// no timed transition in any stored machine there is nothing to arm, and the instances
+    /// are not visited (a cache miss each: a tenth of a 1M-instance restart).
     pub fn arm_all_timers(&mut self) -> Vec<Armed> {
         let mut out: Vec<Armed> = Vec::new();
+        if self.timers_armed == 0 && !self.catalog.has_timers() {
+            return out;
+        }
         for record in self.instances.records() {
             let id = &record.instance.id;
             if record.timer_due_ms != 0 {

@@ -3,10 +3,19 @@
 //! A segment goes only when all three hold: it is not the newest; every offset in it is
 //! covered by the OLDEST retained snapshot (so falling back to that snapshot still finds the
 //! log after it); and the segments after it hold at least `retain_bytes` for readers.
+//!
+//! Deleting a preallocated segment frees its extents in the filesystem's journal; the files
+//! go one at a time with `DELETE_PACE` between them, so a compaction of many segments does
+//! not queue its metadata work in one burst beside the log's commits.
+
+use std::time::Duration;
 
 use super::error::WalError;
 use super::files;
 use super::shared::Shared;
+
+/// Pause between two segment deletions (module doc).
+const DELETE_PACE: Duration = Duration::from_millis(10);
 
 /// How many of the oldest segments may go. `segs` is `(first offset, bytes)` oldest first.
 pub(crate) fn deletable(segs: &[(u64, u64)], covered_through: u64, retain_bytes: u64) -> usize {
@@ -39,7 +48,10 @@ pub(crate) async fn compact(shared: &Shared) -> Result<(), WalError> {
     if victims.is_empty() {
         return Ok(());
     }
-    for path in &victims {
+    for (i, path) in victims.iter().enumerate() {
+        if i > 0 {
+            glommio::timer::sleep(DELETE_PACE).await;
+        }
         files::remove(path).await?;
     }
     files::sync_dir(&shared.wal_dir).await?;

@@ -54,8 +54,9 @@ pub const RECOVERY_READ_CHUNK_BYTES: usize = 512 << 10;
 /// Buffers of read-ahead for recovery's scan (see `RECOVERY_READ_CHUNK_BYTES`).
 pub const RECOVERY_READ_AHEAD_BUFFERS: usize = 8;
 
-/// Bytes. Largest snapshot payload: recovery hands it to the engine as one slice in memory.
-pub const SNAPSHOT_BYTES_MAX: u64 = 4 << 30;
+/// Bytes. One write of a snapshot file (`SnapshotWriter`): one is in flight at a time, so a
+/// snapshot never queues more than this ahead of the log's own writes on the device.
+pub const SNAPSHOT_WRITE_BYTES: usize = 1 << 20;
 
 /// Snapshots kept on disk: the newest, and one older to fall back to if the newest is damaged.
 pub const SNAPSHOTS_KEPT: usize = 2;
@@ -72,4 +73,5 @@ const _: () = assert!(SEGMENT_BYTES_DEFAULT >= SEGMENT_BYTES_MIN);
 const _: () = assert!(SEGMENT_BYTES_MAX >= SEGMENT_BYTES_DEFAULT);
 const _: () = assert!(WRITE_BYTES_MAX as u64 > 2 * BLOCK_BYTES);
 const _: () = assert!(READ_CHUNK_BYTES as u64 % BLOCK_BYTES == 0);
+const _: () = assert!(SNAPSHOT_WRITE_BYTES as u64 % BLOCK_BYTES == 0);
 const _: () = assert!(RECOVERY_READ_CHUNK_BYTES as u64 % BLOCK_BYTES == 0);

@@ -26,8 +26,9 @@ use super::files::{self, align_down};
 use super::handle::LogHandle;
 use super::limits::{BLOCK_BYTES, INDEX_STRIDE_BYTES, READ_CHUNK_BYTES, SEGMENT_HEADER_BYTES};
 use super::record::{self, Decoded, KIND_ENTRY};
+use super::scan::ReadSize;
 use super::segment::list_segments;
-use super::snapshot::{self, Loaded};
+use super::snapshot::{self, Opened, SnapshotFile, SnapshotStream};
 
 /// Segment files a reader keeps open at most; the oldest open one is closed for a new one.
 const OPEN_FILES_MAX: usize = 4;
@@ -200,24 +201,46 @@ impl LogReader {
         Ok(c.out)
     }
 
-    /// The newest valid snapshot: `(offset, payload)`, the payload as `Recovered::Snapshot`
-    /// gives it. Invalid ones are skipped (the shard sets them aside at its next start).
-    pub async fn newest_snapshot(&mut self) -> Result<Option<(u64, Vec<u8>)>, WalError> {
+    /// The newest snapshot whose header is valid, opened for reading in parts (the CRC is
+    /// checked at its end: `SnapshotStream::next_part`). Invalid ones are skipped (the shard
+    /// sets them aside at its next start).
+    pub async fn newest_snapshot_stream(&mut self) -> Result<Option<SnapshotStream>, WalError> {
         self.prepare().await?;
         let dir = self.handle.snapshot_dir();
         let listing = snapshot::list_snapshots(&dir)?;
         for (offset, path) in listing.files.iter().rev() {
-            match snapshot::read(path, self.handle.shard, *offset).await {
-                Ok(Loaded::Valid(bytes)) => return Ok(Some((*offset, bytes))),
-                Ok(Loaded::Invalid(reason)) => {
+            let shard = self.handle.shard;
+            match SnapshotFile::open(path, shard, *offset, ReadSize::Reader).await {
+                Ok(Opened::Valid(file)) => return Ok(Some(SnapshotStream::new(file))),
+                Ok(Opened::Invalid(reason)) => {
                     log::warn!("wal: reader skips snapshot {}: {reason}", path.display());
                 }
-                // Pruned between the listing and the read: an older one may still be there.
+                // Pruned between the listing and the open: an older one may still be there.
                 Err(_) if !path.exists() => {}
                 Err(e) => return Err(e),
             }
         }
         Ok(None)
+    }
+
+    /// The newest valid snapshot whole: `(offset, version, payload)` (tests and small
+    /// tools; replication streams it with `newest_snapshot_stream`).
+    pub async fn newest_snapshot(&mut self) -> Result<Option<(u64, u32, Vec<u8>)>, WalError> {
+        let Some(mut stream) = self.newest_snapshot_stream().await? else {
+            return Ok(None);
+        };
+        let mut payload = Vec::new();
+        let read = loop {
+            match stream.next_part(usize::MAX).await {
+                Ok(Some(part)) => payload.extend_from_slice(&part),
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        let (offset, version) = (stream.offset(), stream.version());
+        let closed = stream.close().await;
+        read.and(closed)?;
+        Ok(Some((offset, version, payload)))
     }
 
     /// Once: the iopoll probe for this executor. Always: drop the cache if the log changed.

@@ -22,6 +22,7 @@ mod scan;
 mod segment;
 mod shared;
 mod snapshot;
+mod snapshot_writer;
 mod spare;
 mod stats;
 mod waiters;
@@ -40,6 +41,10 @@ pub use config::{FsyncPolicy, WalConfig};
 pub use error::WalError;
 pub use handle::LogHandle;
 pub use log_reader::LogReader;
+pub use snapshot::{
+    SnapshotHeader, SnapshotStream, SNAPSHOT_VERSION, SNAPSHOT_VERSIONS_READ, SNAPSHOT_VERSION_JSON,
+};
+pub use snapshot_writer::SnapshotWriter;
 pub use stats::{Histogram, WalStats, BATCH_BOUNDS_ENTRIES, DURATION_BOUNDS_SECONDS};
 
 use limits::SNAPSHOTS_KEPT;
@@ -49,10 +54,21 @@ use waiters::WaitFor;
 use writer::SegmentWriter;
 
 /// One item handed to the recovery callback of `Wal::open`, in log order.
+///
+/// A snapshot comes first, as a stream: `SnapshotBegin`, its payload in `SnapshotPart`s, then
+/// `SnapshotEnd` once the payload's CRC held. A payload that fails its CRC (found at its end)
+/// gets `SnapshotDiscard` instead: forget its parts; the next older snapshot follows the same
+/// way, or none. Then the records after the snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recovered<'a> {
-    /// The state as of `offset`; comes first, at most once.
-    Snapshot { offset: u64, bytes: &'a [u8] },
+    /// The state as of `offset`, a payload of `len` bytes in format `version`, begins.
+    SnapshotBegin { offset: u64, version: u32, len: u64 },
+    /// The next bytes of its payload.
+    SnapshotPart { bytes: &'a [u8] },
+    /// The payload is complete and its CRC holds.
+    SnapshotEnd { offset: u64 },
+    /// The payload failed its CRC: discard it.
+    SnapshotDiscard { offset: u64 },
     /// An entry after the snapshot.
     Record { offset: u64, payload: &'a [u8] },
 }
@@ -267,27 +283,77 @@ impl Wal {
         reader::read_from(&self.shared, from, max_records, max_bytes).await
     }
 
-    /// Writes a snapshot of the state as of `offset` (<= durable): temp file, fdatasync,
-    /// rename, directory fsync. First makes sure the log is fdatasynced through `offset` (a
-    /// no-op under `Always`). Keeps the 2 newest snapshots and deletes segments wholly covered
-    /// by the older of them that lie more than `retain_bytes` behind the head. Calls are
-    /// serialised. Works after `close` too.
-    pub async fn write_snapshot(&self, offset: u64, bytes: &[u8]) -> Result<(), WalError> {
-        let _permit = self
-            .snapshot_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| WalError::Closed)?;
+    /// Writes a snapshot of the state as of `offset` (<= durable) whose payload, of format
+    /// `version`, is `bytes`: `begin_snapshot`, one `write`, `commit_snapshot`.
+    pub async fn write_snapshot(
+        &self,
+        offset: u64,
+        version: u32,
+        bytes: &[u8],
+    ) -> Result<(), WalError> {
+        let durable = self.shared.durable.get();
+        if offset > durable {
+            return Err(WalError::NotDurable { offset, durable });
+        }
+        let mut w = self.begin_snapshot(offset, version).await?;
+        if let Err(e) = w.write(bytes).await {
+            w.abort().await;
+            return Err(e);
+        }
+        self.commit_snapshot(w).await.map(drop)
+    }
+
+    /// Starts the snapshot of the state as of `offset` (at most the head) with a payload of
+    /// format `version`: its temp file. Write the payload into it, then `commit_snapshot`
+    /// (or `abort` it). Refused (`Closed`) once the log was rewound.
+    pub async fn begin_snapshot(
+        &self,
+        offset: u64,
+        version: u32,
+    ) -> Result<SnapshotWriter, WalError> {
         let s = &*self.shared;
         if s.rewound.get() {
             return Err(WalError::Closed);
         }
-        let durable = s.durable.get();
-        if offset > durable {
-            return Err(WalError::NotDurable { offset, durable });
+        if offset > s.head.get() {
+            return Err(WalError::Config(format!(
+                "a snapshot at offset {offset} is past the head {}",
+                s.head.get()
+            )));
         }
+        let path = snapshot::snapshot_path(&s.snap_dir, offset);
+        let tmp = std::path::PathBuf::from(format!("{}{}", path.display(), segment::TMP_SUFFIX));
+        SnapshotWriter::create(tmp, s.cfg.shard, offset, version).await
+    }
+
+    /// Makes a snapshot written through `begin_snapshot` part of the log: waits until its
+    /// offset is durable (and fdatasynced, under every policy), seals the file and renames it
+    /// into place, then keeps the 2 newest snapshots and deletes segments wholly covered by
+    /// the older of them that lie more than `retain_bytes` behind the head. Calls are
+    /// serialised. After a rewind it is refused (`Closed`) and the file deleted, as on any
+    /// error. Returns the file's header.
+    pub async fn commit_snapshot(&self, mut w: SnapshotWriter) -> Result<SnapshotHeader, WalError> {
+        let done = self.commit_inner(&mut w).await;
+        if done.is_err() {
+            w.abort().await;
+        }
+        done
+    }
+
+    async fn commit_inner(&self, w: &mut SnapshotWriter) -> Result<SnapshotHeader, WalError> {
+        let _permit = (self.snapshot_lock.acquire_permit(1).await).map_err(|_| WalError::Closed)?;
+        let s = &*self.shared;
+        if s.rewound.get() {
+            return Err(WalError::Closed);
+        }
+        let offset = w.offset();
+        self.wait_durable(offset).await?;
         s.ensure_synced(offset).await?;
-        snapshot::write(&s.snap_dir, s.cfg.shard, offset, bytes).await?;
+        let header = w.seal().await?;
+        let path = snapshot::snapshot_path(&s.snap_dir, offset);
+        std::fs::rename(w.tmp_path(), &path)
+            .map_err(|e| WalError::std_io("rename", w.tmp_path(), e))?;
+        files::sync_dir(&s.snap_dir).await?;
         {
             let mut snaps = s.snapshots.borrow_mut();
             if let Err(i) = snaps.binary_search(&offset) {
@@ -295,7 +361,8 @@ impl Wal {
             }
         }
         self.prune_snapshots().await?;
-        compaction::compact(s).await
+        compaction::compact(s).await?;
+        Ok(header)
     }
 
     async fn prune_snapshots(&self) -> Result<(), WalError> {

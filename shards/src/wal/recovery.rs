@@ -22,7 +22,7 @@ use super::record::KIND_ENTRY;
 use super::scan::{ReadSize, SegmentScan, Step};
 use super::segment::{decode_header, list_segments};
 use super::shared::SegmentMeta;
-use super::snapshot::{self, Loaded};
+use super::snapshot::{self, Opened, SnapshotFile};
 use super::Recovered;
 
 pub(crate) type OnRecovered<'a> = &'a mut dyn FnMut(Recovered<'_>) -> Result<(), String>;
@@ -124,19 +124,9 @@ async fn load_snapshot(cfg: &WalConfig, on: OnRecovered<'_>) -> Result<(u64, Vec
     let mut kept = Vec::new();
     for (offset, path) in listing.files.iter().rev() {
         if chosen.is_none() {
-            match snapshot::read(path, cfg.shard, *offset).await? {
-                Loaded::Valid(bytes) => {
-                    on(Recovered::Snapshot {
-                        offset: *offset,
-                        bytes: &bytes,
-                    })
-                    .map_err(|reason| WalError::Apply {
-                        offset: *offset,
-                        reason,
-                    })?;
-                    chosen = Some(*offset);
-                }
-                Loaded::Invalid(reason) => {
+            match stream_snapshot(cfg.shard, path, *offset, on).await? {
+                None => chosen = Some(*offset),
+                Some(reason) => {
                     let aside = PathBuf::from(format!("{}.corrupt", path.display()));
                     log::warn!(
                         "wal: shard {}: snapshot {} is invalid ({reason}); moved to {} and \
@@ -159,6 +149,54 @@ async fn load_snapshot(cfg: &WalConfig, on: OnRecovered<'_>) -> Result<(u64, Vec
     }
     kept.reverse();
     Ok((chosen.unwrap_or(0), kept))
+}
+
+/// Hands the snapshot at `path` to `on` as a stream (see `Recovered`). Returns why it is
+/// invalid, or None once `on` had all of it. A callback error is kept until the payload's CRC
+/// is known: with a bad CRC the snapshot is only damaged (`SnapshotDiscard`, invalid); with a
+/// good one the error stands (`Apply`).
+async fn stream_snapshot(
+    shard: u32,
+    path: &Path,
+    offset: u64,
+    on: OnRecovered<'_>,
+) -> Result<Option<String>, WalError> {
+    let apply = |reason| WalError::Apply { offset, reason };
+    let mut file = match SnapshotFile::open(path, shard, offset, ReadSize::Recovery).await? {
+        Opened::Valid(file) => file,
+        Opened::Invalid(reason) => return Ok(Some(reason)),
+    };
+    let h = file.header;
+    let begin = Recovered::SnapshotBegin {
+        offset,
+        version: h.version,
+        len: h.payload_len,
+    };
+    let mut refused = on(begin).err();
+    loop {
+        match file.next().await {
+            Ok(Some(part)) if refused.is_none() => {
+                refused = on(Recovered::SnapshotPart { bytes: &part }).err();
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            Err(e) => {
+                let _ = file.close().await;
+                return Err(e);
+            }
+        }
+    }
+    let valid = file.crc_holds();
+    file.close().await?;
+    if !valid {
+        on(Recovered::SnapshotDiscard { offset }).map_err(apply)?;
+        return Ok(Some("payload checksum mismatch".into()));
+    }
+    if let Some(reason) = refused {
+        return Err(apply(reason));
+    }
+    on(Recovered::SnapshotEnd { offset }).map_err(apply)?;
+    Ok(None)
 }
 
 fn remove_temps(temps: &[PathBuf]) -> Result<bool, WalError> {

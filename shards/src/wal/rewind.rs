@@ -15,22 +15,28 @@
 //! - installation renames `wal/` to `wal.old/` (one atomic step: the log is gone, older
 //!   snapshots alone recover to a prefix), deletes the snapshots at or above the new one, writes
 //!   the new snapshot durably, deletes the older ones, then `wal.old/`. `open` deletes a
-//!   leftover `wal.old/`.
+//!   leftover `wal.old/`. The snapshot is written (streamed, synced) as a temp file before the
+//!   first step, while the log still serves; "writes it durably" is then a rename.
 
 use std::path::Path;
 
 use super::error::WalError;
 use super::files;
-use super::limits::{MARKER_BYTES, SEGMENT_HEADER_BYTES, SNAPSHOT_BYTES_MAX};
+use super::limits::{MARKER_BYTES, SEGMENT_HEADER_BYTES};
 use super::record::KIND_ENTRY;
 use super::recovery::truncate_tail;
 use super::scan::{ReadSize, SegmentScan, Step};
 use super::shared::Shared;
 use super::snapshot;
+use super::snapshot_writer::SnapshotWriter;
 use super::Wal;
 
 /// Name of the log directory while a snapshot install replaces it.
 pub(crate) const OLD_WAL_DIR: &str = "wal.old";
+
+/// Ends the temp file of a snapshot being received (`<offset>.snap.incoming.tmp`): a temp
+/// like any other (deleted at open), named apart from the shard's own snapshot of that offset.
+const INCOMING_SUFFIX: &str = ".incoming.tmp";
 
 impl Wal {
     /// Drops every entry after `after` from disk and closes the log; returns how many entries
@@ -79,24 +85,53 @@ impl Wal {
         Ok(head - after)
     }
 
-    /// Replaces the whole log with "state = `payload` as of `offset`, no entries" and closes
-    /// it: the snapshot file `offset` is written, every segment and every other snapshot goes,
-    /// and after `open_with` the next append gets `offset + 1`.
-    pub async fn install_snapshot(&self, offset: u64, payload: &[u8]) -> Result<(), WalError> {
-        if payload.len() as u64 > SNAPSHOT_BYTES_MAX {
-            return Err(WalError::TooLarge {
-                len: payload.len(),
-                max: SNAPSHOT_BYTES_MAX as usize,
-            });
+    /// Replaces the whole log with "state = `payload` (format `version`) as of `offset`, no
+    /// entries" and closes it: `incoming_snapshot`, one write, `install_snapshot_from`.
+    pub async fn install_snapshot(
+        &self,
+        offset: u64,
+        version: u32,
+        payload: &[u8],
+    ) -> Result<(), WalError> {
+        let mut w = self.incoming_snapshot(offset, version).await?;
+        if let Err(e) = w.write(payload).await {
+            w.abort().await;
+            return Err(e);
         }
+        self.install_snapshot_from(w).await
+    }
+
+    /// Starts receiving a snapshot (another log's, as of `offset`, payload format `version`)
+    /// that will replace this log: its temp file, written while the log still serves. Write
+    /// the payload into it, then `install_snapshot_from` (or `abort` it).
+    pub async fn incoming_snapshot(
+        &self,
+        offset: u64,
+        version: u32,
+    ) -> Result<SnapshotWriter, WalError> {
         if offset == 0 {
             return Err(WalError::Config("a snapshot offset starts at 1".into()));
         }
-        let _permit = self
-            .snapshot_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| WalError::Closed)?;
+        let s = &*self.shared;
+        let name = format!("{offset:020}.{}{INCOMING_SUFFIX}", snapshot::SNAPSHOT_EXT);
+        SnapshotWriter::create(s.snap_dir.join(name), s.cfg.shard, offset, version).await
+    }
+
+    /// Replaces the whole log with the snapshot written into `w` and closes it: every segment
+    /// and every other snapshot goes, and after `open_with` the next append gets `offset + 1`.
+    /// On an error the temp file is deleted.
+    pub async fn install_snapshot_from(&self, mut w: SnapshotWriter) -> Result<(), WalError> {
+        let done = self.install_inner(&mut w).await;
+        if done.is_err() {
+            w.abort().await;
+        }
+        done
+    }
+
+    async fn install_inner(&self, w: &mut SnapshotWriter) -> Result<(), WalError> {
+        let offset = w.offset();
+        w.seal().await?;
+        let _permit = (self.snapshot_lock.acquire_permit(1).await).map_err(|_| WalError::Closed)?;
         let s = &*self.shared;
         self.close().await?;
         s.rewound.set(true);
@@ -117,7 +152,10 @@ impl Wal {
             files::remove(path).await?;
         }
         files::sync_dir(&s.snap_dir).await?;
-        snapshot::write(&s.snap_dir, s.cfg.shard, offset, payload).await?;
+        let path = snapshot::snapshot_path(&s.snap_dir, offset);
+        std::fs::rename(w.tmp_path(), &path)
+            .map_err(|e| WalError::std_io("rename", w.tmp_path(), e))?;
+        files::sync_dir(&s.snap_dir).await?;
         for (_, path) in existing.files.iter().filter(|(o, _)| *o < offset) {
             files::remove(path).await?;
         }

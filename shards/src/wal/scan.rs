@@ -51,7 +51,7 @@ pub(crate) enum ReadSize {
 
 impl ReadSize {
     /// (buffer bytes, buffers of read-ahead)
-    fn chunks(self) -> (usize, usize) {
+    pub(crate) fn chunks(self) -> (usize, usize) {
         match self {
             ReadSize::Recovery => (RECOVERY_READ_CHUNK_BYTES, RECOVERY_READ_AHEAD_BUFFERS),
             ReadSize::Reader => (READ_CHUNK_BYTES, READ_AHEAD_BUFFERS),

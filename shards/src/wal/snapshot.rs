@@ -1,198 +1,191 @@
-//! Snapshot files: `snapshots/<offset, 20 digits>.snap`.
-//!
-//! Header block (4096 bytes, little-endian): `magic "SMDBSNP1" | version u32 | shard u32 |
-//! offset u64 | payload_len u64 | payload_crc32c u32 | header_crc32c u32` (the header CRC covers
-//! the 36 bytes before it), then zeros; the payload starts at byte 4096 and the file is
-//! zero-padded to a multiple of 4096. Written as `<name>.tmp`, fdatasynced, renamed, and the
-//! directory fsynced, so a `.snap` file is complete unless the disk damaged it.
+//! Snapshot files (`snapshots/<offset, 20 digits>.snap`; layout in `smdb_format::snapshot`),
+//! read as a stream: the header is checked first, then the payload comes in chunks, its CRC
+//! computed as they pass. Nothing holds a whole payload (`SnapshotFile`); `SnapshotStream` is
+//! the same for another executor (replication's sender). Writing: `snapshot_writer`.
 
 use std::path::{Path, PathBuf};
 
-use glommio::io::DmaStreamReaderBuilder;
+use glommio::io::{DmaStreamReader, DmaStreamReaderBuilder, ReadResult};
 
 use super::error::WalError;
+use super::files;
+use super::limits::SNAPSHOT_HEADER_BYTES;
+use super::scan::ReadSize;
 pub use smdb_format::snapshot::*;
 
 /// Lists snapshot files as the WAL reports errors.
 pub fn list_snapshots(dir: &Path) -> Result<smdb_format::segment::Listing, WalError> {
     smdb_format::snapshot::list_snapshots(dir).map_err(|e| WalError::std_io("list", dir, e))
 }
-use super::files;
-use super::limits::{
-    READ_AHEAD_BUFFERS, READ_CHUNK_BYTES, SNAPSHOT_BYTES_MAX, SNAPSHOT_HEADER_BYTES,
-    WRITE_BYTES_MAX,
-};
-use super::segment::TMP_SUFFIX;
 
-/// Copies the bytes of the virtual file `header block ++ payload ++ zeros` that fall in
-/// `[pos, pos + dst.len())` into `dst`.
-fn fill_from(dst: &mut [u8], pos: u64, header: &[u8], payload: &[u8]) {
-    dst.fill(0);
-    let hl = header.len() as u64;
-    if pos < hl {
-        let n = ((hl - pos) as usize).min(dst.len());
-        dst[..n].copy_from_slice(&header[pos as usize..pos as usize + n]);
-    }
-    let data_start = pos.max(hl);
-    let data_end = (pos + dst.len() as u64).min(hl + payload.len() as u64);
-    if data_start < data_end {
-        let src = &payload[(data_start - hl) as usize..(data_end - hl) as usize];
-        let at = (data_start - pos) as usize;
-        dst[at..at + src.len()].copy_from_slice(src);
-    }
+/// A snapshot file whose header passed its checks, its payload read in order.
+pub(crate) struct SnapshotFile {
+    pub(crate) header: SnapshotHeader,
+    path: PathBuf,
+    reader: DmaStreamReader,
+    left: u64,
+    crc: u32,
 }
 
-/// Writes a snapshot durably: temp file, fdatasync, rename, directory fsync.
-pub async fn write(dir: &Path, shard: u32, offset: u64, payload: &[u8]) -> Result<(), WalError> {
-    let path = snapshot_path(dir, offset);
-    let tmp = PathBuf::from(format!("{}{TMP_SUFFIX}", path.display()));
-    if payload.len() as u64 > SNAPSHOT_BYTES_MAX {
-        return Err(WalError::TooLarge {
-            len: payload.len(),
-            max: SNAPSHOT_BYTES_MAX as usize,
-        });
-    }
-    let mut header = vec![0u8; SNAPSHOT_HEADER_BYTES as usize];
-    let h = SnapshotHeader {
-        shard,
-        offset,
-        payload_len: payload.len() as u64,
-        payload_crc: crc32c::crc32c(payload),
-    };
-    encode_header(h, &mut header);
-    let file = files::create_rw(&tmp).await?;
-    let total = files::align_up(SNAPSHOT_HEADER_BYTES + payload.len() as u64);
-    let mut written = async {
-        let mut pos = 0;
-        while pos < total {
-            let len = (total - pos).min(WRITE_BYTES_MAX as u64) as usize;
-            files::write_block_at(&file, &tmp, pos, len, |b| {
-                fill_from(b, pos, &header, payload)
-            })
-            .await?;
-            pos += len as u64;
-        }
-        file.fdatasync()
-            .await
-            .map_err(|e| WalError::io("fdatasync", &tmp, e))?;
-        file.rename(&path)
-            .await
-            .map_err(|e| WalError::io("rename", &tmp, e))
-    }
-    .await;
-    let closed = files::close(file, &tmp).await;
-    if written.is_ok() {
-        written = closed;
-    }
-    if let Err(e) = written {
-        // Best effort: a leftover temp file is also deleted on the next open.
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    files::sync_dir(dir).await
-}
-
-/// The result of reading one snapshot file.
-pub enum Loaded {
-    Valid(Vec<u8>),
+/// What opening a snapshot file found.
+pub(crate) enum Opened {
+    Valid(SnapshotFile),
     /// The file fails a check; the reason says which.
     Invalid(String),
 }
 
-/// Reads and checks the snapshot at `path`, which by its name holds `offset`.
-pub async fn read(path: &Path, shard: u32, offset: u64) -> Result<Loaded, WalError> {
-    let file = files::open_read(path).await?;
-    let size = files::file_size(&file, path).await?;
+impl SnapshotFile {
+    /// Opens the snapshot at `path`, which by its name holds `offset` of `shard`, and checks
+    /// its header: magic, CRC, version, shard, offset, length against the file's size.
+    pub(crate) async fn open(
+        path: &Path,
+        shard: u32,
+        offset: u64,
+        size: ReadSize,
+    ) -> Result<Opened, WalError> {
+        let file = files::open_read(path).await?;
+        let header = match check_header(&file, path, shard, offset).await {
+            Ok(Ok(h)) => h,
+            Ok(Err(reason)) => {
+                files::close(file, path).await?;
+                return Ok(Opened::Invalid(reason));
+            }
+            Err(e) => {
+                let _ = files::close(file, path).await;
+                return Err(e);
+            }
+        };
+        let (chunk, ahead) = size.chunks();
+        let reader = DmaStreamReaderBuilder::new(file)
+            .with_start_pos(SNAPSHOT_HEADER_BYTES)
+            .with_end_pos(SNAPSHOT_HEADER_BYTES + header.payload_len)
+            .with_buffer_size(chunk)
+            .with_read_ahead(ahead)
+            .build();
+        Ok(Opened::Valid(SnapshotFile {
+            header,
+            path: path.to_path_buf(),
+            reader,
+            left: header.payload_len,
+            crc: 0,
+        }))
+    }
+
+    /// The next chunk of the payload; None once it has all been read.
+    pub(crate) async fn next(&mut self) -> Result<Option<ReadResult>, WalError> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        let buf = (self.reader.get_buffer_aligned(self.left).await)
+            .map_err(|e| WalError::io("read", &self.path, e))?;
+        if buf.is_empty() {
+            let reason = format!("the payload ends {} bytes early", self.left);
+            return Err(WalError::corrupt(&self.path, 0, reason));
+        }
+        self.left -= buf.len() as u64;
+        self.crc = crc32c::crc32c_append(self.crc, &buf);
+        Ok(Some(buf))
+    }
+
+    /// After the last chunk: whether the payload matches the header's CRC.
+    pub(crate) fn crc_holds(&self) -> bool {
+        self.left == 0 && self.crc == self.header.payload_crc
+    }
+
+    pub(crate) async fn close(self) -> Result<(), WalError> {
+        let path = self.path;
+        (self.reader.close().await).map_err(|e| WalError::io("close", &path, e))
+    }
+}
+
+/// The header of the file, or why it is not a snapshot of `offset` in `shard`.
+async fn check_header(
+    file: &glommio::io::DmaFile,
+    path: &Path,
+    shard: u32,
+    offset: u64,
+) -> Result<Result<SnapshotHeader, String>, WalError> {
+    let size = files::file_size(file, path).await?;
     if size < SNAPSHOT_HEADER_BYTES {
-        files::close(file, path).await?;
-        return Ok(Loaded::Invalid(format!(
+        return Ok(Err(format!(
             "file is {size} bytes, shorter than its header"
         )));
     }
-    let block = files::read_aligned(&file, path, 0, SNAPSHOT_HEADER_BYTES as usize).await?;
+    let block = files::read_aligned(file, path, 0, SNAPSHOT_HEADER_BYTES as usize).await?;
     let h = match decode_header(&block) {
         Ok(h) => h,
-        Err(reason) => {
-            files::close(file, path).await?;
-            return Ok(Loaded::Invalid(reason));
-        }
+        Err(reason) => return Ok(Err(reason)),
     };
-    drop(block);
-    let problem = if h.shard != shard {
-        Some(format!("belongs to shard {}, not {shard}", h.shard))
+    Ok(if h.shard != shard {
+        Err(format!("belongs to shard {}, not {shard}", h.shard))
     } else if h.offset != offset {
-        Some(format!(
+        Err(format!(
             "header says offset {}, name says {offset}",
             h.offset
         ))
-    } else if h.payload_len > SNAPSHOT_BYTES_MAX {
-        Some(format!(
-            "payload length {} exceeds the limit",
-            h.payload_len
-        ))
     } else if size < SNAPSHOT_HEADER_BYTES + h.payload_len {
-        Some(format!(
+        Err(format!(
             "truncated: {size} bytes for a {} byte payload",
             h.payload_len
         ))
     } else {
-        None
-    };
-    if let Some(reason) = problem {
-        files::close(file, path).await?;
-        return Ok(Loaded::Invalid(reason));
-    }
-    let payload = read_payload(file, path, h.payload_len as usize).await?;
-    if crc32c::crc32c(&payload) != h.payload_crc {
-        return Ok(Loaded::Invalid("payload checksum mismatch".into()));
-    }
-    Ok(Loaded::Valid(payload))
+        Ok(h)
+    })
 }
 
-async fn read_payload(
-    file: glommio::io::DmaFile,
-    path: &Path,
-    len: usize,
-) -> Result<Vec<u8>, WalError> {
-    let mut reader = DmaStreamReaderBuilder::new(file)
-        .with_start_pos(SNAPSHOT_HEADER_BYTES)
-        .with_end_pos(SNAPSHOT_HEADER_BYTES + len as u64)
-        .with_buffer_size(READ_CHUNK_BYTES)
-        .with_read_ahead(READ_AHEAD_BUFFERS)
-        .build();
-    let mut payload = Vec::with_capacity(len);
-    let mut res = Ok(());
-    while payload.len() < len {
-        match reader
-            .get_buffer_aligned((len - payload.len()) as u64)
-            .await
-        {
-            Ok(buf) if buf.is_empty() => break,
-            Ok(buf) => payload.extend_from_slice(&buf),
-            Err(e) => {
-                res = Err(WalError::io("read", path, e));
-                break;
+/// The newest snapshot of a log, read in parts by another executor (`LogReader`).
+pub struct SnapshotStream {
+    file: SnapshotFile,
+}
+
+impl SnapshotStream {
+    pub(crate) fn new(file: SnapshotFile) -> Self {
+        SnapshotStream { file }
+    }
+
+    /// The state as of this offset.
+    pub fn offset(&self) -> u64 {
+        self.file.header.offset
+    }
+
+    /// The payload's format version (`smdb_format::snapshot`).
+    pub fn version(&self) -> u32 {
+        self.file.header.version
+    }
+
+    /// Bytes of payload.
+    pub fn len(&self) -> u64 {
+        self.file.header.payload_len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The payload's CRC32C (the header's).
+    pub fn crc(&self) -> u32 {
+        self.file.header.payload_crc
+    }
+
+    /// The next part of the payload, about `max` bytes (at least one read chunk); None after
+    /// the last. A payload that does not match its CRC fails at its end (`Corrupt`): whoever
+    /// received the earlier parts must discard them.
+    pub async fn next_part(&mut self, max: usize) -> Result<Option<Vec<u8>>, WalError> {
+        let mut part = Vec::new();
+        while part.len() < max {
+            match self.file.next().await? {
+                Some(chunk) => part.extend_from_slice(&chunk),
+                None => break,
             }
         }
+        if self.file.left == 0 && !self.file.crc_holds() {
+            let path = self.file.path.clone();
+            return Err(WalError::corrupt(&path, 0, "payload checksum mismatch"));
+        }
+        Ok((!part.is_empty()).then_some(part))
     }
-    let closed = reader
-        .close()
-        .await
-        .map_err(|e| WalError::io("close", path, e));
-    res.and(closed)?;
-    Ok(payload)
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wal_snapshot_fill_spans_header_payload_and_padding() {
-        let header = [9u8; 8];
-        let payload = [1u8, 2, 3];
-        let mut dst = [0xFFu8; 6];
-        fill_from(&mut dst, 6, &header, &payload);
-        assert_eq!(dst, [9, 9, 1, 2, 3, 0]);
+    pub async fn close(self) -> Result<(), WalError> {
+        self.file.close().await
     }
 }

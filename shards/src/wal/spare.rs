@@ -28,6 +28,13 @@ pub(crate) const SPARE_NAME: &str = "spare.seg.tmp";
 const ZERO_WRITE_BYTES: usize = 1 << 20;
 const _: () = assert!(ZERO_WRITE_BYTES <= WRITE_BYTES_MAX);
 
+/// Pause after each zeroing write of a spare prepared in the background: at most one 1 MiB
+/// write of zeros is queued beside the log's commits, and the zeroing takes at most ~64 MiB/s
+/// of the device (a 64 MiB spare in about a second, while a segment takes several seconds to
+/// fill at full load), so a commit seldom waits behind a zero write. A brand-new log's first
+/// segment is zeroed at full speed (`prepare_now`, at open).
+const ZERO_PACE: std::time::Duration = std::time::Duration::from_millis(16);
+
 pub(crate) struct Spare {
     path: PathBuf,
     bytes: u64,
@@ -61,7 +68,7 @@ impl Spare {
 
     /// Prepares a spare now and returns it (used for a brand-new log's first segment).
     pub async fn prepare_now(&self) -> Result<DmaFile, WalError> {
-        zeroed_file(&self.path, self.bytes).await
+        zeroed_file(&self.path, self.bytes, None).await
     }
 
     /// The prepared spare, if it is ready (without waiting).
@@ -94,12 +101,17 @@ impl Spare {
 }
 
 async fn prepare(path: PathBuf, bytes: u64, finished: Rc<Cell<bool>>) -> Result<DmaFile, WalError> {
-    let res = zeroed_file(&path, bytes).await;
+    let res = zeroed_file(&path, bytes, Some(ZERO_PACE)).await;
     finished.set(true);
     res
 }
 
-async fn zeroed_file(path: &Path, bytes: u64) -> Result<DmaFile, WalError> {
+/// A preallocated file of `bytes` zeros, synced; `pace` is a pause after each write.
+async fn zeroed_file(
+    path: &Path,
+    bytes: u64,
+    pace: Option<std::time::Duration>,
+) -> Result<DmaFile, WalError> {
     let file = files::create_rw(path).await?;
     let res = async {
         preallocate(&file, path, bytes).await?;
@@ -117,6 +129,9 @@ async fn zeroed_file(path: &Path, bytes: u64) -> Result<DmaFile, WalError> {
                 return Err(WalError::std_io("write", path, zero));
             }
             pos += n as u64;
+            if let Some(pause) = pace.filter(|_| pos < bytes) {
+                glommio::timer::sleep(pause).await;
+            }
         }
         file.fdatasync()
             .await

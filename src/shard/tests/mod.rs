@@ -3,6 +3,7 @@
 //! (replication's storage side).
 
 mod replica;
+mod snapshots;
 mod sync;
 
 use std::future::Future;
@@ -51,6 +52,8 @@ pub struct Options {
     pub sync: Option<super::sync::SyncSetup>,
     /// The member's role (`None`: standalone).
     pub role: Option<crate::config::Role>,
+    /// `storage.snapshot_every_entries` (default: never).
+    pub snapshot_every: u64,
 }
 
 impl Default for Options {
@@ -60,6 +63,7 @@ impl Default for Options {
             segment_bytes: 64 << 10,
             sync: None,
             role: None,
+            snapshot_every: u64::MAX / 2,
         }
     }
 }
@@ -77,7 +81,7 @@ impl TestShard {
             index: 0,
             clients: vec![(req_rx, resp_tx)],
             wal,
-            snapshot_every: u64::MAX / 2,
+            snapshot_every: opts.snapshot_every,
             fires_timers: opts.fires_timers,
             sync: opts.sync,
             member: std::sync::Arc::new(crate::replication::ReplState::new(opts.role)),

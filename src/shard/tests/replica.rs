@@ -10,6 +10,7 @@ use shards::ErrorCode;
 
 use super::*;
 use crate::shard::subs::Filter;
+use crate::shard::SnapshotChunk;
 
 fn machine() -> Value {
     json!({"machine": "order", "version": 1, "definition": {
@@ -298,11 +299,11 @@ fn truncate_and_snapshot_install_rebuild_the_state_from_the_log() {
         assert_eq!(pushed, vec![8, 9]);
 
         // A snapshot install: refused when it does not load, else it replaces everything.
-        let bad = ShardCall::InstallSnapshot {
-            offset: 9,
-            payload: b"{}".to_vec(),
-        };
-        assert_eq!(code(r.call(bad).await).code, ErrorCode::BadRequest);
+        let bad = install(&mut r, 9, 1, b"{}", 1).await;
+        assert_eq!(bad.unwrap_err().code, ErrorCode::BadRequest);
+        let bad = install(&mut r, 9, 2, b"\x01\x03\x00\x00\x00\x07\x01\x09", 3).await;
+        assert_eq!(bad.unwrap_err().code, ErrorCode::BadRequest);
+        assert_eq!(state(&mut r, "o-3").await, json!("paid"), "nothing changed");
         let mut engine = shards::engine::Engine::new();
         let mut replay = shards::engine::Replay::new();
         for (k, bytes) in entries.iter().enumerate() {
@@ -312,11 +313,10 @@ fn truncate_and_snapshot_install_rebuild_the_state_from_the_log() {
         }
         replay.flush(&mut engine).expect("replay");
         let mut fresh = TestShard::start(&root.join("f"), opts).await;
-        let install = ShardCall::InstallSnapshot {
-            offset: 9,
-            payload: engine.snapshot(),
-        };
-        assert_eq!(fresh.json(install).await.expect("install"), json!({}));
+        let items = engine.snapshot_items(9);
+        install(&mut fresh, 9, 2, &items, 100)
+            .await
+            .expect("install");
         let (head, last_epoch, epochs, handle) = position(&mut fresh).await;
         assert_eq!((head, last_epoch, epochs), (9, 2, vec![(1, 2), (2, 7)]));
         assert_eq!(handle.oldest(), 10);
@@ -331,12 +331,11 @@ fn truncate_and_snapshot_install_rebuild_the_state_from_the_log() {
         let tail = handle_read(&mut p, 10).await;
         let done = append(&mut fresh, 2, 10, &tail).await;
         assert!(matches!(done, ReplyBody::Replicated { through: 10, .. }));
-        // Installing over a log that holds entries replaces them too.
-        let install = ShardCall::InstallSnapshot {
-            offset: 9,
-            payload: engine.snapshot(),
-        };
-        r.json(install).await.expect("install over a log");
+        // Installing over a log that holds entries replaces them too; a format-1 snapshot
+        // (an older primary's) installs as well.
+        install(&mut r, 9, 1, &engine.snapshot(), 1 << 20)
+            .await
+            .expect("install over a log");
         assert_eq!(position(&mut r).await.0, 9);
         fresh.stop().await;
         r.stop().await;
@@ -349,6 +348,31 @@ fn truncate_and_snapshot_install_rebuild_the_state_from_the_log() {
         fresh.stop().await;
         p.stop().await;
     });
+}
+
+/// Sends `payload` as a received snapshot: begin, parts of `part` bytes, end with its CRC.
+async fn install(
+    s: &mut TestShard,
+    offset: u64,
+    version: u32,
+    payload: &[u8],
+    part: usize,
+) -> Result<(), shards::Rejection> {
+    let len = payload.len() as u64;
+    let begin = SnapshotChunk::Begin {
+        offset,
+        version,
+        len,
+    };
+    s.call(ShardCall::InstallSnapshot(begin)).await?;
+    for chunk in payload.chunks(part) {
+        let part = SnapshotChunk::Part(chunk.to_vec());
+        s.call(ShardCall::InstallSnapshot(part)).await?;
+    }
+    let end = SnapshotChunk::End {
+        crc: Some(crc32c::crc32c(payload)),
+    };
+    s.call(ShardCall::InstallSnapshot(end)).await.map(drop)
 }
 
 async fn handle_read(s: &mut TestShard, from: u64) -> Vec<Vec<u8>> {

@@ -255,6 +255,11 @@ impl Engine {
         true
     }
 
+    /// Whether `ev` will change its instance (`fitting_record` finds it, without the warning).
+    fn fits(&self, ev: &EventRef<'_>) -> bool {
+        (self.instances.get(ev.instance_id)).is_some_and(|r| *r.instance.state == *ev.from)
+    }
+
     /// What every applied event does to its instance: merge, move, history, counters, timer.
     /// Returns the instance and the state it left; None when the entry does not fit.
     fn advance_event(
@@ -262,6 +267,9 @@ impl Engine {
         ev: &EventRef<'_>,
         offset: u64,
     ) -> Option<(&mut InstanceRecord, crate::engine::names::Name)> {
+        if self.walk.is_some() && self.fits(ev) {
+            self.before_change(ev.instance_id);
+        }
         let record = fitting_record(&mut self.instances, &mut self.divergence, ev, offset)?;
         // The history is one pointer beyond the record (allocated at the first event): start
         // loading it now, so its miss overlaps the interning and counting below.

@@ -32,6 +32,7 @@ impl Engine {
         let Entry::Delete { id, .. } = entry else {
             return None; // `Engine::apply` routes only Delete entries here.
         };
+        self.before_change(&id);
         let Some(record) = self.instances.remove(id.as_str()) else {
             self.diverge(offset, format!("delete of unknown instance `{id}`"));
             return None;

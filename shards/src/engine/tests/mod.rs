@@ -11,6 +11,7 @@ mod model;
 mod reads;
 mod replay;
 mod timers;
+mod walk;
 
 use serde_json::{json, Map, Value};
 

@@ -49,8 +49,13 @@ pub fn payload(i: u64) -> Vec<u8> {
 #[derive(Debug, Default)]
 pub struct Collected {
     pub snapshot: Option<(u64, Vec<u8>)>,
+    /// Snapshots whose payload failed its CRC after it was streamed.
+    pub discarded: Vec<u64>,
     pub records: Vec<(u64, Vec<u8>)>,
 }
+
+/// The payload version tests write (the WAL does not read payloads).
+pub const V: u32 = crate::wal::snapshot::SNAPSHOT_VERSION;
 
 impl Collected {
     pub fn offsets(&self) -> Vec<u64> {
@@ -69,11 +74,30 @@ pub async fn reopen_collect(
     handle: crate::wal::LogHandle,
 ) -> Result<(Rc<Wal>, Collected), WalError> {
     let mut got = Collected::default();
+    let mut parts: Option<(u64, Vec<u8>)> = None;
     let wal = Wal::open_with(cfg, handle, &mut |r| {
         match r {
-            Recovered::Snapshot { offset, bytes } => {
+            Recovered::SnapshotBegin { offset, len, .. } => {
                 assert!(got.records.is_empty(), "snapshot must come first");
-                got.snapshot = Some((offset, bytes.to_vec()));
+                assert!(
+                    parts.is_none() && got.snapshot.is_none(),
+                    "one snapshot at a time"
+                );
+                parts = Some((offset, Vec::with_capacity(len as usize)));
+            }
+            Recovered::SnapshotPart { bytes } => {
+                let (_, b) = parts.as_mut().expect("a part after its begin");
+                b.extend_from_slice(bytes);
+            }
+            Recovered::SnapshotEnd { offset } => {
+                let (o, b) = parts.take().expect("an end after its begin");
+                assert_eq!(o, offset);
+                got.snapshot = Some((offset, b));
+            }
+            Recovered::SnapshotDiscard { offset } => {
+                let (o, _) = parts.take().expect("a discard after its begin");
+                assert_eq!(o, offset);
+                got.discarded.push(offset);
             }
             Recovered::Record { offset, payload } => got.records.push((offset, payload.to_vec())),
         }

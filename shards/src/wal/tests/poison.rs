@@ -35,7 +35,7 @@ fn failed_fsync_poisons_and_is_never_retried() {
         glommio::timer::sleep(Duration::from_millis(20)).await;
         assert!(matches!(wal.close().await, Err(WalError::Poisoned)));
         assert!(matches!(
-            wal.write_snapshot(11, b"s").await,
+            wal.write_snapshot(11, V, b"s").await,
             Err(WalError::NotDurable { .. })
         ));
         assert_eq!(
@@ -52,6 +52,7 @@ fn failed_fsync_poisons_and_is_never_retried() {
         assert_records(
             &Collected {
                 snapshot: None,
+                discarded: Vec::new(),
                 records: got.records[..10].to_vec(),
             },
             1,

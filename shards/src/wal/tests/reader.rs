@@ -47,7 +47,7 @@ fn reader_on_another_executor_follows_appends_rotation_and_compaction() {
                 next = last + 1;
                 if last % 600 == 0 {
                     let snap = format!("snap@{last}");
-                    wal.write_snapshot(last, snap.as_bytes())
+                    wal.write_snapshot(last, V, snap.as_bytes())
                         .await
                         .expect("snapshot");
                 }
@@ -91,7 +91,7 @@ fn reader_on_another_executor_follows_appends_rotation_and_compaction() {
                     Err(WalError::Trimmed { requested, oldest }) => {
                         assert_eq!(requested, next);
                         assert!(oldest > next, "trimmed {next} but oldest is {oldest}");
-                        let (s, bytes) = reader
+                        let (s, _, bytes) = reader
                             .newest_snapshot()
                             .await
                             .expect("snapshot read")
@@ -133,7 +133,7 @@ fn reader_serves_open_deleted_segments_then_trimmed_then_the_snapshot() {
         let first = reader.read_from(1, 10, 1 << 20).await.expect("read");
         assert_eq!(first.len(), 10);
         let first_segment = segment_files(&c)[0].clone();
-        wal.write_snapshot(900, b"state@900")
+        wal.write_snapshot(900, V, b"state@900")
             .await
             .expect("snapshot");
         assert!(
@@ -166,7 +166,7 @@ fn reader_serves_open_deleted_segments_then_trimmed_then_the_snapshot() {
             "{err}"
         );
         let snap = fresh.newest_snapshot().await.expect("snapshot");
-        assert_eq!(snap, Some((900, b"state@900".to_vec())));
+        assert_eq!(snap, Some((900, V, b"state@900".to_vec())));
         assert_eq!(read_all(&mut fresh, 901, 7).await, 1001);
         wal.close().await.expect("close");
     });

@@ -35,7 +35,7 @@ fn truncate_inside_a_segment_then_recovery_gives_exactly_the_prefix() {
         assert_eq!(wal.truncate_after(123).await.expect("truncate"), 177);
         assert!(matches!(wal.append(b"x"), Err(WalError::Closed)));
         assert!(matches!(
-            wal.write_snapshot(100, b"s").await,
+            wal.write_snapshot(100, V, b"s").await,
             Err(WalError::Closed)
         ));
         let (wal, got) = reopen_collect(cfg.clone(), handle.clone())
@@ -72,8 +72,8 @@ fn truncate_across_segments_drops_later_segments_and_snapshots() {
     run(move || async move {
         let (wal, _) = open_collect(cfg.clone()).await.expect("open");
         append_range(&wal, 1, 1500).await;
-        wal.write_snapshot(300, b"s300").await.expect("snapshot");
-        wal.write_snapshot(900, b"s900").await.expect("snapshot");
+        wal.write_snapshot(300, V, b"s300").await.expect("snapshot");
+        wal.write_snapshot(900, V, b"s900").await.expect("snapshot");
         let oldest = wal.oldest_offset();
         assert!(oldest > 1 && oldest <= 301, "oldest {oldest}");
         // Below what the retained snapshots can rebuild: refused, nothing changes.
@@ -122,7 +122,7 @@ fn install_snapshot_then_appends_continue_after_it_and_recovery_gives_its_state(
     run(move || async move {
         let (wal, _) = open_collect(cfg.clone()).await.expect("open");
         append_range(&wal, 1, 500).await;
-        wal.write_snapshot(200, b"old").await.expect("snapshot");
+        wal.write_snapshot(200, V, b"old").await.expect("snapshot");
         let handle = wal.handle();
         let mut reader = handle.reader();
         let oldest = handle.oldest();
@@ -134,7 +134,7 @@ fn install_snapshot_then_appends_continue_after_it_and_recovery_gives_its_state(
                 .len(),
             5
         );
-        wal.install_snapshot(2000, b"state@2000")
+        wal.install_snapshot(2000, V, b"state@2000")
             .await
             .expect("install");
         assert!(!cfg.dir.join("wal.old").exists());
@@ -154,7 +154,7 @@ fn install_snapshot_then_appends_continue_after_it_and_recovery_gives_its_state(
         );
         assert_eq!(
             reader.newest_snapshot().await.expect("snapshot"),
-            Some((2000, b"state@2000".to_vec()))
+            Some((2000, V, b"state@2000".to_vec()))
         );
         append_new(&wal, 2001, 2010).await;
         assert_eq!(
@@ -174,7 +174,7 @@ fn install_snapshot_then_appends_continue_after_it_and_recovery_gives_its_state(
         assert_eq!(got.snapshot, Some((2000, b"state@2000".to_vec())));
         assert_eq!(got.offsets(), (2001..=2010).collect::<Vec<_>>());
         // Installing below the head works too: the log restarts after the snapshot.
-        wal.install_snapshot(1000, b"state@1000")
+        wal.install_snapshot(1000, V, b"state@1000")
             .await
             .expect("install");
         let (wal, got) = open_collect(cfg).await.expect("reopen");

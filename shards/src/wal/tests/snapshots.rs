@@ -14,13 +14,13 @@ fn snapshot_then_compaction_deletes_covered_segments() {
         let before = wal.stats().segments;
         assert!(before >= 4);
         assert!(matches!(
-            wal.write_snapshot(1001, b"x").await,
+            wal.write_snapshot(1001, V, b"x").await,
             Err(WalError::NotDurable {
                 offset: 1001,
                 durable: 1000
             })
         ));
-        wal.write_snapshot(700, b"state@700")
+        wal.write_snapshot(700, V, b"state@700")
             .await
             .expect("snapshot");
         let after = wal.stats().segments;
@@ -47,10 +47,16 @@ fn invalid_newest_snapshot_falls_back_to_the_older_one() {
     run(move || async move {
         let (wal, _) = open_collect(c).await.expect("open");
         append_range(&wal, 1, 400).await;
-        wal.write_snapshot(100, b"old").await.expect("snapshot 100");
+        wal.write_snapshot(100, V, b"old")
+            .await
+            .expect("snapshot 100");
         append_range(&wal, 401, 800).await;
-        wal.write_snapshot(300, b"mid").await.expect("snapshot 300");
-        wal.write_snapshot(600, b"new").await.expect("snapshot 600");
+        wal.write_snapshot(300, V, b"mid")
+            .await
+            .expect("snapshot 300");
+        wal.write_snapshot(600, V, b"new")
+            .await
+            .expect("snapshot 600");
         // Only the 2 newest stay; the log still covers everything after the older one.
         assert_eq!(*wal.shared().snapshots.borrow(), vec![300, 600]);
         assert!(wal.oldest_offset() <= 301);
@@ -64,6 +70,8 @@ fn invalid_newest_snapshot_falls_back_to_the_older_one() {
     run(move || async move {
         let (wal, got) = open_collect(c).await.expect("reopen");
         assert_eq!(got.snapshot, Some((300, b"mid".to_vec())));
+        // The damaged payload was streamed before its CRC failed: told to discard it.
+        assert_eq!(got.discarded, vec![600]);
         assert_records(&got, 301, 800);
         wal.close().await.expect("close");
     });
@@ -104,7 +112,7 @@ fn read_from_across_segments_and_trimmed_error() {
             .expect("beyond")
             .is_empty());
 
-        wal.write_snapshot(1000, b"s").await.expect("snapshot");
+        wal.write_snapshot(1000, V, b"s").await.expect("snapshot");
         let oldest = wal.oldest_offset();
         assert!(oldest > 1);
         match wal.read_from(1, 10, 1000).await {
@@ -143,7 +151,7 @@ fn retain_bytes_keeps_log_behind_the_snapshot() {
         let (wal, _) = open_collect(cfg).await.expect("open");
         append_range(&wal, 1, 1000).await;
         let segments = wal.stats().segments;
-        wal.write_snapshot(1000, b"s").await.expect("snapshot");
+        wal.write_snapshot(1000, V, b"s").await.expect("snapshot");
         assert_eq!(wal.stats().segments, segments);
         assert_eq!(wal.oldest_offset(), 1);
         wal.close().await.expect("close");
@@ -159,7 +167,7 @@ fn snapshot_under_never_policy_syncs_the_log_first() {
         let (wal, _) = open_collect(cfg).await.expect("open");
         append_range(&wal, 1, 50).await;
         assert!(wal.shared().synced.get() < 50);
-        wal.write_snapshot(50, b"s").await.expect("snapshot");
+        wal.write_snapshot(50, V, b"s").await.expect("snapshot");
         assert_eq!(wal.shared().synced.get(), 50);
         wal.close().await.expect("close");
     });

@@ -1,5 +1,7 @@
-//! Snapshots: the whole engine (definitions, instances with histories and idempotency records,
-//! counters) as one JSON document, and back.
+//! Snapshot format 1: the whole engine (definitions, instances with histories and idempotency
+//! records, counters) as one JSON document, and back. Written by builds before streamed
+//! snapshots (a snapshot file of version 1 still loads), and kept as the engine's canonical
+//! form: equal engines give equal bytes, which tests compare.
 //!
 //! Form: `{"v":1, "machines":[<PutMachine entry>..], "instances":[<record>..], "stats":{..},
 //! "epochs":[[epoch,offset]..]}`, machines by name and version, instances by id, so equal
@@ -9,10 +11,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::index::InstanceMap;
-use super::instance::{RecordOut, RestoredRecords, UNKNOWN};
-use super::stats::StatsForm;
-use super::{Engine, Entry};
+use crate::engine::index::InstanceMap;
+use crate::engine::instance::{RecordOut, RestoredRecords, UNKNOWN};
+use crate::engine::stats::StatsForm;
+use crate::engine::{Engine, Entry};
 
 /// Snapshot format version; restore refuses others.
 const SNAPSHOT_VERSION: u32 = 1;
@@ -44,7 +46,7 @@ struct SnapshotIn {
 }
 
 impl Engine {
-    /// The full state as bytes, for `Engine::restore`.
+    /// The full state as one JSON document (format 1), for `Engine::restore`.
     pub fn snapshot(&self) -> Vec<u8> {
         let mut records: Vec<_> = self.instances.records().collect();
         records.sort_by(|a, b| a.instance.id.cmp(&b.instance.id));
@@ -83,7 +85,7 @@ impl Engine {
         total + total / 16
     }
 
-    /// Rebuilds an engine from `snapshot` bytes.
+    /// Rebuilds an engine from a format-1 snapshot (one JSON document).
     pub fn restore(bytes: &[u8]) -> Result<Engine, String> {
         let snapshot: SnapshotIn =
             serde_json::from_slice(bytes).map_err(|e| format!("snapshot does not parse: {e}"))?;

@@ -1,0 +1,279 @@
+//! The snapshot walk: the engine's state as of one log offset `S`, serialised in bounded
+//! slices while writes go on between them (docs/wal.md, "The snapshot walk").
+//!
+//! `begin` writes the state that is not per instance (`preamble`) at once and freezes the
+//! instance table's layout (`InstanceMap::freeze`). Each `step` then visits the next buckets of
+//! the table in index order and writes the instances it finds whose `wal_offset <= S`. Before
+//! `apply` changes or deletes an instance, `before_change` writes it first if the walk has not
+//! reached its bucket and it has not changed since `S` (serialise-before-write).
+//!
+//! Why the result is exactly the state at `S`. An instance's `wal_offset` is the offset of the
+//! last entry that changed it, and every entry applied after `S` has an offset above `S`. So
+//! `wal_offset <= S` means "unchanged since S": its current form is its form at S. Buckets
+//! never move while the walk runs (the table is frozen), so "the walk has reached it" is
+//! "its bucket is below the cursor". Take an instance that existed at S:
+//! - if the walk reaches its bucket before any change to it, the walk writes it (unchanged);
+//!   a later change finds its bucket below the cursor and writes nothing;
+//! - if a change or delete comes first, `before_change` writes it (its bucket is at or above
+//!   the cursor, and it is unchanged), and from then on its `wal_offset` is above S, so the
+//!   walk passes over it (a deleted one is gone from the bucket).
+//!
+//! Either way it is written once, in its form at S. An instance created after S has a
+//! `wal_offset` above S from birth (in the table, or in the overflow table, which the walk does
+//! not visit), so it is never written; a delete and re-create of one id makes a new record.
+//! Everything else the snapshot holds (definitions, counters, epochs, names) is written by
+//! `begin`, before any entry after S is applied.
+//!
+//! Memory: the serialised bytes wait in `out` until the shard's snapshot task takes them for
+//! the disk. A step writes nothing while `out` holds a slice's worth; `before_change` must write
+//! (a write never waits for the walk), and when that pushes `out` past `pending_max` the walk is
+//! given up (`Abandoned`), its bytes freed, and the shard tries again later.
+
+use smdb_format::limits::SNAPSHOT_ITEM_BYTES_MAX;
+use smdb_format::snapshot_items::{put_item, TAG_INSTANCE};
+
+use super::preamble::{put_end, put_preamble};
+use super::record::put_record;
+use crate::engine::index::InstanceMap;
+use crate::engine::instance::InstanceRecord;
+use crate::engine::names::Interner;
+use crate::engine::Engine;
+
+/// How much one `step` may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SliceBudget {
+    /// Instances written, at most.
+    pub records: usize,
+    /// Bytes written, about (the step stops after the record that passes it).
+    pub bytes: usize,
+}
+
+/// Buckets a step looks at per instance it may write: a table is at least 7/16 full, so this
+/// bounds the empty buckets a step passes over without cutting its records short.
+const BUCKETS_PER_RECORD: usize = 4;
+
+/// Buckets ahead of the cursor whose record is prefetched: the records of neighbouring
+/// buckets lie anywhere in the heap, and each costs a cache miss otherwise.
+const PREFETCH_AHEAD: usize = 8;
+
+/// Where a walk stands (`Engine::snapshot_step`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WalkProgress {
+    /// More buckets to visit.
+    Walking,
+    /// Every instance is written and the end item follows them: take the bytes, then
+    /// `snapshot_end`.
+    Done {
+        /// Instance items written.
+        instances: u64,
+        /// Of those, written by `before_change` (a write reached them first).
+        by_writes: u64,
+    },
+    /// Given up (why); `snapshot_end` frees it.
+    Abandoned(String),
+    /// No walk with this id: it ended, or the engine was replaced.
+    Gone,
+}
+
+#[derive(Clone)]
+pub(crate) struct Walk {
+    id: u64,
+    /// The offset of the state written: every entry up to it is applied, none after.
+    offset: u64,
+    /// Next bucket to visit.
+    cursor: usize,
+    /// The frozen table's bucket count.
+    buckets: usize,
+    /// Serialised, not yet taken.
+    out: Vec<u8>,
+    /// One item body being encoded.
+    scratch: Vec<u8>,
+    /// Instances in the table at `offset`.
+    expected: u64,
+    written: u64,
+    by_writes: u64,
+    pending_max: usize,
+    state: WalkProgress,
+}
+
+impl std::fmt::Debug for Walk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (f.debug_struct("Walk"))
+            .field("offset", &self.offset)
+            .field("cursor", &self.cursor)
+            .field("buckets", &self.buckets)
+            .field("pending", &self.out.len())
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+impl Walk {
+    fn emit(&mut self, r: &InstanceRecord, names: &Interner) {
+        self.scratch.clear();
+        put_record(&mut self.scratch, r, names);
+        if self.scratch.len() > SNAPSHOT_ITEM_BYTES_MAX {
+            let id = &r.instance.id;
+            let n = self.scratch.len();
+            self.abandon(format!(
+                "instance `{id}` takes {n} bytes, over the item limit"
+            ));
+            return;
+        }
+        put_item(&mut self.out, TAG_INSTANCE, &self.scratch);
+        self.written += 1;
+    }
+
+    fn abandon(&mut self, why: String) {
+        self.out = Vec::new();
+        self.state = WalkProgress::Abandoned(why);
+    }
+
+    /// Visits buckets from the cursor within `budget`.
+    fn step(&mut self, instances: &InstanceMap, names: &Interner, budget: SliceBudget) {
+        let start = self.out.len();
+        let (mut records, mut looked) = (0, 0);
+        let looks = budget.records.saturating_mul(BUCKETS_PER_RECORD);
+        while self.cursor < self.buckets
+            && records < budget.records
+            && looked < looks
+            && self.out.len() - start < budget.bytes
+            && self.state == WalkProgress::Walking
+        {
+            instances.prefetch_bucket(self.cursor + PREFETCH_AHEAD, 2);
+            if let Some(r) = instances.bucket(self.cursor) {
+                if r.instance.wal_offset <= self.offset {
+                    self.emit(r, names);
+                    records += 1;
+                }
+            }
+            self.cursor += 1;
+            looked += 1;
+        }
+        if self.cursor == self.buckets && self.state == WalkProgress::Walking {
+            self.finish();
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.written != self.expected {
+            let (w, e) = (self.written, self.expected);
+            self.abandon(format!(
+                "the walk wrote {w} of the {e} instances at its offset"
+            ));
+            log::error!("snapshot walk: {w} of {e} instances written: a defect, not kept");
+            return;
+        }
+        put_end(&mut self.out, self.written);
+        self.state = WalkProgress::Done {
+            instances: self.written,
+            by_writes: self.by_writes,
+        };
+    }
+
+    /// An instance is about to change or go: write it first when the walk still needs it.
+    fn before_change(&mut self, instances: &InstanceMap, names: &Interner, id: &str) {
+        if self.state != WalkProgress::Walking {
+            return;
+        }
+        let Some(bucket) = instances.bucket_of(id).filter(|&b| b >= self.cursor) else {
+            return;
+        };
+        let Some(r) = instances.bucket(bucket) else {
+            return;
+        };
+        if r.instance.wal_offset > self.offset {
+            return;
+        }
+        self.emit(r, names);
+        self.by_writes += 1;
+        if self.out.len() > self.pending_max {
+            let (n, max) = (self.out.len(), self.pending_max);
+            self.abandon(format!(
+                "{n} serialised bytes waiting for the disk, over the limit of {max}"
+            ));
+        }
+    }
+}
+
+impl Engine {
+    /// Starts a walk of the state as of `offset`, the offset of the last entry applied (any
+    /// running walk is ended first). Writes the items before the instances at once. Returns
+    /// the walk's id for `snapshot_step` and `snapshot_take`; `pending_max` bounds the bytes
+    /// waiting to be taken (see the module doc).
+    pub fn snapshot_begin(&mut self, offset: u64, pending_max: usize) -> u64 {
+        self.snapshot_end();
+        self.walks += 1;
+        let mut out = Vec::new();
+        let mut scratch = Vec::new();
+        put_preamble(&mut out, self, &mut scratch);
+        self.instances.freeze();
+        self.walk = Some(Box::new(Walk {
+            id: self.walks,
+            offset,
+            cursor: 0,
+            buckets: self.instances.buckets(),
+            out,
+            scratch,
+            expected: self.instances.len() as u64,
+            written: 0,
+            by_writes: 0,
+            pending_max,
+            state: WalkProgress::Walking,
+        }));
+        self.walks
+    }
+
+    /// One slice of walk `id`: visits buckets within `budget` unless `pending_soft` bytes or
+    /// more already wait to be taken. Returns where the walk stands.
+    pub fn snapshot_step(
+        &mut self,
+        id: u64,
+        budget: SliceBudget,
+        pending_soft: usize,
+    ) -> WalkProgress {
+        let Some(walk) = self.walk.as_deref_mut().filter(|w| w.id == id) else {
+            return WalkProgress::Gone;
+        };
+        if walk.out.len() < pending_soft {
+            walk.step(&self.instances, &self.names, budget);
+        }
+        walk.state.clone()
+    }
+
+    /// Moves the bytes walk `id` has serialised to the end of `into`; false when there is no
+    /// such walk.
+    pub fn snapshot_take(&mut self, id: u64, into: &mut Vec<u8>) -> bool {
+        match self.walk.as_deref_mut().filter(|w| w.id == id) {
+            Some(walk) if into.is_empty() => std::mem::swap(&mut walk.out, into),
+            Some(walk) => into.append(&mut walk.out),
+            None => return false,
+        }
+        true
+    }
+
+    /// Bytes serialised and not yet taken (0 without a walk).
+    pub fn snapshot_pending(&self) -> usize {
+        self.walk.as_ref().map_or(0, |w| w.out.len())
+    }
+
+    /// The offset of the running walk, if any.
+    pub fn snapshot_walking(&self) -> Option<u64> {
+        self.walk.as_ref().map(|w| w.offset)
+    }
+
+    /// Ends the walk, whatever its state (done, abandoned, or cancelled mid-way), and lets the
+    /// instance table grow in place again.
+    pub fn snapshot_end(&mut self) {
+        if self.walk.take().is_some() {
+            self.instances.thaw();
+        }
+    }
+
+    /// `apply` is about to change or delete instance `id` (see the module doc).
+    pub(crate) fn before_change(&mut self, id: &str) {
+        if let Some(walk) = self.walk.as_deref_mut() {
+            walk.before_change(&self.instances, &self.names, id);
+        }
+    }
+}
