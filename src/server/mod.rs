@@ -13,6 +13,7 @@ pub mod fanout;
 pub mod front;
 mod idle;
 pub mod peer;
+pub mod request;
 pub mod router;
 pub mod session;
 
