@@ -79,6 +79,7 @@ impl ServerSpec {
             None => Table::new(),
         };
         let has_metrics = t.contains_key("metrics");
+        let has_http = t.contains_key("http");
         let has_logging = t.contains_key("logging");
         set(&mut t, "network", "bind_addr", Value::from("127.0.0.1:0"))?;
         let data = dir.join("data").to_string_lossy().into_owned();
@@ -97,6 +98,9 @@ impl ServerSpec {
         }
         if !has_metrics {
             set(&mut t, "metrics", "enabled", Value::from(false))?;
+        }
+        if !has_http {
+            set(&mut t, "http", "enabled", Value::from(false))?;
         }
         if !has_logging {
             set(&mut t, "logging", "level", Value::from("warn"))?;

@@ -67,6 +67,16 @@ fn query_spec(op: Op, reply: HttpReply) -> &'static [(&'static str, &'static str
 /// Query parameters handled here rather than copied into params.
 const SPECIAL_QUERY: [&str; 2] = ["format", "from_cursor"];
 
+/// The op a request runs: its row's, except that an event stream is WATCH_INSTANCE when it
+/// names an instance (`?instance=`) and WATCH_ALL otherwise.
+pub fn op_for(op: Op, reply: HttpReply, target: &Target) -> Op {
+    match (reply, target.get("instance")) {
+        (HttpReply::Stream, Some(_)) => Op::WatchInstance,
+        (HttpReply::Stream, None) => Op::WatchAll,
+        _ => op,
+    }
+}
+
 /// Builds the call for `op` (`params` are the path's `{name}` segments).
 pub fn build(
     op: Op,
@@ -77,11 +87,7 @@ pub fn build(
     head: &Head,
     shards: u32,
 ) -> Result<Call, Rejection> {
-    let op = match (reply, target.get("instance")) {
-        (HttpReply::Stream, Some(_)) => Op::WatchInstance,
-        (HttpReply::Stream, None) => Op::WatchAll,
-        _ => op,
-    };
+    let op = op_for(op, reply, target);
     let mut obj = Obj::new();
     for (name, value) in path {
         match *name {

@@ -32,6 +32,17 @@ pub enum End {
     Failed,
 }
 
+/// How a subscription's frames are written: the codec of its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Framing {
+    /// RCP1 frames around the push objects (docs/protocol.md, "Subscriptions").
+    #[default]
+    Rcp1,
+    /// Server-Sent Events: `id: <cursor>` and `data: <push object>` per event; the lag
+    /// notice is `event: lagged` (docs/http.md, "Event streams").
+    Sse,
+}
+
 /// A frame waiting for the connection writer; `shard` is `None` for the lag notice.
 struct Queued {
     shard: Option<u32>,
@@ -52,6 +63,7 @@ pub struct Sub {
     /// `subscriptions.queue_max`: frames queued (and pushes held per shard) at most. Policy
     /// when full: the subscription ends with a lag notice; writers never wait.
     queue_max: usize,
+    framing: Framing,
     stats: Arc<SubsStats>,
     conn: Weak<ConnSubs>,
     inner: RefCell<Inner>,
@@ -72,6 +84,7 @@ impl Sub {
         id: u64,
         watched: Vec<bool>,
         queue_max: usize,
+        framing: Framing,
         stats: Arc<SubsStats>,
         conn: Weak<ConnSubs>,
     ) -> Rc<Sub> {
@@ -80,6 +93,7 @@ impl Sub {
         Rc::new(Sub {
             id,
             queue_max: queue_max.max(1),
+            framing,
             stats,
             conn,
             inner: RefCell::new(Inner {
@@ -152,7 +166,10 @@ impl Sub {
             if inner.queue.len() < self.queue_max {
                 inner.positions[shard as usize] = offset;
                 let cursor = cursor::encode(&inner.positions);
-                let frame = push_frame(self.id, shard, offset, body, &cursor);
+                let frame = match self.framing {
+                    Framing::Rcp1 => push_frame(self.id, shard, offset, body, &cursor),
+                    Framing::Sse => sse_push(self.id, shard, offset, body, &cursor),
+                };
                 inner.queue.push_back(Queued {
                     shard: Some(shard),
                     frame,
@@ -246,10 +263,18 @@ impl Sub {
     fn queue_lag_notice(&self) {
         let mut inner = self.inner.borrow_mut();
         let cursor = cursor::encode(&inner.positions);
-        let frame = lagged_frame(self.id, &cursor);
+        let frame = match self.framing {
+            Framing::Rcp1 => lagged_frame(self.id, &cursor),
+            Framing::Sse => sse_lagged(self.id, &cursor),
+        };
         inner.queue.push_back(Queued { shard: None, frame });
         drop(inner);
         self.wake_writer();
+    }
+
+    /// Ended by lag (its notice may still be queued).
+    pub fn is_lagged(&self) -> bool {
+        self.ended.get() == Some(End::Lagged)
     }
 
     /// Moves queued frames into `out` until it reaches `limit` bytes; true if some are left.
@@ -302,6 +327,37 @@ fn push_frame(sub: u64, shard: u32, offset: u64, body: &[u8], cursor: &str) -> V
     out
 }
 
+/// The push object of `push_frame` as one Server-Sent Event whose id is its cursor:
+/// `id: C\ndata: {...}\n\n`. The object is compact JSON (no raw line break can occur in
+/// it: inside strings they are escaped, and the shard writes no whitespace between tokens);
+/// any CR or LF is still written as a space, so an event can never be split.
+fn sse_push(sub: u64, shard: u32, offset: u64, body: &[u8], cursor: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 2 * cursor.len() + 128);
+    out.extend_from_slice(b"id: ");
+    out.extend_from_slice(cursor.as_bytes());
+    out.extend_from_slice(b"\ndata: {\"type\":\"event\",\"subscription_id\":");
+    out.extend_from_slice(sub.to_string().as_bytes());
+    out.push(b',');
+    out.extend(body.iter().map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b }));
+    out.extend_from_slice(br#","shard":"#);
+    out.extend_from_slice(shard.to_string().as_bytes());
+    out.extend_from_slice(br#","wal_offset":"#);
+    out.extend_from_slice(offset.to_string().as_bytes());
+    out.extend_from_slice(br#","cursor":""#);
+    out.extend_from_slice(cursor.as_bytes());
+    out.extend_from_slice(b"\"}\n\n");
+    out
+}
+
+/// The lag notice as the event `lagged`; the stream ends after it.
+fn sse_lagged(sub: u64, cursor: &str) -> Vec<u8> {
+    format!(
+        "event: lagged\ndata: {{\"type\":\"subscription_lagged\",\"subscription_id\":{sub},\
+         \"resume_cursor\":\"{cursor}\"}}\n\n"
+    )
+    .into_bytes()
+}
+
 /// `{"type":"subscription_lagged","subscription_id":S,"resume_cursor":"C"}`.
 fn lagged_frame(sub: u64, cursor: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(96 + cursor.len());
@@ -332,7 +388,7 @@ mod tests {
 
     fn sub(queue_max: usize) -> Rc<Sub> {
         let stats = Arc::new(SubsStats::new(2));
-        Sub::new(7, vec![true, true], queue_max, stats, Weak::new())
+        Sub::new(7, vec![true, true], queue_max, Framing::Rcp1, stats, Weak::new())
     }
 
     fn push(shard: u32, offset: u64) -> PushMsg {
@@ -391,6 +447,33 @@ mod tests {
             got[2],
             json!({"type": "subscription_lagged", "subscription_id": 7, "resume_cursor": "c1-1-1"})
         );
+    }
+
+    #[test]
+    fn sse_framing_gives_one_event_per_push_with_the_cursor_as_id() {
+        let stats = Arc::new(SubsStats::new(2));
+        let s = Sub::new(3, vec![true, true], 2, Framing::Sse, stats, Weak::new());
+        s.finish_setup(vec![0, 0]);
+        assert!(s.go_live(0) && s.go_live(1));
+        s.deliver(PushMsg {
+            sub: 3,
+            shard: 1,
+            offset: 9,
+            body: b"\"instance_id\":\"a\",\n\"payload\":{}".to_vec(),
+        });
+        s.deliver(push(0, 1));
+        s.deliver(push(0, 2)); // full: lagged
+        let mut out = Vec::new();
+        s.take_frames(&mut out, usize::MAX);
+        let text = String::from_utf8(out).unwrap();
+        let events: Vec<&str> = text.split_terminator("\n\n").collect();
+        assert_eq!(events.len(), 3, "{text}");
+        let (id, data) = events[0].split_once('\n').unwrap();
+        assert_eq!(id, "id: c1-0-9");
+        let v: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!((v["wal_offset"].clone(), v["cursor"].clone()), (json!(9), json!("c1-0-9")));
+        assert!(events[2].starts_with("event: lagged\ndata: {"), "{}", events[2]);
+        assert!(events[2].contains("\"resume_cursor\":\"c1-1-9\""), "{}", events[2]);
     }
 
     #[test]

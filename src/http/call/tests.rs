@@ -82,7 +82,8 @@ fn streams_pick_the_op_and_start_from_last_event_id() {
     let c = call(Op::WatchAll, HttpReply::Stream, &[], "/s?instance=o1", None, &h).unwrap();
     assert_eq!(c.op, Op::WatchInstance);
     let shard = shards::routing::shard_for("o1", 2) as usize;
-    assert_eq!(params(&c), json!({"instance_id": "o1", "from_offset": [6, 10][shard]}));
+    let from = [6, 10][shard];
+    assert_eq!(params(&c), json!({"instance_id": "o1", "from_offset": from}));
 }
 
 #[test]
