@@ -24,6 +24,7 @@ pub mod call;
 pub mod chunked;
 mod conn;
 pub mod console;
+pub mod fuzz;
 pub mod guard;
 pub mod listen;
 pub mod parse;

@@ -25,8 +25,9 @@ use crate::server::connection::completed;
 use crate::server::front::Front;
 use crate::shard::ReplyBody;
 
-/// How long a write may stay stuck once the stream's subscription has lagged.
-pub const LAGGED_WRITE_GRACE: Duration = Duration::from_secs(1);
+/// How long a write may stay stuck once the stream's subscription has lagged: a client that
+/// reads again within it still gets every event before the lag and the `lagged` notice.
+pub const LAGGED_WRITE_GRACE: Duration = Duration::from_secs(10);
 /// How long any one write may stay stuck (a client that stopped reading).
 pub const STREAM_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a stream looks for a reload of the tokens.
