@@ -41,6 +41,9 @@ pub(super) struct Waiting {
     /// An event stream's token, kept as its digest (`None`: no token): checked again when a
     /// reload changes the tokens.
     pub stream_token: Option<Digest>,
+    /// INFO only: the caller's scopes, answered in `Smdb-Scopes` (the console shows write
+    /// controls only to a token that may write).
+    pub scopes: Option<String>,
 }
 
 /// Runs one parsed request: queues its response (or the op whose reply becomes it).
@@ -85,16 +88,17 @@ pub(super) async fn handle(head: Head, body: Option<Vec<u8>>, conn: &Rc<Conn>, f
     };
     let op = call::op_for(op, reply, &target);
     match start(op, reply, &path, &target, body, &head, conn, front).await {
-        Ok((call, slot, auth_digest)) => {
+        Ok(s) => {
             let waiting = Box::new(Waiting {
-                op: call.op,
-                slot: slot.0,
+                op: s.call.op,
+                slot: s.slot,
                 started,
-                instance_id: slot.1,
-                if_match: call.if_match,
-                diagram: call.diagram,
+                instance_id: s.instance_id,
+                if_match: s.call.if_match,
+                diagram: s.call.diagram,
                 close: close || reply == HttpReply::Stream,
-                stream_token: auth_digest,
+                stream_token: s.digest,
+                scopes: (s.call.op == Op::Info).then_some(s.scopes),
             });
             match reply {
                 HttpReply::Stream => {
@@ -111,7 +115,15 @@ pub(super) async fn handle(head: Head, body: Option<Vec<u8>>, conn: &Rc<Conn>, f
     }
 }
 
-type Started = (ReplySlot, Option<Box<str>>);
+/// A started request.
+struct Started {
+    call: Call,
+    slot: ReplySlot,
+    instance_id: Option<Box<str>>,
+    digest: Option<Digest>,
+    /// The caller's scopes, space-separated (INFO answers them in `Smdb-Scopes`).
+    scopes: String,
+}
 
 /// Authenticates, admits, builds the params and starts the op.
 #[allow(clippy::too_many_arguments)] // the parts of one request, each used once
@@ -124,7 +136,7 @@ async fn start(
     head: &Head,
     conn: &Rc<Conn>,
     front: &Rc<Front>,
-) -> Result<(Call, Started, Option<Digest>), Response> {
+) -> Result<Started, Response> {
     if body.is_some() {
         guard::check_json(head)?;
     }
@@ -142,7 +154,13 @@ async fn start(
         _ => request::start(call.op, params, front, &auth, call.version, &mut instance_id).await,
     };
     let slot = slot.map_err(|rej| refusal(&rej, false))?;
-    Ok((call, (slot, instance_id), digest))
+    Ok(Started {
+        call,
+        slot,
+        instance_id,
+        digest,
+        scopes: auth.scopes().names().join(" "),
+    })
 }
 
 /// The bearer token checked against the tokens in force now.
@@ -215,6 +233,9 @@ impl Waiting {
         }
         if let Some((epoch, offset)) = version {
             resp = resp.with("ETag", format!("\"{epoch}.{offset}\""));
+        }
+        if let Some(scopes) = &self.scopes {
+            resp = resp.with("Smdb-Scopes", scopes.clone());
         }
         resp.body = result;
         resp
