@@ -296,6 +296,7 @@ fn help_is_complete_for_every_subcommand() {
         "put-machine",
         "get-machine",
         "list-machines",
+        "diagram",
         "create",
         "get",
         "list",

@@ -308,3 +308,26 @@ fn pipelined_requests_are_answered_in_order_on_one_connection() {
         assert_eq!((got.status, got.json()["id"].clone()), (200, json!(format!("p{i}"))));
     }
 }
+
+/// `smdb-cli diagram` prints exactly what the HTTP API answers, in every format.
+#[test]
+fn the_cli_draws_what_the_server_draws() {
+    let (s, _d) = server();
+    let mut h = http(&s);
+    put_order(&mut h);
+    for format in ["svg", "dot", "mermaid"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_smdb-cli"))
+            .args(["--addr", &s.addr.to_string(), "diagram", "order", "--format", format])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let served = h.get(&format!("/machines/order/versions/1/diagram?format={format}"));
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), served.text(), "{format}");
+    }
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_smdb-cli"))
+        .args(["--addr", &s.addr.to_string(), "diagram", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("MACHINE_NOT_FOUND"));
+}
