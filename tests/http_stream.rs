@@ -167,3 +167,19 @@ fn a_reload_that_removes_the_token_ends_its_streams() {
     let refused = Http::connect(s.http_addr.unwrap()).with_token(token).stream("/stream", &[]);
     assert_eq!(refused.err().unwrap().status, 401);
 }
+
+/// A quiet stream gets a comment every 15 s; SIGTERM ends it and the server still exits 0.
+#[test]
+fn quiet_streams_get_keep_alive_comments_and_end_at_the_drain() {
+    let (mut s, _d) = Server::start("[http]\nenabled = true");
+    let mut sse = stream(&s, "/stream", &[]);
+    assert_eq!(sse.next().unwrap().event, "subscribed");
+    let started = Instant::now();
+    let block = sse.next_block().expect("a comment");
+    assert_eq!(block, ": keep-alive");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(14) && took < Duration::from_secs(20), "{took:?}");
+    let status = s.terminate();
+    assert!(status.success(), "{status:?}");
+    assert!(sse.next().is_none(), "the drain ended the stream");
+}

@@ -56,6 +56,9 @@ pub(super) async fn run<W: AsyncWrite + Unpin>(w: &mut W, start: Waiting, conn: 
     front.router.subs.announce(subscription);
     let generation = front.live.generation();
     let mut keepalive = Instant::now() + STREAM_KEEPALIVE;
+    // One timer at a time, kept across wake-ups (a timer made and dropped per event would
+    // cost more than the event's write).
+    let mut tick = Box::pin(glommio::timer::sleep(RELOAD_CHECK));
     loop {
         conn.subs.drain_into(&mut out, &front.router.subs);
         if !out.is_empty() {
@@ -74,14 +77,21 @@ pub(super) async fn run<W: AsyncWrite + Unpin>(w: &mut W, start: Waiting, conn: 
             conn.subs.end_all(&front.router.subs);
             return;
         }
-        let now = Instant::now();
-        if now >= keepalive {
+        if Instant::now() >= keepalive {
             out.extend_from_slice(b": keep-alive\n\n");
             continue;
         }
-        let tick = glommio::timer::sleep((keepalive - now).min(RELOAD_CHECK));
-        let woke = futures_lite::future::or(conn.subs.ready.wait(), conn.writer_wake.wait());
-        futures_lite::future::or(woke, tick).await;
+        let woke = async {
+            futures_lite::future::or(conn.subs.ready.wait(), conn.writer_wake.wait()).await;
+            false
+        };
+        let ticked = async {
+            (&mut tick).await;
+            true
+        };
+        if futures_lite::future::or(woke, ticked).await {
+            tick = Box::pin(glommio::timer::sleep(RELOAD_CHECK));
+        }
     }
 }
 

@@ -15,7 +15,6 @@ use super::conn::ConnSubs;
 use super::cursor;
 use crate::metrics::SubsStats;
 use crate::protocol::frame::{begin_frame, finish_frame};
-use crate::shard::subs::PushMsg;
 use crate::util::notify::Notify;
 
 /// Why a subscription ended.
@@ -43,6 +42,13 @@ pub enum Framing {
     Sse,
 }
 
+/// A live push held while its shard is set up or replayed.
+struct Held {
+    shard: u32,
+    offset: u64,
+    body: Rc<[u8]>,
+}
+
 /// A frame waiting for the connection writer; `shard` is `None` for the lag notice.
 struct Queued {
     shard: Option<u32>,
@@ -53,7 +59,7 @@ struct Inner {
     /// Last delivered (or starting) offset per shard: the cursor.
     positions: Vec<u64>,
     /// Per shard: live pushes held while the shard is set up or replayed (`None` once live).
-    held: Vec<Option<VecDeque<PushMsg>>>,
+    held: Vec<Option<VecDeque<Held>>>,
     watched: Vec<bool>,
     queue: VecDeque<Queued>,
 }
@@ -131,12 +137,13 @@ impl Sub {
         cursor::encode(&self.inner.borrow().positions)
     }
 
-    /// A live push from the pump: held while its shard is not live yet, else queued.
-    pub fn deliver(&self, p: PushMsg) {
+    /// A live push (event `offset` of `shard`) from the pump: held while its shard is not
+    /// live yet, else queued.
+    pub fn deliver(&self, shard: u32, offset: u64, body: &Rc<[u8]>) {
         if self.is_ended() {
             return;
         }
-        let k = p.shard as usize;
+        let k = shard as usize;
         {
             let mut inner = self.inner.borrow_mut();
             if !inner.watched.get(k).copied().unwrap_or(false) {
@@ -144,7 +151,11 @@ impl Sub {
             }
             if let Some(held) = inner.held[k].as_mut() {
                 if held.len() < self.queue_max {
-                    held.push_back(p);
+                    held.push_back(Held {
+                        shard,
+                        offset,
+                        body: body.clone(),
+                    });
                     return;
                 }
                 drop(inner);
@@ -152,7 +163,7 @@ impl Sub {
                 return;
             }
         }
-        self.enqueue(p.shard, p.offset, &p.body);
+        self.enqueue(shard, offset, body);
     }
 
     /// Queues the push of event `offset` of `shard`; false if the subscription ended (now or
@@ -391,12 +402,18 @@ mod tests {
         Sub::new(7, vec![true, true], queue_max, Framing::Rcp1, stats, Weak::new())
     }
 
-    fn push(shard: u32, offset: u64) -> PushMsg {
-        PushMsg {
-            sub: 7,
-            shard,
-            offset,
-            body: br#""instance_id":"a""#.to_vec(),
+    fn push(shard: u32, offset: u64) -> (u32, u64, Rc<[u8]>) {
+        (shard, offset, br#""instance_id":"a""#.to_vec().into())
+    }
+
+    /// `Sub::deliver` with a `push` tuple.
+    trait Deliver {
+        fn give(&self, p: (u32, u64, Rc<[u8]>));
+    }
+
+    impl Deliver for Sub {
+        fn give(&self, p: (u32, u64, Rc<[u8]>)) {
+            self.deliver(p.0, p.1, &p.2);
         }
     }
 
@@ -404,11 +421,11 @@ mod tests {
     fn held_pushes_follow_replay_and_cursors_track_every_shard() {
         let s = sub(8);
         s.finish_setup(vec![3, 10]);
-        s.deliver(push(0, 5)); // shard 0 is replaying: held
+        s.give(push(0, 5)); // shard 0 is replaying: held
         assert!(s.enqueue(0, 4, br#""instance_id":"r""#)); // replayed
         assert!(s.go_live(0));
         assert!(s.go_live(1));
-        s.deliver(push(1, 11));
+        s.give(push(1, 11));
         let mut out = Vec::new();
         assert!(!s.take_frames(&mut out, usize::MAX));
         let got = frames(&out);
@@ -434,10 +451,10 @@ mod tests {
         let s = sub(2);
         s.finish_setup(vec![0, 0]);
         assert!(s.go_live(0) && s.go_live(1));
-        s.deliver(push(0, 1));
-        s.deliver(push(1, 1));
-        s.deliver(push(0, 2)); // full
-        s.deliver(push(0, 3)); // dropped: ended
+        s.give(push(0, 1));
+        s.give(push(1, 1));
+        s.give(push(0, 2)); // full
+        s.give(push(0, 3)); // dropped: ended
         assert_eq!(s.ended(), Some(End::Lagged));
         let mut out = Vec::new();
         s.take_frames(&mut out, usize::MAX);
@@ -455,14 +472,9 @@ mod tests {
         let s = Sub::new(3, vec![true, true], 2, Framing::Sse, stats, Weak::new());
         s.finish_setup(vec![0, 0]);
         assert!(s.go_live(0) && s.go_live(1));
-        s.deliver(PushMsg {
-            sub: 3,
-            shard: 1,
-            offset: 9,
-            body: b"\"instance_id\":\"a\",\n\"payload\":{}".to_vec(),
-        });
-        s.deliver(push(0, 1));
-        s.deliver(push(0, 2)); // full: lagged
+        s.deliver(1, 9, &b"\"instance_id\":\"a\",\n\"payload\":{}".to_vec().into());
+        s.give(push(0, 1));
+        s.give(push(0, 2)); // full: lagged
         let mut out = Vec::new();
         s.take_frames(&mut out, usize::MAX);
         let text = String::from_utf8(out).unwrap();
@@ -481,7 +493,7 @@ mod tests {
         let s = sub(4);
         s.finish_setup(vec![0, 0]);
         assert!(s.go_live(0));
-        s.deliver(push(0, 1));
+        s.give(push(0, 1));
         s.end(End::Unwatched);
         let mut out = Vec::new();
         assert!(!s.take_frames(&mut out, usize::MAX));

@@ -251,20 +251,26 @@ pub struct Sse {
 }
 
 impl Sse {
+    /// The next block up to a blank line, as sent (comments included).
+    pub fn next_block(&mut self) -> Option<String> {
+        let end = loop {
+            if let Some(i) = find(&self.http.buf, b"\n\n") {
+                break i;
+            }
+            let want = self.http.buf.len() + 1;
+            if !self.http.fill(want) {
+                return None;
+            }
+        };
+        let block = String::from_utf8(self.http.buf[..end].to_vec()).unwrap();
+        self.http.buf.drain(..end + 2);
+        Some(block)
+    }
+
     /// The next event (comments skipped); `None` when the server closed the stream.
     pub fn next(&mut self) -> Option<Event> {
         loop {
-            let end = loop {
-                if let Some(i) = find(&self.http.buf, b"\n\n") {
-                    break i;
-                }
-                let want = self.http.buf.len() + 1;
-                if !self.http.fill(want) {
-                    return None;
-                }
-            };
-            let block = String::from_utf8(self.http.buf[..end].to_vec()).unwrap();
-            self.http.buf.drain(..end + 2);
+            let block = self.next_block()?;
             let mut ev = Event {
                 event: "message".into(),
                 ..Event::default()
