@@ -123,6 +123,7 @@ fn main() {
             .unwrap();
     }
     if a.stalled {
+        drop(c); // only the tool's counted connections stay open
         return stalled(&a, &http, server.pid, &server.addr);
     }
     let streams = open_streams(&http, a.streams);
@@ -382,7 +383,11 @@ fn stalled(a: &Args, http: &str, pid: u32, addr: &str) {
     while start.elapsed() < Duration::from_secs(a.secs + 15) {
         std::thread::sleep(Duration::from_millis(200));
         peak = peak.max(rss_kib(pid));
-        if lagged_at.is_none() && http_connections(&mut info) == 0 {
+        let open = http_connections(&mut info);
+        if std::env::var_os("SSE_DEBUG").is_some() {
+            eprintln!("{:?} http connections open: {open}", start.elapsed());
+        }
+        if lagged_at.is_none() && open == 0 {
             lagged_at = Some(start.elapsed());
         }
     }

@@ -183,3 +183,49 @@ fn quiet_streams_get_keep_alive_comments_and_end_at_the_drain() {
     assert!(status.success(), "{status:?}");
     assert!(sse.next().is_none(), "the drain ended the stream");
 }
+
+/// A client that never reads again: once its subscription lagged and its socket took nothing
+/// for `LAGGED_WRITE_GRACE`, the server closes the connection (its queue goes with it).
+#[test]
+fn a_reader_that_never_reads_is_closed_once_it_lagged() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let (s, _d) = Server::start("[http]\nenabled = true\n[subscriptions]\nqueue_max = 8");
+    let mut c = s.client();
+    put_order_machine(&mut c);
+    create(&mut c, "busy");
+    c.call("APPLY_EVENT", json!({"instance_id": "busy", "event": "pay", "payload": {"amount": 0}})).unwrap();
+    let mut stalled = std::net::TcpStream::connect(s.http_addr.unwrap()).unwrap();
+    let small: libc::c_int = 4096;
+    // SAFETY: an int socket option on a valid socket.
+    unsafe {
+        libc::setsockopt(
+            stalled.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&small as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    let req = format!("GET /stream HTTP/1.1\r\nHost: {}\r\n\r\n", s.http_addr.unwrap());
+    stalled.write_all(req.as_bytes()).unwrap();
+    let open = |c: &mut common::Client| c.call("INFO", json!({})).unwrap()["connections"]["active"].as_u64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while open(&mut c) < 2 {
+        assert!(Instant::now() < deadline, "the stream never opened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pad = "p".repeat(16 * 1024);
+    for i in 0..400 {
+        c.call("APPLY_EVENT", json!({"instance_id": "busy", "event": "touch", "payload": {"pad": pad, "i": i}}))
+            .unwrap();
+    }
+    let lagged_by = Instant::now();
+    let deadline = lagged_by + Duration::from_secs(40);
+    while open(&mut c) > 1 {
+        assert!(Instant::now() < deadline, "the stalled stream is still open");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(lagged_by.elapsed() < Duration::from_secs(31), "{:?}", lagged_by.elapsed());
+    drop(stalled);
+}

@@ -53,6 +53,9 @@ pub(super) struct Conn {
     space: Notify,
     pub(super) reader_done: Cell<bool>,
     writer_done: Cell<bool>,
+    /// The writer ended (an event stream closed, a write failed): the reader stops waiting
+    /// for a client that may never send again, so the connection and its queues go at once.
+    writer_gone: Notify,
     idle: Idle,
     pub(super) subs: Rc<ConnSubs>,
     /// HTTPS: the scheme the `Origin` check expects.
@@ -92,6 +95,7 @@ where
         space: Notify::default(),
         reader_done: Cell::new(false),
         writer_done: Cell::new(false),
+        writer_gone: Notify::default(),
         idle: Idle::default(),
         subs: Rc::new(ConnSubs::new(SubFraming::Sse)),
         tls,
@@ -163,14 +167,21 @@ async fn fill<R: AsyncRead + Unpin>(
     front: &Front,
     deadline: Option<Instant>,
 ) -> Got {
+    if conn.writer_done.get() {
+        return Got::Gone;
+    }
     let read = drain::read(r, buf.spare(), &front.drain);
     let limit = async {
-        match deadline {
-            Some(at) => glommio::timer::sleep(at.saturating_duration_since(Instant::now())).await,
-            None => conn.idle.expired().await,
-        }
+        let timed = async {
+            match deadline {
+                Some(at) => glommio::timer::sleep(at.saturating_duration_since(Instant::now())).await,
+                None => conn.idle.expired().await,
+            }
+        };
+        futures_lite::future::or(timed, conn.writer_gone.wait()).await;
         drain::Read::Quiet
     };
+
     match futures_lite::future::or(read, limit).await {
         drain::Read::Data(Ok(0) | Err(_)) | drain::Read::Quiet => Got::Gone,
         drain::Read::Stopping => Got::Stopping,
@@ -391,6 +402,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut w: W, conn: Rc<Conn>, front: Rc<F
     let _ = w.close().await;
     conn.writer_done.set(true);
     conn.space.notify();
+    conn.writer_gone.notify();
 }
 
 fn head_ready(conn: &Conn) -> bool {

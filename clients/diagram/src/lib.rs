@@ -15,6 +15,7 @@ mod dot;
 mod layout;
 mod mermaid;
 mod model;
+mod route;
 mod svg;
 
 pub use model::{Edge, Graph, Timer};
