@@ -117,10 +117,17 @@ fn main() {
     let http = server.http_addr.clone().expect("http listener");
     let mut c = Client::connect_hello(server.addr.as_str(), "sse-fanout").unwrap();
     let def = json!({"states": ["on"], "initial": "on", "transitions": [{"from": "on", "event": "inc", "to": "on"}]});
-    c.call("PUT_MACHINE", json!({"machine": "fan", "version": 1, "definition": def})).unwrap();
+    c.call(
+        "PUT_MACHINE",
+        json!({"machine": "fan", "version": 1, "definition": def}),
+    )
+    .unwrap();
     for w in 0..a.writers {
-        c.call("CREATE_INSTANCE", json!({"machine": "fan", "version": 1, "id": format!("w{w}"), "context": {}}))
-            .unwrap();
+        c.call(
+            "CREATE_INSTANCE",
+            json!({"machine": "fan", "version": 1, "id": format!("w{w}"), "context": {}}),
+        )
+        .unwrap();
     }
     if a.stalled {
         drop(c); // only the tool's counted connections stay open
@@ -140,8 +147,18 @@ fn main() {
     let rss_after = rss_kib(server.pid);
     std::thread::sleep(Duration::from_secs(2)); // the last events reach every stream
     stop.store(true, Relaxed);
-    let seen: Vec<Seen> = readers.into_iter().flat_map(|h| h.join().unwrap()).collect();
-    report(&a, &seen, sent, window, after - before, (rss_before, rss_after, hwm_kib(server.pid)));
+    let seen: Vec<Seen> = readers
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    report(
+        &a,
+        &seen,
+        sent,
+        window,
+        after - before,
+        (rss_before, rss_after, hwm_kib(server.pid)),
+    );
 }
 
 /// Opens `n` streams and reads each one's `subscribed` event.
@@ -165,7 +182,11 @@ fn open_streams(http: &str, n: usize) -> Vec<TcpStream> {
 }
 
 /// Reader threads: each polls its share of the streams and checks every event.
-fn start_readers(streams: Vec<TcpStream>, threads: usize, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<Vec<Seen>>> {
+fn start_readers(
+    streams: Vec<TcpStream>,
+    threads: usize,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Vec<Seen>>> {
     let mut shares: Vec<Vec<TcpStream>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, s) in streams.into_iter().enumerate() {
         shares[i % threads].push(s);
@@ -179,7 +200,11 @@ fn start_readers(streams: Vec<TcpStream>, threads: usize, stop: Arc<AtomicBool>)
                 let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); mine.len()];
                 let mut fds: Vec<libc::pollfd> = mine
                     .iter()
-                    .map(|s| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+                    .map(|s| libc::pollfd {
+                        fd: s.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    })
                     .collect();
                 let mut chunk = vec![0u8; 64 * 1024];
                 while !stop.load(Relaxed) {
@@ -225,7 +250,9 @@ fn parse(buf: &mut Vec<u8>, seen: &mut Seen) {
             continue;
         }
         // serde_json writes object members sorted: `"payload":{"i":I,"w":W...`.
-        let Some(p) = find(ev, b"\"payload\":{\"i\":") else { continue };
+        let Some(p) = find(ev, b"\"payload\":{\"i\":") else {
+            continue;
+        };
         let rest = &ev[p + 15..];
         let (i, rest) = number(rest);
         let (w, _) = number(&rest[5..]); // `,"w":`
@@ -245,7 +272,9 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 fn number(b: &[u8]) -> (u64, &[u8]) {
     let n = b.iter().take_while(|c| c.is_ascii_digit()).count();
-    let v = b[..n].iter().fold(0u64, |a, d| a * 10 + u64::from(d - b'0'));
+    let v = b[..n]
+        .iter()
+        .fold(0u64, |a, d| a * 10 + u64::from(d - b'0'));
     (v, &b[n..])
 }
 
@@ -275,7 +304,12 @@ fn run_writers(a: &Load, addr: &str) -> u64 {
     let per = a.rate as f64 / a.writers as f64;
     let handles: Vec<_> = (0..a.writers)
         .map(|w| {
-            let (addr, total, secs, pad) = (addr.to_string(), total.clone(), a.secs, "x".repeat(a.payload_bytes));
+            let (addr, total, secs, pad) = (
+                addr.to_string(),
+                total.clone(),
+                a.secs,
+                "x".repeat(a.payload_bytes),
+            );
             std::thread::spawn(move || {
                 let mut c = Client::connect_hello(addr.as_str(), "sse-fanout-writer").unwrap();
                 WRITERS_OPEN.fetch_add(1, Relaxed);
@@ -290,8 +324,11 @@ fn run_writers(a: &Load, addr: &str) -> u64 {
                         true => json!({"w": w, "i": i}),
                         false => json!({"w": w, "i": i, "x": pad}),
                     };
-                    c.call("APPLY_EVENT", json!({"instance_id": format!("w{w}"), "event": "inc", "payload": payload}))
-                        .unwrap();
+                    c.call(
+                        "APPLY_EVENT",
+                        json!({"instance_id": format!("w{w}"), "event": "inc", "payload": payload}),
+                    )
+                    .unwrap();
                     i += 1;
                 }
                 total.fetch_add(i, Relaxed);
@@ -335,7 +372,8 @@ fn proc_stat(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = s.rsplit(')').next().unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
-    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
 }
 
 fn status_kib(pid: u32, key: &str) -> u64 {

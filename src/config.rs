@@ -333,7 +333,8 @@ impl Http {
         for (i, h) in self.allowed_hosts.iter().enumerate() {
             let ok = !h.is_empty()
                 && h.len() <= ALLOWED_HOST_BYTES_MAX
-                && h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b));
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b));
             if !ok {
                 return Err(ConfigError(format!(
                     "http.allowed_hosts[{i}]: {:?} is not a host or host:port",
@@ -572,7 +573,10 @@ mod tests {
         let c = Config::from_toml("[http]\nenabled = false\nbind_addr = \"nowhere\"").unwrap();
         assert!(!c.http.enabled);
         let hosts = "[http]\nallowed_hosts = [\"smdb.example.com\", \"[::1]:7480\"]";
-        assert_eq!(Config::from_toml(hosts).unwrap().http.allowed_hosts.len(), 2);
+        assert_eq!(
+            Config::from_toml(hosts).unwrap().http.allowed_hosts.len(),
+            2
+        );
     }
 
     #[test]

@@ -38,7 +38,8 @@ fn shots() -> PathBuf {
 
 fn admin_client(s: &Server) -> Client {
     let mut c = s.client();
-    c.call("AUTH", json!({"method": "bearer", "token": ADMIN})).unwrap();
+    c.call("AUTH", json!({"method": "bearer", "token": ADMIN}))
+        .unwrap();
     c
 }
 
@@ -46,14 +47,29 @@ fn admin_client(s: &Server) -> Client {
 fn fill(c: &mut Client) {
     put_order_machine(c);
     for (id, total) in [("o1", 10), ("o2", 10), ("o3", 10), ("o4", 10), ("o5", 10)] {
-        c.call("CREATE_INSTANCE", json!({"machine": "order", "version": 1, "id": id, "context": {"total": total}}))
-            .unwrap();
+        c.call(
+            "CREATE_INSTANCE",
+            json!({"machine": "order", "version": 1, "id": id, "context": {"total": total}}),
+        )
+        .unwrap();
     }
     for id in ["o2", "o3"] {
-        c.call("APPLY_EVENT", json!({"instance_id": id, "event": "pay", "payload": {"amount": 10}})).unwrap();
+        c.call(
+            "APPLY_EVENT",
+            json!({"instance_id": id, "event": "pay", "payload": {"amount": 10}}),
+        )
+        .unwrap();
     }
-    c.call("APPLY_EVENT", json!({"instance_id": "o3", "event": "touch", "payload": {"note": "gift wrap"}})).unwrap();
-    c.call("APPLY_EVENT", json!({"instance_id": "o4", "event": "cancel"})).unwrap();
+    c.call(
+        "APPLY_EVENT",
+        json!({"instance_id": "o3", "event": "touch", "payload": {"note": "gift wrap"}}),
+    )
+    .unwrap();
+    c.call(
+        "APPLY_EVENT",
+        json!({"instance_id": "o4", "event": "cancel"}),
+    )
+    .unwrap();
 }
 
 fn sign_in(b: &mut Browser, origin: &str, token: &str) {
@@ -63,7 +79,10 @@ fn sign_in(b: &mut Browser, origin: &str, token: &str) {
         "document.querySelector('#token').value = {}; document.querySelector('#signin-form').requestSubmit()",
         json!(token)
     ));
-    b.wait_for("document.querySelector('#view-title')?.textContent === 'Machines'", WAIT);
+    b.wait_for(
+        "document.querySelector('#view-title')?.textContent === 'Machines'",
+        WAIT,
+    );
 }
 
 #[test]
@@ -81,10 +100,16 @@ fn the_console_in_a_real_browser() {
 
     // The diagram: a node per state, each with the live count the server reports.
     b.navigate(&format!("{origin}/#/machine/order/1"));
-    b.wait_for("document.querySelectorAll('#diagram svg g.state').length === 4", WAIT);
+    b.wait_for(
+        "document.querySelectorAll('#diagram svg g.state').length === 4",
+        WAIT,
+    );
     let mut h = Http::connect(s.http_addr.unwrap()).with_token(ADMIN);
     let stats = h.get("/machines/order/stats").json()["states"].clone();
-    assert_eq!(stats, json!({"new": 2, "paid": 2, "cancelled": 1, "shipped": 0}));
+    assert_eq!(
+        stats,
+        json!({"new": 2, "paid": 2, "cancelled": 1, "shipped": 0})
+    );
     for (state, n) in stats.as_object().unwrap() {
         let expr = format!(
             "document.querySelector('#diagram text.count[data-count-for=\"{state}\"]')?.textContent === '{n}'"
@@ -92,18 +117,29 @@ fn the_console_in_a_real_browser() {
         b.wait_for(&expr, WAIT);
     }
     // Counts move with the data (polled from the shards' counters).
-    c.call("APPLY_EVENT", json!({"instance_id": "o5", "event": "pay", "payload": {"amount": 10}})).unwrap();
+    c.call(
+        "APPLY_EVENT",
+        json!({"instance_id": "o5", "event": "pay", "payload": {"amount": 10}}),
+    )
+    .unwrap();
     b.wait_for("document.querySelector('#diagram text.count[data-count-for=\"paid\"]')?.textContent === '3'", WAIT);
     b.screenshot(&shots().join("machine.png"));
 
     b.navigate(&format!("{origin}/#/instances?machine=order"));
-    b.wait_for("document.querySelectorAll('#instances tr').length === 6", WAIT);
+    b.wait_for(
+        "document.querySelectorAll('#instances tr').length === 6",
+        WAIT,
+    );
     b.screenshot(&shots().join("instances.png"));
 
     // An instance: its state (highlighted on the diagram) and its history.
     b.navigate(&format!("{origin}/#/instance/o3"));
-    b.wait_for("document.querySelector('#inst-state')?.textContent === 'paid'", WAIT);
-    let current = b.eval("document.querySelector('#diagram g.state.current')?.getAttribute('data-state')");
+    b.wait_for(
+        "document.querySelector('#inst-state')?.textContent === 'paid'",
+        WAIT,
+    );
+    let current =
+        b.eval("document.querySelector('#diagram g.state.current')?.getAttribute('data-state')");
     assert_eq!(current, json!("paid"));
     let history = b.eval("[...document.querySelectorAll('#history li b')].map(e => e.textContent)");
     assert_eq!(history, json!(["pay", "touch"]));
@@ -111,19 +147,36 @@ fn the_console_in_a_real_browser() {
 
     // An event applied from the form moves the instance.
     let events = b.eval("[...document.querySelectorAll('#apply-event option')].map(o => o.value)");
-    assert_eq!(events, json!(["ship", "cancel", "touch"]), "the events valid from `paid`");
+    assert_eq!(
+        events,
+        json!(["ship", "cancel", "touch"]),
+        "the events valid from `paid`"
+    );
     b.eval("document.querySelector('#apply-event').value = 'ship'; document.querySelector('#apply-form').requestSubmit()");
-    b.wait_for("document.querySelector('#inst-state')?.textContent === 'shipped'", WAIT);
+    b.wait_for(
+        "document.querySelector('#inst-state')?.textContent === 'shipped'",
+        WAIT,
+    );
     let over_rcp1 = c.call("GET_INSTANCE", json!({"id": "o3"})).unwrap();
     assert_eq!(over_rcp1["state"], "shipped");
 
     // The live feed shows another client's event within 2 s.
     b.navigate(&format!("{origin}/#/feed?machines=order"));
-    b.wait_for("document.querySelector('#feed-status')?.textContent === 'live'", WAIT);
+    b.wait_for(
+        "document.querySelector('#feed-status')?.textContent === 'live'",
+        WAIT,
+    );
     std::thread::sleep(Duration::from_millis(500)); // the stream's subscription is registered
     let sent = Instant::now();
-    c.call("APPLY_EVENT", json!({"instance_id": "o1", "event": "cancel"})).unwrap();
-    b.wait_for("document.querySelector('#feed-rows tr[data-instance=\"o1\"]')", Duration::from_secs(2));
+    c.call(
+        "APPLY_EVENT",
+        json!({"instance_id": "o1", "event": "cancel"}),
+    )
+    .unwrap();
+    b.wait_for(
+        "document.querySelector('#feed-rows tr[data-instance=\"o1\"]')",
+        Duration::from_secs(2),
+    );
     let took = sent.elapsed();
     assert!(took <= Duration::from_secs(2), "{took:?}");
     b.screenshot(&shots().join("feed.png"));
@@ -136,23 +189,38 @@ fn the_console_in_a_real_browser() {
     b.eval("document.querySelector('#who button').click()");
     sign_in(&mut b, &origin, READER);
     b.navigate(&format!("{origin}/#/instance/o2"));
-    b.wait_for("document.querySelector('#inst-state')?.textContent === 'paid'", WAIT);
-    let writes = "['#apply-form', '#delete', '#create-form'].filter(s => document.querySelector(s))";
+    b.wait_for(
+        "document.querySelector('#inst-state')?.textContent === 'paid'",
+        WAIT,
+    );
+    let writes =
+        "['#apply-form', '#delete', '#create-form'].filter(s => document.querySelector(s))";
     assert_eq!(b.eval(writes), json!([]));
-    assert_eq!(b.eval("document.querySelector('#scopes').textContent"), json!("scopes: read"));
+    assert_eq!(
+        b.eval("document.querySelector('#scopes').textContent"),
+        json!("scopes: read")
+    );
     b.navigate(&format!("{origin}/#/machine/order/1"));
-    b.wait_for("document.querySelectorAll('#diagram svg g.state').length === 4", WAIT);
+    b.wait_for(
+        "document.querySelectorAll('#diagram svg g.state').length === 4",
+        WAIT,
+    );
     assert_eq!(b.eval(writes), json!([]));
     b.screenshot(&shots().join("readonly.png"));
 
     // Nothing was asked of any other origin.
     let urls = b.requested_urls();
-    assert!(urls.iter().any(|u| u.ends_with("/assets/app.js")), "{urls:?}");
+    assert!(
+        urls.iter().any(|u| u.ends_with("/assets/app.js")),
+        "{urls:?}"
+    );
     let foreign: Vec<&String> = urls
         .iter()
         .filter(|u| !u.starts_with(&format!("{origin}/")) && u.as_str() != "about:blank")
         .collect();
     assert!(foreign.is_empty(), "requests to other origins: {foreign:?}");
     // The token never appeared in a URL.
-    assert!(urls.iter().all(|u| !u.contains(ADMIN) && !u.contains(READER)));
+    assert!(urls
+        .iter()
+        .all(|u| !u.contains(ADMIN) && !u.contains(READER)));
 }

@@ -35,19 +35,41 @@ fn http(s: &Server) -> Http {
 fn tokens_scopes_and_no_token_in_a_url() {
     let (s, _d) = Server::start(&auth_config());
     let mut admin = http(&s).with_token(ADMIN);
-    assert_eq!(admin.put("/machines/order/versions/1", &order_definition()).status, 201);
+    assert_eq!(
+        admin
+            .put("/machines/order/versions/1", &order_definition())
+            .status,
+        201
+    );
 
     let mut anon = http(&s);
     let r = anon.get("/machines");
     assert_eq!((r.status, r.code()), (401, "UNAUTHORIZED".into()));
     assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"smdb\""));
     let r = anon.get(&format!("/machines?access_token={ADMIN}"));
-    assert_eq!((r.status, r.code()), (401, "UNAUTHORIZED".into()), "a token in the URL is not a token");
+    assert_eq!(
+        (r.status, r.code()),
+        (401, "UNAUTHORIZED".into()),
+        "a token in the URL is not a token"
+    );
     assert!(!r.text().contains(ADMIN), "the token is not echoed");
-    let r = anon.request("GET", "/machines", &[("Authorization", "Bearer not-a-token")], None);
+    let r = anon.request(
+        "GET",
+        "/machines",
+        &[("Authorization", "Bearer not-a-token")],
+        None,
+    );
     assert_eq!((r.status, r.code()), (401, "AUTH_FAILED".into()));
-    assert!(r.header("www-authenticate").unwrap().contains("invalid_token"));
-    let r = anon.request("GET", "/machines", &[("Authorization", &format!("Basic {ADMIN}"))], None);
+    assert!(r
+        .header("www-authenticate")
+        .unwrap()
+        .contains("invalid_token"));
+    let r = anon.request(
+        "GET",
+        "/machines",
+        &[("Authorization", &format!("Basic {ADMIN}"))],
+        None,
+    );
     assert_eq!(r.status, 401);
 
     let mut reader = http(&s).with_token(READER);
@@ -57,17 +79,33 @@ fn tokens_scopes_and_no_token_in_a_url() {
     let r = reader.post("/instances", &body);
     assert_eq!((r.status, r.code()), (403, "FORBIDDEN".into()));
     assert_eq!(r.json()["details"]["scope"], "write");
-    assert!(r.header("www-authenticate").unwrap().contains("insufficient_scope"));
+    assert!(r
+        .header("www-authenticate")
+        .unwrap()
+        .contains("insufficient_scope"));
     let r = reader.put("/machines/m/versions/1", &order_definition());
-    assert_eq!((r.status, r.json()["details"]["scope"].clone()), (403, json!("admin")));
-    let r = reader.post("/batch", &json!({"mode": "atomic", "ops": [{"op": "CREATE_INSTANCE", "params": body}]}));
+    assert_eq!(
+        (r.status, r.json()["details"]["scope"].clone()),
+        (403, json!("admin"))
+    );
+    let r = reader.post(
+        "/batch",
+        &json!({"mode": "atomic", "ops": [{"op": "CREATE_INSTANCE", "params": body}]}),
+    );
     assert_eq!((r.status, r.code()), (403, "FORBIDDEN".into()));
-    assert_eq!(reader.get("/instances/x").status, 404, "nothing was created");
+    assert_eq!(
+        reader.get("/instances/x").status,
+        404,
+        "nothing was created"
+    );
 
     // The console's files hold no data: served without a token.
     let page = anon.get("/");
     assert_eq!(page.status, 200);
-    assert!(page.header("content-security-policy").unwrap().contains("frame-ancestors 'none'"));
+    assert!(page
+        .header("content-security-policy")
+        .unwrap()
+        .contains("frame-ancestors 'none'"));
     assert_eq!(anon.get("/assets/app.js").status, 200);
 }
 
@@ -76,10 +114,14 @@ fn body_and_header_limits() {
     let (s, _d) = Server::start("[http]\nenabled = true\n[network]\nmax_frame_bytes = 4096");
     let mut h = http(&s);
     h.put("/machines/order/versions/1", &order_definition());
-    let big = json!({"machine": "order", "version": 1, "id": "x", "context": {"pad": "x".repeat(5000)}});
+    let big =
+        json!({"machine": "order", "version": 1, "id": "x", "context": {"pad": "x".repeat(5000)}});
     let r = h.post("/instances", &big);
     assert_eq!((r.status, r.code()), (413, "FRAME_TOO_LARGE".into()));
-    assert!(h.closed_within(Duration::from_secs(5)), "closed after a 413");
+    assert!(
+        h.closed_within(Duration::from_secs(5)),
+        "closed after a 413"
+    );
 
     let mut h = http(&s);
     let long = "x".repeat(17 * 1024);
@@ -124,16 +166,28 @@ fn strict_framing_closes_after_any_parse_error() {
              GET /info HTTP/1.1\r\nHost: {host}\r\n\r\n"
         );
         let r = h.raw(req.as_bytes());
-        assert_eq!((r.status, r.code()), (400, "BAD_REQUEST".into()), "{extra:?}");
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "BAD_REQUEST".into()),
+            "{extra:?}"
+        );
         assert_eq!(r.header("connection"), Some("close"));
-        assert!(h.read_response().is_none(), "nothing after the bad request is served: {extra:?}");
+        assert!(
+            h.read_response().is_none(),
+            "nothing after the bad request is served: {extra:?}"
+        );
     }
     let mut h = http(&s);
     let r = h.raw(b"GET /info HTTP/1.1\r\n\r\n");
     assert_eq!(r.status, 400, "HTTP/1.1 without Host");
     // A malformed path is refused but the connection lives on.
     let mut h = http(&s);
-    for bad in ["/instances/..", "/instances/%2e%2e", "/instances/a%00", "/instances/%zz"] {
+    for bad in [
+        "/instances/..",
+        "/instances/%2e%2e",
+        "/instances/a%00",
+        "/instances/%zz",
+    ] {
         let r = h.get(bad);
         assert_eq!((r.status, r.code()), (400, "BAD_REQUEST".into()), "{bad}");
     }
@@ -160,16 +214,30 @@ fn foreign_hosts_origins_and_bodies_that_are_not_json() {
     assert_eq!(rebound.get("/info").status, 200, "an allowed name");
     let port = s.http_addr.unwrap().port();
     rebound.host = format!("localhost:{port}");
-    assert_eq!(rebound.get("/info").status, 200, "localhost on a loopback listener");
+    assert_eq!(
+        rebound.get("/info").status,
+        200,
+        "localhost on a loopback listener"
+    );
 
     let body = json!({"machine": "order", "version": 1, "id": "o", "context": {}}).to_string();
     let evil = [("Origin", "http://evil.example")];
     let r = h.request("POST", "/instances", &evil, Some(body.as_bytes()));
     assert_eq!((r.status, r.code()), (403, "FORBIDDEN".into()));
-    let r = h.request("POST", "/instances", &[("Sec-Fetch-Site", "cross-site")], Some(body.as_bytes()));
+    let r = h.request(
+        "POST",
+        "/instances",
+        &[("Sec-Fetch-Site", "cross-site")],
+        Some(body.as_bytes()),
+    );
     assert_eq!(r.status, 403);
     let own = format!("http://{}", s.http_addr.unwrap());
-    let r = h.request("POST", "/instances", &[("Origin", &own)], Some(body.as_bytes()));
+    let r = h.request(
+        "POST",
+        "/instances",
+        &[("Origin", &own)],
+        Some(body.as_bytes()),
+    );
     assert_eq!(r.status, 201, "{}", r.text());
 
     let form = format!(
@@ -181,7 +249,10 @@ fn foreign_hosts_origins_and_bodies_that_are_not_json() {
     let r = h.raw(form.as_bytes());
     assert_eq!((r.status, r.code()), (415, "BAD_REQUEST".into()));
     let mut no_type = http(&s);
-    let req = format!("POST /batch HTTP/1.1\r\nHost: {}\r\nContent-Length: 2\r\n\r\n{{}}", h.host);
+    let req = format!(
+        "POST /batch HTTP/1.1\r\nHost: {}\r\nContent-Length: 2\r\n\r\n{{}}",
+        h.host
+    );
     assert_eq!(no_type.raw(req.as_bytes()).status, 415);
 }
 
@@ -204,14 +275,18 @@ fn connection_limit_and_a_slow_head() {
     drop(b);
     std::thread::sleep(Duration::from_millis(200));
     let mut slow = TcpStream::connect(s.http_addr.unwrap()).unwrap();
-    slow.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     slow.write_all(b"GET /info HTTP/1.1\r\nHo").unwrap();
     let started = std::time::Instant::now();
     let mut h = Http::over(Box::new(slow), String::new());
     let r = h.read_response().expect("a 408");
     assert_eq!(r.status, 408);
     let took = started.elapsed();
-    assert!(took >= Duration::from_secs(9) && took < Duration::from_secs(15), "{took:?}");
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(15),
+        "{took:?}"
+    );
 }
 
 #[test]
@@ -219,7 +294,10 @@ fn proxy_protocol_applies_to_the_http_listener() {
     let (s, _d) = Server::start("[http]\nenabled = true\n[network]\nproxy_protocol = true");
     let mut plain = http(&s);
     plain.send(plain.encode("GET", "/info", &[], None).as_slice());
-    assert!(plain.read_response().is_none(), "no PROXY header: closed unanswered");
+    assert!(
+        plain.read_response().is_none(),
+        "no PROXY header: closed unanswered"
+    );
     let mut proxied = http(&s);
     let mut req = b"PROXY TCP4 10.1.2.3 10.0.0.1 5555 7480\r\n".to_vec();
     req.extend(proxied.encode("GET", "/info", &[], None));
@@ -233,7 +311,9 @@ fn proxy_protocol_applies_to_the_http_listener() {
 #[test]
 fn https_with_the_client_ports_certificate() {
     let dir = common::temp_dir();
-    let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    let key =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .unwrap();
     let (cert_path, key_path) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
     std::fs::write(&cert_path, key.cert.pem()).unwrap();
     std::fs::write(&key_path, key.signing_key.serialize_pem()).unwrap();
@@ -254,9 +334,15 @@ fn https_with_the_client_ports_certificate() {
     let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
     let tcp = TcpStream::connect(addr).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut h = Http::over(Box::new(rustls::StreamOwned::new(conn, tcp)), addr.to_string());
+    let mut h = Http::over(
+        Box::new(rustls::StreamOwned::new(conn, tcp)),
+        addr.to_string(),
+    );
     let r = h.get("/info");
-    assert_eq!((r.status, r.json()["server_name"].clone()), (200, json!("smdb")));
+    assert_eq!(
+        (r.status, r.json()["server_name"].clone()),
+        (200, json!("smdb"))
+    );
     assert_eq!(h.get("/machines").status, 200, "keep-alive over TLS");
     // A plaintext request on the TLS listener gets no HTTP answer.
     let mut plain = http(&s);

@@ -133,14 +133,28 @@ mod tests {
         let mut rng = Rng::new(1);
         let mut seq = 0;
         let mut out = Vec::new();
-        write_request(&plan, OpKind::Apply, "h:1", &mut rng, (2, &mut seq), &mut out);
+        write_request(
+            &plan,
+            OpKind::Apply,
+            "h:1",
+            &mut rng,
+            (2, &mut seq),
+            &mut out,
+        );
         let (head, used) = crate::http::parse::parse_head(&out).unwrap().unwrap();
         assert_eq!(head.method, "POST");
         assert!(head.target.starts_with("/instances/bt1-") && head.target.ends_with("/events"));
         let body: serde_json::Value = serde_json::from_slice(&out[used..]).unwrap();
         assert_eq!(body["payload"]["p"], "xxx");
         let mut out = Vec::new();
-        write_request(&plan, OpKind::Create, "h:1", &mut rng, (2, &mut seq), &mut out);
+        write_request(
+            &plan,
+            OpKind::Create,
+            "h:1",
+            &mut rng,
+            (2, &mut seq),
+            &mut out,
+        );
         let (_, used) = crate::http::parse::parse_head(&out).unwrap().unwrap();
         let body: serde_json::Value = serde_json::from_slice(&out[used..]).unwrap();
         assert_eq!((body["id"].clone(), seq), (serde_json::json!("nt1-2.0"), 1));
@@ -151,11 +165,21 @@ mod tests {
         let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}HTTP/1.1 422";
         assert_eq!(read_response(ok), Some((Ok(None), ok.len() - 12)));
         let problem = br#"{"code":"GUARD_FAILED"}"#;
-        let mut failed = format!("HTTP/1.1 422 X\r\ncontent-length: {}\r\n\r\n", problem.len()).into_bytes();
+        let mut failed = format!(
+            "HTTP/1.1 422 X\r\ncontent-length: {}\r\n\r\n",
+            problem.len()
+        )
+        .into_bytes();
         failed.extend_from_slice(problem);
         let n = failed.len();
-        assert_eq!(read_response(&failed), Some((Ok(Some("GUARD_FAILED".into())), n)));
+        assert_eq!(
+            read_response(&failed),
+            Some((Ok(Some("GUARD_FAILED".into())), n))
+        );
         assert_eq!(read_response(&failed[..n - 1]), None);
-        assert!(matches!(read_response(b"garbage\r\n\r\n"), Some((Err(_), _))));
+        assert!(matches!(
+            read_response(b"garbage\r\n\r\n"),
+            Some((Err(_), _))
+        ));
     }
 }

@@ -251,7 +251,9 @@ impl Options {
             return Err("--batch-size must be 1 to 1000".into());
         }
         if self.http && (mix.weight(OpKind::Ping) > 0 || self.workload == WorkloadKind::Batch) {
-            return Err("--http sends get, apply and create (PING and BATCH have no path here)".into());
+            return Err(
+                "--http sends get, apply and create (PING and BATCH have no path here)".into(),
+            );
         }
         if self.http && self.tls_options().is_some() {
             return Err("--http speaks plain HTTP only".into());

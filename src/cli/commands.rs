@@ -120,7 +120,11 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
             let text = smdb_diagram::render(&m.machine, &m.definition, format)
                 .map_err(|e| CliError::usage(format!("cannot draw {}: {e}", m.machine)))?;
             // The drawing ends with its own newline: printed as the server sends it.
-            match out.out.write_all(text.as_bytes()).and_then(|()| out.out.flush()) {
+            match out
+                .out
+                .write_all(text.as_bytes())
+                .and_then(|()| out.out.flush())
+            {
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
                 other => other.map_err(|e| CliError::usage(format!("cannot write: {e}"))),
             }

@@ -141,9 +141,14 @@ fn diagram_format(reply: HttpReply, target: &Target) -> Result<Option<Format>, R
     match (reply, asked) {
         (HttpReply::Diagram, None) => Ok(Some(Format::Svg)),
         (HttpReply::Diagram, Some(f)) => Format::parse(f).map(Some).ok_or_else(|| {
-            bad(format!("format {:?} is not one of svg, dot, mermaid", quote(f)))
+            bad(format!(
+                "format {:?} is not one of svg, dot, mermaid",
+                quote(f)
+            ))
         }),
-        (_, Some(_)) => Err(bad("query parameter \"format\" is not taken by this path".into())),
+        (_, Some(_)) => Err(bad(
+            "query parameter \"format\" is not taken by this path".into()
+        )),
         (_, None) => Ok(None),
     }
 }
@@ -166,7 +171,9 @@ fn headers(obj: &mut Obj, call: &mut Call, head: &Head) -> Result<(), Rejection>
         return Ok(());
     };
     if op != Op::ApplyEvent {
-        return Err(bad("If-Match is taken by POST /instances/{id}/events".into()));
+        return Err(bad(
+            "If-Match is taken by POST /instances/{id}/events".into()
+        ));
     }
     call.if_match = true;
     if tag == "*" {
@@ -175,7 +182,10 @@ fn headers(obj: &mut Obj, call: &mut Call, head: &Head) -> Result<(), Rejection>
     let (epoch, offset) = parse_etag(tag).ok_or_else(|| {
         Rejection::new(
             ErrorCode::Conflict,
-            format!("If-Match {:?} is not a version of this instance", quote(tag)),
+            format!(
+                "If-Match {:?} is not a version of this instance",
+                quote(tag)
+            ),
         )
         .with("if_match", quote(tag))
     })?;
@@ -247,8 +257,8 @@ fn with_body(mut obj: Obj, op: Op, body: Option<&[u8]>) -> Result<Vec<u8>, Rejec
 
 /// The body as one JSON object (syntax checked, nothing built).
 fn object(body: &[u8]) -> Result<&RawValue, Rejection> {
-    let raw: &RawValue = serde_json::from_slice(body)
-        .map_err(|e| bad(format!("the body is not JSON: {e}")))?;
+    let raw: &RawValue =
+        serde_json::from_slice(body).map_err(|e| bad(format!("the body is not JSON: {e}")))?;
     match raw.get().starts_with('{') {
         true => Ok(raw),
         false => Err(bad("the body must be a JSON object".into())),
@@ -260,14 +270,22 @@ fn parse_u64(name: &str, v: &str) -> Result<u64, Rejection> {
         true => v.parse().ok(),
         false => None,
     }
-    .ok_or_else(|| bad(format!("{name} must be a non-negative integer, not {:?}", quote(v))))
+    .ok_or_else(|| {
+        bad(format!(
+            "{name} must be a non-negative integer, not {:?}",
+            quote(v)
+        ))
+    })
 }
 
 fn parse_bool(name: &str, v: &str) -> Result<&'static str, Rejection> {
     match v {
         "" | "true" | "1" => Ok("true"),
         "false" | "0" => Ok("false"),
-        _ => Err(bad(format!("{name} must be true or false, not {:?}", quote(v)))),
+        _ => Err(bad(format!(
+            "{name} must be true or false, not {:?}",
+            quote(v)
+        ))),
     }
 }
 

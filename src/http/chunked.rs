@@ -22,7 +22,9 @@ pub enum ChunkError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Reading the hex size (`digits` read so far).
-    Size { digits: u8 },
+    Size {
+        digits: u8,
+    },
     /// Skipping a chunk extension up to CR.
     Ext,
     /// CR seen after the size line; LF next.
@@ -32,8 +34,12 @@ enum State {
     DataCr,
     DataLf,
     /// A trailer line (or the final empty line); `len` bytes of it so far.
-    Trailer { len: usize },
-    TrailerLf { empty: bool },
+    Trailer {
+        len: usize,
+    },
+    TrailerLf {
+        empty: bool,
+    },
     Done,
 }
 
@@ -81,7 +87,11 @@ impl Chunked {
                 self.body.extend_from_slice(&input[i..i + n]);
                 i += n;
                 let left = left - n as u64;
-                self.state = if left == 0 { State::DataCr } else { State::Data(left) };
+                self.state = if left == 0 {
+                    State::DataCr
+                } else {
+                    State::Data(left)
+                };
                 continue;
             }
             self.step(input[i])?;
@@ -167,7 +177,8 @@ mod tests {
 
     #[test]
     fn decodes_chunks_with_extensions_and_trailers() {
-        let text = b"4;x=y\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nT: 1\r\n\r\nNEXT";
+        let text =
+            b"4;x=y\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nT: 1\r\n\r\nNEXT";
         let (body, used) = decode(text, 1000).unwrap();
         assert_eq!(body, b"Wikipedia in\r\n\r\nchunks.");
         assert_eq!(&text[used..], b"NEXT");
@@ -186,7 +197,10 @@ mod tests {
 
     #[test]
     fn limits_and_malformed_framing_are_refused() {
-        assert_eq!(decode(b"5\r\nabcde\r\n0\r\n\r\n", 4), Err(ChunkError::TooLarge));
+        assert_eq!(
+            decode(b"5\r\nabcde\r\n0\r\n\r\n", 4),
+            Err(ChunkError::TooLarge)
+        );
         let bad: [&[u8]; 7] = [
             b"\r\n",
             b"g\r\n",

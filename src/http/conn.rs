@@ -174,7 +174,9 @@ async fn fill<R: AsyncRead + Unpin>(
     let limit = async {
         let timed = async {
             match deadline {
-                Some(at) => glommio::timer::sleep(at.saturating_duration_since(Instant::now())).await,
+                Some(at) => {
+                    glommio::timer::sleep(at.saturating_duration_since(Instant::now())).await
+                }
                 None => conn.idle.expired().await,
             }
         };
@@ -321,7 +323,9 @@ async fn read_body<R: AsyncRead + Unpin>(
 
 /// A request that cannot be read further: answered, counted as a frame error, then closed.
 fn framing_error(conn: &Conn, front: &Front, resp: Response) {
-    front.stats.record_error(Op::Frame, resp.code.unwrap_or(ErrorCode::BadRequest));
+    front
+        .stats
+        .record_error(Op::Frame, resp.code.unwrap_or(ErrorCode::BadRequest));
     let mut bytes = Vec::new();
     resp.encode(&mut bytes, true);
     conn.push(Pending::Ready { bytes, close: true });
@@ -337,7 +341,14 @@ fn refuse_draining(conn: &Conn, front: &Front) -> Flow {
 }
 
 /// Queues a finished response, counted under `op`.
-pub(super) fn answer(conn: &Conn, front: &Front, op: Op, started: Instant, resp: Response, close: bool) {
+pub(super) fn answer(
+    conn: &Conn,
+    front: &Front,
+    op: Op,
+    started: Instant,
+    resp: Response,
+    close: bool,
+) {
     completed(front, op, None, started, resp.code);
     let mut bytes = Vec::new();
     resp.encode(&mut bytes, close);

@@ -18,14 +18,20 @@ pub fn request(data: &[u8]) {
     let (head, used) = match parse_head(data) {
         Ok(Some(found)) => found,
         Ok(None) => {
-            assert!(data.len() < HEAD_BYTES_MAX, "a partial head stays under the limit");
+            assert!(
+                data.len() < HEAD_BYTES_MAX,
+                "a partial head stays under the limit"
+            );
             return;
         }
         Err(_) => return,
     };
     assert!(used <= data.len() && used <= HEAD_BYTES_MAX);
     // Nothing after the head was looked at.
-    assert_eq!(parse_head(&data[..used]).ok().flatten().map(|(_, n)| n), Some(used));
+    assert_eq!(
+        parse_head(&data[..used]).ok().flatten().map(|(_, n)| n),
+        Some(used)
+    );
     if head.framing == Framing::Chunked {
         let rest = &data[used..];
         let mut whole = Chunked::new(BODY_MAX);

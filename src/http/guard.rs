@@ -112,16 +112,21 @@ pub fn check_json(head: &Head) -> Result<(), Response> {
     }
 }
 
-/// The token of `Authorization: Bearer <token>`; `Err` for another scheme or a malformed value.
-pub fn bearer(head: &Head) -> Result<Option<&str>, ()> {
+/// An `Authorization` header that is not `Bearer <token>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotBearer;
+
+/// The token of `Authorization: Bearer <token>`; `NotBearer` for another scheme or a
+/// malformed value.
+pub fn bearer(head: &Head) -> Result<Option<&str>, NotBearer> {
     let Some(value) = head.authorization.as_deref() else {
         return Ok(None);
     };
-    let (scheme, token) = value.split_once(' ').ok_or(())?;
+    let (scheme, token) = value.split_once(' ').ok_or(NotBearer)?;
     let token = token.trim();
     match scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() {
         true => Ok(Some(token)),
-        false => Err(()),
+        false => Err(NotBearer),
     }
 }
 
@@ -141,16 +146,33 @@ mod tests {
 
     #[test]
     fn hosts_accept_the_bound_address_localhost_and_the_allowed_list() {
-        let h = Hosts::new("127.0.0.1:7480".parse().unwrap(), &["smdb.example.com".into()]);
-        for ok in ["127.0.0.1:7480", "LOCALHOST:7480", "smdb.example.com", "smdb.example.com:443"] {
+        let h = Hosts::new(
+            "127.0.0.1:7480".parse().unwrap(),
+            &["smdb.example.com".into()],
+        );
+        for ok in [
+            "127.0.0.1:7480",
+            "LOCALHOST:7480",
+            "smdb.example.com",
+            "smdb.example.com:443",
+        ] {
             assert!(h.accepts(ok), "{ok}");
         }
-        for bad in ["127.0.0.1:7481", "evil.example:7480", "localhost", "", "127.0.0.1"] {
+        for bad in [
+            "127.0.0.1:7481",
+            "evil.example:7480",
+            "localhost",
+            "",
+            "127.0.0.1",
+        ] {
             assert!(!h.accepts(bad), "{bad}");
         }
         let v6 = Hosts::new("[::1]:80".parse().unwrap(), &[]);
         assert!(v6.accepts("[::1]:80") && v6.accepts("localhost:80") && !v6.accepts("[::2]:80"));
-        let pinned = Hosts::new("0.0.0.0:7480".parse().unwrap(), &["db.internal:7480".into()]);
+        let pinned = Hosts::new(
+            "0.0.0.0:7480".parse().unwrap(),
+            &["db.internal:7480".into()],
+        );
         assert!(pinned.accepts("db.internal:7480") && !pinned.accepts("db.internal:80"));
     }
 
@@ -161,7 +183,11 @@ mod tests {
         assert!(check(&h, &hosts, false).is_ok());
         h.origin = Some("http://127.0.0.1:7480".into());
         assert!(check(&h, &hosts, false).is_ok());
-        assert_eq!(check(&h, &hosts, true).unwrap_err().status, 403, "scheme differs");
+        assert_eq!(
+            check(&h, &hosts, true).unwrap_err().status,
+            403,
+            "scheme differs"
+        );
         h.origin = Some("http://evil.example".into());
         assert_eq!(check(&h, &hosts, false).unwrap_err().status, 403);
         h.origin = Some("null".into());
@@ -171,8 +197,16 @@ mod tests {
         assert_eq!(check(&h, &hosts, false).unwrap_err().status, 403);
         let mut get = head("GET", "127.0.0.1:7480");
         get.origin = Some("http://evil.example".into());
-        assert!(check(&get, &hosts, false).is_ok(), "reads are not state-changing");
-        assert_eq!(check(&head("GET", "evil:7480"), &hosts, false).unwrap_err().status, 421);
+        assert!(
+            check(&get, &hosts, false).is_ok(),
+            "reads are not state-changing"
+        );
+        assert_eq!(
+            check(&head("GET", "evil:7480"), &hosts, false)
+                .unwrap_err()
+                .status,
+            421
+        );
     }
 
     #[test]
@@ -187,8 +221,8 @@ mod tests {
         h.authorization = Some("Bearer abc".into());
         assert_eq!(bearer(&h), Ok(Some("abc")));
         h.authorization = Some("Basic abc".into());
-        assert_eq!(bearer(&h), Err(()));
+        assert_eq!(bearer(&h), Err(NotBearer));
         h.authorization = Some("Bearer ".into());
-        assert_eq!(bearer(&h), Err(()));
+        assert_eq!(bearer(&h), Err(NotBearer));
     }
 }

@@ -126,7 +126,10 @@ impl Fields {
         };
         let once = |slot: &mut Option<String>, why| match slot {
             Some(_) => Err(HeadError::Bad(why)),
-            None => Ok(*slot = Some(text()?)),
+            None => {
+                *slot = Some(text()?);
+                Ok(())
+            }
         };
         match name.to_ascii_lowercase().as_str() {
             "host" => once(&mut head.host, "more than one Host header")?,
@@ -176,7 +179,9 @@ fn length(value: &[u8]) -> Result<u64, HeadError> {
     }
     digits
         .iter()
-        .try_fold(0u64, |n, d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+        .try_fold(0u64, |n, d| {
+            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })
         .ok_or(bad)
 }
 
@@ -209,11 +214,17 @@ mod tests {
                     Content-Length: 12\r\nIdempotency-Key: k\r\nAuthorization: Bearer s3cret\r\n\r\n{}";
         let (h, used) = head(text).unwrap().unwrap();
         assert_eq!(used, text.len() - 2);
-        assert_eq!((h.method.as_str(), h.target.as_str()), ("POST", "/instances"));
+        assert_eq!(
+            (h.method.as_str(), h.target.as_str()),
+            ("POST", "/instances")
+        );
         assert_eq!(h.framing, Framing::Length(12));
         assert_eq!(h.idempotency_key.as_deref(), Some("k"));
         assert!(h.http11 && !h.close);
-        assert!(!format!("{h:?}").contains("s3cret"), "Debug hides the token");
+        assert!(
+            !format!("{h:?}").contains("s3cret"),
+            "Debug hides the token"
+        );
     }
 
     #[test]

@@ -47,15 +47,27 @@ pub(super) struct Waiting {
 }
 
 /// Runs one parsed request: queues its response (or the op whose reply becomes it).
-pub(super) async fn handle(head: Head, body: Option<Vec<u8>>, conn: &Rc<Conn>, front: &Rc<Front>) -> Flow {
+pub(super) async fn handle(
+    head: Head,
+    body: Option<Vec<u8>>,
+    conn: &Rc<Conn>,
+    front: &Rc<Front>,
+) -> Flow {
     let started = Instant::now();
     let close = head.close;
     let fail = |op: Op, resp: Response| {
         answer(conn, front, op, started, resp, close);
-        if close { Flow::Close } else { Flow::Continue }
+        if close {
+            Flow::Close
+        } else {
+            Flow::Continue
+        }
     };
     let Some(http) = front.http.clone() else {
-        return fail(Op::Unknown, plain(404, ErrorCode::NotFound, "HTTP is not enabled"));
+        return fail(
+            Op::Unknown,
+            plain(404, ErrorCode::NotFound, "HTTP is not enabled"),
+        );
     };
     if let Err(resp) = guard::check(&head, &http.hosts, conn.tls) {
         return fail(Op::Unknown, resp);
@@ -81,7 +93,11 @@ pub(super) async fn handle(head: Head, body: Option<Vec<u8>>, conn: &Rc<Conn>, f
             return fail(Op::Unknown, plain(404, ErrorCode::NotFound, "no such path"));
         }
         Err(RouteError::MethodNotAllowed(allow)) => {
-            let msg = format!("{} is not allowed here; use {}", head.method, allow.join(", "));
+            let msg = format!(
+                "{} is not allowed here; use {}",
+                head.method,
+                allow.join(", ")
+            );
             let resp = plain(405, ErrorCode::MethodNotAllowed, msg).with("Allow", allow.join(", "));
             return fail(Op::Unknown, resp);
         }
@@ -107,7 +123,11 @@ pub(super) async fn handle(head: Head, body: Option<Vec<u8>>, conn: &Rc<Conn>, f
                 }
                 _ => {
                     conn.push(Pending::Reply(waiting));
-                    if close { Flow::Close } else { Flow::Continue }
+                    if close {
+                        Flow::Close
+                    } else {
+                        Flow::Continue
+                    }
                 }
             }
         }
@@ -151,7 +171,17 @@ async fn start(
     let slot = match reply {
         HttpReply::Stream => crate::subscriptions::dispatch(call.op, params, &conn.subs, front)
             .ok_or_else(request::no_dispatcher),
-        _ => request::start(call.op, params, front, &auth, call.version, &mut instance_id).await,
+        _ => {
+            request::start(
+                call.op,
+                params,
+                front,
+                &auth,
+                call.version,
+                &mut instance_id,
+            )
+            .await
+        }
     };
     let slot = slot.map_err(|rej| refusal(&rej, false))?;
     Ok(Started {
@@ -165,11 +195,15 @@ async fn start(
 
 /// The bearer token checked against the tokens in force now.
 fn authenticate(table: &Table, head: &Head) -> Result<(SessionAuth, Option<Digest>), Response> {
-    let token = guard::bearer(head).map_err(|()| {
-        let rej = Rejection::new(ErrorCode::AuthFailed, "Authorization must be `Bearer <token>`");
+    let token = guard::bearer(head).map_err(|guard::NotBearer| {
+        let rej = Rejection::new(
+            ErrorCode::AuthFailed,
+            "Authorization must be `Bearer <token>`",
+        );
         refusal(&rej, false)
     })?;
-    let auth = SessionAuth::bearer(table, token.map(str::as_bytes)).map_err(|rej| refusal(&rej, false))?;
+    let auth =
+        SessionAuth::bearer(table, token.map(str::as_bytes)).map_err(|rej| refusal(&rej, false))?;
     let digest = token.and_then(|t| Table::digest(t.as_bytes()));
     Ok((auth, digest))
 }
@@ -185,12 +219,18 @@ pub(super) fn refusal(rej: &Rejection, if_match: bool) -> Response {
     let resp = Response::problem(rej, status);
     match rej.code {
         ErrorCode::Unauthorized => resp.with("WWW-Authenticate", "Bearer realm=\"smdb\""),
-        ErrorCode::AuthFailed => {
-            resp.with("WWW-Authenticate", "Bearer realm=\"smdb\", error=\"invalid_token\"")
-        }
+        ErrorCode::AuthFailed => resp.with(
+            "WWW-Authenticate",
+            "Bearer realm=\"smdb\", error=\"invalid_token\"",
+        ),
         ErrorCode::Forbidden => {
-            let scope = rej.details.get("scope").and_then(Value::as_str).unwrap_or("");
-            let value = format!("Bearer realm=\"smdb\", error=\"insufficient_scope\", scope=\"{scope}\"");
+            let scope = rej
+                .details
+                .get("scope")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let value =
+                format!("Bearer realm=\"smdb\", error=\"insufficient_scope\", scope=\"{scope}\"");
             resp.with("WWW-Authenticate", value)
         }
         _ => resp,
@@ -205,7 +245,13 @@ impl Waiting {
             Ok(body) => self.success(body),
             Err(rej) => refusal(&rej, self.if_match),
         };
-        completed(front, self.op, self.instance_id.as_deref(), self.started, resp.code);
+        completed(
+            front,
+            self.op,
+            self.instance_id.as_deref(),
+            self.started,
+            resp.code,
+        );
         resp.encode(out, self.close);
         self.close
     }
@@ -214,8 +260,17 @@ impl Waiting {
     fn success(&self, body: ReplyBody) -> Response {
         let (result, version) = match body {
             ReplyBody::Json(r) | ReplyBody::Machine { result: r, .. } => (r, None),
-            ReplyBody::Versioned { result, epoch, offset } => (result, Some((epoch, offset))),
-            _ => return refusal(&Rejection::new(ErrorCode::InternalError, "bad reply"), false),
+            ReplyBody::Versioned {
+                result,
+                epoch,
+                offset,
+            } => (result, Some((epoch, offset))),
+            _ => {
+                return refusal(
+                    &Rejection::new(ErrorCode::InternalError, "bad reply"),
+                    false,
+                )
+            }
         };
         if let Some(format) = self.diagram {
             return diagram(&result, format);

@@ -110,7 +110,12 @@ pub fn plain(status: u16, code: ErrorCode, message: impl Into<String>) -> Respon
 }
 
 /// A problem with details.
-pub fn with_details(status: u16, code: ErrorCode, message: &str, details: Map<String, Value>) -> Response {
+pub fn with_details(
+    status: u16,
+    code: ErrorCode,
+    message: &str,
+    details: Map<String, Value>,
+) -> Response {
     let mut rej = Rejection::new(code, message);
     rej.details = details;
     Response::problem(&rej, Some(status))
@@ -175,7 +180,10 @@ mod tests {
                    "details": {"event": "pay"}})
         );
         let t = text(&r, true);
-        assert!(t.starts_with("HTTP/1.1 422 Unprocessable Content\r\n"), "{t}");
+        assert!(
+            t.starts_with("HTTP/1.1 422 Unprocessable Content\r\n"),
+            "{t}"
+        );
         assert!(t.contains("Content-Type: application/problem+json\r\n"));
         assert!(t.contains("Connection: close\r\n"));
         let busy = Response::problem(&Rejection::new(ErrorCode::ShuttingDown, "bye"), None);

@@ -12,6 +12,9 @@ use smdb_protocol::op::{HttpReply, Method};
 use super::console;
 use crate::protocol::Op;
 
+/// A path's `{name}` segments, decoded, in order.
+pub type PathParams = Vec<(&'static str, String)>;
+
 /// What a request addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Routed {
@@ -19,7 +22,7 @@ pub enum Routed {
     Op {
         op: Op,
         reply: HttpReply,
-        params: Vec<(&'static str, String)>,
+        params: PathParams,
     },
     /// A console file (`GET /` is `index.html`).
     Asset(&'static console::Asset),
@@ -51,10 +54,12 @@ fn rows() -> &'static [Row] {
             for r in op.facts().http {
                 let parts = r.path[1..]
                     .split('/')
-                    .map(|p| match p.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
-                        Some(name) => (Some(name), p),
-                        None => (None, p),
-                    })
+                    .map(
+                        |p| match p.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+                            Some(name) => (Some(name), p),
+                            None => (None, p),
+                        },
+                    )
                     .collect();
                 rows.push(Row {
                     op,
@@ -111,7 +116,7 @@ fn console_file(segments: &[String], console: bool) -> Option<Option<&'static co
 }
 
 /// The row's parameters when `segments` fit its template.
-fn matches(row: &Row, segments: &[String]) -> Option<Vec<(&'static str, String)>> {
+fn matches(row: &Row, segments: &[String]) -> Option<PathParams> {
     if row.parts.len() != segments.len() {
         return None;
     }
@@ -135,7 +140,7 @@ mod tests {
         super::super::target::parse_target(path).unwrap().segments
     }
 
-    fn op_of(method: &str, path: &str) -> Result<(Op, Vec<(&'static str, String)>), RouteError> {
+    fn op_of(method: &str, path: &str) -> Result<(Op, PathParams), RouteError> {
         match route(method, &segs(path), true)? {
             Routed::Op { op, params, .. } => Ok((op, params)),
             Routed::Asset(_) => panic!("{path} is an asset"),
@@ -149,7 +154,10 @@ mod tests {
                 let path = r.path.replace('{', "x").replace('}', "");
                 let (got, _) = op_of(r.method.as_str(), &path).unwrap();
                 let stream = [Op::WatchAll, Op::WatchInstance];
-                assert!(got == op || (stream.contains(&got) && stream.contains(&op)), "{path}");
+                assert!(
+                    got == op || (stream.contains(&got) && stream.contains(&op)),
+                    "{path}"
+                );
             }
         }
     }
@@ -161,7 +169,10 @@ mod tests {
         assert_eq!(params, vec![("id", "a/b".to_string())]);
         let (op, params) = op_of("GET", "/machines/m/versions/3/diagram").unwrap();
         assert_eq!(op, Op::GetMachine);
-        assert_eq!(params, vec![("machine", "m".into()), ("version", "3".into())]);
+        assert_eq!(
+            params,
+            vec![("machine", "m".into()), ("version", "3".into())]
+        );
     }
 
     #[test]
@@ -178,7 +189,13 @@ mod tests {
             Err(RouteError::MethodNotAllowed(vec!["GET", "HEAD"]))
         );
         assert_eq!(route("GET", &[], false), Err(RouteError::NotFound));
-        assert!(matches!(route("GET", &segs("/assets/app.js"), true), Ok(Routed::Asset(_))));
-        assert_eq!(route("GET", &segs("/assets/nope.js"), true), Err(RouteError::NotFound));
+        assert!(matches!(
+            route("GET", &segs("/assets/app.js"), true),
+            Ok(Routed::Asset(_))
+        ));
+        assert_eq!(
+            route("GET", &segs("/assets/nope.js"), true),
+            Err(RouteError::NotFound)
+        );
     }
 }

@@ -34,24 +34,44 @@ pub const STREAM_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
 
 /// Runs the stream of `start` (a WATCH) until it ends; the connection closes after.
-pub(super) async fn run<W: AsyncWrite + Unpin>(w: &mut W, start: Waiting, conn: &Conn, front: &Front) {
+pub(super) async fn run<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    start: Waiting,
+    conn: &Conn,
+    front: &Front,
+) {
     let reply = start.slot.wait().await;
     let (result, subscription) = match reply {
-        Ok(ReplyBody::Watch { result, subscription }) => (result, subscription),
+        Ok(ReplyBody::Watch {
+            result,
+            subscription,
+        }) => (result, subscription),
         other => {
             let rej = match other {
                 Err(rej) => rej,
                 Ok(_) => shards::Rejection::new(shards::ErrorCode::InternalError, "bad reply"),
             };
             let resp = refusal(&rej, false);
-            completed(front, start.op, start.instance_id.as_deref(), start.started, resp.code);
+            completed(
+                front,
+                start.op,
+                start.instance_id.as_deref(),
+                start.started,
+                resp.code,
+            );
             let mut out = Vec::new();
             resp.encode(&mut out, true);
             let _ = w.write_all(&out).await;
             return;
         }
     };
-    completed(front, start.op, start.instance_id.as_deref(), start.started, None);
+    completed(
+        front,
+        start.op,
+        start.instance_id.as_deref(),
+        start.started,
+        None,
+    );
     let mut out = head(&result);
     front.router.subs.announce(subscription);
     let generation = front.live.generation();

@@ -72,7 +72,7 @@ pub fn parse_target(raw: &str) -> Result<Target, &'static str> {
 
 /// Percent-decodes `s` (and `+` as a space in a query); the result must be UTF-8.
 fn decode(s: &str, plus_is_space: bool) -> Result<Cow<'_, str>, &'static str> {
-    if !s.contains('%') && !(plus_is_space && s.contains('+')) {
+    if !(s.contains('%') || plus_is_space && s.contains('+')) {
         return Ok(Cow::Borrowed(s));
     }
     let b = s.as_bytes();
@@ -81,10 +81,12 @@ fn decode(s: &str, plus_is_space: bool) -> Result<Cow<'_, str>, &'static str> {
     while i < b.len() {
         match b[i] {
             b'%' => {
-                let hex = b.get(i + 1..i + 3).ok_or("a % is not followed by two hex digits")?;
+                let hex = b
+                    .get(i + 1..i + 3)
+                    .ok_or("a % is not followed by two hex digits")?;
                 let hex = std::str::from_utf8(hex).map_err(|_| "bad percent-encoding")?;
-                let byte =
-                    u8::from_str_radix(hex, 16).map_err(|_| "a % is not followed by two hex digits")?;
+                let byte = u8::from_str_radix(hex, 16)
+                    .map_err(|_| "a % is not followed by two hex digits")?;
                 out.push(byte);
                 i += 3;
             }
@@ -124,9 +126,15 @@ mod tests {
     fn segments_are_split_before_decoding() {
         let t = parse_target("/instances/a%2Fb%20c/events?limit=5&from=2").unwrap();
         assert_eq!(t.segments, vec!["instances", "a/b c", "events"]);
-        assert_eq!((t.get("limit"), t.get("from"), t.get("x")), (Some("5"), Some("2"), None));
+        assert_eq!(
+            (t.get("limit"), t.get("from"), t.get("x")),
+            (Some("5"), Some("2"), None)
+        );
         assert_eq!(parse_target("/").unwrap(), Target::default());
-        assert_eq!(parse_target("/machines/").unwrap().segments, vec!["machines", ""]);
+        assert_eq!(
+            parse_target("/machines/").unwrap().segments,
+            vec!["machines", ""]
+        );
         let q = parse_target("/stream?machines=a+b,c%2Cd&include_context").unwrap();
         assert_eq!(q.get("machines"), Some("a b,c,d"));
         assert_eq!(q.get("include_context"), Some(""));

@@ -363,9 +363,7 @@ fn wal_config(config: &Config, dir: std::path::PathBuf, shard: u32) -> WalConfig
 /// Binds `http.bind_addr` (when `http.enabled`) and makes the settings every front shares.
 /// A listener on every interface with no `http.allowed_hosts` answers every request 421
 /// (no `Host` names it): said once at start-up.
-fn bind_http(
-    config: &Config,
-) -> Result<Option<(StdListener, Arc<crate::http::Settings>)>, String> {
+fn bind_http(config: &Config) -> Result<Option<(StdListener, Arc<crate::http::Settings>)>, String> {
     if !config.http.enabled {
         return Ok(None);
     }
@@ -377,7 +375,10 @@ fn bind_http(
              http.allowed_hosts, or every request is refused (421)"
         );
     }
-    Ok(Some((listener, crate::http::Settings::new(bound, &config.http))))
+    Ok(Some((
+        listener,
+        crate::http::Settings::new(bound, &config.http),
+    )))
 }
 
 /// The addresses the server listens on.

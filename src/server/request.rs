@@ -85,7 +85,9 @@ pub async fn start(
             Ok(router.start(fanout::DEFINITIONS_SHARD, call).await)
         }
         (Route::AllShards, _) => all_shards(op, owned(), front),
-        (Route::Control, Op::ReplicationStatus | Op::Promote) => Ok(control(op, params, front).await),
+        (Route::Control, Op::ReplicationStatus | Op::Promote) => {
+            Ok(control(op, params, front).await)
+        }
         _ => Err(no_dispatcher()),
     }
 }

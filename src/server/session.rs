@@ -113,9 +113,10 @@ impl Session {
         let op = req.op;
         let started = match op.facts().route {
             Route::Session => return self.session_op(req, conn, front),
-            Route::Control if op == Op::Replicate => {
-                self.replicate(req.params, conn, front).await.map(|slot| (slot, None))
-            }
+            Route::Control if op == Op::Replicate => self
+                .replicate(req.params, conn, front)
+                .await
+                .map(|slot| (slot, None)),
             Route::Subscriptions => {
                 crate::subscriptions::dispatch(op, req.params, &conn.subs, front)
                     .map(|slot| (slot, None))

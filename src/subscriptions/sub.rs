@@ -349,7 +349,10 @@ fn sse_push(sub: u64, shard: u32, offset: u64, body: &[u8], cursor: &str) -> Vec
     out.extend_from_slice(b"\ndata: {\"type\":\"event\",\"subscription_id\":");
     out.extend_from_slice(sub.to_string().as_bytes());
     out.push(b',');
-    out.extend(body.iter().map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b }));
+    out.extend(
+        body.iter()
+            .map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
+    );
     out.extend_from_slice(br#","shard":"#);
     out.extend_from_slice(shard.to_string().as_bytes());
     out.extend_from_slice(br#","wal_offset":"#);
@@ -399,7 +402,14 @@ mod tests {
 
     fn sub(queue_max: usize) -> Rc<Sub> {
         let stats = Arc::new(SubsStats::new(2));
-        Sub::new(7, vec![true, true], queue_max, Framing::Rcp1, stats, Weak::new())
+        Sub::new(
+            7,
+            vec![true, true],
+            queue_max,
+            Framing::Rcp1,
+            stats,
+            Weak::new(),
+        )
     }
 
     fn push(shard: u32, offset: u64) -> (u32, u64, Rc<[u8]>) {
@@ -472,7 +482,11 @@ mod tests {
         let s = Sub::new(3, vec![true, true], 2, Framing::Sse, stats, Weak::new());
         s.finish_setup(vec![0, 0]);
         assert!(s.go_live(0) && s.go_live(1));
-        s.deliver(1, 9, &b"\"instance_id\":\"a\",\n\"payload\":{}".to_vec().into());
+        s.deliver(
+            1,
+            9,
+            &b"\"instance_id\":\"a\",\n\"payload\":{}".to_vec().into(),
+        );
         s.give(push(0, 1));
         s.give(push(0, 2)); // full: lagged
         let mut out = Vec::new();
@@ -483,9 +497,20 @@ mod tests {
         let (id, data) = events[0].split_once('\n').unwrap();
         assert_eq!(id, "id: c1-0-9");
         let v: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
-        assert_eq!((v["wal_offset"].clone(), v["cursor"].clone()), (json!(9), json!("c1-0-9")));
-        assert!(events[2].starts_with("event: lagged\ndata: {"), "{}", events[2]);
-        assert!(events[2].contains("\"resume_cursor\":\"c1-1-9\""), "{}", events[2]);
+        assert_eq!(
+            (v["wal_offset"].clone(), v["cursor"].clone()),
+            (json!(9), json!("c1-0-9"))
+        );
+        assert!(
+            events[2].starts_with("event: lagged\ndata: {"),
+            "{}",
+            events[2]
+        );
+        assert!(
+            events[2].contains("\"resume_cursor\":\"c1-1-9\""),
+            "{}",
+            events[2]
+        );
     }
 
     #[test]

@@ -19,7 +19,11 @@ pub const INSTALL: &str = "apt-get install -y chromium fonts-dejavu-core";
 /// The Chromium binary, or the reason there is none (the caller fails with it: a browser test
 /// never passes without a browser).
 pub fn chromium() -> Result<PathBuf, String> {
-    let candidates = ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"];
+    let candidates = [
+        "/usr/bin/chromium",
+        "/usr/bin/chromium-browser",
+        "/usr/bin/google-chrome",
+    ];
     let from_env = std::env::var_os("SMDB_CHROMIUM").map(PathBuf::from);
     from_env
         .into_iter()
@@ -52,7 +56,10 @@ impl Ws {
         }
         let head = String::from_utf8_lossy(&head);
         assert!(head.starts_with("HTTP/1.1 101"), "DevTools refused: {head}");
-        Ws { s, mask: 0x5a17_c3e1 }
+        Ws {
+            s,
+            mask: 0x5a17_c3e1,
+        }
     }
 
     fn send(&mut self, text: &str) {
@@ -164,7 +171,9 @@ impl Browser {
                 }
             }
         });
-        let url = rx.recv_timeout(Duration::from_secs(60)).expect("DevTools endpoint");
+        let url = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("DevTools endpoint");
         let mut b = Browser {
             child,
             _profile: profile,
@@ -214,7 +223,11 @@ impl Browser {
             "Runtime.evaluate",
             json!({"expression": expr, "returnByValue": true, "awaitPromise": true}),
         );
-        assert!(r.get("exceptionDetails").is_none(), "{expr}: {}", r["exceptionDetails"]);
+        assert!(
+            r.get("exceptionDetails").is_none(),
+            "{expr}: {}",
+            r["exceptionDetails"]
+        );
         r["result"]["value"].clone()
     }
 
@@ -222,25 +235,32 @@ impl Browser {
     pub fn wait_for(&mut self, expr: &str, limit: Duration) -> Value {
         let deadline = Instant::now() + limit;
         // A page still loading may throw: that counts as false.
-        let guarded = format!("(() => {{ try {{ return ({expr}); }} catch (e) {{ return false; }} }})()");
+        let guarded =
+            format!("(() => {{ try {{ return ({expr}); }} catch (e) {{ return false; }} }})()");
         loop {
             let v = self.eval(&guarded);
-            let truthy = !matches!(&v, Value::Null | Value::Bool(false))
-                && v != json!(0)
-                && v != json!("");
+            let truthy =
+                !matches!(&v, Value::Null | Value::Bool(false)) && v != json!(0) && v != json!("");
             if truthy {
                 return v;
             }
             let page = self.eval("document.body ? document.body.innerText.slice(0, 600) : ''");
-            assert!(Instant::now() < deadline, "never true: {expr}\npage: {page}");
+            assert!(
+                Instant::now() < deadline,
+                "never true: {expr}\npage: {page}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
     /// Saves a PNG of the page.
     pub fn screenshot(&mut self, path: &std::path::Path) {
-        let r = self.call("Page.captureScreenshot", json!({"format": "png", "captureBeyondViewport": true}));
-        let png = smdb::replication::base64::decode(r["data"].as_str().unwrap().as_bytes()).unwrap();
+        let r = self.call(
+            "Page.captureScreenshot",
+            json!({"format": "png", "captureBeyondViewport": true}),
+        );
+        let png =
+            smdb::replication::base64::decode(r["data"].as_str().unwrap().as_bytes()).unwrap();
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, png).unwrap();
     }
@@ -251,7 +271,12 @@ impl Browser {
         self.events
             .iter()
             .filter(|e| e["method"] == "Network.requestWillBeSent")
-            .map(|e| e["params"]["request"]["url"].as_str().unwrap_or("").to_string())
+            .map(|e| {
+                e["params"]["request"]["url"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
             .collect()
     }
 }

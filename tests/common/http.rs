@@ -82,13 +82,22 @@ impl Http {
     }
 
     /// The request bytes: Host, the token, a JSON body's type and length, then `headers`.
-    pub fn encode(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Vec<u8> {
+    pub fn encode(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Vec<u8> {
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.host);
         if let Some(t) = &self.token {
             req.push_str(&format!("Authorization: Bearer {t}\r\n"));
         }
         if let Some(b) = body {
-            req.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len()));
+            req.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                b.len()
+            ));
         }
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
@@ -99,7 +108,13 @@ impl Http {
         bytes
     }
 
-    pub fn request(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Resp {
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Resp {
         let bytes = self.encode(method, path, headers, body);
         self.raw(&bytes)
     }
@@ -179,7 +194,11 @@ impl Http {
                 std::mem::take(&mut self.buf)
             }
         };
-        Some(Resp { status, headers, body })
+        Some(Resp {
+            status,
+            headers,
+            body,
+        })
     }
 
     /// True when the server has closed the connection (reads EOF within `wait`).
@@ -190,7 +209,9 @@ impl Http {
             match self.io.read(&mut b) {
                 Ok(0) => return true,
                 Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
                 Err(_) => return true,
             }
         }
@@ -222,7 +243,8 @@ impl Http {
 
     fn read_rest(&mut self, end: usize, status: u16) -> Resp {
         let _ = status;
-        self.read_response().unwrap_or_else(|| panic!("no response after {end}"))
+        self.read_response()
+            .unwrap_or_else(|| panic!("no response after {end}"))
     }
 }
 

@@ -37,7 +37,11 @@ pub fn write(name: &str, g: &Graph) -> String {
     }
     let _ = writeln!(s, "  start -> s{};", g.initial);
     for e in &g.edges {
-        let dashed = if e.timer.is_some() { ", style=dashed" } else { "" };
+        let dashed = if e.timer.is_some() {
+            ", style=dashed"
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
             "  s{} -> s{} [label=\"{}\"{dashed}];",

@@ -14,8 +14,8 @@
 //!    included) do not overlap. Ports are spread along a state's side so edges do not meet.
 
 use crate::model::Graph;
-use crate::route::{curve, laned, self_loop, Ports};
 pub use crate::route::n;
+use crate::route::{curve, laned, self_loop, Ports};
 
 /// Pixels per character of the 12 px monospace font (its advance is 0.6 em).
 pub const CHAR_W: f64 = 7.2;
@@ -116,12 +116,14 @@ pub fn layout(g: &Graph) -> Layout {
     let rank = ranks(g);
     let columns = order(g, &rank);
     let mut kinds: Vec<Kind> = (g.edges.iter())
-        .map(|e| match (e.from == e.to, rank[e.to] as i64 - rank[e.from] as i64) {
-            (true, _) => Kind::SelfLoop,
-            (false, 1) => Kind::Next,
-            (false, d) if d > 1 => Kind::Top(0),
-            _ => Kind::Bottom(0),
-        })
+        .map(
+            |e| match (e.from == e.to, rank[e.to] as i64 - rank[e.from] as i64) {
+                (true, _) => Kind::SelfLoop,
+                (false, 1) => Kind::Next,
+                (false, d) if d > 1 => Kind::Top(0),
+                _ => Kind::Bottom(0),
+            },
+        )
         .collect();
     let mut geo = Geometry::new(g, &rank, &columns, &kinds);
     geo.lanes(g, &rank, &mut kinds);
@@ -296,7 +298,10 @@ impl Geometry {
         for (i, (e, k)) in g.edges.iter().zip(kinds.iter()).enumerate() {
             if matches!(k, Kind::Top(_) | Kind::Bottom(_)) {
                 let (a, b) = (self.col_x[rank[e.from]], self.col_x[rank[e.to]]);
-                let (lo, hi) = (a.min(b), a.max(b) + self.col_w[rank[e.from].max(rank[e.to])]);
+                let (lo, hi) = (
+                    a.min(b),
+                    a.max(b) + self.col_w[rank[e.from].max(rank[e.to])],
+                );
                 let mid = (lo + hi) / 2.0;
                 let half = (label_w(g, i) / 2.0 + LABEL_PAD).max((hi - lo) / 2.0);
                 want.push((i, mid - half, mid + half));
@@ -338,7 +343,11 @@ impl Geometry {
             n => 0.75 * (LOOP_H + (n - 1) as f64 * LOOP_STEP) + 16.0,
         };
         let heights: Vec<f64> = (columns.iter())
-            .map(|c| c.iter().map(|&s| loop_room(s) + self.nodes[s].h + ROW_GAP).sum::<f64>())
+            .map(|c| {
+                c.iter()
+                    .map(|&s| loop_room(s) + self.nodes[s].h + ROW_GAP)
+                    .sum::<f64>()
+            })
             .collect();
         let tallest = heights.iter().copied().fold(0.0, f64::max);
         self.nodes_top = MARGIN + self.top_lanes as f64 * LANE_H + 8.0;
@@ -452,13 +461,15 @@ mod tests {
     }
 
     fn order_def() -> Graph {
-        graph(json!({"states": ["new", "paid", "shipped", "cancelled"], "initial": "new",
+        graph(
+            json!({"states": ["new", "paid", "shipped", "cancelled"], "initial": "new",
             "final": ["shipped", "cancelled"], "transitions": [
                 {"from": "new", "event": "pay", "to": "paid"},
                 {"from": "paid", "event": "ship", "to": "shipped"},
                 {"from": ["new", "paid"], "event": "cancel", "to": "cancelled"},
                 {"from": "paid", "event": "touch", "to": "paid"},
-                {"from": "paid", "event": "refund", "to": "new"}]}))
+                {"from": "paid", "event": "refund", "to": "new"}]}),
+        )
     }
 
     #[test]
@@ -475,9 +486,13 @@ mod tests {
         let l = layout(&g);
         for (i, a) in l.nodes.iter().enumerate() {
             assert!(a.x >= 0.0 && a.y >= 0.0, "{a:?}");
-            assert!(a.x + a.w <= l.min_x + l.width && a.y + a.h <= l.min_y + l.height, "{a:?}");
+            assert!(
+                a.x + a.w <= l.min_x + l.width && a.y + a.h <= l.min_y + l.height,
+                "{a:?}"
+            );
             for b in &l.nodes[i + 1..] {
-                let apart = a.x + a.w <= b.x || b.x + b.w <= a.x || a.y + a.h <= b.y || b.y + b.h <= a.y;
+                let apart =
+                    a.x + a.w <= b.x || b.x + b.w <= a.x || a.y + a.h <= b.y || b.y + b.h <= a.y;
                 assert!(apart, "{a:?} {b:?}");
             }
         }

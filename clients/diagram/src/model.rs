@@ -84,7 +84,8 @@ pub struct Graph {
 impl Graph {
     /// Reads `{"states", "initial", "final"?, "transitions"}`.
     pub fn from_definition(def: &Value) -> Result<Graph, String> {
-        let states: Vec<String> = strings(&def["states"]).ok_or("`states` must be a list of names")?;
+        let states: Vec<String> =
+            strings(&def["states"]).ok_or("`states` must be a list of names")?;
         if states.is_empty() || states.len() > STATES_MAX {
             return Err(format!("a drawing holds 1 to {STATES_MAX} states"));
         }
@@ -100,7 +101,9 @@ impl Graph {
             finals[index(&f)?] = true;
         }
         let mut edges = Vec::new();
-        let transitions = def["transitions"].as_array().ok_or("`transitions` must be a list")?;
+        let transitions = def["transitions"]
+            .as_array()
+            .ok_or("`transitions` must be a list")?;
         for t in transitions {
             let to = index(t["to"].as_str().ok_or("a transition lacks `to`")?)?;
             let event = t["event"].as_str().ok_or("a transition lacks `event`")?;

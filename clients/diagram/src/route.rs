@@ -118,8 +118,16 @@ pub(crate) fn self_loop(b: Box, k: usize) -> Route {
 
 /// Out of the source's right side into the gap, along a lane, down the gap left of the
 /// target, into its left side; corners rounded. The label sits on the lane.
-pub(crate) fn laned(from: (f64, f64), gx_out: f64, lane_y: f64, gx_in: f64, to: (f64, f64)) -> Route {
-    let r = 6.0f64.min((lane_y - from.1).abs() / 2.0).min((lane_y - to.1).abs() / 2.0);
+pub(crate) fn laned(
+    from: (f64, f64),
+    gx_out: f64,
+    lane_y: f64,
+    gx_in: f64,
+    to: (f64, f64),
+) -> Route {
+    let r = 6.0f64
+        .min((lane_y - from.1).abs() / 2.0)
+        .min((lane_y - to.1).abs() / 2.0);
     let down1 = if lane_y > from.1 { 1.0 } else { -1.0 };
     let down2 = if to.1 > lane_y { 1.0 } else { -1.0 };
     let left = if gx_in < gx_out { -1.0 } else { 1.0 };
@@ -156,4 +164,3 @@ pub(crate) fn laned(from: (f64, f64), gx_out: f64, lane_y: f64, gx_in: f64, to: 
     };
     Route { path, label }
 }
-

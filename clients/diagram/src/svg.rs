@@ -35,11 +35,11 @@ const INK: &str = "#1f2933";
 pub fn write(name: &str, g: &Graph, l: &Layout) -> String {
     let mut s = String::new();
     // Writing into a String cannot fail: every `write!` below is infallible.
-    let _ = write!(
+    let _ = writeln!(
         s,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"smdb-diagram\" \
          data-machine=\"{}\" viewBox=\"{} {} {} {}\" width=\"{}\" height=\"{}\" \
-         font-family=\"ui-monospace, Menlo, Consolas, monospace\" font-size=\"12\">\n",
+         font-family=\"ui-monospace, Menlo, Consolas, monospace\" font-size=\"12\">",
         escape(name),
         n(l.min_x),
         n(l.min_y),

@@ -46,7 +46,10 @@ fn check_golden(name: &str, def: &Value, format: Format, ext: &str) -> String {
         std::fs::write(&path, &got).unwrap();
     }
     let want = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(got, want, "{path} differs: SMDB_WRITE_GOLDEN=1 cargo test -p smdb-diagram");
+    assert_eq!(
+        got, want,
+        "{path} differs: SMDB_WRITE_GOLDEN=1 cargo test -p smdb-diagram"
+    );
     got
 }
 
@@ -60,7 +63,9 @@ fn assert_well_formed_xml(svg: &str) {
         assert!(!text.contains('>'), "raw > in text: {text:?}");
         rest = &rest[i..];
         if rest.starts_with('&') {
-            let ok = ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;"].iter().any(|e| rest.starts_with(e));
+            let ok = ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;"]
+                .iter()
+                .any(|e| rest.starts_with(e));
             assert!(ok, "bare & at {:?}", &rest[..rest.len().min(20)]);
             rest = &rest[1..];
             continue;
@@ -68,11 +73,23 @@ fn assert_well_formed_xml(svg: &str) {
         let end = rest.find('>').expect("unclosed tag");
         let tag = &rest[1..end];
         assert!(!tag.contains('<'), "< inside a tag: {tag:?}");
-        assert_eq!(tag.matches('"').count() % 2, 0, "unbalanced quotes: {tag:?}");
-        let name: String = tag.trim_start_matches('/').chars().take_while(|c| c.is_alphanumeric()).collect();
+        assert_eq!(
+            tag.matches('"').count() % 2,
+            0,
+            "unbalanced quotes: {tag:?}"
+        );
+        let name: String = tag
+            .trim_start_matches('/')
+            .chars()
+            .take_while(|c| c.is_alphanumeric())
+            .collect();
         assert!(!name.is_empty(), "bad tag {tag:?}");
         if tag.starts_with('/') {
-            assert_eq!(stack.pop().as_deref(), Some(name.as_str()), "mismatched </{name}>");
+            assert_eq!(
+                stack.pop().as_deref(),
+                Some(name.as_str()),
+                "mismatched </{name}>"
+            );
         } else if !tag.ends_with('/') {
             stack.push(name);
         }
@@ -109,7 +126,10 @@ fn mermaid_keeps_arrows_in_labels_as_text() {
     let mmd = check_golden("tricky", &tricky(), Format::Mermaid, "mmd");
     for line in mmd.lines().skip(2) {
         assert!(line.matches("-->").count() <= 1, "{line}");
-        assert!(!line.contains('"') || line.trim_start().starts_with("state \""), "{line}");
+        assert!(
+            !line.contains('"') || line.trim_start().starts_with("state \""),
+            "{line}"
+        );
         assert!(line.matches('"').count() <= 2, "{line}");
     }
     assert!(mmd.contains("state \"x --#gt; y\" as s3"));

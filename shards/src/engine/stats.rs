@@ -107,7 +107,8 @@ impl Engine {
     /// state of every stored version listed (at 0 when none is there). Reads the counters and
     /// the catalog only: its cost grows with the definitions, never with the instances.
     pub fn state_counts(&self, machine: &str) -> Result<Vec<(String, u64)>, Rejection> {
-        let versions = (self.catalog.versions(machine)).ok_or_else(|| machine_not_found(machine, None))?;
+        let versions =
+            (self.catalog.versions(machine)).ok_or_else(|| machine_not_found(machine, None))?;
         let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
         for stored in versions {
             let states = stored.definition["states"].as_array().into_iter().flatten();
