@@ -408,20 +408,7 @@ impl Geometry {
             + self.col_w.last().copied().unwrap_or(0.0)
             + self.gap_w.last().copied().unwrap_or(0.0)
             + MARGIN;
-        // Labels may reach past the states (a long self-loop label): the box grows to hold
-        // them, on any side.
-        let (mut x0, mut y0, mut x1, mut y1) = (0.0f64, 0.0f64, width, height);
-        for (i, r) in edges.iter().enumerate() {
-            let w = label_w(g, i);
-            let (lx, rx) = match r.label.anchor {
-                "start" => (r.label.x, r.label.x + w),
-                _ => (r.label.x - w / 2.0, r.label.x + w / 2.0),
-            };
-            x0 = x0.min(lx - 4.0);
-            x1 = x1.max(rx + 4.0);
-            y0 = y0.min(r.label.y - 16.0);
-            y1 = y1.max(r.label.y + 6.0);
-        }
+        let (x0, y0, x1, y1) = bounds(g, &edges, width, height);
         Layout {
             min_x: x0,
             min_y: y0,
@@ -449,6 +436,24 @@ impl Geometry {
             None => self.gap_left(k) + self.gap_w[k],
         }
     }
+}
+
+/// The drawing's box, `(x0, y0, x1, y1)`: `width` x `height` grown to hold every label (a
+/// long self-loop label may reach past the states, on any side).
+fn bounds(g: &Graph, edges: &[Route], width: f64, height: f64) -> (f64, f64, f64, f64) {
+    let (mut x0, mut y0, mut x1, mut y1) = (0.0f64, 0.0f64, width, height);
+    for (i, r) in edges.iter().enumerate() {
+        let w = label_w(g, i);
+        let (lx, rx) = match r.label.anchor {
+            "start" => (r.label.x, r.label.x + w),
+            _ => (r.label.x - w / 2.0, r.label.x + w / 2.0),
+        };
+        x0 = x0.min(lx - 4.0);
+        x1 = x1.max(rx + 4.0);
+        y0 = y0.min(r.label.y - 16.0);
+        y1 = y1.max(r.label.y + 6.0);
+    }
+    (x0, y0, x1, y1)
 }
 
 #[cfg(test)]
