@@ -8,6 +8,7 @@
 #   http 16x8        16 keep-alive connections x 8 pipelined HTTP/1.1 requests
 #   http 128x1       128 keep-alive connections, one request at a time (what most HTTP
 #                    clients do)
+#   rcp1 128x1       the same shape over RCP1
 # One JSON line per run goes to $OUT/runs.jsonl; the summary prints medians and min-max.
 #
 #   benches/http-vs-rcp1.sh [ROUNDS] [SECONDS]     (defaults: 5 rounds of 5 s after 2 s)
@@ -34,6 +35,7 @@ for i in $(seq 1 "$ROUNDS"); do
         run "$w rcp1 16x8" --workload "$w" -c 16 --in-flight 8
         run "$w http 16x8" --workload "$w" -c 16 --in-flight 8 --http
         run "$w http 128x1" --workload "$w" -c 128 --in-flight 1 --http
+        run "$w rcp1 128x1" --workload "$w" -c 128 --in-flight 1
     done
 done
 python3 - "$OUT/runs.jsonl" <<'PY'
@@ -53,11 +55,12 @@ for label, rs in by.items():
     other = med(rs, lambda r: r["cpu"]["other_cores"])
     print(f"| {label} | {len(rs)} | {statistics.median(ops):,.0f} | {min(ops):,.0f}-{max(ops):,.0f} | {lat('p50'):.2f} | {lat('p99'):.2f} | {cpu:.2f} | {other:.2f} |")
 for w in ("apply", "get"):
-    base = statistics.median(r["ops_per_sec"] for r in by.get(f"{w} rcp1 16x8", [{"ops_per_sec": 0}]))
     for shape in ("16x8", "128x1"):
         h = by.get(f"{w} http {shape}")
-        if h and base:
-            ratios = sorted(r["ops_per_sec"] / base for r in h)
-            print(f"{w}: http {shape} / rcp1 16x8 = {statistics.median(ratios):.2f} (per-run {ratios[0]:.2f}-{ratios[-1]:.2f})")
+        r1 = by.get(f"{w} rcp1 {shape}")
+        if h and r1:
+            # Runs alternate, so run k of one shape pairs with run k of the other.
+            ratios = sorted(a["ops_per_sec"] / b["ops_per_sec"] for a, b in zip(h, r1))
+            print(f"{w} {shape}: http / rcp1 = {statistics.median(ratios):.2f} (per round {ratios[0]:.2f}-{ratios[-1]:.2f})")
 PY
 echo "raw: $OUT/runs.jsonl" >&2
