@@ -199,6 +199,12 @@ fn instances_create_get_list_apply_history_delete() {
         &json!({"event": "ship", "expected_state": "new"}),
     );
     assert_eq!((expect.status, expect.code()), (409, "CONFLICT".into()));
+    // The path names the instance: the body may not name another.
+    let twice = h.post(
+        "/instances/a%2Fb%20c/events",
+        &json!({"event": "ship", "instance_id": "zz"}),
+    );
+    assert_eq!((twice.status, twice.code()), (400, "BAD_REQUEST".into()));
 
     create(&mut h, "b", 5);
     let list = h.get("/instances?machine=order&state=paid");

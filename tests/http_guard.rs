@@ -74,6 +74,9 @@ fn tokens_scopes_and_no_token_in_a_url() {
 
     let mut reader = http(&s).with_token(READER);
     assert_eq!(reader.get("/machines").status, 200);
+    assert_eq!(reader.get("/info").header("smdb-scopes"), Some("read"));
+    let scopes = admin.get("/info");
+    assert_eq!(scopes.header("smdb-scopes"), Some("read write admin"));
     assert_eq!(reader.get("/machines/order/versions/1/diagram").status, 200);
     let body = json!({"machine": "order", "version": 1, "id": "x", "context": {}});
     let r = reader.post("/instances", &body);
