@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${1:-6}
 SECS=${2:-4}
 PY=${PY-python3}
-cargo build --release --quiet --bin smdb-server --bin smdb-bench
+cargo build --release --quiet -p smdb -p smdb-bench --bin smdb-server --bin smdb-bench
 cargo build --release --quiet -p smdb-client --features tokio --example async_bench
 T=${CARGO_TARGET_DIR:-target}/release
 PORT=${PORT:-7611}

@@ -7,9 +7,9 @@
 use divan::counter::BytesCount;
 use divan::{black_box, Bencher};
 use shards::{ErrorCode, Rejection};
-use smdb::bench::workload::{Mix, OpKind, Plan, RequestWriter};
 use smdb::protocol::frame::{decode_frame, encode_frame, FRAME_PAYLOAD_BYTES_DEFAULT};
 use smdb::protocol::{encode_error, encode_ok, parse_request};
+use smdb_bench::workload::{Mix, OpKind, Plan, RequestWriter};
 
 fn main() {
     divan::main();

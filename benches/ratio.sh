@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
 SECS=${2:-5}
 if [ -z "${BIN:-}" ]; then
-    cargo build --release --quiet --bin smdb-server --bin smdb-bench
+    cargo build --release --quiet -p smdb -p smdb-bench --bin smdb-server --bin smdb-bench
     BIN=${CARGO_TARGET_DIR:-target}/release
 fi
 rate() {

@@ -32,7 +32,7 @@ KEEP=${KEEP:-0}
 TARGET=${CARGO_TARGET_DIR:-target}
 
 echo "building release binaries..." >&2
-cargo build --release --quiet --bin smdb-server --bin smdb-bench
+cargo build --release --quiet -p smdb -p smdb-bench --bin smdb-server --bin smdb-bench
 SERVER="$TARGET/release/smdb-server"
 BENCH="$TARGET/release/smdb-bench"
 

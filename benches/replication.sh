@@ -26,7 +26,7 @@ OUT=${OUT:-$TARGET/bench-results/repl-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 echo "building release binaries..." >&2
-cargo build --release --quiet --bin smdb-server --bin smdb-bench
+cargo build --release --quiet -p smdb -p smdb-bench --bin smdb-server --bin smdb-bench
 SERVER="$TARGET/release/smdb-server"
 BENCH="$TARGET/release/smdb-bench"
 PIDS=()

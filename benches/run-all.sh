@@ -45,7 +45,7 @@ mkdir -p "$OUT"
 LAST=$((NCPU - 1))
 
 echo "building release binaries..." >&2
-cargo build --release --quiet --bin smdb-server --bin smdb-bench
+cargo build --release --quiet -p smdb -p smdb-bench --bin smdb-server --bin smdb-bench
 BENCH="$TARGET/release/smdb-bench"
 
 # run LABEL FILE ARGS...: REPEAT runs of smdb-bench against a spawned server, JSON appended.

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use smdb::bench::spawn::{Fsync, ServerSpec};
+use smdb_bench::spawn::{Fsync, ServerSpec};
 use smdb_client::Client;
 
 struct Args {

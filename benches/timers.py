@@ -12,7 +12,7 @@
    and reports the client p99 and the lateness p50/p99 from `svc_timer_lateness_seconds`; a
    baseline smdb-bench run without fires comes first.
 
-Usage: cargo build --release --bin smdb-server --bin smdb-bench && python3 benches/timers.py
+Usage: cargo build --release -p smdb -p smdb-bench --bin smdb-server --bin smdb-bench && python3 benches/timers.py
 Environment: N, FIRE, BENCH_SECS (20), DATA_PARENT (/tmp).
 """
 import json, os, re, signal, socket, struct, subprocess, sys, tempfile, time

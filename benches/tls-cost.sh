@@ -21,7 +21,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
 echo "building release binaries..." >&2
-cargo build --release --quiet --bin smdb-server --bin smdb-bench
+cargo build --release --quiet -p smdb -p smdb-bench --bin smdb-server --bin smdb-bench
 BENCH="$TARGET/release/smdb-bench"
 
 PKI="$OUT/pki"

@@ -44,7 +44,9 @@ pub struct Config {
 pub struct Network {
     pub bind_addr: String,
     pub max_connections: u32,
-    pub max_frame_bytes: u32,
+    /// Unset: the default (16 MiB), lowered to what one log record holds when
+    /// `storage.segment_bytes` is small; read it through `Config::max_frame_bytes`.
+    pub max_frame_bytes: Option<u32>,
     /// A connection with no complete request for this long is closed. 0 disables.
     pub idle_timeout_secs: u64,
     /// Front executors that accept connections and route requests.
@@ -66,7 +68,7 @@ impl Default for Network {
         Network {
             bind_addr: "127.0.0.1:7401".into(),
             max_connections: 1024,
-            max_frame_bytes: FRAME_PAYLOAD_BYTES_DEFAULT,
+            max_frame_bytes: None,
             idle_timeout_secs: 300,
             acceptor_cores: 1,
             max_inflight_per_connection: 1024,
@@ -387,6 +389,15 @@ impl Config {
             .unwrap_or(5000)
     }
 
+    /// The request frame limit in force: `network.max_frame_bytes`, else the default lowered
+    /// to what one log record holds with these segments (`crate::limits`).
+    pub fn max_frame_bytes(&self) -> u32 {
+        self.network.max_frame_bytes.unwrap_or_else(|| {
+            let record = crate::limits::record_bytes_max(self.storage.segment_bytes);
+            FRAME_PAYLOAD_BYTES_DEFAULT.min(record)
+        })
+    }
+
     /// Shard count: configured, else cores minus one (at least 1).
     pub fn shard_count(&self, cpus: usize) -> u32 {
         self.shards
@@ -400,10 +411,14 @@ impl Config {
         if self.metrics.enabled {
             resolve_addr("metrics.bind_addr", &self.metrics.bind_addr)?;
         }
-        if self.network.max_frame_bytes < FRAME_PAYLOAD_BYTES_MIN {
-            return err(format!(
-                "network.max_frame_bytes must be >= {FRAME_PAYLOAD_BYTES_MIN}"
-            ));
+        if let Some(max) = self.network.max_frame_bytes {
+            if max < FRAME_PAYLOAD_BYTES_MIN {
+                return err(format!(
+                    "network.max_frame_bytes must be >= {FRAME_PAYLOAD_BYTES_MIN}"
+                ));
+            }
+            crate::limits::check_max_frame_bytes(max, self.storage.segment_bytes)
+                .map_err(ConfigError)?;
         }
         if self.network.max_connections == 0 {
             return err("network.max_connections must be >= 1".into());

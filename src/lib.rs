@@ -11,15 +11,15 @@
 //! * `http`: the HTTP API and the web console, a second codec on the fronts.
 //! * `metrics`: counters per executor, gathered on the control executor and served over HTTP.
 //! * `logging`: text or JSON log lines, request-completed lines.
-//! * `tls`: TLS (and mutual TLS) on the client port (the client side is in `smdb_client::tls`).
+//! * `tls`: TLS (and mutual TLS) on the client port (the client side is in `smdb_protocol::tls`).
+//! * `limits`: the limits that must fit inside one another, checked together.
 //! * `config`, `datadir`, `util`.
-//! * `bench`: the `smdb-bench` load generator (client side only; nothing in the server uses it).
 
 pub mod auth;
-pub mod bench;
 pub mod config;
 pub mod datadir;
 pub mod http;
+pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod ops;

@@ -288,7 +288,7 @@ fn sighup_rotates_tokens_and_open_connections_keep_working() {
 
 #[test]
 fn hash_token_prints_the_digest_the_config_takes() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_smdb-cli"))
+    let mut child = Command::new(common::cli_bin())
         .arg("hash-token")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -9,11 +9,13 @@ use clap::CommandFactory;
 use common::Server;
 use serde_json::Value;
 
-const BENCH: &str = env!("CARGO_BIN_EXE_smdb-bench");
+fn bench_bin() -> std::path::PathBuf {
+    common::bench_bin()
+}
 
 /// Runs smdb-bench and returns its JSON lines (panics with its output on failure).
 fn bench(args: &[&str]) -> Vec<Value> {
-    let out = Command::new(BENCH)
+    let out = Command::new(bench_bin())
         .args(args)
         .output()
         .expect("run smdb-bench");
@@ -84,7 +86,7 @@ fn every_workload_runs_without_errors_and_reports_summarise_them() {
     }
     let file = dir.path().join("runs.json");
     std::fs::write(&file, lines).unwrap();
-    let out = Command::new(BENCH)
+    let out = Command::new(bench_bin())
         .arg("--report")
         .arg(&file)
         .output()
@@ -161,7 +163,7 @@ fn fill_mode_reports_bytes_per_instance_and_recovers_after_sigkill() {
 
 #[test]
 fn fill_needs_a_server_pid_to_read() {
-    let out = Command::new(BENCH)
+    let out = Command::new(bench_bin())
         .args(["--fill", "--addr", "127.0.0.1:1"])
         .output()
         .unwrap();
@@ -172,10 +174,10 @@ fn fill_needs_a_server_pid_to_read() {
 
 #[test]
 fn help_documents_every_option() {
-    let out = Command::new(BENCH).arg("--help").output().unwrap();
+    let out = Command::new(bench_bin()).arg("--help").output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for arg in smdb::bench::Options::command().get_arguments() {
+    for arg in smdb_bench::Options::command().get_arguments() {
         let Some(long) = arg.get_long() else { continue };
         assert!(
             help.contains(&format!("--{long}")),
@@ -187,7 +189,7 @@ fn help_documents_every_option() {
 
 #[test]
 fn unreachable_server_is_a_clear_failure() {
-    let out = Command::new(BENCH)
+    let out = Command::new(bench_bin())
         .args([
             "--addr",
             "127.0.0.1:1",

@@ -14,7 +14,9 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 
-const CLI: &str = env!("CARGO_BIN_EXE_smdb-cli");
+fn cli_bin() -> std::path::PathBuf {
+    common::cli_bin()
+}
 
 struct Out {
     code: i32,
@@ -51,7 +53,7 @@ impl Out {
 
 /// Runs `smdb-cli --addr ADDR ARGS...` with `stdin` piped in.
 fn cli_in(addr: &str, args: &[&str], stdin: &str) -> Out {
-    let mut child = Command::new(CLI)
+    let mut child = Command::new(cli_bin())
         .arg("--addr")
         .arg(addr)
         .args(args)
@@ -339,7 +341,7 @@ fn watch_streams_events_from_the_real_server() {
         json!({"machine":"order","version":1,"id":"w1","context":{"total":1}}),
     )
     .unwrap();
-    let mut watch = Command::new(CLI)
+    let mut watch = Command::new(cli_bin())
         .args([
             "--addr",
             &s.addr.to_string(),
@@ -478,7 +480,7 @@ fn repl_reconnects_after_the_server_restarts() {
     let port = free_port();
     let (mut s, _d) = Server::start(&format!("[network]\nbind_addr = \"127.0.0.1:{port}\""));
     put_order_machine(&mut s.client());
-    let mut repl: Child = Command::new(CLI)
+    let mut repl: Child = Command::new(cli_bin())
         .args(["--addr", &s.addr.to_string(), "--json"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -611,7 +613,7 @@ fn watch_ends_with_the_resume_cursor_when_lagged() {
 #[test]
 fn watch_stops_cleanly_on_ctrl_c() {
     let (addr, ops) = fake_watch_server(vec![event(7, 1)]);
-    let mut w = Command::new(CLI)
+    let mut w = Command::new(cli_bin())
         .args(["--addr", &addr, "--json", "watch"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -314,3 +314,75 @@ fn clean_shutdown_flushes_the_log_even_without_fsync() {
     let mut c = s.client();
     assert_eq!(snapshot_all(&mut c, 5), before);
 }
+
+/// The end of the records in a segment file: where the next record would go.
+fn records_end(seg: &[u8]) -> usize {
+    use smdb_format::record::{decode, Decoded};
+    let mut at = smdb_format::limits::SEGMENT_HEADER_BYTES as usize;
+    while let Decoded::Record(h) = decode(&seg[at..]) {
+        at += h.size;
+    }
+    at
+}
+
+/// A log entry the state does not fit (an event for an instance that was never created),
+/// written into the log behind the server's back, is found at recovery: reads go on, writes
+/// are refused naming the entry, and `/health` says which shard diverged, where and why.
+#[test]
+fn a_log_entry_that_does_not_fit_the_state_stops_writes_and_shows_on_health() {
+    let extra = "[shards]\ncount = 1\n[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"";
+    let (mut s, _dir) = Server::start(extra);
+    let mut c = s.client();
+    counter_machine(&mut c);
+    ensure_instance(&mut c, "real");
+    let head = c.call("INFO", json!({})).unwrap()["wal"]["offset"]
+        .as_u64()
+        .unwrap();
+    drop(c);
+    s.kill();
+    // Append one valid record (its checksum holds) that applies `inc` to an unknown instance.
+    let wal = s.dir.join("data/shard-0/wal");
+    let seg_path = std::fs::read_dir(&wal)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .max()
+        .expect("a segment");
+    let mut seg = std::fs::read(&seg_path).unwrap();
+    let end = records_end(&seg);
+    let ghost = shards::engine::Entry::Apply {
+        instance_id: "ghost".into(),
+        event: "inc".into(),
+        from: "on".into(),
+        to: "on".into(),
+        payload: None,
+        idempotency_key: None,
+        at_ms: 1,
+        machine: None,
+        version: None,
+        timer: false,
+    };
+    let mut record = Vec::new();
+    let kind = smdb_format::record::KIND_ENTRY;
+    smdb_format::record::encode(&mut record, head + 1, kind, &ghost.to_bytes());
+    seg[end..end + record.len()].copy_from_slice(&record);
+    std::fs::write(&seg_path, &seg).unwrap();
+    s.restart_after_kill();
+    let mut c = s.client();
+    let got = c.call("GET_INSTANCE", json!({"id": "real"})).unwrap();
+    assert_eq!(got["state"], "on", "reads go on");
+    let p = json!({"instance_id": "real", "event": "inc", "payload": {"n": 1}});
+    let err = c.call("APPLY_EVENT", p).unwrap_err();
+    assert_eq!(err.code(), Some("WAL_IO_ERROR"), "{err}");
+    assert_eq!(err.details()["diverged_at"], head + 1, "{err}");
+    assert!(err.to_string().contains("ghost"), "{err}");
+    let health = common::scrape::http_get(s.metrics_addr.unwrap(), "/health", &[]);
+    assert_eq!(health.status, 503, "{}", health.body);
+    let body: Value = serde_json::from_str(&health.body).unwrap();
+    assert_eq!(body["status"], "diverged");
+    assert_eq!(body["diverged_shards"][0]["offset"], head + 1);
+    assert!(
+        s.log().contains("does not fit the state"),
+        "one error line names it"
+    );
+}

@@ -511,7 +511,7 @@ fn the_cli_draws_what_the_server_draws() {
     let mut h = http(&s);
     put_order(&mut h);
     for format in ["svg", "dot", "mermaid"] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_smdb-cli"))
+        let out = std::process::Command::new(common::cli_bin())
             .args([
                 "--addr",
                 &s.addr.to_string(),
@@ -536,7 +536,7 @@ fn the_cli_draws_what_the_server_draws() {
             "{format}"
         );
     }
-    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_smdb-cli"))
+    let missing = std::process::Command::new(common::cli_bin())
         .args(["--addr", &s.addr.to_string(), "diagram", "nope"])
         .output()
         .unwrap();

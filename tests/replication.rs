@@ -595,7 +595,7 @@ fn sha256_hex(s: &str) -> String {
 
 fn run_to_exit_stdin(input: &str) -> (i32, String, String) {
     use std::io::Write;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_smdb-cli"))
+    let mut child = std::process::Command::new(common::cli_bin())
         .arg("hash-token")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -735,4 +735,57 @@ fn the_link_runs_over_mutual_tls() {
     );
     bad.wait_for_log("following", 1);
     assert_eq!(status(&bad)["connected"], false);
+}
+
+/// The largest record the config allows (a request at `network.max_frame_bytes`, which may be
+/// at most one record's limit) is acknowledged on the primary and reaches the replica whole:
+/// every limit on the way (record, replication frame, the replica's reader) holds it.
+#[test]
+fn the_largest_record_the_config_allows_reaches_a_replica() {
+    let limit = smdb::limits::REQUEST_FRAME_BYTES_MAX;
+    // Segments large enough for the largest record (the default 64 MiB holds slightly less).
+    let storage = "[storage]\nsegment_bytes = 134217728\nfsync = \"never\"";
+    let port = free_port();
+    let cfg = format!(
+        "[network]\nbind_addr = \"127.0.0.1:{port}\"\nmax_frame_bytes = {limit}\n\
+         [replication]\nrole = \"primary\"\nheartbeat_ms = 200\n{METRICS}\n{storage}"
+    );
+    let (p, _pd) = Server::start(&cfg);
+    let (r, _rd) = replica_of(
+        &p,
+        "r-big",
+        &format!("[network]\nmax_frame_bytes = {limit}\n{storage}"),
+    );
+    let mut w = p.client();
+    put_machine(&mut w);
+    // The request frame is within a few hundred bytes of the limit.
+    let blob = "x".repeat(limit as usize - 400);
+    let created = w.call(
+        "CREATE_INSTANCE",
+        json!({"machine": "order", "version": 1, "id": "big", "context": {"blob": blob, "total": 1}}),
+    );
+    assert!(created.is_ok(), "{:?}", created.err());
+    let too_big = "x".repeat(limit as usize);
+    let refused = w.call(
+        "CREATE_INSTANCE",
+        json!({"machine": "order", "version": 1, "id": "bigger", "context": {"blob": too_big}}),
+    );
+    assert!(refused.is_err(), "a frame over the limit is refused");
+    let mut w = p.client();
+    w.call(
+        "APPLY_EVENT",
+        json!({"instance_id": "big", "event": "pay", "payload": {"amount": 1}}),
+    )
+    .unwrap();
+    converge(&p, &r);
+    let got = r
+        .client()
+        .call("GET_INSTANCE", json!({"id": "big"}))
+        .unwrap();
+    assert_eq!(got["state"], "paid");
+    assert_eq!(
+        got["context"]["blob"].as_str().map(str::len),
+        Some(blob.len())
+    );
+    assert_eq!(status(&r)["connected"], true);
 }

@@ -28,6 +28,12 @@ fn bad_config_exits_78_naming_the_key() {
     std::fs::write(&path, "[storage]\nfsync = \"sometimes\"\n").unwrap();
     let (code, _, _) = run_to_exit(&["--config", path.to_str().unwrap()]);
     assert_eq!(code, 78);
+    // A frame limit above what one log record holds could accept requests the log (and so
+    // every replica) cannot take: refused at load, naming the key (src/limits.rs).
+    std::fs::write(&path, "[network]\nmax_frame_bytes = 104857600\n").unwrap();
+    let (code, _, err) = run_to_exit(&["--config", path.to_str().unwrap()]);
+    assert_eq!(code, 78);
+    assert!(err.contains("network.max_frame_bytes"), "{err}");
 }
 
 #[test]

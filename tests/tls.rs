@@ -317,7 +317,7 @@ fn tls_config_errors_exit_78_naming_the_key() {
 }
 
 fn cli(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_smdb-cli"))
+    let out = Command::new(common::cli_bin())
         .args(args)
         .env_remove("SMDB_ADDR")
         .env_remove("SMDB_TOKEN")

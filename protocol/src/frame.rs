@@ -14,6 +14,10 @@ pub const HEADER_LEN: usize = 16;
 /// Default payload limit (CONTRACT §1): large definitions and contexts fit, a hostile length
 /// cannot make the server allocate gigabytes.
 pub const FRAME_PAYLOAD_BYTES_DEFAULT: u32 = 16 * 1024 * 1024;
+/// Largest response frame a client accepts: twice a log record's limit (64 MiB), so a read of
+/// the largest record (its data plus the envelope) fits with room for large pages. The server
+/// checks the relation in `smdb::limits`.
+pub const RESPONSE_FRAME_BYTES_MAX: u32 = 128 * 1024 * 1024;
 
 /// Why bytes could not be decoded as a frame. Each maps to one wire error code.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,8 @@
 //! * [`frame`]: the RCP1 frame codec (docs/protocol.md, "Frames");
 //! * [`envelope`]: request envelopes in, response envelopes out;
 //! * [`op`]: the op table, every op's facts in one place;
-//! * [`codes`]: the error codes, with their retryability and what a failed request did.
+//! * [`codes`]: the error codes, with their retryability and what a failed request did;
+//! * [`tls`]: TLS and mutual TLS settings (PEM files, client configs) for RCP1 peers.
 //!
 //! Nothing here touches a socket or a runtime: codecs are functions over byte slices, so the
 //! server, the clients, tests and fuzzers call them directly.
@@ -12,6 +13,7 @@ pub mod codes;
 pub mod envelope;
 pub mod frame;
 pub mod op;
+pub mod tls;
 
 pub use codes::{ErrorCode, Execution, Rejection};
 pub use envelope::{encode_error, encode_ok, parse_request, RequestEnvelope};

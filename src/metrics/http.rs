@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::sync::Gate;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::exposition::{self, Format};
 use super::families;
@@ -196,6 +196,14 @@ async fn health(state: &State) -> Response {
         .collect();
     if !poisoned.is_empty() {
         let body = json!({"status": "log_poisoned", "poisoned_shards": poisoned});
+        return Response::json(Status::Unavailable, body);
+    }
+    let diverged: Vec<Value> = (shards.iter())
+        .filter_map(|s| s.diverged.as_ref().map(|d| (s.shard, d)))
+        .map(|(shard, d)| json!({"shard": shard, "offset": d.offset, "reason": d.reason}))
+        .collect();
+    if !diverged.is_empty() {
+        let body = json!({"status": "diverged", "diverged_shards": diverged});
         return Response::json(Status::Unavailable, body);
     }
     let body = json!({

@@ -25,6 +25,9 @@ pub struct ShardStats {
     /// Sync replication: write replies that became `SYNC_TIMEOUT` (0 unless sync mode).
     pub sync_timeouts: u64,
     pub log: LogStats,
+    /// The first log entry this shard's state did not fit (`shards::engine::Divergence`): the
+    /// shard refuses writes, and `/health` names it.
+    pub diverged: Option<shards::engine::Divergence>,
 }
 
 /// One shard's log figures (from `shards::wal::WalStats`).

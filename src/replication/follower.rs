@@ -27,8 +27,9 @@ use crate::shard::{ReplyBody, ShardCall};
 use crate::util::notify::Notify;
 use crate::util::time::now_ms;
 
-/// The largest frame a primary sends (a snapshot part, base64): well above `SNAPSHOT_PART_BYTES`.
-const STREAM_FRAME_BYTES_MAX: u32 = 64 << 20;
+// The largest frame a primary sends: a whole record of the largest size, base64-encoded
+// (`crate::limits`, where the sizes that must fit inside it are checked).
+use crate::limits::STREAM_FRAME_BYTES_MAX;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// First reconnect delay; doubles up to `replication.reconnect_max_ms`.
 const RECONNECT_MIN: Duration = Duration::from_millis(100);

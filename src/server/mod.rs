@@ -198,7 +198,7 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
         acceptor_cores: place.fronts.len() as u32,
     });
     let limits = Limits {
-        max_frame_bytes: config.network.max_frame_bytes,
+        max_frame_bytes: config.max_frame_bytes(),
         max_inflight: config.network.max_inflight_per_connection as usize,
         max_connections: u64::from(config.network.max_connections),
         idle_timeout: (config.network.idle_timeout_secs > 0)

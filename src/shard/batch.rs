@@ -47,7 +47,7 @@ impl Shard {
         let mut record = self.record_buf.take();
         record.clear();
         decided.record.finish_into(&mut record);
-        let outcome = match self.log.append(&record) {
+        let outcome = match self.append(&record) {
             Ok(at) => {
                 if at != offset {
                     // `append` assigns head + 1; results decided above name `offset`.

@@ -43,7 +43,7 @@ impl Shard {
         let Ok(Record::Event(ev)) = Record::decode(record) else {
             return Err(internal("a decided APPLY_EVENT record does not decode"));
         };
-        let offset = self.log.append(record)?;
+        let offset = self.append(record)?;
         let result = {
             let mut engine = self.engine.borrow_mut();
             let result = self.result_bytes(|out| engine.apply_event_into(ev, offset, out));

@@ -86,7 +86,7 @@ impl Shard {
         self.repl.epoch_seen.set(epoch);
         let (mut through, mut last_at_ms) = (head, 0);
         for (bytes, record) in entries.iter().zip(records) {
-            let offset = match self.log.append(bytes) {
+            let offset = match self.append(bytes) {
                 Ok(offset) => offset,
                 // Those before are logged and applied: the reply waits for them, then fails.
                 Err(rej) => return (Err(rej), through),

@@ -506,6 +506,23 @@ impl Shard {
     }
 
     /// Logs `entry`, applies it, arms the timers of the states it entered and publishes it.
+    /// Appends one record to the log, unless this shard's state has diverged from its log
+    /// (`shards::engine::Divergence`): then every write is refused, naming the entry.
+    pub(super) fn append(&self, record: &[u8]) -> Result<u64, Rejection> {
+        if let Some(d) = self.engine.borrow().divergence() {
+            return Err(Rejection::new(
+                ErrorCode::WalIoError,
+                format!(
+                    "shard {}: the log entry at offset {} does not fit the state ({}); the \
+                     shard refuses writes until the divergence is repaired",
+                    self.index, d.offset, d.reason
+                ),
+            )
+            .with("diverged_at", d.offset));
+        }
+        self.log.append(record)
+    }
+
     pub(super) fn log_and_apply(&self, entry: Entry) -> Result<(Value, u64), Rejection> {
         self.log_and_apply_with(entry, |engine, entry, offset| {
             engine.apply(entry, offset, true).unwrap_or(Value::Null)
@@ -519,7 +536,7 @@ impl Shard {
         apply: impl FnOnce(&mut Engine, Entry, u64) -> R,
     ) -> Result<(R, u64), Rejection> {
         let bytes = entry.to_bytes();
-        let offset = self.log.append(&bytes)?;
+        let offset = self.append(&bytes)?;
         let published = self.subs.is_watched(&entry).then(|| entry.clone());
         let touched = self.timers.touched(&entry);
         let result = {
@@ -748,6 +765,7 @@ impl Shard {
             timer_lateness: crate::metrics::shard::snapshot(&self.timers.lateness()),
             sync_timeouts: self.sync.as_ref().map_or(0, SyncState::timeouts),
             log: LogStats::from(&self.log.stats()),
+            diverged: engine.divergence().cloned(),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! the `tls` config section (cheap, so a reload can build a fresh one), `accept` runs one
 //! connection's handshake inside that connection's task, bounded in time.
 //!
-//! The client side (`client_config`) lives in `smdb_client::tls`, re-exported here.
+//! The client side (`client_config`) lives in `smdb_protocol::tls`, re-exported here.
 
 pub mod pem;
 
@@ -120,4 +120,4 @@ fn client_verifier(
 }
 
 /// The client side of TLS lives in the `smdb-client` crate; re-exported under the old paths.
-pub use smdb_client::tls::{client_config, ClientTlsOptions};
+pub use smdb_protocol::tls::{client_config, ClientTlsOptions};

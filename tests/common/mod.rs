@@ -18,6 +18,60 @@ pub use smdb_client::{Client, ClientError};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_smdb-server");
 
+/// `smdb-cli` (crate `clients/cli`), built for this test run.
+#[allow(dead_code)]
+pub fn cli_bin() -> PathBuf {
+    workspace_bin("smdb-cli", "smdb-cli")
+}
+
+/// `smdb-bench` (crate `benches/loadgen`), built for this test run.
+#[allow(dead_code)]
+pub fn bench_bin() -> PathBuf {
+    workspace_bin("smdb-bench", "smdb-bench")
+}
+
+/// The binary `name` of another workspace package, in the profile this test was built in.
+/// Cargo gives a test the path of its own package's binaries only, so this runs `cargo build
+/// -p PACKAGE --bin NAME` once per test process (cargo holds no lock while tests run; after
+/// `cargo test --workspace` it is up to date and returns at once): a test never runs a stale
+/// CLI against a fresh server.
+fn workspace_bin(package: &str, name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(n, _)| n == name) {
+        return path.clone();
+    }
+    let server = Path::new(BIN);
+    let profile_dir = server.parent().expect("the server binary has a directory");
+    let profile = profile_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("debug");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "--quiet", "-p", package, "--bin", name])
+        .arg("--manifest-path")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
+    if profile != "debug" {
+        cmd.args([
+            "--profile",
+            if profile == "release" {
+                "release"
+            } else {
+                profile
+            },
+        ]);
+    }
+    let out = cmd.output().expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "cargo build -p {package} --bin {name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = profile_dir.join(name);
+    built.push((name.to_string(), path.clone()));
+    path
+}
+
 pub struct Server {
     child: Option<Child>,
     pub addr: SocketAddr,

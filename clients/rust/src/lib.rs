@@ -17,7 +17,7 @@ pub mod message;
 pub mod ops;
 pub mod resume;
 pub mod retry;
-pub mod tls;
+pub use smdb_protocol::tls;
 
 #[cfg(feature = "tokio")]
 pub mod asyncio;
@@ -29,6 +29,6 @@ pub use ops::*;
 pub use retry::RetryPolicy;
 pub use tls::ClientTlsOptions;
 
-/// Largest response frame a client accepts (the server's default frame limit x4, so large
-/// LIST/GET_HISTORY pages fit).
-pub const CLIENT_FRAME_BYTES_MAX: u32 = 64 * 1024 * 1024;
+/// Largest response frame a client accepts (`smdb_protocol::frame::RESPONSE_FRAME_BYTES_MAX`:
+/// a read of the largest log record fits).
+pub const CLIENT_FRAME_BYTES_MAX: u32 = smdb_protocol::frame::RESPONSE_FRAME_BYTES_MAX;

@@ -332,7 +332,8 @@ impl Engine {
                 Entry::Batch { .. } | Entry::PutMachine { .. } | Entry::Epoch { .. }
             ) {
                 // The codec refuses these inside a batch; a JSON entry could still hold one.
-                log::warn!("skipping a nested batch, machine or epoch entry at offset {offset}");
+                let reason = "a nested batch, machine or epoch entry inside a batch".to_string();
+                self.diverge(offset, reason);
                 continue;
             }
             let result = self.apply(entry, offset, want_result);

@@ -11,15 +11,14 @@ use super::Engine;
 
 impl Engine {
     /// Records the epoch entry `epoch` at `offset`. Epochs only grow along a log; an entry that
-    /// does not raise the epoch (replayed out of place) is skipped with a warning.
+    /// does not raise the epoch is skipped and recorded as a divergence.
     pub(super) fn apply_epoch(&mut self, epoch: u64, offset: u64) -> Value {
         let (last, at) = self.epochs.last().copied().unwrap_or((0, 0));
         if epoch > last && offset > at {
             self.epochs.push((epoch, offset));
         } else {
-            log::warn!(
-                "skipping epoch entry {epoch} at offset {offset}: epoch {last} began at {at}"
-            );
+            let reason = format!("epoch entry {epoch} does not rise: epoch {last} began at {at}");
+            self.diverge(offset, reason);
         }
         json!({})
     }

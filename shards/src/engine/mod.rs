@@ -20,6 +20,7 @@ pub use entry::{batch_records, utf8, BatchRecord, DecodeError, Entry, EventRef, 
 mod catalog;
 mod context;
 pub mod definition;
+mod divergence;
 mod epochs;
 pub mod guard;
 mod history;
@@ -42,6 +43,7 @@ mod timers;
 
 pub use context::{Context, Fields};
 pub use definition::{CompiledMachine, Definition};
+pub use divergence::Divergence;
 pub use instance::{HistoryItem, Instance};
 pub use json_text::JsonText;
 pub use json_write::write_u64;

@@ -101,10 +101,8 @@ impl Engine {
                 } => (machine.clone(), *version),
                 _ => return Err("snapshot machine list holds a non-machine entry".into()),
             };
-            if engine.apply_put_machine(entry).is_none() {
-                return Err(format!(
-                    "snapshot machine `{name}` v{version} does not compile"
-                ));
+            if let Err(reason) = engine.store_machine(entry) {
+                return Err(format!("snapshot machine `{name}` v{version}: {reason}"));
             }
         }
         let RestoredRecords { records, names } = snapshot.instances;

@@ -56,6 +56,8 @@ pub struct Engine {
     pub(super) timers_armed: u64,
     /// Replication epochs: `(epoch, offset of its epoch entry)`, ascending (`engine::epochs`).
     pub(super) epochs: Vec<(u64, u64)>,
+    /// The first applied entry that did not fit the state (`engine::divergence`).
+    pub(super) divergence: Option<super::divergence::Divergence>,
 }
 
 impl Engine {
@@ -83,11 +85,11 @@ impl Engine {
     }
 
     /// Mutates state from a logged entry at WAL `offset`. Returns the response `result` when
-    /// `want_result`. An entry that does not fit the current state (replayed out of place) is
-    /// skipped with a warning and returns None.
+    /// `want_result`. An entry that does not fit the current state is skipped, returns None
+    /// and is recorded as the engine's divergence (`engine::divergence`).
     pub fn apply(&mut self, entry: Entry, offset: u64, want_result: bool) -> Option<Value> {
         let result = match entry {
-            Entry::PutMachine { .. } => self.apply_put_machine(entry),
+            Entry::PutMachine { .. } => self.apply_put_machine(entry, offset),
             Entry::Create { .. } => self.apply_create(entry, offset, want_result),
             Entry::Apply { .. } => {
                 let event = entry.as_event()?;

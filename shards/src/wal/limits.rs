@@ -3,6 +3,18 @@
 
 pub use smdb_format::limits::*;
 
+/// Bytes. The largest entry a log with segments of `segment_bytes` accepts: a record (with a
+/// sync marker after it) must fit in one segment after its header, and in the format's limit.
+pub const fn record_payload_max(segment_bytes: u64) -> usize {
+    let room = (segment_bytes.saturating_sub(SEGMENT_HEADER_BYTES) as usize)
+        .saturating_sub(MARKER_BYTES + RECORD_HEADER_BYTES);
+    if room < RECORD_PAYLOAD_BYTES_MAX {
+        room
+    } else {
+        RECORD_PAYLOAD_BYTES_MAX
+    }
+}
+
 /// Bytes. Largest single `write_at`. Bigger batches are split into several writes before the
 /// one fdatasync, which bounds the DMA buffer a batch needs.
 pub const WRITE_BYTES_MAX: usize = 4 << 20;

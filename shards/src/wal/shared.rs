@@ -14,10 +14,7 @@ use super::config::{FsyncPolicy, WalConfig};
 use super::error::WalError;
 use super::files;
 use super::handle::LogHandle;
-use super::limits::{
-    INDEX_STRIDE_BYTES, MARKER_BYTES, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
-    SEGMENT_HEADER_BYTES,
-};
+use super::limits::{INDEX_STRIDE_BYTES, SEGMENT_HEADER_BYTES};
 use super::stats::Counters;
 use super::waiters::{wake_all, Doorbell, Waiters};
 
@@ -149,9 +146,7 @@ impl Shared {
         snaps: Vec<u64>,
         handle: LogHandle,
     ) -> Shared {
-        let room = cfg.segment_bytes - SEGMENT_HEADER_BYTES;
-        let payload_max =
-            (room as usize - MARKER_BYTES - RECORD_HEADER_BYTES).min(RECORD_PAYLOAD_BYTES_MAX);
+        let payload_max = super::limits::record_payload_max(cfg.segment_bytes);
         Shared {
             wal_dir: cfg.wal_dir(),
             snap_dir: cfg.snapshot_dir(),

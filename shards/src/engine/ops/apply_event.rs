@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use super::rejections::replayed;
 use super::rejections::{check_idempotency_key, instance_not_found, machine_not_found};
 use crate::engine::definition::Resolution;
+use crate::engine::divergence::{self, Divergence};
 use crate::engine::history::NewItem;
 use crate::engine::index::{prefetch, InstanceMap};
 use crate::engine::instance::{InstanceRecord, InstanceView};
@@ -47,23 +48,24 @@ fn check_expectations(
 }
 
 /// The record an Apply entry can be applied to: it exists and is in the entry's `from` state.
+/// Anything else is a divergence, recorded in `diverged`.
 fn fitting_record<'a>(
     instances: &'a mut InstanceMap,
-    id: &str,
-    from: &str,
-    event: &str,
+    diverged: &mut Option<Divergence>,
+    ev: &EventRef<'_>,
     offset: u64,
 ) -> Option<&'a mut InstanceRecord> {
+    let (id, event, from) = (ev.instance_id, ev.event, ev.from);
     let Some(record) = instances.get_mut(id) else {
-        log::warn!("skipping event `{event}` for unknown instance `{id}` at offset {offset}");
+        let reason = format!("event `{event}` for unknown instance `{id}`");
+        divergence::record(diverged, offset, reason);
         return None;
     };
     if *record.instance.state != *from {
         let state = &record.instance.state;
-        log::warn!(
-            "skipping event `{event}` for `{id}` at offset {offset}: entry leaves `{from}`, \
-             instance is in `{state}`"
-        );
+        let reason =
+            format!("event `{event}` for `{id}` leaves `{from}`, the instance is in `{state}`");
+        divergence::record(diverged, offset, reason);
         return None;
     }
     Some(record)
@@ -212,8 +214,8 @@ impl Engine {
     }
 
     /// Merges the payload, moves the state, appends history, counts, and records the result
-    /// under the idempotency key. An unknown instance, or one not in `from`, is skipped with a
-    /// warning.
+    /// under the idempotency key. An unknown instance, or one not in `from`, is skipped and
+    /// recorded as a divergence.
     ///
     /// Takes the entry borrowed (from a decided `Entry` or straight from a log record) and
     /// allocates nothing once the instance's buffers have grown: names are interned, the
@@ -263,13 +265,7 @@ impl Engine {
         ev: &EventRef<'_>,
         offset: u64,
     ) -> Option<(&mut InstanceRecord, crate::engine::names::Name)> {
-        let record = fitting_record(
-            &mut self.instances,
-            ev.instance_id,
-            ev.from,
-            ev.event,
-            offset,
-        )?;
+        let record = fitting_record(&mut self.instances, &mut self.divergence, ev, offset)?;
         // The history is one pointer beyond the record (allocated at the first event): start
         // loading it now, so its miss overlaps the interning and counting below.
         if let Some(history) = &record.history {

@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use super::rejections::{bad_field, check_idempotency_key, machine_not_found, misrouted, replayed};
+use crate::engine::divergence;
 use crate::engine::instance::{CreatedWithKey, InstanceRecord, InstanceView, Keys};
 use crate::engine::limits::INSTANCE_ID_BYTES_MAX;
 use crate::engine::{Command, Decision, Engine, Entry, Instance};
@@ -102,11 +103,15 @@ impl Engine {
         };
         // One probe: the insert itself finds an existing id.
         let Ok(record) = (self.instances).insert(Box::new(InstanceRecord::new(instance))) else {
-            log::warn!("skipping create of existing instance `{id}` at offset {offset}");
+            let reason = format!("create of existing instance `{id}`");
+            divergence::record(&mut self.divergence, offset, reason);
             return None;
         };
         if self.catalog.get(&machine, version).is_none() {
-            log::warn!("instance `{id}` created for unknown machine `{machine}` v{version}");
+            // Created as logged (the state follows the log), but no decide would have allowed it.
+            let reason =
+                format!("instance `{id}` created for unknown machine `{machine}` v{version}");
+            divergence::record(&mut self.divergence, offset, reason);
         }
         self.stats
             .count_create(&record.instance.machine, &record.instance.state);

@@ -27,13 +27,13 @@ impl Engine {
         }))
     }
 
-    /// Removes the instance; an unknown id is skipped with a warning.
+    /// Removes the instance; an unknown id is skipped and recorded as a divergence.
     pub(crate) fn apply_delete(&mut self, entry: Entry, offset: u64) -> Option<Value> {
         let Entry::Delete { id, .. } = entry else {
             return None; // `Engine::apply` routes only Delete entries here.
         };
         let Some(record) = self.instances.remove(id.as_str()) else {
-            log::warn!("skipping delete of unknown instance `{id}` at offset {offset}");
+            self.diverge(offset, format!("delete of unknown instance `{id}`"));
             return None;
         };
         if record.timer_due_ms != 0 {

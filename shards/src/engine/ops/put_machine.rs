@@ -77,8 +77,21 @@ impl Engine {
     }
 
     /// Stores the version. A version already stored is left alone: identical gives
-    /// `created:false`, different is skipped with a warning.
-    pub(crate) fn apply_put_machine(&mut self, entry: Entry) -> Option<Value> {
+    /// `created:false`; different, or a definition that does not compile, is skipped and
+    /// recorded as a divergence.
+    pub(crate) fn apply_put_machine(&mut self, entry: Entry, offset: u64) -> Option<Value> {
+        match self.store_machine(entry) {
+            Ok(result) => Some(result),
+            Err(reason) => {
+                self.diverge(offset, reason);
+                None
+            }
+        }
+    }
+
+    /// `apply_put_machine` without the divergence (a snapshot's machines: a failure there
+    /// refuses the snapshot instead).
+    pub(crate) fn store_machine(&mut self, entry: Entry) -> Result<Value, String> {
         let Entry::PutMachine {
             machine,
             version,
@@ -87,20 +100,23 @@ impl Engine {
             at_ms,
         } = entry
         else {
-            return None; // `Engine::apply` routes only PutMachine entries here.
+            return Err("not a machine entry".into()); // `Engine::apply` routes only these.
         };
         if let Some(existing) = self.catalog.get(&machine, version) {
             if existing.definition == definition {
-                return Some(put_result(&machine, version, false, &existing.checksum));
+                return Ok(put_result(&machine, version, false, &existing.checksum));
             }
-            log::warn!("skipping machine `{machine}` v{version}: stored with another definition");
-            return None;
+            return Err(format!(
+                "machine `{machine}` v{version} is stored with another definition"
+            ));
         }
         let compiled = match Definition::from_value(&definition).and_then(|d| d.compile()) {
             Ok(compiled) => compiled,
             Err(e) => {
-                log::warn!("skipping machine `{machine}` v{version}: {}", e.reason);
-                return None;
+                return Err(format!(
+                    "machine `{machine}` v{version} does not compile: {}",
+                    e.reason
+                ))
             }
         };
         let result = put_result(&machine, version, true, &checksum);
@@ -111,6 +127,6 @@ impl Engine {
             compiled,
         };
         self.catalog.insert(machine, version, stored);
-        Some(result)
+        Ok(result)
     }
 }

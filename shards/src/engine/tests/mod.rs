@@ -2,6 +2,7 @@
 //! property tests against a reference model.
 
 mod batch;
+mod divergence;
 mod epochs;
 mod events;
 mod instances;
@@ -45,10 +46,11 @@ impl Shard {
                 let offset = self.next_offset;
                 self.next_offset += 1;
                 self.log.push((offset, entry.clone()));
-                Ok(self
-                    .engine
+                let result = (self.engine)
                     .apply(entry, offset, true)
-                    .expect("a decided entry applies"))
+                    .expect("a decided entry applies");
+                assert_eq!(self.engine.divergence(), None, "a decided entry fits");
+                Ok(result)
             }
         }
     }

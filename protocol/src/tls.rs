@@ -1,4 +1,5 @@
-//! TLS and mutual TLS for clients (CONTRACT §3): rustls with the ring provider, TLS 1.2 and 1.3.
+//! TLS and mutual TLS for RCP1 clients and the server's PEM files (docs/security.md): rustls
+//! with the ring provider, TLS 1.2 and 1.3.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use rustls::ClientConnection;
 use serde_json::Value;
 
-use crate::protocol::frame::decode_frame;
 use smdb_client::{ClientTlsOptions, CLIENT_FRAME_BYTES_MAX};
+use smdb_protocol::frame::decode_frame;
 
 use super::setup;
 use super::stats::RunCounts;
@@ -663,7 +663,7 @@ fn poll_timeout_ms(left: Duration) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::message::encode_ok;
+    use smdb_protocol::envelope::encode_ok;
 
     #[test]
     fn ok_responses_take_the_fast_path() {

@@ -25,7 +25,7 @@ use commands::Output;
 use error::EXIT_USAGE;
 use session::Session;
 
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) if !e.use_stderr() => {

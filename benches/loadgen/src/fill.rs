@@ -186,9 +186,18 @@ fn check_recovered(opts: &Options, addr: &str, id: &str) -> Result<(), String> {
 
 /// Resident bytes of process `pid` (its VmRSS), read as the server's own metric reads it.
 pub fn vm_rss(pid: u32) -> Result<u64, String> {
-    crate::metrics::scrape::resident_bytes_of(&pid.to_string()).ok_or_else(|| {
+    resident_bytes_of(pid).ok_or_else(|| {
         format!("cannot read the resident size of process {pid} (/proc/{pid}/statm)")
     })
+}
+
+/// Resident bytes of process `pid` (`/proc/<pid>/statm`, second field, in pages).
+fn resident_bytes_of(pid: u32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions; it returns -1 on error, rejected below.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).ok().map(|p| p * pages)
 }
 
 #[cfg(test)]

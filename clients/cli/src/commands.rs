@@ -206,9 +206,10 @@ fn hash_token(out: &mut Output<'_>) -> Result<(), CliError> {
     if token.is_empty() {
         return Err(CliError::usage("hash-token: standard input holds no token"));
     }
-    let digest = smdb::auth::table::sha256(&token);
+    let digest = ring::digest::digest(&ring::digest::SHA256, &token);
     token.fill(0);
-    out.line(&smdb::auth::table::hex(&digest))
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    out.line(&hex)
 }
 
 /// Reads a PUT_MACHINE file: `{machine, version, definition}`, or a bare definition when

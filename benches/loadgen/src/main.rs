@@ -1,13 +1,13 @@
-//! `smdb-bench`: closed-loop load generator for smdb (library code in `smdb::bench`).
+//! `smdb-bench`: closed-loop load generator for smdb (library code in `smdb_bench`).
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use smdb::bench::Options;
+use smdb_bench::Options;
 
 fn main() -> ExitCode {
     let opts = Options::parse();
-    match smdb::bench::run(&opts) {
+    match smdb_bench::run(&opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("smdb-bench: {e}");

@@ -7,9 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use shards::engine::write_u64;
-
-use crate::protocol::frame::{begin_frame, finish_frame};
+use smdb_protocol::frame::{begin_frame, finish_frame};
 
 use super::rng::Rng;
 
@@ -364,12 +362,17 @@ impl RequestWriter {
     }
 }
 
+/// Appends `n` in decimal.
+pub(crate) fn write_u64(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::frame::{decode_frame, FRAME_PAYLOAD_BYTES_DEFAULT};
-    use crate::protocol::parse_request;
     use serde_json::Value;
+    use smdb_protocol::frame::{decode_frame, FRAME_PAYLOAD_BYTES_DEFAULT};
+    use smdb_protocol::parse_request;
 
     fn decode(out: &[u8]) -> Value {
         let (range, used) = decode_frame(out, FRAME_PAYLOAD_BYTES_DEFAULT)
