@@ -19,7 +19,7 @@ T=${CARGO_TARGET_DIR:-target}/release
 PORT=${PORT:-7611}
 for r in $(seq 1 "$ROUNDS"); do
     dir=$(mktemp -d)
-    printf '[network]\nbind_addr = "127.0.0.1:%s"\n[storage]\ndata_dir = "%s/data"\n[metrics]\nenabled = false\n' \
+    printf '[network]\nbind_addr = "127.0.0.1:%s"\n[storage]\ndata_dir = "%s/data"\n[metrics]\nenabled = false\n[http]\nenabled = false\n' \
         "$PORT" "$dir" >"$dir/smdb.toml"
     "$T/smdb-server" --config "$dir/smdb.toml" >"$dir/log" 2>&1 &
     server=$!

@@ -60,6 +60,8 @@ snapshot_every_entries = 1000000000
 count = $SHARDS
 [metrics]
 enabled = false
+[http]
+enabled = false
 EOF
 
 # start: runs the server in the background, sets PID and ADDR once it listens.

@@ -64,9 +64,9 @@ def main():
     port = free_port()
     pcfg, rcfg = os.path.join(work, "primary.toml"), os.path.join(work, "replica.toml")
     write_config(pcfg, f"""[network]\nbind_addr = "127.0.0.1:{port}"\n[storage]\ndata_dir = "{work}/p"
-[metrics]\nenabled = true\nbind_addr = "127.0.0.1:0"\n[replication]\nrole = "primary"\n""")
+[metrics]\nenabled = true\nbind_addr = "127.0.0.1:0"\n[http]\nenabled = false\n[replication]\nrole = "primary"\n""")
     write_config(rcfg, f"""[network]\nbind_addr = "127.0.0.1:0"\n[storage]\ndata_dir = "{work}/r"
-[metrics]\nenabled = true\nbind_addr = "127.0.0.1:0"\n[replication]\nrole = "replica"
+[metrics]\nenabled = true\nbind_addr = "127.0.0.1:0"\n[http]\nenabled = false\n[replication]\nrole = "replica"
 upstream = "127.0.0.1:{port}"\nreplica_id = "soak"\nreconnect_max_ms = 1000\n""")
     plog, rlog = open(os.path.join(work, "primary.log"), "w"), open(os.path.join(work, "replica.log"), "a")
     prim, paddr, pmaddr, _ = start(pcfg, plog)

@@ -39,7 +39,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 start() {
     local name=$1 cfg=$2 nice=${3:-0} dir="$OUT/$1-$RANDOM"
     mkdir -p "$dir"
-    printf '%s\n[storage]\ndata_dir = "%s/data"\n[metrics]\nenabled = false\n' "$cfg" "$dir" >"$dir/smdb.toml"
+    printf '%s\n[storage]\ndata_dir = "%s/data"\n[metrics]\nenabled = false\n[http]\nenabled = false\n' "$cfg" "$dir" >"$dir/smdb.toml"
     nice -n "$nice" "$SERVER" --config "$dir/smdb.toml" >"$dir/stdout" 2>"$dir/log" &
     PIDS+=($!)
     for _ in $(seq 1 200); do

@@ -80,7 +80,7 @@ def main():
     with open(cfg, "w") as f:
         f.write(f'[network]\nbind_addr = "127.0.0.1:0"\n[storage]\ndata_dir = "{d}/data"\n'
                 'fsync = "never"\nsnapshot_every_entries = 1000000000\n'
-                '[metrics]\nenabled = true\nbind_addr = "127.0.0.1:0"\n')
+                '[metrics]\nenabled = true\nbind_addr = "127.0.0.1:0"\n[http]\nenabled = false\n')
     log = open(os.path.join(d, "server.log"), "w")
     p, addr, maddr, _ = start(cfg, log)
     try:

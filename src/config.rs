@@ -34,6 +34,7 @@ pub struct Config {
     pub tls: Tls,
     pub replication: Replication,
     pub subscriptions: Subscriptions,
+    pub http: Http,
     /// Sync replication timeout (spec §1 puts this key at the top level).
     pub sync_timeout_ms: Option<u64>,
 }
@@ -292,6 +293,61 @@ impl Default for Subscriptions {
     }
 }
 
+/// `[http]`: the HTTP API and console listener (docs/http.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http {
+    pub enabled: bool,
+    pub bind_addr: String,
+    /// HTTP connections open at once across fronts (event streams included); more get 503.
+    pub max_connections: u32,
+    /// Serve the web console at `/` (the API is served either way).
+    pub console: bool,
+    /// `Host` values accepted besides the bound address (DNS rebinding guard), `host` or
+    /// `host:port`.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            enabled: true,
+            bind_addr: "127.0.0.1:7480".into(),
+            max_connections: 1024,
+            console: true,
+            allowed_hosts: Vec::new(),
+        }
+    }
+}
+
+/// Longest `http.allowed_hosts` entry (a DNS name is at most 253 bytes, plus `:port`).
+const ALLOWED_HOST_BYTES_MAX: usize = 260;
+
+impl Http {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        resolve_addr("http.bind_addr", &self.bind_addr)?;
+        if self.max_connections == 0 {
+            return Err(ConfigError("http.max_connections must be >= 1".into()));
+        }
+        for (i, h) in self.allowed_hosts.iter().enumerate() {
+            let ok = !h.is_empty()
+                && h.len() <= ALLOWED_HOST_BYTES_MAX
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b));
+            if !ok {
+                return Err(ConfigError(format!(
+                    "http.allowed_hosts[{i}]: {:?} is not a host or host:port",
+                    smdb_protocol::codes::quote(h)
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A configuration problem, reported as one line.
 #[derive(Debug)]
 pub struct ConfigError(pub String);
@@ -381,6 +437,7 @@ impl Config {
         }
         self.validate_shards()?;
         self.validate_storage()?;
+        self.http.validate()?;
         let queue = self.subscriptions.queue_max;
         if queue == 0 || queue > SUBSCRIPTION_QUEUE_MAX {
             return err(format!(
@@ -509,6 +566,32 @@ mod tests {
         assert!(Config::from_toml("[shards]\ncount = 0").is_err());
         assert!(Config::from_toml("[shards]\ncount = 2\ncores = [1]").is_err());
         assert!(Config::from_toml("[replication]\nrole = \"replica\"").is_err());
+    }
+
+    #[test]
+    fn http_defaults_and_bad_values_name_the_key() {
+        let c = Config::from_toml("").unwrap();
+        assert!(c.http.enabled && c.http.console);
+        assert_eq!(c.http.bind_addr, "127.0.0.1:7480");
+        assert_eq!(c.http.max_connections, 1024);
+        let cases = [
+            ("[http]\nbind_addr = \"nowhere\"", "http.bind_addr"),
+            ("[http]\nmax_connections = 0", "http.max_connections"),
+            ("[http]\nallowed_hosts = [\"a b\"]", "http.allowed_hosts[0]"),
+            ("[http]\nallowed_hosts = [\"\"]", "http.allowed_hosts[0]"),
+            ("[http]\nport = 1", "port"),
+        ];
+        for (text, key) in cases {
+            let e = Config::from_toml(text).unwrap_err();
+            assert!(e.0.contains(key), "{text}: {}", e.0);
+        }
+        let c = Config::from_toml("[http]\nenabled = false\nbind_addr = \"nowhere\"").unwrap();
+        assert!(!c.http.enabled);
+        let hosts = "[http]\nallowed_hosts = [\"smdb.example.com\", \"[::1]:7480\"]";
+        assert_eq!(
+            Config::from_toml(hosts).unwrap().http.allowed_hosts.len(),
+            2
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! * `server`: executors and wiring; fronts (accept, sessions, routing); control executor.
 //! * `shard`: the shard executor runtime around the engine of the `shards` crate.
 //! * `subscriptions`: WATCH_* and UNWATCH on the front, pushes to subscribers.
+//! * `http`: the HTTP API and the web console, a second codec on the fronts.
 //! * `metrics`: counters per executor, gathered on the control executor and served over HTTP.
 //! * `logging`: text or JSON log lines, request-completed lines.
 //! * `tls`: TLS (and mutual TLS) on the client port (the client side is in `smdb_protocol::tls`).
@@ -17,6 +18,7 @@
 pub mod auth;
 pub mod config;
 pub mod datadir;
+pub mod http;
 pub mod limits;
 pub mod logging;
 pub mod metrics;

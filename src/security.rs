@@ -47,6 +47,9 @@ impl Settings {
 /// The settings in force, shared by every front.
 pub struct Live {
     current: RwLock<Arc<Settings>>,
+    /// Bumped by every reload that swapped settings in: an HTTP event stream polls it and
+    /// checks its token again when it moves.
+    generation: std::sync::atomic::AtomicU64,
     /// The `--config` file a reload re-reads (`None`: embedded defaults, nothing to reload).
     config_path: Option<PathBuf>,
 }
@@ -55,6 +58,7 @@ impl Live {
     pub fn new(config: &Config, config_path: Option<PathBuf>) -> Result<Arc<Live>, String> {
         Ok(Arc::new(Live {
             current: RwLock::new(Arc::new(Settings::from_config(config)?)),
+            generation: Default::default(),
             config_path,
         }))
     }
@@ -68,6 +72,11 @@ impl Live {
             .clone()
     }
 
+    /// How many reloads have swapped settings in (one atomic load).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Re-reads the config file and swaps in its `auth` and `tls` settings, or keeps the
     /// running ones and returns the reason (naming the file and key).
     pub fn reload(&self) -> Result<String, String> {
@@ -78,6 +87,7 @@ impl Live {
         let next = Arc::new(Settings::from_config(&config)?);
         let line = next.describe();
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = next;
+        (self.generation).fetch_add(1, std::sync::atomic::Ordering::Release);
         Ok(line)
     }
 }

@@ -298,6 +298,7 @@ fn help_is_complete_for_every_subcommand() {
         "put-machine",
         "get-machine",
         "list-machines",
+        "diagram",
         "create",
         "get",
         "list",

@@ -294,7 +294,7 @@ fn json_mode_writes_only_json_lines_on_stdout_and_stderr() {
     std::fs::write(
         &unusable,
         format!(
-            "[logging]\nformat = \"json\"\n[network]\nbind_addr = \"127.0.0.1:0\"\n[metrics]\nenabled = false\n[storage]\ndata_dir = \"{}\"\n",
+            "[logging]\nformat = \"json\"\n[network]\nbind_addr = \"127.0.0.1:0\"\n[metrics]\nenabled = false\n[http]\nenabled = false\n[storage]\ndata_dir = \"{}\"\n",
             file.join("data").display()
         ),
     )

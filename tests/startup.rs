@@ -136,7 +136,7 @@ fn a_relative_data_dir_such_as_the_default_works() {
     std::fs::write(
         &cfg,
         "[network]\nbind_addr = \"127.0.0.1:0\"\n[storage]\ndata_dir = \"./data\"\n\
-         [metrics]\nenabled = false\n",
+         [metrics]\nenabled = false\n[http]\nenabled = false\n",
     )
     .unwrap();
     let mut child = std::process::Command::new(BIN)

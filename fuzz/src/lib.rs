@@ -15,6 +15,7 @@
 mod apply_event;
 mod auth;
 mod frame_decoder;
+mod http;
 mod proxy_header;
 mod request_parser;
 mod tls_frame_reader;
@@ -22,6 +23,7 @@ mod tls_frame_reader;
 pub use apply_event::apply_event_differential;
 pub use auth::{auth, AUTH_TOKEN};
 pub use frame_decoder::{frame_decoder, FRAME_PAYLOAD_MAX};
+pub use http::{http_request, http_router};
 pub use proxy_header::proxy_header;
 pub use request_parser::request_parser;
 pub use tls_frame_reader::tls_frame_reader;

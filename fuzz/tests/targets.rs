@@ -557,3 +557,46 @@ fn libfuzzer_findings_stay_fixed() {
         smdb_fuzz::request_parser(request.as_bytes());
     }
 }
+
+/// Well-formed HTTP requests to the API's paths, for the parser and router to bend.
+fn http_requests() -> impl Strategy<Value = Vec<u8>> {
+    let method = prop::sample::select(vec!["GET", "POST", "PUT", "DELETE", "PATCH"]);
+    let path = prop::sample::select(vec![
+        "/machines",
+        "/machines/order/versions/1",
+        "/machines/order/versions/1/diagram?format=svg",
+        "/instances?machine=order&limit=2",
+        "/instances/o%2F1/events",
+        "/stream?machines=order",
+        "/batch",
+        "/",
+    ]);
+    let body = prop::sample::select(vec!["", r#"{"event":"pay","payload":{"amount":1}}"#]);
+    (method, path, body).prop_map(|(m, p, b)| {
+        let framing = if b.is_empty() {
+            String::new()
+        } else {
+            format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len())
+        };
+        format!("{m} {p} HTTP/1.1\r\nHost: 127.0.0.1:7480\r\n{framing}\r\n{b}").into_bytes()
+    })
+}
+
+proptest! {
+    #![proptest_config(cases(8192))]
+
+    #[test]
+    fn http_request_on_arbitrary_bytes(data in bytes(256)) {
+        smdb_fuzz::http_request(&data);
+    }
+
+    #[test]
+    fn http_request_on_bent_requests(data in bent(http_requests())) {
+        smdb_fuzz::http_request(&data);
+    }
+
+    #[test]
+    fn http_router_on_arbitrary_bytes(data in bytes(256)) {
+        smdb_fuzz::http_router(&data);
+    }
+}

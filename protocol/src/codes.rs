@@ -145,10 +145,18 @@ pub struct Rejection {
 }
 
 impl Rejection {
+    /// A refusal; a message longer than `MESSAGE_BYTES_MAX` is cut (on a character boundary,
+    /// ending in `…`), so no message can carry a client's large value back whole.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        let mut message = message.into();
+        if message.len() > MESSAGE_BYTES_MAX {
+            let end = floor_char_boundary(&message, MESSAGE_BYTES_MAX);
+            message.truncate(end);
+            message.push('…');
+        }
         Rejection {
             code,
-            message: message.into(),
+            message,
             details: Map::new(),
         }
     }
@@ -164,16 +172,28 @@ impl Rejection {
 /// value must not come back whole (over HTTP that would make the server a reflector).
 pub const QUOTE_BYTES_MAX: usize = 64;
 
+/// Longest error message, in bytes: the net under every message (serde's messages, say, name
+/// an unknown field whole); a longer one is cut by `Rejection::new`.
+pub const MESSAGE_BYTES_MAX: usize = 512;
+
+const _: () = assert!(QUOTE_BYTES_MAX * 4 <= MESSAGE_BYTES_MAX);
+
 /// `value` cut to at most `QUOTE_BYTES_MAX` bytes on a character boundary, with `…` when cut.
 pub fn quote(value: &str) -> std::borrow::Cow<'_, str> {
     if value.len() <= QUOTE_BYTES_MAX {
         return value.into();
     }
-    let mut end = QUOTE_BYTES_MAX;
-    while !value.is_char_boundary(end) {
+    let end = floor_char_boundary(value, QUOTE_BYTES_MAX);
+    format!("{}…", &value[..end]).into()
+}
+
+/// The largest index at most `max` that is a character boundary of `s`.
+fn floor_char_boundary(s: &str, max: usize) -> usize {
+    let mut end = max.min(s.len());
+    while !s.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &value[..end]).into()
+    end
 }
 
 /// The shared vector of every code's facts, as `protocol/testdata/error_codes.json` holds it.
@@ -244,6 +264,14 @@ mod tests {
         let q = quote(&long);
         assert!(q.len() <= QUOTE_BYTES_MAX + '…'.len_utf8());
         assert!(q.ends_with('…'));
+    }
+
+    #[test]
+    fn long_messages_are_cut() {
+        let rej = Rejection::new(ErrorCode::BadRequest, "x".repeat(100_000));
+        assert_eq!(rej.message.len(), MESSAGE_BYTES_MAX + '…'.len_utf8());
+        let short = Rejection::new(ErrorCode::BadRequest, "short");
+        assert_eq!(short.message, "short");
     }
 
     /// The vector file matches this table (rewritten with SMDB_WRITE_VECTORS=1).

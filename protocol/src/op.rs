@@ -127,19 +127,36 @@ impl Method {
     }
 }
 
+/// What an HTTP path answers with, made from its op's result (docs/http.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpReply {
+    /// The op's `result` object as the JSON body.
+    Result,
+    /// GET_MACHINE's definition drawn (`?format=svg|dot|mermaid`).
+    Diagram,
+    /// A subscription's events as Server-Sent Events.
+    Stream,
+}
+
 /// One HTTP path that runs an op; `{name}` segments are path parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpRoute {
     pub method: Method,
     pub path: &'static str,
+    pub reply: HttpReply,
 }
 
-/// `http!(Get, "/path")`: one `HttpRoute` (a struct literal, so rows stay constants).
+/// `http!(Get, "/path")`: one `HttpRoute` answering with the op's result; `http!(Get, "/path",
+/// Diagram)` names another reply (a struct literal, so rows stay constants).
 macro_rules! http {
     ($method:ident, $path:literal) => {
+        http!($method, $path, Result)
+    };
+    ($method:ident, $path:literal, $reply:ident) => {
         HttpRoute {
             method: Method::$method,
             path: $path,
+            reply: HttpReply::$reply,
         }
     };
 }
@@ -278,6 +295,7 @@ op_table! {
         http: &[
             http!(Get, "/machines/{machine}"),
             http!(Get, "/machines/{machine}/versions/{version}"),
+            http!(Get, "/machines/{machine}/versions/{version}/diagram", Diagram),
         ],
     },
     ListMachines = "LIST_MACHINES" {
@@ -285,6 +303,14 @@ op_table! {
         effect: Effect::Read, batch: false, route: Route::Definitions,
         follower: Follower::Serve, fenced: false,
         http: &[http!(Get, "/machines")],
+    },
+    /// Live instance counts per state of one machine (all versions), from every shard's
+    /// counters: no instance is visited.
+    MachineStats = "MACHINE_STATS" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Route::AllShards,
+        follower: Follower::Serve, fenced: false,
+        http: &[http!(Get, "/machines/{machine}/stats")],
     },
     CreateInstance = "CREATE_INSTANCE" {
         need: Need::Scope(Scope::Write), before_hello: false,
@@ -327,14 +353,14 @@ op_table! {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Route::Subscriptions,
         follower: Follower::Serve, fenced: false,
-        http: &[http!(Get, "/stream")],
+        http: &[http!(Get, "/stream", Stream)],
     },
     /// Pushes every matching event of every shard (HTTP: `GET /stream`).
     WatchAll = "WATCH_ALL" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Route::Subscriptions,
         follower: Follower::Serve, fenced: false,
-        http: &[http!(Get, "/stream")],
+        http: &[http!(Get, "/stream", Stream)],
     },
     Unwatch = "UNWATCH" {
         need: Need::Scope(Scope::Read), before_hello: false,
@@ -445,6 +471,7 @@ mod tests {
             (Op::PutMachine, admin, Effect::Write, false, Route::AllShards, refuse, false),
             (Op::GetMachine, read, Effect::Read, false, Route::Definitions, serve, false),
             (Op::ListMachines, read, Effect::Read, false, Route::Definitions, serve, false),
+            (Op::MachineStats, read, Effect::Read, false, Route::AllShards, serve, false),
             (Op::CreateInstance, write, Effect::Write, true, Route::Instance, refuse, false),
             (Op::GetInstance, read, Effect::Read, true, Route::Instance, serve, false),
             (Op::ListInstances, read, Effect::Read, false, Route::AllShards, serve, false),

@@ -51,6 +51,31 @@ impl SessionAuth {
         }
     }
 
+    /// An HTTP request's authentication: its bearer token checked against `table` now (each
+    /// request stands alone). `None` with `auth.required` is `UNAUTHORIZED` for every op that
+    /// needs a scope; a token that matches no digest is `AUTH_FAILED`. Without
+    /// `auth.required` every request has every scope and a token is not looked at.
+    pub fn bearer(table: &Table, token: Option<&[u8]>) -> Result<SessionAuth, Rejection> {
+        let grant = match token {
+            Some(t) if table.required => Some(table.verify(t)?),
+            _ => None,
+        };
+        Ok(SessionAuth {
+            required: table.required,
+            grant,
+            failures: 0,
+        })
+    }
+
+    /// The scopes this session holds: every one when auth is not required.
+    pub fn scopes(&self) -> Scopes {
+        match (&self.grant, self.required) {
+            (_, false) => Scopes::ALL,
+            (Some(g), true) => g.scopes,
+            (None, true) => Scopes::default(),
+        }
+    }
+
     pub fn required(&self) -> bool {
         self.required
     }

@@ -18,7 +18,8 @@ use crate::config::Config;
 /// 16 MiB; 4 KiB is far above any generated token (a 32-byte random token is 44 in base64).
 pub const TOKEN_BYTES_MAX: usize = 4096;
 
-const DIGEST_BYTES: usize = 32;
+/// Bytes of a SHA-256 digest.
+pub const DIGEST_BYTES: usize = 32;
 
 /// What a successful AUTH grants a session.
 #[derive(Debug, Clone)]
@@ -112,15 +113,28 @@ impl Table {
             )
             .with("supported", vec!["bearer"]));
         }
-        if p.token.0.len() > TOKEN_BYTES_MAX {
-            return Err(failed());
-        }
-        let presented = sha256(p.token.0.as_bytes());
+        self.verify(p.token.0.as_bytes())
+    }
+
+    /// Checks a presented bearer token (AUTH's, or HTTP's `Authorization: Bearer`) against
+    /// every configured digest. The caller wipes its copy; nothing here keeps or logs it.
+    pub fn verify(&self, token: &[u8]) -> Result<Grant, Rejection> {
+        self.verify_digest(&Self::digest(token).ok_or_else(failed)?)
+    }
+
+    /// The digest a presented token is compared by (`None`: longer than `TOKEN_BYTES_MAX`).
+    /// An HTTP event stream keeps it to check its token again after a reload.
+    pub fn digest(token: &[u8]) -> Option<[u8; DIGEST_BYTES]> {
+        (token.len() <= TOKEN_BYTES_MAX).then(|| sha256(token))
+    }
+
+    /// `verify` for a token already hashed by `digest`.
+    pub fn verify_digest(&self, presented: &[u8; DIGEST_BYTES]) -> Result<Grant, Rejection> {
         // Every digest is compared, whatever matched before: the time taken does not depend on
         // which token (if any) the presented one is.
         let mut found = None;
         for t in &self.tokens {
-            if equal_in_constant_time(&presented, &t.digest) && found.is_none() {
+            if equal_in_constant_time(presented, &t.digest) && found.is_none() {
                 found = Some(&t.grant);
             }
         }

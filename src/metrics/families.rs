@@ -39,8 +39,13 @@ pub fn registry(s: &Scrape) -> Registry {
     counter(
         &mut r,
         "svc_auth_failures_total",
-        "Failed AUTH requests (wrong token or method)",
-        s.fronts.errors[Op::Auth.index()][ErrorCode::AuthFailed.index()],
+        "Failed AUTH requests (wrong token or method), and HTTP requests with a bad bearer token",
+        // AUTH_FAILED arises only there: an RCP1 AUTH, or any op over HTTP.
+        s.fronts
+            .errors
+            .iter()
+            .map(|codes| codes[ErrorCode::AuthFailed.index()])
+            .sum(),
     );
     machines(&mut r, &s.shards);
     timers(&mut r, &s.shards);

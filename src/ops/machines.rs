@@ -48,3 +48,15 @@ pub fn list_query(raw: Option<&[u8]>) -> Result<(), Rejection> {
     let _: ListParams = parse(raw)?;
     Ok(())
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatsParams {
+    machine: String,
+}
+
+/// MACHINE_STATS params: the machine's name.
+pub fn stats_query(raw: Option<&[u8]>) -> Result<String, Rejection> {
+    let p: StatsParams = parse(raw)?;
+    Ok(p.machine)
+}

@@ -13,7 +13,7 @@
 //! - `preflight`: a new replica learns the primary's shard count before its shards start.
 //! - `wire`: the stream's frames.
 
-mod base64;
+pub mod base64;
 pub mod follower;
 pub mod gate;
 pub mod hub;

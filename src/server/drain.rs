@@ -69,6 +69,11 @@ impl FrontDrain {
         }
     }
 
+    /// Resolves once the drain has begun (at once if it has).
+    pub async fn stopped(&self) {
+        self.wait().await
+    }
+
     fn wait(&self) -> StopWait<'_> {
         let key = self.next.get();
         self.next.set(key + 1);

@@ -98,6 +98,30 @@ fn id_of(v: &Value) -> &str {
     v.get("id").and_then(Value::as_str).unwrap_or("")
 }
 
+/// MACHINE_STATS: every shard's counts of the machine's instances per state, summed
+/// (`{machine, states: {name: count}}`).
+pub async fn machine_stats(router: &Router, params: Option<Vec<u8>>) -> Reply {
+    let machine = crate::ops::machines::stats_query(params.as_deref())?;
+    let mut states = serde_json::Map::new();
+    for shard in 0..router.shard_count() {
+        let call = ShardCall::Op {
+            op: Op::MachineStats,
+            params: params.clone(),
+        };
+        let ReplyBody::Value(Value::Object(counts)) = router.call(shard, call).await? else {
+            return Err(unexpected());
+        };
+        for (state, n) in counts {
+            let sum = states.get(&state).and_then(Value::as_u64).unwrap_or(0);
+            states.insert(state, (sum + n.as_u64().unwrap_or(0)).into());
+        }
+    }
+    let body = json!({ "machine": machine, "states": states });
+    Ok(ReplyBody::Json(
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
+}
+
 /// Per-shard INFO figures, in shard order.
 pub async fn shard_infos(router: &Router) -> Result<Vec<Value>, Rejection> {
     let mut out = Vec::new();

@@ -68,6 +68,8 @@ pub struct FrontSetup {
     pub peers: Arc<Peers>,
     /// Told (once) when this front has finished draining.
     pub drained: std::sync::mpsc::Sender<()>,
+    /// The HTTP listener's socket for this front and the `[http]` settings (`http.enabled`).
+    pub http: Option<crate::http::FrontHttp>,
 }
 
 /// What every connection task on this executor shares.
@@ -86,6 +88,8 @@ pub struct Front {
     pub peers: Arc<Peers>,
     /// Set when this front stops accepting (SIGTERM drain).
     pub drain: FrontDrain,
+    /// The HTTP API's settings (`None`: `http.enabled = false`).
+    pub http: Option<Arc<crate::http::Settings>>,
     active: Arc<AtomicU64>,
     open: RefCell<HashMap<u64, RawFd>>,
     next_conn: Cell<u64>,
@@ -96,6 +100,20 @@ impl Front {
     /// ones in force since the last SIGHUP reload.
     pub fn tls_for_new_connection(&self) -> Option<ServerTls> {
         self.live.current().tls.clone()
+    }
+
+    /// Records an accepted connection's socket (shut down by the stop-now path; the drain
+    /// waits until none is left). Returns its key for `untrack`.
+    pub fn track(&self, fd: RawFd) -> u64 {
+        let id = self.next_conn.get();
+        self.next_conn.set(id + 1);
+        self.open.borrow_mut().insert(id, fd);
+        id
+    }
+
+    /// The connection `id` is closing.
+    pub fn untrack(&self, id: u64) {
+        self.open.borrow_mut().remove(&id);
     }
 }
 
@@ -120,11 +138,16 @@ pub async fn run(setup: FrontSetup) {
         live: setup.live,
         peers: setup.peers,
         drain: FrontDrain::default(),
+        http: setup.http.as_ref().map(|h| h.settings.clone()),
         active: setup.active,
         open: RefCell::new(HashMap::new()),
         next_conn: Cell::new(0),
     });
     let gate = Gate::new();
+    if let Some(http) = &setup.http {
+        let accept = crate::http::listen::run(front.clone(), http.listener_fd, gate.clone());
+        glommio::spawn_local(accept).detach();
+    }
     // Accept until main writes a stop byte on the shutdown socket.
     let mut stop = loop {
         let accepted = futures_lite::future::or(async { Ok(listener.accept().await) }, async {
@@ -181,16 +204,14 @@ fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
         return;
     }
     front.stats.connection_opened();
-    let id = front.next_conn.get();
-    front.next_conn.set(id + 1);
-    front.open.borrow_mut().insert(id, stream.as_raw_fd());
+    let id = front.track(stream.as_raw_fd());
     let f = front.clone();
     let spawned = gate.spawn(async move {
         let mut stream = stream;
         if let Some(client) = peer::identify(&mut stream, &f).await {
             serve_stream(stream, f.clone(), client.addr).await;
         }
-        f.open.borrow_mut().remove(&id);
+        f.untrack(id);
         f.active.fetch_sub(1, Ordering::Relaxed);
         f.stats.connection_closed();
     });

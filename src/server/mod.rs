@@ -11,8 +11,9 @@ pub mod control;
 pub mod drain;
 pub mod fanout;
 pub mod front;
-mod idle;
+pub mod idle;
 pub mod peer;
+pub mod request;
 pub mod router;
 pub mod session;
 
@@ -110,6 +111,7 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
         .map(StdListener::local_addr)
         .transpose()
         .map_err(|e| e.to_string())?;
+    let http = bind_http(&config)?;
     let mut signals = Signals::install()?;
     let draining = Arc::new(drain::Draining::default());
     let peers = Arc::new(peer::Peers::default());
@@ -218,6 +220,16 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
             .map_err(|e| format!("dup listener: {e}"))?;
         let (stop, stop_fd) = socket_pair()?;
         shutdowns.push(stop);
+        let front_http = match &http {
+            Some((listener, settings)) => Some(crate::http::FrontHttp {
+                listener_fd: listener
+                    .try_clone()
+                    .map_err(|e| format!("dup http listener: {e}"))?
+                    .into_raw_fd(),
+                settings: settings.clone(),
+            }),
+            None => None,
+        };
         let setup = FrontSetup {
             index: i as u32,
             listener_fd: fd.into_raw_fd(),
@@ -232,6 +244,7 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
             live: live.clone(),
             peers: peers.clone(),
             drained: drained_tx.clone(),
+            http: front_http,
         };
         handles.push(spawn(&format!("front{i}"), *cpu, io_memory, move || {
             front::run(setup)
@@ -239,7 +252,16 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     }
     drop(listener);
     drop(drained_tx);
-    announce(&config, &local, shard_count, metrics_addr, &place);
+    let http_addr = http.map(|(listener, settings)| {
+        drop(listener);
+        settings.bound
+    });
+    let bound = Bound {
+        addr: local,
+        metrics: metrics_addr,
+        http: http_addr,
+    };
+    announce(&config, &bound, shard_count, &place);
 
     signals.wait(None);
     let network = &config.network;
@@ -338,21 +360,46 @@ fn wal_config(config: &Config, dir: std::path::PathBuf, shard: u32) -> WalConfig
     }
 }
 
-/// Prints the bound addresses on stdout (tests and scripts read them when binding port 0):
-/// `smdb-server listening on ADDR shards=N metrics=MADDR` (no ` metrics=` when disabled); with
-/// `logging.format = "json"`, one JSON line with the message `smdb-server listening` and the
-/// fields `addr`, `shards` and `metrics_addr` (absent when disabled).
-fn announce(
-    config: &Config,
-    addr: &SocketAddr,
-    shards: u32,
+/// Binds `http.bind_addr` (when `http.enabled`) and makes the settings every front shares.
+/// A listener on every interface with no `http.allowed_hosts` answers every request 421
+/// (no `Host` names it): said once at start-up.
+fn bind_http(config: &Config) -> Result<Option<(StdListener, Arc<crate::http::Settings>)>, String> {
+    if !config.http.enabled {
+        return Ok(None);
+    }
+    let listener = bind_exclusive("http.bind_addr", &config.http.bind_addr)?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    if bound.ip().is_unspecified() && config.http.allowed_hosts.is_empty() {
+        log::warn!(
+            "http.bind_addr {bound} listens on every interface: list the names clients use in \
+             http.allowed_hosts, or every request is refused (421)"
+        );
+    }
+    Ok(Some((
+        listener,
+        crate::http::Settings::new(bound, &config.http),
+    )))
+}
+
+/// The addresses the server listens on.
+struct Bound {
+    addr: SocketAddr,
     metrics: Option<SocketAddr>,
-    place: &Placements,
-) {
+    http: Option<SocketAddr>,
+}
+
+/// Prints the bound addresses on stdout (tests and scripts read them when binding port 0):
+/// `smdb-server listening on ADDR shards=N metrics=MADDR http=HADDR` (no ` metrics=` or
+/// ` http=` when disabled); with `logging.format = "json"`, one JSON line with the message
+/// `smdb-server listening` and the fields `addr`, `shards`, `metrics_addr` and `http_addr`
+/// (absent when disabled).
+fn announce(config: &Config, bound: &Bound, shards: u32, place: &Placements) {
+    let (addr, metrics, http) = (&bound.addr, bound.metrics, bound.http);
     match config.logging.format {
         crate::config::LogFormat::Text => {
             let metrics = metrics.map(|m| format!(" metrics={m}")).unwrap_or_default();
-            println!("smdb-server listening on {addr} shards={shards}{metrics}");
+            let http = http.map(|h| format!(" http={h}")).unwrap_or_default();
+            println!("smdb-server listening on {addr} shards={shards}{metrics}{http}");
         }
         crate::config::LogFormat::Json => {
             let mut line = serde_json::json!({
@@ -365,6 +412,9 @@ fn announce(
             });
             if let Some(m) = metrics {
                 line["metrics_addr"] = m.to_string().into();
+            }
+            if let Some(h) = http {
+                line["http_addr"] = h.to_string().into();
             }
             println!("{line}");
         }

@@ -1,25 +1,21 @@
-//! Per-connection session state and request dispatch (CONTRACT §3): HELLO first (PING and BYE
-//! allowed before it), then the authorization check (`auth::SessionAuth::check`) that every
-//! op passes, then ops answered here, routed to the owning shard, or fanned out.
+//! Per-connection session state and request dispatch (docs/protocol.md, "Session"): HELLO
+//! first (PING and BYE allowed before it), then the checks and routing every codec shares
+//! (`request.rs`: authorization, the follower gate, the owning shard or a fan-out), or the ops
+//! answered here.
 
 use std::rc::Rc;
 use std::time::Instant;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use shards::routing::shard_for;
 use shards::{ErrorCode, Rejection};
 
 use super::connection::{completed, Conn, Pending};
-use super::fanout;
 use super::front::Front;
-use super::router::Reply;
+use super::request::{self, Version};
 use crate::auth::{AuthOutcome, SessionAuth};
 use crate::ops::params::parse;
-use crate::ops::route::route_key;
 use crate::protocol::{encode_error, encode_ok, parse_request, Op, Route};
-use crate::shard::{ReplyBody, ShardCall};
-use crate::util::slot::Slot;
 
 /// The protocol versions this server speaks (spec §9: the present protocol is 1).
 pub const SUPPORTED_PROTOCOLS: [i64; 1] = [1];
@@ -93,7 +89,8 @@ impl Session {
     }
 
     /// The checks every request passes before it runs, in order: a known op, HELLO first,
-    /// authorization, the follower gate. Refusals name the op they are counted under.
+    /// then the checks every codec shares (`request::admit`: authorization, the follower
+    /// gate). Refusals name the op they are counted under.
     fn admit(&self, name: &str, front: &Front) -> Result<Op, (Op, Rejection)> {
         let Some(op) = Op::parse(name) else {
             let rej = Rejection::new(
@@ -107,8 +104,7 @@ impl Session {
             let rej = Rejection::new(ErrorCode::HelloRequired, "send HELLO first");
             return Err((op, rej));
         }
-        self.auth.check(op).map_err(|rej| (op, rej))?;
-        crate::replication::gate::check(&front.info.replication, op).map_err(|rej| (op, rej))?;
+        request::admit(op, &self.auth, front).map_err(|rej| (op, rej))?;
         Ok(op)
     }
 
@@ -117,19 +113,24 @@ impl Session {
         let op = req.op;
         let started = match op.facts().route {
             Route::Session => return self.session_op(req, conn, front),
-            Route::Control => Ok((self.replication_op(op, req.params, conn, front).await, None)),
+            Route::Control if op == Op::Replicate => self
+                .replicate(req.params, conn, front)
+                .await
+                .map(|slot| (slot, None)),
             Route::Subscriptions => {
                 crate::subscriptions::dispatch(op, req.params, &conn.subs, front)
                     .map(|slot| (slot, None))
-                    .ok_or_else(no_dispatcher)
+                    .ok_or_else(request::no_dispatcher)
             }
             Route::Instance
             | Route::Definitions
             | Route::AllShards
             | Route::Batch
+            | Route::Control
             | Route::Label => {
                 let mut instance_id = None;
-                dispatch(op, req.params, front, &self.auth, &mut instance_id)
+                let version = Version::Untagged;
+                request::start(op, req.params, front, &self.auth, version, &mut instance_id)
                     .await
                     .map(|slot| (slot, instance_id))
             }
@@ -203,35 +204,23 @@ impl Session {
         }
     }
 
-    /// REPLICATE (the connection becomes a stream), REPLICATION_STATUS and PROMOTE: relayed to
-    /// the control executor. Without a replication role: REPLICATION_STATUS says so, the
-    /// others are refused.
-    async fn replication_op(
+    /// REPLICATE: the connection becomes a replication stream, relayed to the control
+    /// executor; refused without a replication role.
+    async fn replicate(
         &mut self,
-        op: Op,
         params: Option<&[u8]>,
         conn: &Rc<Conn>,
         front: &Rc<Front>,
-    ) -> super::router::ReplySlot {
+    ) -> Result<super::router::ReplySlot, Rejection> {
         let Some(relay) = &front.relay else {
-            let slot = Slot::new();
-            slot.fill(match op {
-                Op::ReplicationStatus => Ok(ReplyBody::Json(
-                    br#"{"role":"standalone","replicas":[]}"#.to_vec(),
-                )),
-                _ => Err(crate::replication::relay::not_running()),
-            });
-            return slot;
+            return Err(crate::replication::relay::not_running());
         };
-        if op != Op::Replicate {
-            return relay.call(op, params).await;
-        }
         let (link, slot) = relay.open(conn, params, String::new()).await;
         self.stream = Some(StreamLink {
             relay: relay.clone(),
             link,
         });
-        slot
+        Ok(slot)
     }
 
     fn hello(&mut self, params: Option<&[u8]>, front: &Front) -> Result<Value, Rejection> {
@@ -276,112 +265,6 @@ struct Request<'a> {
     op: Op,
     params: Option<&'a [u8]>,
     started: Instant,
-}
-
-/// Starts an op that a shard (or several) answers; returns the slot its reply lands in and sets
-/// `instance_id` to the instance the op names, if any (for its log line).
-async fn dispatch(
-    op: Op,
-    params: Option<&[u8]>,
-    front: &Rc<Front>,
-    auth: &SessionAuth,
-    instance_id: &mut Option<Box<str>>,
-) -> Result<super::router::ReplySlot, Rejection> {
-    let router = &front.router;
-    let owned = || params.map(<[u8]>::to_vec);
-    match (op.facts().route, op) {
-        (Route::Instance, _) => {
-            let id = route_key(params)?;
-            let shard = shard_for(&id, router.shard_count());
-            *instance_id = Some(id.into());
-            Ok(router
-                .start(
-                    shard,
-                    ShardCall::Op {
-                        op,
-                        params: owned(),
-                    },
-                )
-                .await)
-        }
-        (Route::Batch, _) => {
-            // The batch's ops, typed, parsed once; each passes the session's check.
-            let batch = crate::ops::batch::parse_batch(params)?;
-            auth.check_each(batch.ops.iter().map(|item| item.op))?;
-            let repl = &front.info.replication;
-            crate::replication::gate::check_batch(repl, batch.ops.iter().map(|item| item.op))?;
-            super::batch::start(front, batch).await
-        }
-        (Route::Definitions, _) => {
-            let call = ShardCall::Op {
-                op,
-                params: owned(),
-            };
-            Ok(router.start(fanout::DEFINITIONS_SHARD, call).await)
-        }
-        (Route::AllShards, Op::PutMachine) => Ok(spawn_fanout(front, owned(), |f, p| async move {
-            fanout::put_machine(&f.router, p).await
-        })),
-        (Route::AllShards, Op::ListInstances) => {
-            Ok(spawn_fanout(front, owned(), |f, p| async move {
-                fanout::list_instances(&f.router, p).await
-            }))
-        }
-        (Route::AllShards, Op::Info) => Ok(spawn_fanout(front, owned(), |f, _| async move {
-            info(&f).await
-        })),
-        _ => Err(no_dispatcher()),
-    }
-}
-
-/// An op whose route has no code to run it: a bug, answered as one.
-fn no_dispatcher() -> Rejection {
-    Rejection::new(ErrorCode::InternalError, "op has no dispatcher")
-}
-
-/// Runs a multi-shard op as its own task; its result lands in the returned slot.
-fn spawn_fanout<F, Fut>(
-    front: &Rc<Front>,
-    params: Option<Vec<u8>>,
-    f: F,
-) -> super::router::ReplySlot
-where
-    F: FnOnce(Rc<Front>, Option<Vec<u8>>) -> Fut,
-    Fut: std::future::Future<Output = Reply> + 'static,
-{
-    let slot = Slot::new();
-    let fill = slot.clone();
-    let fut = f(front.clone(), params);
-    glommio::spawn_local(async move { fill.fill(fut.await) }).detach();
-    slot
-}
-
-async fn info(front: &Front) -> Reply {
-    let shards = fanout::shard_infos(&front.router).await?;
-    let sum = |k: &str| shards.iter().filter_map(|s| s[k].as_u64()).sum::<u64>();
-    let l = &front.limits;
-    let body = json!({
-        "server_name": "smdb",
-        "server_version": env!("CARGO_PKG_VERSION"),
-        "uptime_seconds": front.info.started.elapsed().as_secs(),
-        "role": front.info.replication.role_name(),
-        "shards": front.router.shard_count(),
-        "acceptor_cores": front.info.acceptor_cores,
-        "limits": {
-            "max_connections": l.max_connections,
-            "max_frame_bytes": l.max_frame_bytes,
-            "max_inflight_per_connection": l.max_inflight,
-            "idle_timeout_secs": l.idle_timeout.map_or(0, |d| d.as_secs()),
-        },
-        "connections": front.peers.info(l.proxy_protocol),
-        "instances": sum("instances"),
-        "machines": shards.first().and_then(|s| s["machines"].as_u64()).unwrap_or(0),
-        "wal": { "offset": sum("wal_offset"), "durable_offset": sum("wal_durable_offset") },
-        "shard_details": shards,
-    });
-    Ok(ReplyBody::Json(
-        serde_json::to_vec(&body).unwrap_or_default(),
-    ))
 }
 
 fn respond_ok(conn: &Conn, front: &Front, id: &str, op: Op, v: &Value, started: Instant) {

@@ -19,6 +19,15 @@ pub struct ShardRequest {
 pub enum ShardCall {
     /// A client op the shard executes from raw params (it parses them: the front stays light).
     Op { op: Op, params: Option<Vec<u8>> },
+    /// An instance op whose reply carries the instance's version (HTTP's `ETag`,
+    /// docs/http.md): answered `Versioned` when it succeeds. With `if_match = (epoch, offset)`
+    /// the op runs only if the log's entry at `offset` was written in `epoch` (else
+    /// `CONFLICT`); the op's own `expected_wal_offset` checks the offset.
+    Versioned {
+        op: Op,
+        params: Option<Vec<u8>>,
+        if_match: Option<(u64, u64)>,
+    },
     /// An atomic BATCH whose ops all route to this shard (`shard::batch`).
     Batch(BatchOps),
     /// Store machine definitions decided on shard 0 (idempotent).
@@ -98,6 +107,12 @@ pub enum SnapshotChunk {
 pub enum ReplyBody {
     /// The `result` object, already encoded as JSON text.
     Json(Vec<u8>),
+    /// `Versioned`: the result and the instance's version after the op, `(epoch, wal_offset)`.
+    Versioned {
+        result: Vec<u8>,
+        epoch: u64,
+        offset: u64,
+    },
     /// PUT_MACHINE on shard 0: the result and the definition entry to copy to other shards.
     Machine {
         result: Vec<u8>,

@@ -294,6 +294,14 @@ impl Shard {
                 Some((_, rej)) => (Err(rej), 0),
                 None => self.execute_op(op, params.as_deref()),
             },
+            ShardCall::Versioned {
+                op,
+                params,
+                if_match,
+            } => match self.follower_refuses(std::iter::once(op)) {
+                Some((_, rej)) => (Err(rej), 0),
+                None => self.execute_versioned(op, params.as_deref(), if_match),
+            },
             ShardCall::Batch(ops) => match self.follower_refuses(ops.iter().map(|i| i.op)) {
                 Some((index, rej)) => (Err(rej.with("index", index)), 0),
                 None => self.execute_batch(&ops),
@@ -368,6 +376,7 @@ impl Shard {
             Op::GetHistory => return self.get_history(params),
             Op::GetMachine => return (self.get_machine(params), head),
             Op::ListMachines => return (self.list_machines(params), head),
+            Op::MachineStats => return (self.machine_stats(params), head),
             _ => Err(Rejection::new(
                 ErrorCode::InternalError,
                 "op not served by a shard",
@@ -377,6 +386,37 @@ impl Shard {
             Ok(cmd) => self.write(&cmd),
             Err(rej) => (Err(rej), 0),
         }
+    }
+
+    /// An instance op whose success carries the instance's version: `needs` is the offset of
+    /// the instance's last entry on every success (a read's, a write's own, a replay's), so
+    /// the version is `(epoch_of(needs), needs)`.
+    fn execute_versioned(
+        &self,
+        op: Op,
+        params: Option<&[u8]>,
+        if_match: Option<(u64, u64)>,
+    ) -> Outcome {
+        if let Some((epoch, offset)) = if_match {
+            let actual = self.engine.borrow().epoch_of(offset);
+            if actual != epoch {
+                let msg = format!("If-Match names epoch {epoch} at offset {offset}; that entry is of epoch {actual}");
+                let rej = Rejection::new(ErrorCode::Conflict, msg)
+                    .with("expected_epoch", epoch)
+                    .with("actual_epoch", actual);
+                return (Err(rej), 0);
+            }
+        }
+        let (result, needs) = self.execute_op(op, params);
+        let result = result.map(|body| match body {
+            ReplyBody::Json(result) => ReplyBody::Versioned {
+                result,
+                epoch: self.engine.borrow().epoch_of(needs),
+                offset: needs,
+            },
+            other => other,
+        });
+        (result, needs)
     }
 
     /// decide → log → apply for one write command (APPLY_EVENT: `shard/event.rs`).
@@ -620,6 +660,15 @@ impl Shard {
             .map(|(m, versions)| json!({"machine": m, "versions": versions}))
             .collect();
         Ok(ReplyBody::Json(to_json(&json!({ "machines": machines }))))
+    }
+
+    /// MACHINE_STATS on this shard: `{state: count}` from the engine's counters.
+    fn machine_stats(&self, params: Option<&[u8]>) -> Result<ReplyBody, Rejection> {
+        let machine = ops::machines::stats_query(params)?;
+        let counts = self.engine.borrow().state_counts(&machine)?;
+        let states: serde_json::Map<String, Value> =
+            counts.into_iter().map(|(s, n)| (s, n.into())).collect();
+        Ok(ReplyBody::Value(Value::Object(states)))
     }
 
     fn info(&self) -> Value {

@@ -47,12 +47,15 @@ pub struct Filter {
     pub include_context: bool,
 }
 
-/// One event on its way to one subscription: `body` is the push's fields from `instance_id`
-/// to `payload` (and `context`/`replayed`), as JSON object members without braces; the front
-/// adds `type`, `subscription_id`, `shard`, `wal_offset` and `cursor`.
+/// One event on its way to the subscriptions `subs` of one client executor, which all get
+/// the same `body`: the push's fields from `instance_id` to `payload` (and
+/// `context`/`replayed`), as JSON object members without braces; the front adds `type`,
+/// `subscription_id`, `shard`, `wal_offset` and `cursor` per subscription. One message per
+/// (event, client, body), not per subscription: a thousand streams on one front cost the shard
+/// one body and one channel message per event.
 #[derive(Debug)]
 pub struct PushMsg {
-    pub sub: u64,
+    pub subs: Vec<u64>,
     pub shard: u32,
     pub offset: u64,
     pub body: Vec<u8>,
@@ -158,7 +161,8 @@ pub struct Registry {
     clients: RefCell<Vec<Option<ClientSubs>>>,
     /// Registered subscriptions, all clients together.
     count: Cell<usize>,
-    /// Pushes sitting in outboxes, waiting for durability or room on the channel (a gauge).
+    /// Push messages sitting in outboxes, waiting for durability or room on the channel (a
+    /// gauge; one message serves every matching subscription of one client).
     /// Bound: entries not yet durable (bounded by the clients' in-flight requests) times the
     /// subscriptions they match; the outbox waits for channel room, which the front's pump
     /// frees without ever waiting for a subscriber.
@@ -244,25 +248,37 @@ impl Registry {
         let mut plain: Option<Vec<u8>> = None;
         let mut with_context: Option<Vec<u8>> = None;
         for client in self.clients.borrow().iter().flatten() {
+            let (mut subs, mut ctx_subs) = (Vec::new(), Vec::new());
             for (sub, filter) in client.subs.iter().filter(|(_, f)| f.matches(&ev)) {
-                let body = if filter.include_context {
-                    with_context.get_or_insert_with(|| {
-                        let ctx = engine.instance(ev.instance_id).map(|i| &i.context);
-                        ev.body(ctx, false)
-                    })
-                } else {
-                    plain.get_or_insert_with(|| ev.body(None, false))
-                };
-                let push = PushMsg {
-                    sub: *sub,
-                    shard,
-                    offset,
-                    body: body.clone(),
-                };
-                self.pending.set(self.pending.get() + 1);
-                client.outbox.push_message(offset, ShardMessage::Push(push));
+                match filter.include_context {
+                    true => ctx_subs.push(*sub),
+                    false => subs.push(*sub),
+                }
+            }
+            if !ctx_subs.is_empty() {
+                let body = with_context.get_or_insert_with(|| {
+                    let ctx = engine.instance(ev.instance_id).map(|i| &i.context);
+                    ev.body(ctx, false)
+                });
+                self.send(client, shard, offset, ctx_subs, body.clone());
+            }
+            if !subs.is_empty() {
+                let body = plain.get_or_insert_with(|| ev.body(None, false));
+                self.send(client, shard, offset, subs, body.clone());
             }
         }
+    }
+
+    /// One push message on `client`'s outbox, released once `offset` is durable.
+    fn send(&self, client: &ClientSubs, shard: u32, offset: u64, subs: Vec<u64>, body: Vec<u8>) {
+        let push = PushMsg {
+            subs,
+            shard,
+            offset,
+            body,
+        };
+        self.pending.set(self.pending.get() + 1);
+        client.outbox.push_message(offset, ShardMessage::Push(push));
     }
 
     fn subscribe(&self, client: usize, sub: u64, filter: Filter) {

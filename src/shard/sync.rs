@@ -85,7 +85,10 @@ impl SyncState {
 /// Runs one call on a sync-mode shard: the reply's `needs`, and the time it was queued when it
 /// answers a client write that appended entries (it then waits for replicas too).
 pub(super) async fn run_call(shard: &Rc<Shard>, call: ShardCall) -> (Outcome, Option<Instant>) {
-    let write = matches!(call, ShardCall::Op { .. } | ShardCall::Batch(_));
+    let write = matches!(
+        call,
+        ShardCall::Op { .. } | ShardCall::Versioned { .. } | ShardCall::Batch(_)
+    );
     let before = shard.log.head();
     let outcome = shard.dispatch(call).await;
     let gate = (write && shard.log.head() > before).then(Instant::now);

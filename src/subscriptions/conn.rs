@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use glommio::sync::Gate;
 
-use super::sub::{End, Sub};
+use super::sub::{End, Framing, Sub};
 
 use super::table::Table;
 use crate::util::notify::Notify;
@@ -20,6 +20,8 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct ConnSubs {
     subs: RefCell<Vec<Rc<Sub>>>,
+    /// The connection's codec: how its subscriptions' frames are written.
+    pub framing: Framing,
     /// Wakes the connection writer: a subscription queued a frame or ended.
     pub ready: Notify,
     /// Driver tasks (set-up, replay, unsubscribe), awaited when the connection closes.
@@ -28,15 +30,31 @@ pub struct ConnSubs {
 
 impl Default for ConnSubs {
     fn default() -> Self {
-        ConnSubs {
-            subs: RefCell::new(Vec::new()),
-            ready: Notify::default(),
-            drivers: Gate::new(),
-        }
+        ConnSubs::new(Framing::Rcp1)
     }
 }
 
 impl ConnSubs {
+    /// The subscriptions of a connection speaking `framing`.
+    pub fn new(framing: Framing) -> ConnSubs {
+        ConnSubs {
+            subs: RefCell::new(Vec::new()),
+            framing,
+            ready: Notify::default(),
+            drivers: Gate::new(),
+        }
+    }
+
+    /// No subscription left (every one ended and written out, or none was made).
+    pub fn is_empty(&self) -> bool {
+        self.subs.borrow().is_empty()
+    }
+
+    /// Some subscription ended by lag (its notice may still be queued).
+    pub fn any_lagged(&self) -> bool {
+        self.subs.borrow().iter().any(|s| s.is_lagged())
+    }
+
     pub(super) fn add(&self, sub: Rc<Sub>) {
         self.subs.borrow_mut().push(sub);
     }

@@ -37,7 +37,10 @@ pub fn decode(cursor: &str, shards: u32) -> Result<Start, Rejection> {
     let bad = || {
         Rejection::new(
             ErrorCode::BadRequest,
-            format!("from_cursor {cursor:?} is not a cursor this server issued"),
+            format!(
+                "from_cursor {:?} is not a cursor this server issued",
+                smdb_protocol::codes::quote(cursor)
+            ),
         )
     };
     let mut parts = cursor.split('-');
@@ -79,5 +82,15 @@ mod tests {
             assert_eq!(e.code, ErrorCode::BadRequest, "{bad}");
         }
         assert!(decode("c1-1-2", 3).unwrap_err().message.contains("3"));
+    }
+
+    /// A bad 100 KB cursor comes back as a short prefix, not whole.
+    #[test]
+    fn a_huge_bad_cursor_is_quoted_short() {
+        let huge = format!("c1-{}", "9".repeat(100_000));
+        let e = decode(&huge, 1).unwrap_err();
+        assert!(e.message.len() < 200, "{}", e.message.len());
+        let huge = "x".repeat(100_000);
+        assert!(decode(&huge, 1).unwrap_err().message.len() < 200);
     }
 }

@@ -15,7 +15,6 @@ use super::conn::ConnSubs;
 use super::cursor;
 use crate::metrics::SubsStats;
 use crate::protocol::frame::{begin_frame, finish_frame};
-use crate::shard::subs::PushMsg;
 use crate::util::notify::Notify;
 
 /// Why a subscription ended.
@@ -32,6 +31,24 @@ pub enum End {
     Failed,
 }
 
+/// How a subscription's frames are written: the codec of its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Framing {
+    /// RCP1 frames around the push objects (docs/protocol.md, "Subscriptions").
+    #[default]
+    Rcp1,
+    /// Server-Sent Events: `id: <cursor>` and `data: <push object>` per event; the lag
+    /// notice is `event: lagged` (docs/http.md, "Event streams").
+    Sse,
+}
+
+/// A live push held while its shard is set up or replayed.
+struct Held {
+    shard: u32,
+    offset: u64,
+    body: Rc<[u8]>,
+}
+
 /// A frame waiting for the connection writer; `shard` is `None` for the lag notice.
 struct Queued {
     shard: Option<u32>,
@@ -42,7 +59,7 @@ struct Inner {
     /// Last delivered (or starting) offset per shard: the cursor.
     positions: Vec<u64>,
     /// Per shard: live pushes held while the shard is set up or replayed (`None` once live).
-    held: Vec<Option<VecDeque<PushMsg>>>,
+    held: Vec<Option<VecDeque<Held>>>,
     watched: Vec<bool>,
     queue: VecDeque<Queued>,
 }
@@ -52,6 +69,7 @@ pub struct Sub {
     /// `subscriptions.queue_max`: frames queued (and pushes held per shard) at most. Policy
     /// when full: the subscription ends with a lag notice; writers never wait.
     queue_max: usize,
+    framing: Framing,
     stats: Arc<SubsStats>,
     conn: Weak<ConnSubs>,
     inner: RefCell<Inner>,
@@ -72,6 +90,7 @@ impl Sub {
         id: u64,
         watched: Vec<bool>,
         queue_max: usize,
+        framing: Framing,
         stats: Arc<SubsStats>,
         conn: Weak<ConnSubs>,
     ) -> Rc<Sub> {
@@ -80,6 +99,7 @@ impl Sub {
         Rc::new(Sub {
             id,
             queue_max: queue_max.max(1),
+            framing,
             stats,
             conn,
             inner: RefCell::new(Inner {
@@ -117,12 +137,13 @@ impl Sub {
         cursor::encode(&self.inner.borrow().positions)
     }
 
-    /// A live push from the pump: held while its shard is not live yet, else queued.
-    pub fn deliver(&self, p: PushMsg) {
+    /// A live push (event `offset` of `shard`) from the pump: held while its shard is not
+    /// live yet, else queued.
+    pub fn deliver(&self, shard: u32, offset: u64, body: &Rc<[u8]>) {
         if self.is_ended() {
             return;
         }
-        let k = p.shard as usize;
+        let k = shard as usize;
         {
             let mut inner = self.inner.borrow_mut();
             if !inner.watched.get(k).copied().unwrap_or(false) {
@@ -130,7 +151,11 @@ impl Sub {
             }
             if let Some(held) = inner.held[k].as_mut() {
                 if held.len() < self.queue_max {
-                    held.push_back(p);
+                    held.push_back(Held {
+                        shard,
+                        offset,
+                        body: body.clone(),
+                    });
                     return;
                 }
                 drop(inner);
@@ -138,7 +163,7 @@ impl Sub {
                 return;
             }
         }
-        self.enqueue(p.shard, p.offset, &p.body);
+        self.enqueue(shard, offset, body);
     }
 
     /// Queues the push of event `offset` of `shard`; false if the subscription ended (now or
@@ -152,7 +177,10 @@ impl Sub {
             if inner.queue.len() < self.queue_max {
                 inner.positions[shard as usize] = offset;
                 let cursor = cursor::encode(&inner.positions);
-                let frame = push_frame(self.id, shard, offset, body, &cursor);
+                let frame = match self.framing {
+                    Framing::Rcp1 => push_frame(self.id, shard, offset, body, &cursor),
+                    Framing::Sse => sse_push(self.id, shard, offset, body, &cursor),
+                };
                 inner.queue.push_back(Queued {
                     shard: Some(shard),
                     frame,
@@ -246,10 +274,18 @@ impl Sub {
     fn queue_lag_notice(&self) {
         let mut inner = self.inner.borrow_mut();
         let cursor = cursor::encode(&inner.positions);
-        let frame = lagged_frame(self.id, &cursor);
+        let frame = match self.framing {
+            Framing::Rcp1 => lagged_frame(self.id, &cursor),
+            Framing::Sse => sse_lagged(self.id, &cursor),
+        };
         inner.queue.push_back(Queued { shard: None, frame });
         drop(inner);
         self.wake_writer();
+    }
+
+    /// Ended by lag (its notice may still be queued).
+    pub fn is_lagged(&self) -> bool {
+        self.ended.get() == Some(End::Lagged)
     }
 
     /// Moves queued frames into `out` until it reaches `limit` bytes; true if some are left.
@@ -302,6 +338,40 @@ fn push_frame(sub: u64, shard: u32, offset: u64, body: &[u8], cursor: &str) -> V
     out
 }
 
+/// The push object of `push_frame` as one Server-Sent Event whose id is its cursor:
+/// `id: C\ndata: {...}\n\n`. The object is compact JSON (no raw line break can occur in
+/// it: inside strings they are escaped, and the shard writes no whitespace between tokens);
+/// any CR or LF is still written as a space, so an event can never be split.
+fn sse_push(sub: u64, shard: u32, offset: u64, body: &[u8], cursor: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 2 * cursor.len() + 128);
+    out.extend_from_slice(b"id: ");
+    out.extend_from_slice(cursor.as_bytes());
+    out.extend_from_slice(b"\ndata: {\"type\":\"event\",\"subscription_id\":");
+    out.extend_from_slice(sub.to_string().as_bytes());
+    out.push(b',');
+    out.extend(
+        body.iter()
+            .map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
+    );
+    out.extend_from_slice(br#","shard":"#);
+    out.extend_from_slice(shard.to_string().as_bytes());
+    out.extend_from_slice(br#","wal_offset":"#);
+    out.extend_from_slice(offset.to_string().as_bytes());
+    out.extend_from_slice(br#","cursor":""#);
+    out.extend_from_slice(cursor.as_bytes());
+    out.extend_from_slice(b"\"}\n\n");
+    out
+}
+
+/// The lag notice as the event `lagged`; the stream ends after it.
+fn sse_lagged(sub: u64, cursor: &str) -> Vec<u8> {
+    format!(
+        "event: lagged\ndata: {{\"type\":\"subscription_lagged\",\"subscription_id\":{sub},\
+         \"resume_cursor\":\"{cursor}\"}}\n\n"
+    )
+    .into_bytes()
+}
+
 /// `{"type":"subscription_lagged","subscription_id":S,"resume_cursor":"C"}`.
 fn lagged_frame(sub: u64, cursor: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(96 + cursor.len());
@@ -332,15 +402,28 @@ mod tests {
 
     fn sub(queue_max: usize) -> Rc<Sub> {
         let stats = Arc::new(SubsStats::new(2));
-        Sub::new(7, vec![true, true], queue_max, stats, Weak::new())
+        Sub::new(
+            7,
+            vec![true, true],
+            queue_max,
+            Framing::Rcp1,
+            stats,
+            Weak::new(),
+        )
     }
 
-    fn push(shard: u32, offset: u64) -> PushMsg {
-        PushMsg {
-            sub: 7,
-            shard,
-            offset,
-            body: br#""instance_id":"a""#.to_vec(),
+    fn push(shard: u32, offset: u64) -> (u32, u64, Rc<[u8]>) {
+        (shard, offset, br#""instance_id":"a""#.to_vec().into())
+    }
+
+    /// `Sub::deliver` with a `push` tuple.
+    trait Deliver {
+        fn give(&self, p: (u32, u64, Rc<[u8]>));
+    }
+
+    impl Deliver for Sub {
+        fn give(&self, p: (u32, u64, Rc<[u8]>)) {
+            self.deliver(p.0, p.1, &p.2);
         }
     }
 
@@ -348,11 +431,11 @@ mod tests {
     fn held_pushes_follow_replay_and_cursors_track_every_shard() {
         let s = sub(8);
         s.finish_setup(vec![3, 10]);
-        s.deliver(push(0, 5)); // shard 0 is replaying: held
+        s.give(push(0, 5)); // shard 0 is replaying: held
         assert!(s.enqueue(0, 4, br#""instance_id":"r""#)); // replayed
         assert!(s.go_live(0));
         assert!(s.go_live(1));
-        s.deliver(push(1, 11));
+        s.give(push(1, 11));
         let mut out = Vec::new();
         assert!(!s.take_frames(&mut out, usize::MAX));
         let got = frames(&out);
@@ -378,10 +461,10 @@ mod tests {
         let s = sub(2);
         s.finish_setup(vec![0, 0]);
         assert!(s.go_live(0) && s.go_live(1));
-        s.deliver(push(0, 1));
-        s.deliver(push(1, 1));
-        s.deliver(push(0, 2)); // full
-        s.deliver(push(0, 3)); // dropped: ended
+        s.give(push(0, 1));
+        s.give(push(1, 1));
+        s.give(push(0, 2)); // full
+        s.give(push(0, 3)); // dropped: ended
         assert_eq!(s.ended(), Some(End::Lagged));
         let mut out = Vec::new();
         s.take_frames(&mut out, usize::MAX);
@@ -394,11 +477,48 @@ mod tests {
     }
 
     #[test]
+    fn sse_framing_gives_one_event_per_push_with_the_cursor_as_id() {
+        let stats = Arc::new(SubsStats::new(2));
+        let s = Sub::new(3, vec![true, true], 2, Framing::Sse, stats, Weak::new());
+        s.finish_setup(vec![0, 0]);
+        assert!(s.go_live(0) && s.go_live(1));
+        s.deliver(
+            1,
+            9,
+            &b"\"instance_id\":\"a\",\n\"payload\":{}".to_vec().into(),
+        );
+        s.give(push(0, 1));
+        s.give(push(0, 2)); // full: lagged
+        let mut out = Vec::new();
+        s.take_frames(&mut out, usize::MAX);
+        let text = String::from_utf8(out).unwrap();
+        let events: Vec<&str> = text.split_terminator("\n\n").collect();
+        assert_eq!(events.len(), 3, "{text}");
+        let (id, data) = events[0].split_once('\n').unwrap();
+        assert_eq!(id, "id: c1-0-9");
+        let v: Value = serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(
+            (v["wal_offset"].clone(), v["cursor"].clone()),
+            (json!(9), json!("c1-0-9"))
+        );
+        assert!(
+            events[2].starts_with("event: lagged\ndata: {"),
+            "{}",
+            events[2]
+        );
+        assert!(
+            events[2].contains("\"resume_cursor\":\"c1-1-9\""),
+            "{}",
+            events[2]
+        );
+    }
+
+    #[test]
     fn unwatch_drops_what_is_queued() {
         let s = sub(4);
         s.finish_setup(vec![0, 0]);
         assert!(s.go_live(0));
-        s.deliver(push(0, 1));
+        s.give(push(0, 1));
         s.end(End::Unwatched);
         let mut out = Vec::new();
         assert!(!s.take_frames(&mut out, usize::MAX));

@@ -32,12 +32,16 @@ impl Table {
         self.subs.borrow_mut().remove(&id);
     }
 
-    /// A push from a shard. Never waits: a full subscription ends with a lag notice; a push
-    /// for a subscription that has ended is dropped.
+    /// A push from a shard, for each subscription it names (one shared body). Never waits: a
+    /// full subscription ends with a lag notice; a push for a subscription that has ended is
+    /// dropped.
     pub fn deliver(&self, p: PushMsg) {
-        let sub = self.subs.borrow().get(&p.sub).cloned();
-        if let Some(sub) = sub {
-            sub.deliver(p);
+        let body: Rc<[u8]> = p.body.into();
+        for id in &p.subs {
+            let sub = self.subs.borrow().get(id).cloned();
+            if let Some(sub) = sub {
+                sub.deliver(p.shard, p.offset, &body);
+            }
         }
     }
 

@@ -58,6 +58,7 @@ fn watch(spec: Result<WatchSpec, Rejection>, conn: &Rc<ConnSubs>, front: &Rc<Fro
         table.next_id(),
         watched,
         queue_max,
+        conn.framing,
         stats,
         Rc::downgrade(conn),
     );

@@ -2,6 +2,8 @@
 //! speaks the wire protocol through the project's client, kills and restarts it.
 #![allow(dead_code)]
 
+pub mod cdp;
+pub mod http;
 pub mod scrape;
 pub mod tools;
 
@@ -76,6 +78,9 @@ pub struct Server {
     pub addr: SocketAddr,
     /// The metrics listener, when `metrics.enabled` (the stdout line's ` metrics=MADDR`).
     pub metrics_addr: Option<SocketAddr>,
+    /// The HTTP API listener, when the test's config has an `[http]` section (the stdout
+    /// line's ` http=HADDR`).
+    pub http_addr: Option<SocketAddr>,
     pub dir: PathBuf,
     config: String,
     /// Extra environment variables for the server process (kept across restarts).
@@ -90,8 +95,8 @@ pub fn temp_dir() -> tempfile::TempDir {
         .expect("temp dir")
 }
 
-/// The base config every test server gets: ephemeral port, data under `dir`, metrics off
-/// unless a test turns them on.
+/// The base config every test server gets: ephemeral port, data under `dir`, metrics and
+/// the HTTP listener off unless a test has their section (HTTP then on an ephemeral port).
 pub fn base_config(dir: &Path, extra: &str) -> String {
     let mut cfg = format!(
         "[network]\nbind_addr = \"127.0.0.1:0\"\n[storage]\ndata_dir = \"{}\"\n",
@@ -99,6 +104,10 @@ pub fn base_config(dir: &Path, extra: &str) -> String {
     );
     if !extra.contains("[metrics]") {
         cfg.push_str("[metrics]\nenabled = false\n");
+    }
+    match extra.contains("[http]") {
+        true => cfg.push_str("[http]\nbind_addr = \"127.0.0.1:0\"\n"),
+        false => cfg.push_str("[http]\nenabled = false\n"),
     }
     merge_sections(&cfg, extra)
 }
@@ -183,6 +192,7 @@ impl Server {
             child: None,
             addr: "127.0.0.1:0".parse().unwrap(),
             metrics_addr: None,
+            http_addr: None,
             dir: dir.into(),
             config,
             env: env
@@ -231,13 +241,17 @@ impl Server {
                     let _ = writeln!(f, "{line}");
                 }
                 if let Some(found) = listening_addrs(&line) {
-                    let _ = tx.send(found);
+                    let _ = tx.send((found, http_addr_of(&line)));
                 }
             }
         });
         match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok((addr, metrics)) => {
+            Ok(((addr, metrics), http)) => {
                 self.addr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
+                self.http_addr = match http {
+                    Some(h) => Some(h.parse().map_err(|e| format!("{h}: {e}"))?),
+                    None => None,
+                };
                 self.metrics_addr = match metrics {
                     Some(m) => Some(m.parse().map_err(|e| format!("{m}: {e}"))?),
                     None => None,
@@ -389,6 +403,18 @@ pub fn listening_addrs(line: &str) -> Option<(String, Option<String>)> {
     }
     let addr = v["addr"].as_str()?.to_string();
     Some((addr, v["metrics_addr"].as_str().map(str::to_string)))
+}
+
+/// The HTTP listener in the start-up announcement (` http=HADDR`, or JSON `http_addr`).
+pub fn http_addr_of(line: &str) -> Option<String> {
+    if let Some(rest) = line.strip_prefix("smdb-server listening on ") {
+        return rest
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("http="))
+            .map(str::to_string);
+    }
+    let v: Value = serde_json::from_str(line).ok()?;
+    v["http_addr"].as_str().map(str::to_string)
 }
 
 pub fn wait_timeout(c: &mut Child, t: Duration) -> Option<ExitStatus> {

@@ -60,6 +60,8 @@ pub struct ThreadSpec {
     pub seed: u64,
     /// CPU to pin this thread to.
     pub pin: Option<usize>,
+    /// `--http`: the HTTP API's address (connections go there, requests are HTTP).
+    pub http: Option<String>,
 }
 
 /// Body of a load thread: pin, connect every connection (HELLO, AUTH), report ready, wait for
@@ -116,6 +118,8 @@ struct Conn {
     pending: VecDeque<Pending>,
     next_id: u64,
     open: bool,
+    /// `--http`: the Host of every request (and HTTP responses are read).
+    http_host: Option<String>,
 }
 
 /// Where a response lands in the counts.
@@ -132,6 +136,9 @@ impl Clock<'_> {
 
 impl Conn {
     fn open(spec: &ThreadSpec, n: u64) -> Result<Conn, String> {
+        if let Some(addr) = &spec.http {
+            return Conn::open_http(spec, n, addr);
+        }
         let tls = spec.tls.as_ref();
         let client = setup::connect(&spec.addr, spec.token.as_deref(), tls, "smdb-bench")?;
         // The client reads whole frames only, so nothing is buffered in it: the socket (and
@@ -158,6 +165,30 @@ impl Conn {
             // Ids start past HELLO/AUTH's (the client numbered those from 1).
             next_id: 1_000,
             open: true,
+            http_host: None,
+        })
+    }
+
+    /// `--http`: a plain keep-alive connection to the HTTP API (no HELLO; no token).
+    fn open_http(spec: &ThreadSpec, n: u64, addr: &str) -> Result<Conn, String> {
+        let stream = TcpStream::connect(addr).map_err(|e| format!("connect to {addr}: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        stream
+            .set_nonblocking(true)
+            .map_err(|e| format!("non-blocking socket: {e}"))?;
+        Ok(Conn {
+            stream,
+            tls: None,
+            writer: RequestWriter::new(spec.seed, n),
+            out: Vec::with_capacity(16 * 1024),
+            out_pos: 0,
+            rbuf: vec![0; READ_BUFFER_BYTES],
+            rstart: 0,
+            rend: 0,
+            pending: VecDeque::with_capacity(spec.in_flight),
+            next_id: 1_000,
+            open: true,
+            http_host: Some(addr.to_string()),
         })
     }
 
@@ -166,7 +197,10 @@ impl Conn {
         while self.pending.len() < spec.in_flight {
             let id = self.next_id;
             self.next_id += 1;
-            let op = self.writer.write(&spec.plan, id, &mut self.out);
+            let op = match &self.http_host {
+                None => self.writer.write(&spec.plan, id, &mut self.out),
+                Some(host) => self.writer.write_http(&spec.plan, host, &mut self.out),
+            };
             self.pending.push_back(Pending { id, sent: now, op });
             counts.sent += 1;
         }
@@ -256,6 +290,9 @@ impl Conn {
     }
 
     fn handle_frames(&mut self, clock: &Clock<'_>, counts: &mut RunCounts) {
+        if self.http_host.is_some() {
+            return self.handle_http(clock, counts);
+        }
         while self.open && self.rstart < self.rend {
             let buf = &self.rbuf[self.rstart..self.rend];
             let (range, used) = match decode_frame(buf, CLIENT_FRAME_BYTES_MAX) {
@@ -268,6 +305,28 @@ impl Conn {
             };
             let reply = classify(&buf[range]);
             self.rstart += used;
+            self.settle(reply, clock, counts);
+        }
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+        }
+    }
+
+    /// `--http`: every complete response, matched in order (HTTP has no request id).
+    fn handle_http(&mut self, clock: &Clock<'_>, counts: &mut RunCounts) {
+        while self.open && self.rstart < self.rend {
+            let buf = &self.rbuf[self.rstart..self.rend];
+            let Some((outcome, used)) = super::http::read_response(buf) else {
+                break;
+            };
+            self.rstart += used;
+            let id = self.pending.front().map_or(0, |p| p.id);
+            let reply = match outcome {
+                Ok(None) => Reply::Ok { id },
+                Ok(Some(code)) => Reply::Error { id: Some(id), code },
+                Err(why) => Reply::Bad(why),
+            };
             self.settle(reply, clock, counts);
         }
         if self.rstart == self.rend {

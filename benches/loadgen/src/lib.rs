@@ -7,10 +7,12 @@
 //! * `driver`: the load threads (non-blocking sockets, poll(2), many connections per thread).
 //! * `stats`: HDR histograms and counters. `cpu`: where the CPU went, from /proc.
 //! * `spawn`: starting servers for `--spawn` and `--scale`. `report`: text, JSON, markdown.
+//! * `http`: `--http`, the same load over the HTTP API.
 
 pub mod cpu;
 pub mod driver;
 pub mod fill;
+pub mod http;
 pub mod options;
 pub mod report;
 pub mod rng;
@@ -37,6 +39,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// The server a run loads.
 struct Target {
     addr: String,
+    /// A spawned server's HTTP listener (`--http`).
+    http_addr: Option<String>,
     pid: Option<u32>,
     /// Shard count known without asking (announced by a spawned server).
     shards: Option<u32>,
@@ -63,6 +67,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
     } else {
         let target = Target {
             addr: opts.addr.clone(),
+            http_addr: None,
             pid: opts.server_pid,
             shards: None,
             spawn: None,
@@ -113,12 +118,14 @@ fn server_spec(opts: &Options) -> Result<ServerSpec, String> {
         cores: opts.server_cores.clone(),
         fsync: opts.fsync,
         data_parent: opts.data_parent.clone(),
+        http: opts.http,
     })
 }
 
 fn spawned_target(opts: &Options, server: &SpawnedServer) -> Target {
     Target {
         addr: server.addr.clone(),
+        http_addr: server.http_addr.clone(),
         pid: Some(server.pid),
         shards: (server.shards > 0).then_some(server.shards),
         spawn: Some(SpawnInfo {
@@ -192,7 +199,12 @@ fn run_load(opts: &Options, target: &Target) -> Result<RunReport, String> {
     drop(c);
     let setup_s = setup_started.elapsed().as_secs_f64();
 
-    let (handles, gos) = start_threads(opts, &target.addr, Arc::new(plan))?;
+    let http = match (opts.http, &target.http_addr) {
+        (false, _) => None,
+        (true, Some(spawned)) => Some(spawned.as_str()),
+        (true, None) => Some(opts.http_addr.as_str()),
+    };
+    let (handles, gos) = start_threads(opts, &target.addr, http, Arc::new(plan))?;
     let start = Instant::now();
     let window_start = start + Duration::from_secs_f64(opts.warmup);
     let window_end = window_start + Duration::from_secs_f64(opts.duration);
@@ -242,7 +254,12 @@ type Threads = (Vec<JoinHandle<RunCounts>>, Vec<mpsc::Sender<Schedule>>);
 
 /// Starts the load threads and waits until every connection is open. On a failure the
 /// threads already started are released (their schedule channel closes) and joined.
-fn start_threads(opts: &Options, addr: &str, plan: Arc<Plan>) -> Result<Threads, String> {
+fn start_threads(
+    opts: &Options,
+    addr: &str,
+    http: Option<&str>,
+    plan: Arc<Plan>,
+) -> Result<Threads, String> {
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut handles = Vec::new();
     let mut gos = Vec::new();
@@ -260,6 +277,7 @@ fn start_threads(opts: &Options, addr: &str, plan: Arc<Plan>) -> Result<Threads,
             plan: plan.clone(),
             seed: opts.seed,
             pin: (!opts.pin_cpu.is_empty()).then(|| opts.pin_cpu[t % opts.pin_cpu.len()]),
+            http: http.map(str::to_string),
         };
         let (go_tx, go_rx) = mpsc::channel();
         let ready = ready_tx.clone();

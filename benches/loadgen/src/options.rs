@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 
 use super::spawn::Fsync;
-use super::workload::{Mix, WorkloadKind};
+use super::workload::{Mix, OpKind, WorkloadKind};
 use smdb_client::ClientTlsOptions;
 
 /// Largest `--in-flight`: the server's default `network.max_inflight_per_connection`.
@@ -120,6 +120,15 @@ pub struct Options {
     /// connections, so 1-2 threads drive dozens of connections).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub threads: usize,
+
+    /// Send the load over the HTTP API (keep-alive, pipelined up to --in-flight) instead of
+    /// RCP1; set-up still uses --addr. Workloads get, apply, create and mixed.
+    #[arg(long)]
+    pub http: bool,
+
+    /// The HTTP API's address for --http (ignored with --spawn: the spawned server's).
+    #[arg(long, default_value = "127.0.0.1:7480", value_name = "HOST:PORT")]
+    pub http_addr: String,
 
     /// Bearer token: every connection sends AUTH after HELLO.
     #[arg(long, value_name = "TOKEN", env = "SMDB_TOKEN", hide_env_values = true)]
@@ -240,6 +249,14 @@ impl Options {
         }
         if !(1..=1000).contains(&self.batch_size) {
             return Err("--batch-size must be 1 to 1000".into());
+        }
+        if self.http && (mix.weight(OpKind::Ping) > 0 || self.workload == WorkloadKind::Batch) {
+            return Err(
+                "--http sends get, apply and create (PING and BATCH have no path here)".into(),
+            );
+        }
+        if self.http && self.tls_options().is_some() {
+            return Err("--http speaks plain HTTP only".into());
         }
         if self.scale == Some(0) || self.server_shards == Some(0) || self.shards == Some(0) {
             return Err("shard counts must be >= 1".into());

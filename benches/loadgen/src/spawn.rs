@@ -45,6 +45,8 @@ pub struct ServerSpec {
     pub cores: Vec<usize>,
     pub fsync: Fsync,
     pub data_parent: PathBuf,
+    /// Turn the HTTP listener on (an ephemeral port) for `--http`.
+    pub http: bool,
 }
 
 /// A running server that this process started; stopped (SIGTERM) and its data dir removed
@@ -52,6 +54,8 @@ pub struct ServerSpec {
 pub struct SpawnedServer {
     child: Option<Child>,
     pub addr: String,
+    /// The HTTP listener, when on.
+    pub http_addr: Option<String>,
     pub shards: u32,
     pub pid: u32,
     pub dir: PathBuf,
@@ -79,6 +83,7 @@ impl ServerSpec {
             None => Table::new(),
         };
         let has_metrics = t.contains_key("metrics");
+        let has_http = t.contains_key("http");
         let has_logging = t.contains_key("logging");
         set(&mut t, "network", "bind_addr", Value::from("127.0.0.1:0"))?;
         let data = dir.join("data").to_string_lossy().into_owned();
@@ -97,6 +102,14 @@ impl ServerSpec {
         }
         if !has_metrics {
             set(&mut t, "metrics", "enabled", Value::from(false))?;
+        }
+        match (self.http, has_http) {
+            (true, _) => {
+                set(&mut t, "http", "enabled", Value::from(true))?;
+                set(&mut t, "http", "bind_addr", Value::from("127.0.0.1:0"))?;
+            }
+            (false, false) => set(&mut t, "http", "enabled", Value::from(false))?,
+            (false, true) => {}
         }
         if !has_logging {
             set(&mut t, "logging", "level", Value::from("warn"))?;
@@ -146,15 +159,16 @@ impl ServerSpec {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(found) = parse_listening(&line) {
-                    let _ = tx.send(found);
+                    let _ = tx.send((found, parse_http(&line)));
                 }
             }
         });
         match rx.recv_timeout(START_TIMEOUT) {
-            Ok((addr, n)) => Ok(SpawnedServer {
+            Ok(((addr, n), http_addr)) => Ok(SpawnedServer {
                 pid: child.id(),
                 child: Some(child),
                 addr,
+                http_addr,
                 shards: n,
                 dir: dir.to_path_buf(),
                 cores,
@@ -213,6 +227,7 @@ impl SpawnedServer {
         self.child = fresh.child.take();
         self.pid = fresh.pid;
         self.addr = std::mem::take(&mut fresh.addr);
+        self.http_addr = fresh.http_addr.take();
         // The dir stays this server's: `fresh` (now without a child) must not remove it.
         fresh.dir = PathBuf::new();
         Ok(secs)
@@ -256,6 +271,14 @@ fn parse_listening(line: &str) -> Option<(String, u32)> {
     Some((addr, shards))
 }
 
+/// The ` http=ADDR` of the announcement line.
+fn parse_http(line: &str) -> Option<String> {
+    let rest = line.strip_prefix("smdb-server listening on ")?;
+    rest.split_whitespace()
+        .find_map(|w| w.strip_prefix("http="))
+        .map(str::to_string)
+}
+
 fn set(t: &mut Table, section: &str, key: &str, value: Value) -> Result<(), String> {
     let entry = t
         .entry(section.to_string())
@@ -295,6 +318,7 @@ mod tests {
             cores,
             fsync: Fsync::Always,
             data_parent: PathBuf::from("/tmp"),
+            http: false,
         }
     }
 
@@ -336,6 +360,8 @@ mod tests {
             Some(("127.0.0.1:4000".into(), 2))
         );
         assert_eq!(parse_listening("something else"), None);
+        let line = "smdb-server listening on 127.0.0.1:4000 shards=2 http=127.0.0.1:4001";
+        assert_eq!(parse_http(line).as_deref(), Some("127.0.0.1:4001"));
     }
 
     #[test]

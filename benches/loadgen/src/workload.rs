@@ -324,6 +324,14 @@ impl RequestWriter {
         op
     }
 
+    /// `write`'s twin for `--http`: one HTTP request (`bench::http`).
+    pub fn write_http(&mut self, plan: &Plan, host: &str, out: &mut Vec<u8>) -> OpKind {
+        let op = plan.mix.pick(&mut self.rng);
+        let create = (self.conn, &mut self.create_seq);
+        super::http::write_request(plan, op, host, &mut self.rng, create, out);
+        op
+    }
+
     /// `,"params":{"mode":"atomic","ops":[APPLY_EVENT on each member of a random group]}`.
     fn write_batch(&mut self, plan: &Plan, out: &mut Vec<u8>) {
         let size = plan.batch_size.max(1);
@@ -355,7 +363,7 @@ impl RequestWriter {
 }
 
 /// Appends `n` in decimal.
-fn write_u64(out: &mut Vec<u8>, n: u64) {
+pub(crate) fn write_u64(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 

@@ -124,6 +124,21 @@ pub enum Command {
     /// List machines and their versions (LIST_MACHINES).
     ListMachines,
 
+    /// Draw a machine version (GET_MACHINE, drawn here): SVG laid out with no script and no
+    /// network, or DOT (Graphviz) or Mermaid text. The same bytes as the HTTP API's
+    /// `GET /machines/{m}/versions/{v}/diagram?format=...`.
+    ///
+    /// Example: smdb-cli diagram order --format dot | dot -Tpng > order.png
+    Diagram {
+        machine: String,
+        /// Machine version; the latest when omitted.
+        #[arg(long = "version", short = 'v', value_name = "VERSION")]
+        machine_version: Option<u64>,
+        /// Output format.
+        #[arg(long, short = 'f', default_value = "svg", value_parser = ["svg", "dot", "mermaid"])]
+        format: String,
+    },
+
     /// Create an instance of a machine (CREATE_INSTANCE).
     Create {
         /// Machine name.

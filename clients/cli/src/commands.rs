@@ -109,6 +109,26 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
             let r = s.value(|c| c.get_machine(machine, *machine_version))?;
             out.result("GET_MACHINE", &r)
         }
+        Command::Diagram {
+            machine,
+            machine_version,
+            format,
+        } => {
+            let m = s.run(|c| c.get_machine(machine, *machine_version))?;
+            let format = smdb_diagram::Format::parse(format)
+                .ok_or_else(|| CliError::usage(format!("unknown format {format}")))?;
+            let text = smdb_diagram::render(&m.machine, &m.definition, format)
+                .map_err(|e| CliError::usage(format!("cannot draw {}: {e}", m.machine)))?;
+            // The drawing ends with its own newline: printed as the server sends it.
+            match out
+                .out
+                .write_all(text.as_bytes())
+                .and_then(|()| out.out.flush())
+            {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+                other => other.map_err(|e| CliError::usage(format!("cannot write: {e}"))),
+            }
+        }
         Command::ListMachines => {
             let r = s.value(|c| c.list_machines())?;
             out.result("LIST_MACHINES", &r)

@@ -38,7 +38,7 @@ class Server:
         self.config = tmp / "smdb.toml"
         self.config.write_text(
             f'[network]\nbind_addr = "127.0.0.1:{self.port}"\n{network}'
-            + f'[storage]\ndata_dir = "{tmp / "data"}"\nfsync = "never"\n[metrics]\nenabled = false\n'
+            + f'[storage]\ndata_dir = "{tmp / "data"}"\nfsync = "never"\n[metrics]\nenabled = false\n[http]\nenabled = false\n'
             + extra
         )
         self.proc: Optional[subprocess.Popen] = None

@@ -37,6 +37,12 @@ impl Catalog {
         Some((*version, stored))
     }
 
+    /// Every stored version of `name`, ascending (`None`: no such machine).
+    pub(crate) fn versions(&self, name: &str) -> Option<impl Iterator<Item = &StoredMachine>> {
+        let versions = self.machines.get(name).filter(|v| !v.is_empty())?;
+        Some(versions.values())
+    }
+
     /// Stores a new version; returns false (and stores nothing) when it already exists.
     pub(crate) fn insert(&mut self, name: String, version: u32, stored: StoredMachine) -> bool {
         let versions = self.machines.entry(name).or_default();

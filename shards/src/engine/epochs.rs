@@ -33,6 +33,13 @@ impl Engine {
         &self.epochs
     }
 
+    /// The epoch that wrote `offset`: the newest epoch whose entry is at or before it (0 for
+    /// offsets before the first epoch entry, as on a server that never replicated).
+    pub fn epoch_of(&self, offset: u64) -> u64 {
+        let i = self.epochs.partition_point(|&(_, at)| at <= offset);
+        i.checked_sub(1).map_or(0, |i| self.epochs[i].0)
+    }
+
     /// The last offset written under an epoch `<= e`: one before the first epoch entry of an
     /// epoch above `e`, or `head` when there is none. This is where a log that has seen epoch
     /// `e` as its newest agrees with this one (Kafka's leader-epoch end offset).

@@ -9,7 +9,10 @@ use hashbrown::Equivalent;
 use serde::{Deserialize, Serialize};
 
 use super::names::{CountMap, Name};
+use super::ops::rejections::machine_not_found;
 use super::state::EngineStats;
+use super::Engine;
+use crate::Rejection;
 
 /// `(machine, state)` borrowed: hashes and compares like the `(Name, Name)` key it finds
 /// (a tuple hashes its fields in order, and `Arc<str>` hashes as its `str`).
@@ -96,6 +99,29 @@ impl EngineStats {
         if let Some(n) = self.by_state.get_mut(&Pair(machine, state)) {
             *n = n.saturating_sub(1);
         }
+    }
+}
+
+impl Engine {
+    /// MACHINE_STATS on this shard: instances of `machine` (every version) per state, every
+    /// state of every stored version listed (at 0 when none is there). Reads the counters and
+    /// the catalog only: its cost grows with the definitions, never with the instances.
+    pub fn state_counts(&self, machine: &str) -> Result<Vec<(String, u64)>, Rejection> {
+        let versions =
+            (self.catalog.versions(machine)).ok_or_else(|| machine_not_found(machine, None))?;
+        let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+        for stored in versions {
+            let states = stored.definition["states"].as_array().into_iter().flatten();
+            for state in states.filter_map(serde_json::Value::as_str) {
+                counts.entry(state.to_string()).or_insert(0);
+            }
+        }
+        for ((m, state), n) in &self.stats.by_state {
+            if &**m == machine {
+                *counts.entry(state.to_string()).or_insert(0) += n;
+            }
+        }
+        Ok(counts.into_iter().collect())
     }
 }
 

@@ -25,6 +25,8 @@ fn check_expectations(
     expected_wal_offset: Option<u64>,
 ) -> Result<(), Rejection> {
     if let Some(expected) = expected_state.filter(|s| *s != &*instance.state) {
+        // The expected state is the client's: quoted short.
+        let expected = smdb_protocol::codes::quote(expected);
         let message = format!(
             "expected state `{expected}`, instance is in `{}`",
             instance.state
@@ -99,9 +101,10 @@ impl Fields for PayloadFields<'_> {
 }
 
 fn refused(code: ErrorCode, message: String, state: &str, event: &str) -> Rejection {
+    // The event name is the client's: quoted short.
     Rejection::new(code, message)
         .with("state", state)
-        .with("event", event)
+        .with("event", smdb_protocol::codes::quote(event))
 }
 
 impl Engine {

@@ -14,6 +14,8 @@ pub(crate) fn instance_not_found(id: &str) -> Rejection {
 }
 
 pub(crate) fn machine_not_found(name: &str, version: Option<u32>) -> Rejection {
+    // The name is the client's: quoted short (docs/protocol.md, "Error codes").
+    let name = smdb_protocol::codes::quote(name);
     let message = match version {
         Some(v) => format!("machine `{name}` version {v} not found"),
         None => format!("machine `{name}` not found"),

@@ -45,6 +45,9 @@ fn apply_keeps_an_ascending_history_and_epoch_end_finds_where_logs_agree() {
     engine.apply(epoch(4), 11, false);
     assert_eq!(engine.epochs(), &[(1, 2), (3, 10), (4, 11)]);
     assert_eq!(engine.last_epoch(), 4);
+    // The epoch that wrote an offset (an HTTP ETag's first half).
+    let of: Vec<u64> = [1, 2, 9, 10, 11, 50].map(|o| engine.epoch_of(o)).to_vec();
+    assert_eq!(of, vec![0, 1, 1, 3, 4, 4]);
     let head = 20;
     assert_eq!(engine.epoch_end(0, head), 1);
     assert_eq!(engine.epoch_end(1, head), 9);

@@ -237,3 +237,19 @@ fn restore_refuses_damaged_snapshots() {
         .unwrap_err()
         .contains("does not compile"));
 }
+
+/// MACHINE_STATS: every state of every version, counted from the counters.
+#[test]
+fn state_counts_list_every_state_and_count_instances_where_they_are() {
+    let mut shard = Shard::with_order();
+    paid_with_notes(&mut shard, "o1", 0);
+    shard.ok(create("o2", 1));
+    shard.ok(create("o3", 1));
+    let counts = shard.engine.state_counts("order").unwrap();
+    let get = |s: &str| counts.iter().find(|(n, _)| n == s).map(|(_, c)| *c);
+    assert_eq!((get("new"), get("paid")), (Some(2), Some(1)));
+    let states = shard.engine.machine("order", None).unwrap()["definition"]["states"].clone();
+    assert_eq!(counts.len(), states.as_array().unwrap().len(), "{counts:?}");
+    let e = shard.engine.state_counts("nope").unwrap_err();
+    assert_eq!(e.code, crate::ErrorCode::MachineNotFound);
+}

@@ -1,0 +1,226 @@
+//! The web console in a real headless Chromium (docs/http.md, "Console"), driven over the
+//! DevTools protocol against the real binary: the diagram with a node per state and the live
+//! counts, an instance's page with its state and history, an event applied from the form, the
+//! live feed showing another client's event within 2 s, a read-only token seeing no write
+//! control, and no request to any other origin. Screenshots go to `target/tmp/console/`
+//! (`docs/console/update-screenshots.sh` copies them into docs/).
+//!
+//! Without Chromium this test fails with the line that installs it: it never passes silently.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::cdp::Browser;
+use common::http::Http;
+use common::{put_order_machine, Client, Server};
+use serde_json::json;
+use smdb::auth::table::{hex, sha256};
+
+const ADMIN: &str = "console-admin-0c4e";
+const READER: &str = "console-reader-9b21";
+const WAIT: Duration = Duration::from_secs(15);
+
+fn config() -> String {
+    format!(
+        "[http]\nenabled = true\n[auth]\nrequired = true\n\
+         [[auth.tokens]]\nname = \"admin\"\nsha256 = \"{}\"\nscopes = [\"read\", \"write\", \"admin\"]\n\
+         [[auth.tokens]]\nname = \"dashboard\"\nsha256 = \"{}\"\nscopes = [\"read\"]\n",
+        hex(&sha256(ADMIN.as_bytes())),
+        hex(&sha256(READER.as_bytes()))
+    )
+}
+
+fn shots() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console")
+}
+
+fn admin_client(s: &Server) -> Client {
+    let mut c = s.client();
+    c.call("AUTH", json!({"method": "bearer", "token": ADMIN}))
+        .unwrap();
+    c
+}
+
+/// A few orders in every state but shipped.
+fn fill(c: &mut Client) {
+    put_order_machine(c);
+    for (id, total) in [("o1", 10), ("o2", 10), ("o3", 10), ("o4", 10), ("o5", 10)] {
+        c.call(
+            "CREATE_INSTANCE",
+            json!({"machine": "order", "version": 1, "id": id, "context": {"total": total}}),
+        )
+        .unwrap();
+    }
+    for id in ["o2", "o3"] {
+        c.call(
+            "APPLY_EVENT",
+            json!({"instance_id": id, "event": "pay", "payload": {"amount": 10}}),
+        )
+        .unwrap();
+    }
+    c.call(
+        "APPLY_EVENT",
+        json!({"instance_id": "o3", "event": "touch", "payload": {"note": "gift wrap"}}),
+    )
+    .unwrap();
+    c.call(
+        "APPLY_EVENT",
+        json!({"instance_id": "o4", "event": "cancel"}),
+    )
+    .unwrap();
+}
+
+fn sign_in(b: &mut Browser, origin: &str, token: &str) {
+    b.navigate(&format!("{origin}/#/machines"));
+    b.wait_for("!document.querySelector('#signin').hidden", WAIT);
+    b.eval(&format!(
+        "document.querySelector('#token').value = {}; document.querySelector('#signin-form').requestSubmit()",
+        json!(token)
+    ));
+    b.wait_for(
+        "document.querySelector('#view-title')?.textContent === 'Machines'",
+        WAIT,
+    );
+}
+
+#[test]
+fn the_console_in_a_real_browser() {
+    if let Err(e) = common::cdp::chromium() {
+        panic!("the console's browser test needs Chromium: {e}");
+    }
+    let (s, _d) = Server::start(&config());
+    let origin = format!("http://{}", s.http_addr.unwrap());
+    let mut c = admin_client(&s);
+    fill(&mut c);
+    let mut b = Browser::launch();
+    sign_in(&mut b, &origin, ADMIN);
+    b.screenshot(&shots().join("machines.png"));
+
+    // The diagram: a node per state, each with the live count the server reports.
+    b.navigate(&format!("{origin}/#/machine/order/1"));
+    b.wait_for(
+        "document.querySelectorAll('#diagram svg g.state').length === 4",
+        WAIT,
+    );
+    let mut h = Http::connect(s.http_addr.unwrap()).with_token(ADMIN);
+    let stats = h.get("/machines/order/stats").json()["states"].clone();
+    assert_eq!(
+        stats,
+        json!({"new": 2, "paid": 2, "cancelled": 1, "shipped": 0})
+    );
+    for (state, n) in stats.as_object().unwrap() {
+        let expr = format!(
+            "document.querySelector('#diagram text.count[data-count-for=\"{state}\"]')?.textContent === '{n}'"
+        );
+        b.wait_for(&expr, WAIT);
+    }
+    // Counts move with the data (polled from the shards' counters).
+    c.call(
+        "APPLY_EVENT",
+        json!({"instance_id": "o5", "event": "pay", "payload": {"amount": 10}}),
+    )
+    .unwrap();
+    b.wait_for("document.querySelector('#diagram text.count[data-count-for=\"paid\"]')?.textContent === '3'", WAIT);
+    b.screenshot(&shots().join("machine.png"));
+
+    b.navigate(&format!("{origin}/#/instances?machine=order"));
+    b.wait_for(
+        "document.querySelectorAll('#instances tr').length === 6",
+        WAIT,
+    );
+    b.screenshot(&shots().join("instances.png"));
+
+    // An instance: its state (highlighted on the diagram) and its history.
+    b.navigate(&format!("{origin}/#/instance/o3"));
+    b.wait_for(
+        "document.querySelector('#inst-state')?.textContent === 'paid'",
+        WAIT,
+    );
+    let current =
+        b.eval("document.querySelector('#diagram g.state.current')?.getAttribute('data-state')");
+    assert_eq!(current, json!("paid"));
+    let history = b.eval("[...document.querySelectorAll('#history li b')].map(e => e.textContent)");
+    assert_eq!(history, json!(["pay", "touch"]));
+    b.screenshot(&shots().join("instance.png"));
+
+    // An event applied from the form moves the instance.
+    let events = b.eval("[...document.querySelectorAll('#apply-event option')].map(o => o.value)");
+    assert_eq!(
+        events,
+        json!(["ship", "cancel", "touch"]),
+        "the events valid from `paid`"
+    );
+    b.eval("document.querySelector('#apply-event').value = 'ship'; document.querySelector('#apply-form').requestSubmit()");
+    b.wait_for(
+        "document.querySelector('#inst-state')?.textContent === 'shipped'",
+        WAIT,
+    );
+    let over_rcp1 = c.call("GET_INSTANCE", json!({"id": "o3"})).unwrap();
+    assert_eq!(over_rcp1["state"], "shipped");
+
+    // The live feed shows another client's event within 2 s.
+    b.navigate(&format!("{origin}/#/feed?machines=order"));
+    b.wait_for(
+        "document.querySelector('#feed-status')?.textContent === 'live'",
+        WAIT,
+    );
+    std::thread::sleep(Duration::from_millis(500)); // the stream's subscription is registered
+    let sent = Instant::now();
+    c.call(
+        "APPLY_EVENT",
+        json!({"instance_id": "o1", "event": "cancel"}),
+    )
+    .unwrap();
+    b.wait_for(
+        "document.querySelector('#feed-rows tr[data-instance=\"o1\"]')",
+        Duration::from_secs(2),
+    );
+    let took = sent.elapsed();
+    assert!(took <= Duration::from_secs(2), "{took:?}");
+    b.screenshot(&shots().join("feed.png"));
+
+    b.navigate(&format!("{origin}/#/server"));
+    b.wait_for("document.querySelector('#server-info dd') !== null", WAIT);
+    b.screenshot(&shots().join("server.png"));
+
+    // A read-only token sees no write control (and the server refuses its writes anyway).
+    b.eval("document.querySelector('#who button').click()");
+    sign_in(&mut b, &origin, READER);
+    b.navigate(&format!("{origin}/#/instance/o2"));
+    b.wait_for(
+        "document.querySelector('#inst-state')?.textContent === 'paid'",
+        WAIT,
+    );
+    let writes =
+        "['#apply-form', '#delete', '#create-form'].filter(s => document.querySelector(s))";
+    assert_eq!(b.eval(writes), json!([]));
+    assert_eq!(
+        b.eval("document.querySelector('#scopes').textContent"),
+        json!("scopes: read")
+    );
+    b.navigate(&format!("{origin}/#/machine/order/1"));
+    b.wait_for(
+        "document.querySelectorAll('#diagram svg g.state').length === 4",
+        WAIT,
+    );
+    assert_eq!(b.eval(writes), json!([]));
+    b.screenshot(&shots().join("readonly.png"));
+
+    // Nothing was asked of any other origin.
+    let urls = b.requested_urls();
+    assert!(
+        urls.iter().any(|u| u.ends_with("/assets/app.js")),
+        "{urls:?}"
+    );
+    let foreign: Vec<&String> = urls
+        .iter()
+        .filter(|u| !u.starts_with(&format!("{origin}/")) && u.as_str() != "about:blank")
+        .collect();
+    assert!(foreign.is_empty(), "requests to other origins: {foreign:?}");
+    // The token never appeared in a URL.
+    assert!(urls
+        .iter()
+        .all(|u| !u.contains(ADMIN) && !u.contains(READER)));
+}

@@ -1,0 +1,545 @@
+//! The HTTP API against the real binary (docs/http.md): every path with its success status and
+//! its error statuses, ETag / If-Match, Idempotency-Key, and HTTP and RCP1 seeing one state.
+//! Auth, limits and hardening: tests/http_guard.rs. Event streams: tests/http_stream.rs.
+
+mod common;
+
+use common::http::Http;
+use common::{order_definition, put_order_machine, Server};
+use serde_json::{json, Value};
+
+const HTTP: &str = "[http]\nenabled = true";
+
+fn server() -> (Server, tempfile::TempDir) {
+    Server::start(HTTP)
+}
+
+fn http(s: &Server) -> Http {
+    Http::connect(s.http_addr.expect("http listener"))
+}
+
+/// The order machine over HTTP; returns the response.
+fn put_order(h: &mut Http) -> common::http::Resp {
+    h.put("/machines/order/versions/1", &order_definition())
+}
+
+fn create(h: &mut Http, id: &str, total: i64) -> common::http::Resp {
+    h.post(
+        "/instances",
+        &json!({"machine": "order", "version": 1, "id": id, "context": {"total": total}}),
+    )
+}
+
+#[test]
+fn machines_put_get_list_stats_and_their_errors() {
+    let (s, _d) = server();
+    let mut h = http(&s);
+    let r = put_order(&mut h);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["created"], true);
+    let again = put_order(&mut h);
+    assert_eq!(
+        (again.status, again.json()["created"].clone()),
+        (200, json!(false))
+    );
+    let other = h.put(
+        "/machines/order/versions/1",
+        &json!({"states": ["a"], "initial": "a", "transitions": []}),
+    );
+    assert_eq!(
+        (other.status, other.code()),
+        (409, "MACHINE_VERSION_EXISTS".into())
+    );
+    let bad = h.put(
+        "/machines/m2/versions/1",
+        &json!({"states": ["a"], "initial": "zz", "transitions": []}),
+    );
+    assert_eq!((bad.status, bad.code()), (400, "INVALID_DEFINITION".into()));
+    let nan = h.put("/machines/m2/versions/x", &json!({}));
+    assert_eq!((nan.status, nan.code()), (400, "BAD_REQUEST".into()));
+
+    let list = h.get("/machines");
+    assert_eq!(list.status, 200);
+    assert_eq!(
+        list.json(),
+        json!({"machines": [{"machine": "order", "versions": [1]}]})
+    );
+    let latest = h.get("/machines/order");
+    assert_eq!(
+        (latest.status, latest.json()["version"].clone()),
+        (200, json!(1))
+    );
+    assert_eq!(latest.json()["definition"]["initial"], "new");
+    let v1 = h.get("/machines/order/versions/1");
+    assert_eq!(v1.json()["checksum"], latest.json()["checksum"]);
+    let missing = h.get("/machines/nope");
+    assert_eq!(
+        (missing.status, missing.code()),
+        (404, "MACHINE_NOT_FOUND".into())
+    );
+    let missing = h.get("/machines/order/versions/9");
+    assert_eq!(
+        (missing.status, missing.code()),
+        (404, "MACHINE_NOT_FOUND".into())
+    );
+
+    create(&mut h, "o1", 10);
+    create(&mut h, "o2", 10);
+    let paid = h.post(
+        "/instances/o2/events",
+        &json!({"event": "pay", "payload": {"amount": 10}}),
+    );
+    assert_eq!(paid.status, 200, "{}", paid.text());
+    let stats = h.get("/machines/order/stats");
+    assert_eq!(stats.status, 200);
+    assert_eq!(
+        stats.json(),
+        json!({"machine": "order", "states": {"new": 1, "paid": 1, "shipped": 0, "cancelled": 0}})
+    );
+    let none = h.get("/machines/nope/stats");
+    assert_eq!(
+        (none.status, none.code()),
+        (404, "MACHINE_NOT_FOUND".into())
+    );
+}
+
+#[test]
+fn diagrams_in_every_format() {
+    let (s, _d) = server();
+    let mut h = http(&s);
+    put_order(&mut h);
+    let svg = h.get("/machines/order/versions/1/diagram");
+    assert_eq!(svg.status, 200);
+    assert_eq!(svg.header("content-type"), Some("image/svg+xml"));
+    let text = svg.text();
+    assert!(text.starts_with("<svg"), "{text}");
+    for state in ["new", "paid", "shipped", "cancelled"] {
+        assert!(text.contains(&format!("data-state=\"{state}\"")), "{state}");
+    }
+    let same = smdb_diagram::render("order", &order_definition(), smdb_diagram::Format::Svg);
+    assert_eq!(text, same.unwrap(), "the server draws what the crate draws");
+    let dot = h.get("/machines/order/versions/1/diagram?format=dot");
+    assert!(
+        dot.text().starts_with("digraph \"order\""),
+        "{}",
+        dot.text()
+    );
+    let mmd = h.get("/machines/order/versions/1/diagram?format=mermaid");
+    assert!(mmd.text().starts_with("stateDiagram-v2"));
+    let bad = h.get("/machines/order/versions/1/diagram?format=png");
+    assert_eq!((bad.status, bad.code()), (400, "BAD_REQUEST".into()));
+    let missing = h.get("/machines/order/versions/2/diagram");
+    assert_eq!(
+        (missing.status, missing.code()),
+        (404, "MACHINE_NOT_FOUND".into())
+    );
+}
+
+#[test]
+fn instances_create_get_list_apply_history_delete() {
+    let (s, _d) = server();
+    let mut h = http(&s);
+    put_order(&mut h);
+    let r = create(&mut h, "a/b c", 30);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.header("location"), Some("/instances/a%2Fb%20c"));
+    assert!(r.header("etag").is_some());
+    let exists = create(&mut h, "a/b c", 30);
+    assert_eq!(
+        (exists.status, exists.code()),
+        (409, "INSTANCE_EXISTS".into())
+    );
+    let no_machine = h.post(
+        "/instances",
+        &json!({"machine": "x", "version": 1, "id": "z"}),
+    );
+    assert_eq!(
+        (no_machine.status, no_machine.code()),
+        (404, "MACHINE_NOT_FOUND".into())
+    );
+
+    let got = h.get("/instances/a%2Fb%20c");
+    assert_eq!(got.status, 200);
+    let body = got.json();
+    assert_eq!(
+        (body["id"].clone(), body["state"].clone()),
+        (json!("a/b c"), json!("new"))
+    );
+    assert_eq!(
+        got.header("etag"),
+        Some(format!("\"0.{}\"", body["wal_offset"]).as_str())
+    );
+
+    let guard = h.post(
+        "/instances/a%2Fb%20c/events",
+        &json!({"event": "pay", "payload": {"amount": 1}}),
+    );
+    assert_eq!((guard.status, guard.code()), (422, "GUARD_FAILED".into()));
+    let invalid = h.post("/instances/a%2Fb%20c/events", &json!({"event": "ship"}));
+    assert_eq!(
+        (invalid.status, invalid.code()),
+        (422, "INVALID_TRANSITION".into())
+    );
+    let pay = h.post(
+        "/instances/a%2Fb%20c/events",
+        &json!({"event": "pay", "payload": {"amount": 30}}),
+    );
+    assert_eq!(pay.status, 200, "{}", pay.text());
+    let moved = pay.json();
+    assert_eq!(
+        (moved["from_state"].clone(), moved["to_state"].clone()),
+        (json!("new"), json!("paid"))
+    );
+    assert_eq!(
+        pay.header("etag"),
+        Some(format!("\"0.{}\"", moved["wal_offset"]).as_str())
+    );
+    let expect = h.post(
+        "/instances/a%2Fb%20c/events",
+        &json!({"event": "ship", "expected_state": "new"}),
+    );
+    assert_eq!((expect.status, expect.code()), (409, "CONFLICT".into()));
+    // The path names the instance: the body may not name another.
+    let twice = h.post(
+        "/instances/a%2Fb%20c/events",
+        &json!({"event": "ship", "instance_id": "zz"}),
+    );
+    assert_eq!((twice.status, twice.code()), (400, "BAD_REQUEST".into()));
+
+    create(&mut h, "b", 5);
+    let list = h.get("/instances?machine=order&state=paid");
+    assert_eq!(list.status, 200);
+    let ids: Vec<Value> = list.json()["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].clone())
+        .collect();
+    assert_eq!(ids, vec![json!("a/b c")]);
+    let page = h.get("/instances?machine=order&limit=1");
+    assert_eq!(page.json()["instances"].as_array().unwrap().len(), 1);
+    let cursor = page.json()["next_cursor"].as_str().unwrap().to_string();
+    let next = h.get(&format!("/instances?machine=order&limit=1&cursor={cursor}"));
+    assert_eq!(next.json()["instances"][0]["id"], "b");
+    let bad = h.get("/instances?limit=ten");
+    assert_eq!((bad.status, bad.code()), (400, "BAD_REQUEST".into()));
+
+    let history = h.get("/instances/a%2Fb%20c/events?from=1&limit=10");
+    assert_eq!(history.status, 200);
+    assert_eq!(history.json()["events"].as_array().unwrap().len(), 1);
+    assert_eq!(history.json()["events"][0]["event"], "pay");
+    let gone = h.get("/instances/nope/events");
+    assert_eq!(
+        (gone.status, gone.code()),
+        (404, "INSTANCE_NOT_FOUND".into())
+    );
+
+    let del = h.delete("/instances/b");
+    assert_eq!(
+        (del.status, del.json()["deleted"].clone()),
+        (200, json!(true))
+    );
+    let after = h.get("/instances/b");
+    assert_eq!(
+        (after.status, after.code()),
+        (404, "INSTANCE_NOT_FOUND".into())
+    );
+    let again = h.delete("/instances/b");
+    assert_eq!(again.status, 404);
+}
+
+#[test]
+fn if_match_runs_only_on_the_current_version() {
+    let (s, _d) = server();
+    let mut h = http(&s);
+    put_order(&mut h);
+    create(&mut h, "o", 10);
+    let etag = h.get("/instances/o").header("etag").unwrap().to_string();
+    let offset: u64 = etag
+        .trim_matches('"')
+        .split('.')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let pay = json!({"event": "pay", "payload": {"amount": 10}}).to_string();
+    let stale = format!("\"0.{}\"", offset - 1);
+    let wrong_epoch = format!("\"7.{offset}\"");
+    for tag in [
+        stale.as_str(),
+        wrong_epoch.as_str(),
+        "W/\"0.1\"",
+        "\"junk\"",
+    ] {
+        let r = h.request(
+            "POST",
+            "/instances/o/events",
+            &[("If-Match", tag)],
+            Some(pay.as_bytes()),
+        );
+        assert_eq!(
+            (r.status, r.code()),
+            (412, "CONFLICT".into()),
+            "{tag}: {}",
+            r.text()
+        );
+    }
+    assert_eq!(
+        h.get("/instances/o").json()["state"],
+        "new",
+        "nothing applied"
+    );
+    let ok = h.request(
+        "POST",
+        "/instances/o/events",
+        &[("If-Match", &etag)],
+        Some(pay.as_bytes()),
+    );
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let new_tag = ok.header("etag").unwrap().to_string();
+    assert_ne!(new_tag, etag);
+    assert_eq!(h.get("/instances/o").header("etag"), Some(new_tag.as_str()));
+    let replay = h.request(
+        "POST",
+        "/instances/o/events",
+        &[("If-Match", &etag)],
+        Some(br#"{"event":"ship"}"#),
+    );
+    assert_eq!(replay.status, 412, "the old tag no longer matches");
+    let any = h.request(
+        "POST",
+        "/instances/o/events",
+        &[("If-Match", "*")],
+        Some(br#"{"event":"ship"}"#),
+    );
+    assert_eq!(any.status, 200, "{}", any.text());
+}
+
+#[test]
+fn idempotency_key_replays_the_first_result() {
+    let (s, _d) = server();
+    let mut h = http(&s);
+    put_order(&mut h);
+    let body =
+        json!({"machine": "order", "version": 1, "id": "k", "context": {"total": 1}}).to_string();
+    let key = [("Idempotency-Key", "create-k")];
+    let first = h.request("POST", "/instances", &key, Some(body.as_bytes()));
+    assert_eq!(first.status, 201);
+    let again = h.request("POST", "/instances", &key, Some(body.as_bytes()));
+    assert_eq!(
+        again.status,
+        200,
+        "a replay is not a creation: {}",
+        again.text()
+    );
+    assert_eq!(again.json()["applied"], false);
+    let pay = json!({"event": "pay", "payload": {"amount": 1}}).to_string();
+    let key = [("Idempotency-Key", "pay-1")];
+    let a = h.request("POST", "/instances/k/events", &key, Some(pay.as_bytes()));
+    let b = h.request("POST", "/instances/k/events", &key, Some(pay.as_bytes()));
+    assert_eq!((a.status, b.status), (200, 200));
+    assert_eq!(b.json()["applied"], false);
+    assert_eq!(a.json()["wal_offset"], b.json()["wal_offset"]);
+    assert_eq!(
+        h.get("/instances/k/events").json()["events"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let misplaced = h.request("GET", "/instances/k", &key, None);
+    assert_eq!(
+        (misplaced.status, misplaced.code()),
+        (400, "BAD_REQUEST".into())
+    );
+}
+
+#[test]
+fn batch_info_replication_and_their_errors() {
+    let (s, _d) = server();
+    let mut h = http(&s);
+    put_order(&mut h);
+    let batch = json!({"mode": "atomic", "ops": [
+        {"op": "CREATE_INSTANCE", "params": {"machine": "order", "version": 1, "id": "x", "context": {"total": 0}}},
+        {"op": "APPLY_EVENT", "params": {"instance_id": "x", "event": "pay", "payload": {"amount": 0}}}]});
+    let r = h.post("/batch", &batch);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["results"].as_array().unwrap().len(), 2);
+    let aborted = h.post(
+        "/batch",
+        &json!({"mode": "atomic", "ops": [
+        {"op": "APPLY_EVENT", "params": {"instance_id": "x", "event": "nope"}}]}),
+    );
+    assert_eq!(
+        (aborted.status, aborted.code()),
+        (422, "BATCH_ABORTED".into())
+    );
+    let info = h.get("/info");
+    assert_eq!(
+        (info.status, info.json()["server_name"].clone()),
+        (200, json!("smdb"))
+    );
+    let repl = h.get("/replication");
+    assert_eq!(
+        (repl.status, repl.json()["role"].clone()),
+        (200, json!("standalone"))
+    );
+    let body_on_get = h.request("GET", "/info", &[], Some(b"{}"));
+    assert_eq!(
+        (body_on_get.status, body_on_get.code()),
+        (400, "BAD_REQUEST".into())
+    );
+}
+
+/// One state, two codecs: what one writes the other reads, offsets and versions included.
+#[test]
+fn http_and_rcp1_see_one_state() {
+    let (s, _d) = server();
+    let mut c = s.client();
+    put_order_machine(&mut c);
+    let mut h = http(&s);
+    let created = c
+        .call(
+            "CREATE_INSTANCE",
+            json!({"machine": "order", "version": 1, "id": "both", "context": {"total": 5}}),
+        )
+        .unwrap();
+    let over_http = h.get("/instances/both");
+    assert_eq!(
+        over_http.json(),
+        c.call("GET_INSTANCE", json!({"id": "both"})).unwrap()
+    );
+    assert_eq!(over_http.json()["wal_offset"], created["wal_offset"]);
+    let applied = h
+        .post(
+            "/instances/both/events",
+            &json!({"event": "pay", "payload": {"amount": 5}}),
+        )
+        .json();
+    let rcp1 = c.call("GET_INSTANCE", json!({"id": "both"})).unwrap();
+    assert_eq!(rcp1["state"], "paid");
+    assert_eq!(rcp1["wal_offset"], applied["wal_offset"]);
+    assert_eq!(h.get("/instances/both").json(), rcp1);
+    let hist_rcp1 = c.call("GET_HISTORY", json!({"id": "both"})).unwrap();
+    assert_eq!(h.get("/instances/both/events").json(), hist_rcp1);
+    assert_eq!(
+        h.get("/machines").json(),
+        c.call("LIST_MACHINES", json!({})).unwrap()
+    );
+    // An RCP1 expectation on the offset the ETag names.
+    let etag = h.get("/instances/both").header("etag").unwrap().to_string();
+    let offset: u64 = etag
+        .trim_matches('"')
+        .split('.')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let shipped = c.call(
+        "APPLY_EVENT",
+        json!({"instance_id": "both", "event": "ship", "expected_wal_offset": offset}),
+    );
+    assert_eq!(shipped.unwrap()["to_state"], "shipped");
+}
+
+#[test]
+fn requests_are_counted_under_their_op() {
+    let (s, _d) = Server::start(&format!(
+        "{HTTP}\n[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\""
+    ));
+    let mut h = http(&s);
+    put_order(&mut h);
+    create(&mut h, "m", 1);
+    for _ in 0..3 {
+        h.get("/instances/m");
+    }
+    h.get("/instances/nope");
+    h.get("/no/such/path");
+    let text = common::scrape::http_get(s.metrics_addr.unwrap(), "/metrics", &[]).body;
+    let line = |needle: &str| {
+        text.lines()
+            .find(|l| l.starts_with(needle))
+            .unwrap_or_else(|| panic!("no {needle} in metrics"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(line("svc_requests_total{op=\"GET_INSTANCE\"}"), "4");
+    assert_eq!(
+        line("svc_requests_errors_total{op=\"GET_INSTANCE\",code=\"INSTANCE_NOT_FOUND\"}"),
+        "1"
+    );
+    assert_eq!(
+        line("svc_requests_errors_total{op=\"UNKNOWN\",code=\"NOT_FOUND\"}"),
+        "1"
+    );
+    assert_eq!(line("svc_requests_total{op=\"PUT_MACHINE\"}"), "1");
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order_on_one_connection() {
+    let (s, _d) = server();
+    let mut h = http(&s);
+    put_order(&mut h);
+    let mut burst = Vec::new();
+    for i in 0..20 {
+        let body = json!({"machine": "order", "version": 1, "id": format!("p{i}"), "context": {}})
+            .to_string();
+        burst.extend(h.encode("POST", "/instances", &[], Some(body.as_bytes())));
+        burst.extend(h.encode("GET", &format!("/instances/p{i}"), &[], None));
+    }
+    h.send(&burst);
+    for i in 0..20 {
+        let created = h.read_response().unwrap();
+        assert_eq!(
+            (created.status, created.json()["id"].clone()),
+            (201, json!(format!("p{i}")))
+        );
+        let got = h.read_response().unwrap();
+        assert_eq!(
+            (got.status, got.json()["id"].clone()),
+            (200, json!(format!("p{i}")))
+        );
+    }
+}
+
+/// `smdb-cli diagram` prints exactly what the HTTP API answers, in every format.
+#[test]
+fn the_cli_draws_what_the_server_draws() {
+    let (s, _d) = server();
+    let mut h = http(&s);
+    put_order(&mut h);
+    for format in ["svg", "dot", "mermaid"] {
+        let out = std::process::Command::new(common::cli_bin())
+            .args([
+                "--addr",
+                &s.addr.to_string(),
+                "diagram",
+                "order",
+                "--format",
+                format,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let served = h.get(&format!(
+            "/machines/order/versions/1/diagram?format={format}"
+        ));
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            served.text(),
+            "{format}"
+        );
+    }
+    let missing = std::process::Command::new(common::cli_bin())
+        .args(["--addr", &s.addr.to_string(), "diagram", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("MACHINE_NOT_FOUND"));
+}
