@@ -576,7 +576,10 @@ fn http_requests() -> impl Strategy<Value = Vec<u8>> {
         let framing = if b.is_empty() {
             String::new()
         } else {
-            format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len())
+            format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                b.len()
+            )
         };
         format!("{m} {p} HTTP/1.1\r\nHost: 127.0.0.1:7480\r\n{framing}\r\n{b}").into_bytes()
     })
