@@ -81,9 +81,9 @@ pub fn placements(config: &Config, cpus: usize) -> Placements {
 /// Returns a one-line error on start-up failure.
 pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let repl_settings = match config.replication.role {
-        Some(_) => Some(crate::replication::hub::Settings::from_config(&config)?),
-        None => None,
+    let repl_settings = match config.replication.role.is_some() || config.ha.enabled {
+        true => Some(crate::replication::hub::Settings::from_config(&config)?),
+        false => None,
     };
     if let Some(follower) = repl_settings.as_ref().and_then(|s| s.follower.as_ref()) {
         // A replica mirrors its primary's layout: an empty one adopts the primary's shard count.
@@ -118,7 +118,11 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     let live = Live::new(&config, config_path)?;
     crate::security::reload_on_sighup(live.clone())?;
 
-    let repl = Arc::new(crate::replication::ReplState::new(config.replication.role));
+    let repl = Arc::new(match config.ha.enabled {
+        true => crate::replication::ReplState::new_ha(),
+        false => crate::replication::ReplState::new(config.replication.role),
+    });
+    let ha = start_ha(&config, &repl, local)?;
     let (relay_fronts, relay_control) = match repl_settings {
         Some(_) => {
             let (f, c) = crate::replication::relay::channels(place.fronts.len());
@@ -141,9 +145,10 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
             clients: ends,
             wal: wal_config(&config, data_dir.shard_dir(i as u32), i as u32),
             snapshot_every: config.storage.snapshot_every_entries,
-            // Replicas never fire timers (CONTRACT §4); a promoted one will re-arm from state.
-            fires_timers: config.replication.role != Some(Role::Replica),
-            sync: crate::shard::sync::SyncSetup::from_config(&config.replication),
+            // Replicas never fire timers (docs/replication.md); a promoted one re-arms from
+            // state. Under failover every member starts as a follower (docs/ha.md).
+            fires_timers: config.replication.role != Some(Role::Replica) && !config.ha.enabled,
+            sync: crate::shard::sync::SyncSetup::from_config(&config.replication, config.ha.enabled),
             member: repl.clone(),
             ready: ready_tx.clone(),
         };
@@ -174,6 +179,7 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
             fronts: relay_control.unwrap_or_default(),
             state: repl.clone(),
             settings,
+            ha,
         }),
         metrics: metrics_listener.map(|listener| MetricsSetup {
             listener,
@@ -282,6 +288,28 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     log::info!("stopped");
     Ok(())
 }
+
+/// Failover (docs/ha.md): starts the HA thread before any executor, with the address other
+/// members and clients reach this one at (`ha.advertise_addr`, else the bound client address).
+/// Returns what the control executor's driver needs.
+fn start_ha(
+    config: &Config,
+    repl: &Arc<crate::replication::ReplState>,
+    local: SocketAddr,
+) -> Result<Option<HaParts>, String> {
+    if !config.ha.enabled {
+        return Ok(None);
+    }
+    let addr = config.ha.advertise_addr.clone().unwrap_or_else(|| local.to_string());
+    let follow = crate::replication::follower::Settings::for_upstream(config, addr.clone())?;
+    let shared = crate::ha::start(config, repl.clone(), addr)?;
+    Ok(Some((shared, follow)))
+}
+
+type HaParts = (
+    Arc<crate::ha::shared::Shared>,
+    crate::replication::follower::Settings,
+);
 
 /// The SIGTERM drain (CONTRACT §11, `drain` module): `/health` 503 at once, serve on for
 /// `grace`, then the fronts stop accepting and drain; a second signal or `timeout` (counted

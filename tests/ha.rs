@@ -1,0 +1,295 @@
+//! Automatic failover against real processes (docs/ha.md): a three-member etcd cluster on
+//! loopback (Debian `etcd-server`) and three smdb members. One primary at start; SIGKILL of
+//! the primary under sync-mode write load gives a new primary within seconds and keeps every
+//! acknowledged write (in the histories); the killed member comes back as a follower and
+//! converges; a second process with a live `node_id` exits 1; a bad `[ha]` section exits 78.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::etcd::Etcd;
+use common::*;
+use serde_json::{json, Value};
+
+/// The etcd lease of a member (whole seconds; etcd's minimum here is 1 s).
+const TTL_MS: u64 = 2000;
+/// Every test here starts etcd and three members: on a 2-core machine they run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn member_config(etcd: &Etcd, cluster: &str, node: &str, mode: &str) -> String {
+    format!(
+        "[shards]\ncount = 1\n[storage]\nsegment_bytes = 1048576\n\
+         [replication]\nmode = \"{mode}\"\nheartbeat_ms = 200\nreconnect_max_ms = 500\n\
+         [ha]\nenabled = true\nnode_id = \"{node}\"\ncluster = \"{cluster}\"\n\
+         etcd_endpoints = {}\nttl_ms = {TTL_MS}\nsafety_margin_ms = 500\n",
+        etcd.toml_endpoints()
+    )
+}
+
+fn status(addr: SocketAddr) -> Option<Value> {
+    let mut c = Client::connect_hello(addr, "ha-test").ok()?;
+    c.set_timeout(Some(Duration::from_secs(5))).ok()?;
+    c.call("REPLICATION_STATUS", json!({})).ok()
+}
+
+/// Waits until exactly one of `members` is primary (and the others follow it); returns its
+/// index.
+fn one_primary(members: &[&Server], limit: Duration) -> usize {
+    let deadline = Instant::now() + limit;
+    loop {
+        let roles: Vec<String> = members
+            .iter()
+            .map(|m| status(m.addr).map_or("down".into(), |s| s["role"].as_str().unwrap_or("").into()))
+            .collect();
+        let primaries: Vec<usize> = (0..roles.len()).filter(|&i| roles[i] == "primary").collect();
+        if primaries.len() == 1 {
+            return primaries[0];
+        }
+        assert!(primaries.len() <= 1, "two primaries at once: {roles:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no single primary within {limit:?}: {roles:?}\n{}",
+            members.iter().map(|m| m.log()).collect::<Vec<_>>().join("\n----\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A writer that sends `touch` events to whichever member accepts them, recording each one
+/// acknowledged `ok` and the time of each `ok`.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<(String, u64, Instant)>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(addrs: Vec<SocketAddr>, ids: Vec<String>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let (s2, a2) = (stop.clone(), acked.clone());
+        let thread = std::thread::spawn(move || {
+            let (mut i, mut at) = (0u64, 0usize);
+            let mut c: Option<Client> = None;
+            while !s2.load(Ordering::Relaxed) {
+                let Some(client) = c.as_mut() else {
+                    at = (at + 1) % addrs.len();
+                    c = Client::connect_hello(addrs[at], "load").ok();
+                    if let Some(c) = c.as_mut() {
+                        let _ = c.set_timeout(Some(Duration::from_secs(10)));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                let id = &ids[i as usize % ids.len()];
+                let r = client.call(
+                    "APPLY_EVENT",
+                    json!({"instance_id": id, "event": "touch", "payload": {"i": i}}),
+                );
+                match r {
+                    Ok(_) => a2.lock().unwrap().push((id.clone(), i, Instant::now())),
+                    Err(_) => c = None, // not acknowledged: try the next member
+                }
+                i += 1;
+            }
+        });
+        Load {
+            stop,
+            acked,
+            thread: Some(thread),
+        }
+    }
+
+    fn acked(&self) -> Vec<(String, u64, Instant)> {
+        self.acked.lock().unwrap().clone()
+    }
+
+    fn finish(mut self) -> Vec<(String, u64, Instant)> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.acked()
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Every acknowledged touch is in `s`'s histories exactly once.
+fn assert_acked_present_once(s: &Server, acked: &[(String, u64, Instant)]) {
+    let mut by_id: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for (id, i, _) in acked {
+        by_id.entry(id).or_default().push(*i);
+    }
+    let mut c = s.client();
+    for (id, want) in by_id {
+        assert!(want.len() < 900, "{id}: spread the load over more instances");
+        let h = c
+            .call("GET_HISTORY", json!({"instance_id": id, "limit": 1000}))
+            .unwrap();
+        let got: Vec<u64> = h["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == "touch")
+            .map(|e| e["payload"]["i"].as_u64().unwrap())
+            .collect();
+        for i in &want {
+            let n = got.iter().filter(|g| *g == i).count();
+            assert_eq!(n, 1, "{id}: acknowledged touch {i} must be there once: {got:?}");
+        }
+    }
+}
+
+/// Waits until `r` holds `p`'s log heads.
+fn converge(p: &Server, r: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ps, rs) = (status(p.addr), status(r.addr));
+        let same = ps.as_ref().zip(rs.as_ref()).is_some_and(|(a, b)| a["positions"] == b["positions"]);
+        if same {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no convergence: {ps:?} / {rs:?}\n{}", r.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn sigkill_of_the_primary_elects_another_and_keeps_every_sync_acknowledged_write() {
+    let _serial = serial();
+    let etcd = Etcd::start(3);
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let mut members: Vec<Server> = (0..3)
+        .map(|i| {
+            let cfg = member_config(&etcd, "kill", &format!("n{i}"), "sync");
+            Server::start_in(dirs[i].path(), &cfg).unwrap()
+        })
+        .collect();
+    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let mut w = members[first].client();
+    put_order_machine(&mut w);
+    let ids: Vec<String> = (0..48).map(|i| format!("k-{i}")).collect();
+    for id in &ids {
+        w.call("CREATE_INSTANCE", json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}}))
+            .unwrap();
+        w.call("APPLY_EVENT", json!({"instance_id": id, "event": "pay", "payload": {"amount": 1}}))
+            .unwrap();
+    }
+    // A follower refuses writes and names the primary.
+    let follower = (first + 1) % 3;
+    let refused = members[follower].client().call(
+        "APPLY_EVENT",
+        json!({"instance_id": "k-0", "event": "touch", "payload": {"i": -1}}),
+    );
+    let e = refused.unwrap_err();
+    assert_eq!(e.code(), Some("READ_ONLY_MODE"), "{e:?}");
+    assert_eq!(e.details()["primary"], members[first].addr.to_string());
+
+    let load = Load::start(members.iter().map(|m| m.addr).collect(), ids.clone());
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = load.acked().len();
+    assert!(before > 20, "the load runs against the first primary: {before}");
+    let killed_at = Instant::now();
+    members[first].kill();
+    let alive: Vec<&Server> = (0..3).filter(|&i| i != first).map(|i| &members[i]).collect();
+    let second = one_primary(&alive, Duration::from_secs(20));
+    let second = (0..3).filter(|&i| i != first).nth(second).unwrap();
+    // Writes resume on the new primary.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let gap = loop {
+        let after: Vec<Instant> = load.acked().iter().map(|a| a.2).filter(|t| *t > killed_at).collect();
+        if let Some(t) = after.first() {
+            break *t - killed_at;
+        }
+        assert!(Instant::now() < deadline, "no write acknowledged after the failover");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("write gap after SIGKILL of the primary: {gap:?}");
+    assert!(gap < Duration::from_secs(12), "write gap {gap:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let acked = load.finish();
+    assert!(acked.len() > before, "acknowledged writes after the failover");
+    assert_acked_present_once(&members[second], &acked);
+    let st = status(members[second].addr).unwrap();
+    assert!(st["ha"]["epoch"].as_u64().unwrap() >= 2, "a new epoch: {st}");
+    assert_eq!(st["ha"]["primary"], format!("n{second}"));
+
+    // The killed member restarts (its old leader key is never trusted), follows, converges.
+    members[first].relaunch().unwrap();
+    converge(&members[second], &members[first]);
+    assert_eq!(
+        one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(10)),
+        second,
+        "the restarted member follows"
+    );
+    assert_acked_present_once(&members[first], &acked);
+}
+
+#[test]
+fn a_second_process_with_a_live_node_id_exits_1() {
+    let _serial = serial();
+    let etcd = Etcd::start(1);
+    let cfg = member_config(&etcd, "dup", "same", "async");
+    let (a, _ad) = Server::start(&cfg);
+    one_primary(&[&a], Duration::from_secs(20));
+    let dir = temp_dir();
+    let path = dir.path().join("smdb.toml");
+    std::fs::write(&path, base_config(dir.path(), &cfg)).unwrap();
+    let mut child = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_timeout(&mut child, Duration::from_secs(20));
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "the duplicate exits 1");
+    let mut err = String::new();
+    use std::io::Read;
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("held by another live process"), "{err}");
+    // The first one is still the primary.
+    assert_eq!(status_role(&a), "primary");
+}
+
+fn status_role(s: &Server) -> String {
+    status(s.addr).unwrap()["role"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_bad_ha_section_exits_78_naming_the_key() {
+    for (extra, key) in [
+        ("[ha]\nenabled = true\n", "ha.node_id"),
+        ("[ha]\nenabled = true\nnode_id = \"a\"\nttl_ms = 2500\n", "ha.ttl_ms"),
+        ("[ha]\nenabled = true\nnode_id = \"a\"\n[replication]\nrole = \"primary\"\n", "replication.role"),
+    ] {
+        let dir = temp_dir();
+        let path = dir.path().join("smdb.toml");
+        std::fs::write(&path, base_config(dir.path(), extra)).unwrap();
+        let out = std::process::Command::new(BIN)
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(78), "{extra}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key), "{key} named: {err}");
+    }
+}
