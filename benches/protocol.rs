@@ -15,7 +15,7 @@ fn main() {
     divan::main();
 }
 
-/// A typical APPLY_EVENT request payload (~150 B, like GLOMMIO.md §5's prototype load).
+/// A typical APPLY_EVENT request payload (~150 B, like docs/glommio.md §5's prototype load).
 const APPLY_REQUEST: &str = r#"{"type":"request","id":12345,"op":"APPLY_EVENT","params":{"instance_id":"order-000123","event":"pay","payload":{"amount":30,"note":"xxxxxxxxxxxxxxxxxxxx"}}}"#;
 
 /// A typical APPLY_EVENT result (~200 B).

@@ -1,7 +1,7 @@
 //! The reference server: the design's shape and nothing else, to tell the host's limits from
 //! smdb's own costs (benches/RESULTS.md, "Session 15").
 //!
-//! It rebuilds the throwaway prototype of `GLOMMIO.md` §5, which set issue 14's targets: a front
+//! It rebuilds the throwaway prototype of `docs/glommio.md` §5, which set issue 14's targets: a front
 //! executor on core 0 (one reader and one writer task per connection: RCP1 header, CRC32C, a
 //! `serde_json::Value` parse, one message per request to the shard) and one shard executor on
 //! core 1 (a `HashMap` of instance versions; an apply task that appends `len|crc|request` to the
@@ -32,7 +32,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 use serde_json::Value;
 use smdb_client::frame::{decode_frame, encode_frame, FRAME_PAYLOAD_BYTES_DEFAULT};
 
-/// Messages per direction between the front and the shard (GLOMMIO.md §2: ≥ 1024).
+/// Messages per direction between the front and the shard (docs/glommio.md §2: ≥ 1024).
 const CHANNEL_CAPACITY: usize = 4096;
 /// The pre-zeroed log file; writes wrap around at its end.
 const LOG_BYTES: u64 = 256 << 20;
@@ -100,7 +100,7 @@ fn main() {
     shard.join().expect("shard");
 }
 
-/// The probe file (GLOMMIO.md §0.1) and the log, zeroed and synced before the executors start.
+/// The probe file (docs/glommio.md §0.1) and the log, zeroed and synced before the executors start.
 fn prepare_files(dir: &std::path::Path) {
     std::fs::write(dir.join(".probe"), vec![1u8; BLOCK]).expect("probe");
     let mut log = std::fs::File::create(dir.join("log")).expect("log");
@@ -353,7 +353,7 @@ async fn shard(
     let _ = committer.await;
 }
 
-/// The probe (GLOMMIO.md §0.1), then the pre-zeroed log, `O_DSYNC` when `sync` says so.
+/// The probe (docs/glommio.md §0.1), then the pre-zeroed log, `O_DSYNC` when `sync` says so.
 async fn open_log(dir: &std::path::Path, sync: Durability) -> DmaFile {
     let probe = DmaFile::open(dir.join(".probe")).await.expect("probe");
     probe.close().await.expect("probe close");

@@ -1,4 +1,4 @@
-//! Server configuration (CONTRACT §8): TOML, every key optional, unknown keys rejected.
+//! Server configuration (docs/protocol.md, "Configuration"): TOML, every key optional, unknown keys rejected.
 //!
 //! Defaults are embedded, so `smdb-server` with no `--config` serves on 127.0.0.1:7401 with
 //! `./data`. Validation happens once at start-up; a bad config exits with code 78 (EX_CONFIG).
@@ -37,7 +37,7 @@ pub struct Config {
     pub http: Http,
     /// Automatic failover on etcd (docs/ha.md).
     pub ha: crate::ha::config::Ha,
-    /// Sync replication timeout (spec §1 puts this key at the top level).
+    /// Sync replication timeout (docs/protocol.md puts this key at the top level).
     pub sync_timeout_ms: Option<u64>,
 }
 

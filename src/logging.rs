@@ -1,4 +1,4 @@
-//! Logging (CONTRACT §9): `log` + `env_logger` on stderr, text or one JSON object per line,
+//! Logging (docs/monitoring/README.md, "Logs"): `log` + `env_logger` on stderr, text or one JSON object per line,
 //! and the request-completed line every front writes when a response is ready.
 //!
 //! `logging.level` sets the level and `RUST_LOG` overrides it. Request lines go to the target

@@ -1,4 +1,4 @@
-//! The settings a `SIGHUP` reloads without a restart (CONTRACT §3): the `auth` section (the
+//! The settings a `SIGHUP` reloads without a restart (docs/protocol.md, "Session ops"): the `auth` section (the
 //! token table) and the `tls` section with its certificate files.
 //!
 //! `Live` holds the settings in force; every front reads it when it accepts a connection (and

@@ -1,4 +1,4 @@
-//! Bearer authentication and scopes (CONTRACT §3) against the real binary: every op before
+//! Bearer authentication and scopes (docs/protocol.md, "Session ops") against the real binary: every op before
 //! AUTH, each scope's ops, pushes to a read-only subscriber, the five-failure close, the
 //! token's absence from a trace log, SIGHUP rotation, and `smdb-cli hash-token`.
 

@@ -1,4 +1,4 @@
-//! Behind a load balancer (CONTRACT §11), against the real binary: the SIGTERM drain (health
+//! Behind a load balancer (docs/protocol.md, "Behind a load balancer"), against the real binary: the SIGTERM drain (health
 //! 503 at once, grace kept, every request answered, exit 0, second SIGTERM and the drain
 //! timeout), restart right after SIGKILL on the same ports, and JSON-only output.
 

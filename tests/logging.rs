@@ -1,4 +1,4 @@
-//! Log lines of the real server (CONTRACT §9, spec §4.4): JSON lines with the required fields
+//! Log lines of the real server (docs/monitoring/README.md, "Logs", docs/monitoring/README.md, "Logs"): JSON lines with the required fields
 //! and formats, request-completed lines by level, the text format, and (ignored, run by hand)
 //! the cost of request lines on APPLY_EVENT throughput.
 

@@ -1,4 +1,4 @@
-//! The metrics listener against the real server (spec §4.2, §4.3): every spec metric with its
+//! The metrics listener against the real server (docs/monitoring/README.md, "The metrics listener", §4.3): every spec metric with its
 //! type, exact increments after known requests, connection figures at a limit, replication
 //! metrics by role, /health, content negotiation, promtool on the exposition and the alert
 //! rules, and the listener's absence when disabled.

@@ -140,7 +140,7 @@ fn instance_lifecycle() {
         )),
         "BAD_REQUEST"
     );
-    // Aliases of CONTRACT §5.
+    // Aliases of docs/protocol.md, "Instances and events".
     let r = c.call(
         "CREATE_INSTANCE",
         json!({"machine":"order","version":1,"instance_id":"o2","initial_ctx":{"total":1}}),

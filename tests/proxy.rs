@@ -1,4 +1,4 @@
-//! `network.proxy_protocol` (CONTRACT §11) against the real server: PROXY v1 and v2 headers name
+//! `network.proxy_protocol` (docs/protocol.md, "Behind a load balancer") against the real server: PROXY v1 and v2 headers name
 //! the client in log lines and INFO; a missing, late or garbage header closes only that
 //! connection; with the option off a PROXY header is an invalid frame.
 

@@ -1,4 +1,4 @@
-//! Replication against real primary and replica processes on loopback (CONTRACT §10): a
+//! Replication against real primary and replica processes on loopback (docs/replication.md): a
 //! replica converges and mirrors offsets; it refuses writes and serves reads and pushes;
 //! SIGKILL of either side under load loses and duplicates nothing; PROMOTE keeps offsets and
 //! subscription cursors; a former primary rejoins and drops its unreplicated tail; a replica

@@ -1,4 +1,4 @@
-//! Subscriptions against the real binary (CONTRACT §2, §5): push content and order, filters
+//! Subscriptions against the real binary (docs/protocol.md, "Envelopes", §5): push content and order, filters
 //! across shards, resume after disconnect and across a restart, UNWATCH, lag of a stuck
 //! subscriber (and the writers' throughput meanwhile), no duplicates with several shards.
 //!

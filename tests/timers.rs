@@ -1,4 +1,4 @@
-//! Durable timers against the real binary (CONTRACT §4 "Timed transitions"): a timer fires
+//! Durable timers against the real binary (docs/protocol.md, "Timed transitions"): a timer fires
 //! after `after_ms` with history, push and metrics; leaving the state cancels it, re-entry
 //! re-arms it, a self-loop neither; deadlines from the context (RFC 3339, epoch ms); timers
 //! due while the server is down fire exactly once after a SIGKILL; a client event racing a due

@@ -331,10 +331,10 @@ CORES_TOML=$(printf '%s\n' "${SHARD_CORES[@]}" | paste -sd, - | sed 's/,/, /g')
 info "fronts (network.acceptor_cores = $ACCEPTORS) and the control executor: core(s) $(printf '%s\n' "${FRONTS[@]}" | join_list)"
 [ ${#SECONDARY[@]} -gt 0 ] && info "left out (hyperthread siblings of used cores): $(printf '%s\n' "${SECONDARY[@]}" | join_list)"
 if [ -n "$SHARDS" ] && [ "$SHARDS" -gt ${#PICK[@]} ]; then
-    warn "--shards $SHARDS > ${#PICK[@]} free cores: shards will share cores (measured 30-40% slower on 2 cores, GLOMMIO.md §5)"
+    warn "--shards $SHARDS > ${#PICK[@]} free cores: shards will share cores (measured 30-40% slower on 2 cores, docs/glommio.md §5)"
 fi
 if [ ${#CPUS[@]} -le 2 ]; then
-    info "on <= 2 CPUs one shard beside the front is fastest (GLOMMIO.md §5); measure before adding more"
+    info "on <= 2 CPUs one shard beside the front is fastest (docs/glommio.md §5); measure before adding more"
 fi
 # Hyperthread or isolation hints for IRQs: any device interrupt on a shard core.
 IRQ_HITS=

@@ -1,4 +1,4 @@
-//! The RCP1 frame codec (spec §4.1): 16-byte header, then the JSON payload.
+//! The RCP1 frame codec (docs/protocol.md, "Frames"): 16-byte header, then the JSON payload.
 //!
 //! | bytes | field |
 //! |---|---|
@@ -11,7 +11,7 @@
 pub const MAGIC: [u8; 4] = *b"RCP1";
 /// Header length in bytes; fixed by the specification.
 pub const HEADER_LEN: usize = 16;
-/// Default payload limit (CONTRACT §1): large definitions and contexts fit, a hostile length
+/// Default payload limit (docs/protocol.md, "Frames"): large definitions and contexts fit, a hostile length
 /// cannot make the server allocate gigabytes.
 pub const FRAME_PAYLOAD_BYTES_DEFAULT: u32 = 16 * 1024 * 1024;
 /// Largest response frame a client accepts: twice a log record's limit (64 MiB), so a read of

@@ -1,4 +1,4 @@
-//! Authentication and authorization (CONTRACT §3): bearer tokens configured as SHA-256
+//! Authentication and authorization (docs/protocol.md, "Session ops"): bearer tokens configured as SHA-256
 //! digests, each with scopes, and the one check every op of a session passes through.
 //!
 //! * `scope`: the scopes and the scope each op needs.

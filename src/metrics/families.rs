@@ -1,4 +1,4 @@
-//! The metric families of spec §4.3 (names, types and labels exactly as written there) plus a
+//! The metric families of docs/monitoring/README.md, "Metrics" (names, types and labels exactly as written there) plus a
 //! few `svc_` extras, built into a `prometheus_client` registry from one `Scrape`.
 //!
 //! A fresh registry is built per scrape: every value is a constant read moments before, so
@@ -206,7 +206,7 @@ fn machines(r: &mut Registry, shards: &[ShardStats]) {
     );
 }
 
-/// Durable timers (CONTRACT §4 "Timed transitions").
+/// Durable timers (docs/protocol.md, "Timed transitions").
 fn timers(r: &mut Registry, shards: &[ShardStats]) {
     let pending = shards.iter().map(|s| s.timers_pending).sum::<u64>();
     gauge(r, "svc_timers_pending", "Armed durable timers", pending);
@@ -381,7 +381,7 @@ fn primary(r: &mut Registry, p: &PrimaryStats) {
     truncated(r, p.truncated_entries);
 }
 
-/// Entries a member dropped from its log when it rejoined as a replica (CONTRACT §10); shown
+/// Entries a member dropped from its log when it rejoined as a replica (docs/replication.md); shown
 /// in both roles, since a rejoined member that is later promoted keeps its count.
 fn truncated(r: &mut Registry, n: u64) {
     counter(

@@ -1,4 +1,4 @@
-//! The HTTP listener on `metrics.bind_addr`, served by the control executor (spec §4.2):
+//! The HTTP listener on `metrics.bind_addr`, served by the control executor (docs/monitoring/README.md, "The metrics listener"):
 //! `GET /metrics` (Prometheus text, or OpenMetrics when asked), `GET /health`, 404 otherwise.
 //!
 //! One request per connection (`Connection: close`), its head at most `HEAD_BYTES_MAX` and
@@ -39,7 +39,7 @@ const HTTP_DRAIN_WAIT: Duration = Duration::from_secs(2);
 
 /// What the control executor needs to serve metrics, built by `server::run`.
 pub struct MetricsSetup {
-    /// Bound exclusively with std (GLOMMIO.md pitfall 2), listening; owned from here on.
+    /// Bound exclusively with std (docs/glommio.md pitfall 2), listening; owned from here on.
     pub listener: std::net::TcpListener,
     pub sources: Sources,
 }

@@ -1,4 +1,4 @@
-//! BATCH params (CONTRACT §5): `{mode, ops:[{op, params}]}`, parsed once, on the front, into a
+//! BATCH params (docs/protocol.md, "Instances and events"): `{mode, ops:[{op, params}]}`, parsed once, on the front, into a
 //! typed list (`parse_batch`); the shard turns each op's params into an engine op
 //! (`engine_op`) exactly as it would for the op sent alone.
 

@@ -7,7 +7,7 @@
 //! * `batch`: BATCH (its op list; each op's params are parsed by the modules above).
 //! * `route`: the instance id a routed request (or batched op) names, read on the front.
 //!
-//! Param structs accept the spec's names and the aliases of CONTRACT §5 and reject unknown
+//! Param structs accept the spec's names and the aliases of docs/protocol.md, "Instances and events" and reject unknown
 //! fields, so a typo is a `BAD_REQUEST` naming the field instead of a silently ignored option.
 
 pub mod batch;

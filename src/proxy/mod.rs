@@ -1,5 +1,5 @@
 //! PROXY protocol (HAProxy's spec, v1 text and v2 binary): the header a TCP load balancer puts
-//! at the start of a connection to name the client it accepted (CONTRACT §11).
+//! at the start of a connection to name the client it accepted (docs/protocol.md, "Behind a load balancer").
 //!
 //! `parse` is pure (fuzzed: fuzz/src/proxy_header.rs); `read_header` reads exactly the
 //! header's bytes from a stream, never more, so whatever follows (TLS, frames) is untouched.

@@ -1,4 +1,4 @@
-//! Replication (CONTRACT §10, docs/replication.md). A primary streams every shard's log to its
+//! Replication (docs/replication.md, docs/replication.md). A primary streams every shard's log to its
 //! replicas from the control executor; a replica follows, mirroring the primary's layout
 //! (same shards, same offsets), and serves reads.
 //!

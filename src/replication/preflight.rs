@@ -1,5 +1,5 @@
 //! Before a replica with an empty data directory starts its shards, it asks the primary how
-//! many shards it has, and adopts that count (CONTRACT §10: a replica mirrors the primary's
+//! many shards it has, and adopts that count (docs/replication.md: a replica mirrors the primary's
 //! layout). Blocking, in `main`, before any executor exists: one HELLO (its result names the
 //! shard count; no AUTH needed) over a plain std socket (or rustls), retried with backoff until
 //! the primary answers.

@@ -1,4 +1,4 @@
-//! PROMOTE (CONTRACT §10): a replica stops following, begins a new epoch (the highest it has
+//! PROMOTE (docs/replication.md): a replica stops following, begins a new epoch (the highest it has
 //! seen plus one) with an epoch record in every shard's log, arms its timers, and accepts
 //! writes. Its offsets continue where the stream left them.
 

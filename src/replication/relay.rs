@@ -1,5 +1,5 @@
 //! The front's side of replication. A `REPLICATE` connection is accepted by a front like any
-//! other, but the stream is produced on the control executor (CONTRACT §10: replication is
+//! other, but the stream is produced on the control executor (docs/replication.md: replication is
 //! served from the dedicated core): the front only relays. Its reader forwards the replica's
 //! acks up; the control executor's encoded frames come down and are queued on the connection
 //! like responses. REPLICATION_STATUS and PROMOTE are relayed the same way.

@@ -3,7 +3,7 @@
 //! a snapshot first where the replica's position was compacted away, and heartbeats. Flow
 //! control: at most `replication.fanout_max` entries sent and not yet acknowledged (the
 //! replica's fan-out queue); a replica that keeps it full with no ack for two heartbeats is
-//! disconnected and counted (CONTRACT §10), and catches up when it reconnects.
+//! disconnected and counted (docs/replication.md), and catches up when it reconnects.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;

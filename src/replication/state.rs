@@ -138,7 +138,7 @@ impl ReplState {
     }
 }
 
-/// Replication figures (spec §4.3), written on the control executor, read by the scrape.
+/// Replication figures (docs/monitoring/README.md, "Metrics"), written on the control executor, read by the scrape.
 #[derive(Debug, Default)]
 pub struct ReplStats {
     pub entries_sent: AtomicU64,

@@ -1,4 +1,4 @@
-//! BATCH on the front (CONTRACT §5). An atomic batch goes whole to the one shard all its ids
+//! BATCH on the front (docs/protocol.md, "Instances and events"). An atomic batch goes whole to the one shard all its ids
 //! route to (`CROSS_SHARD` otherwise), which decides, logs and applies it as one unit
 //! (`shard::batch`). A best-effort batch sends each op to its shard exactly as if it came
 //! alone (ops of one shard travel one channel, so they run in request order) and collects the

@@ -1,4 +1,4 @@
-//! The SIGTERM drain (CONTRACT §11), as a front and its connections see it.
+//! The SIGTERM drain (docs/protocol.md, "Behind a load balancer"), as a front and its connections see it.
 //!
 //! `server::run` drives the phases: `/health` goes 503 at once (`Draining`), the server serves on
 //! for `network.drain_grace_ms`, then tells every front to stop (`STOP_DRAIN`): the front drops

@@ -78,204 +78,72 @@ pub fn placements(config: &Config, cpus: usize) -> Placements {
 }
 
 /// Runs the server until SIGTERM/SIGINT; SIGHUP reloads `auth` and `tls` from `config_path`.
-/// Returns a one-line error on start-up failure.
+/// Returns a one-line error on start-up failure. Start-up order: the replication settings
+/// (a new replica adopts its primary's layout), the data dir, every listening socket (bound
+/// exclusively here, so a second server fails at once), the shards (recovered), the control
+/// executor, then the fronts; the announcement on stdout comes last.
 pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let repl_settings = match config.replication.role.is_some() || config.ha.enabled {
-        true => Some(crate::replication::hub::Settings::from_config(&config)?),
-        false => None,
-    };
-    if let Some(follower) = repl_settings.as_ref().and_then(|s| s.follower.as_ref()) {
-        // A replica mirrors its primary's layout: an empty one adopts the primary's shard count.
-        if !DataDir::has_data(&config.storage.data_dir) {
-            let n = crate::replication::preflight::primary_shard_count(follower);
-            log::info!("replication: new replica: adopting the primary's {n} shard(s)");
-            config.shards.count = Some(n);
-            config.shards.cores = None;
-        }
-    }
+    let repl_settings = replication_settings(&mut config)?;
     let place = placements(&config, cpus);
     let shard_count = place.shards.len() as u32;
     let data_dir = DataDir::open(&config.storage.data_dir, shard_count)?;
-    let listener = bind_exclusive("network.bind_addr", &config.network.bind_addr)?;
-    let local = listener.local_addr().map_err(|e| e.to_string())?;
-    let metrics_listener = match config.metrics.enabled {
-        true => Some(bind_exclusive(
-            "metrics.bind_addr",
-            &config.metrics.bind_addr,
-        )?),
-        false => None,
-    };
-    let metrics_addr = metrics_listener
-        .as_ref()
-        .map(StdListener::local_addr)
-        .transpose()
-        .map_err(|e| e.to_string())?;
-    let http = bind_http(&config)?;
+    let mut listeners = Listeners::bind(&config)?;
     let mut signals = Signals::install()?;
-    let draining = Arc::new(drain::Draining::default());
-    let peers = Arc::new(peer::Peers::default());
     let live = Live::new(&config, config_path)?;
     crate::security::reload_on_sighup(live.clone())?;
-
     let repl = Arc::new(match config.ha.enabled {
         true => crate::replication::ReplState::new_ha(),
         false => crate::replication::ReplState::new(config.replication.role),
     });
-    let ha = start_ha(&config, &repl, local)?;
-    let (relay_fronts, relay_control) = match repl_settings {
-        Some(_) => {
-            let (f, c) = crate::replication::relay::channels(place.fronts.len());
-            (f.into_iter().map(Some).collect(), Some(c))
-        }
-        None => (
-            (0..place.fronts.len()).map(|_| None).collect::<Vec<_>>(),
-            None,
-        ),
+    let ha = start_ha(&config, &repl, listeners.local)?;
+    let shared = Shared {
+        repl,
+        draining: Arc::new(drain::Draining::default()),
+        peers: Arc::new(peer::Peers::default()),
+        live,
+        started: Instant::now(),
+        stats: FrontFigures::new(place.fronts.len(), shard_count),
     };
-    let clients = place.fronts.len() + 1;
-    let (shard_ends, mut client_ends) = make_channels(shard_count as usize, clients);
-    let io_memory = config.shards.io_memory_bytes;
+    let (shard_ends, mut client_ends) = make_channels(shard_count as usize, place.fronts.len() + 1);
     let mut handles = Vec::new();
-
     let (ready_tx, ready_rx) = mpsc::channel();
-    for (i, (cpu, ends)) in place.shards.iter().zip(shard_ends).enumerate() {
-        let setup = ShardSetup {
-            index: i as u32,
-            clients: ends,
-            wal: wal_config(&config, data_dir.shard_dir(i as u32), i as u32),
-            snapshot_every: config.storage.snapshot_every_entries,
-            // Replicas never fire timers (docs/replication.md); a promoted one re-arms from
-            // state. Under failover every member starts as a follower (docs/ha.md).
-            fires_timers: config.replication.role != Some(Role::Replica) && !config.ha.enabled,
-            sync: crate::shard::sync::SyncSetup::from_config(&config.replication, config.ha.enabled),
-            member: repl.clone(),
-            ready: ready_tx.clone(),
-        };
-        handles.push(spawn(&format!("shard{i}"), *cpu, io_memory, move || {
-            crate::shard::runtime::run(setup)
-        })?);
-    }
+    spawn_shards(
+        &config,
+        &place,
+        &data_dir,
+        shard_ends,
+        &shared,
+        &ready_tx,
+        &mut handles,
+    )?;
     wait_ready(&ready_rx, shard_count as usize, "shards")?;
-
-    let front_stats: Vec<Arc<FrontStats>> = place
-        .fronts
-        .iter()
-        .map(|_| Arc::new(FrontStats::default()))
-        .collect();
-    let subs_stats: Vec<Arc<SubsStats>> = place
-        .fronts
-        .iter()
-        .map(|_| Arc::new(SubsStats::new(shard_count)))
-        .collect();
-    let started = Instant::now();
-    let (ctl_shutdown, ctl_fd) = socket_pair()?;
-    let control = control::ControlSetup {
+    let (relay_fronts, relay_control) = relay_channels(repl_settings.is_some(), place.fronts.len());
+    let control = ControlParts {
         channels: client_ends.pop().unwrap_or_default(),
-        shutdown_fd: ctl_fd.into_raw_fd(),
-        definitions_dir: config.storage.definitions_dir.clone(),
-        ready: ready_tx.clone(),
         replication: repl_settings.map(|settings| crate::replication::hub::HubSetup {
             fronts: relay_control.unwrap_or_default(),
-            state: repl.clone(),
+            state: shared.repl.clone(),
             settings,
             ha,
         }),
-        metrics: metrics_listener.map(|listener| MetricsSetup {
-            listener,
-            sources: Sources {
-                fronts: front_stats.clone(),
-                subs: subs_stats.clone(),
-                connections_limit: u64::from(config.network.max_connections),
-                replication: repl.clone(),
-                started,
-                draining: draining.clone(),
-            },
-        }),
+        metrics: listeners.metrics.take(),
     };
-    handles.push(spawn("control", place.control, io_memory, move || {
-        control::run(control)
-    })?);
+    let ctl_shutdown = spawn_control(&config, &place, control, &shared, &ready_tx, &mut handles)?;
     wait_ready(&ready_rx, 1, "control")?;
-
-    let info = Arc::new(ServerInfo {
-        started,
-        replication: repl.clone(),
-        acceptor_cores: place.fronts.len() as u32,
-    });
-    let limits = Limits {
-        max_frame_bytes: config.max_frame_bytes(),
-        max_inflight: config.network.max_inflight_per_connection as usize,
-        max_connections: u64::from(config.network.max_connections),
-        idle_timeout: (config.network.idle_timeout_secs > 0)
-            .then(|| Duration::from_secs(config.network.idle_timeout_secs)),
-        subscription_queue_max: config.subscriptions.queue_max as usize,
-        proxy_protocol: config.network.proxy_protocol,
-    };
-    let active = Arc::new(AtomicU64::new(0));
-    let mut shutdowns = Vec::new();
-    let (drained_tx, drained_rx) = mpsc::channel();
-    let fronts = place
-        .fronts
-        .iter()
-        .zip(client_ends.into_iter().zip(relay_fronts))
-        .zip(front_stats.into_iter().zip(subs_stats));
-    for (i, ((cpu, (channels, relay)), (stats, subs_stats))) in fronts.enumerate() {
-        let fd = listener
-            .try_clone()
-            .map_err(|e| format!("dup listener: {e}"))?;
-        let (stop, stop_fd) = socket_pair()?;
-        shutdowns.push(stop);
-        let front_http = match &http {
-            Some((listener, settings)) => Some(crate::http::FrontHttp {
-                listener_fd: listener
-                    .try_clone()
-                    .map_err(|e| format!("dup http listener: {e}"))?
-                    .into_raw_fd(),
-                settings: settings.clone(),
-            }),
-            None => None,
-        };
-        let setup = FrontSetup {
-            index: i as u32,
-            listener_fd: fd.into_raw_fd(),
-            shutdown_fd: stop_fd.into_raw_fd(),
-            channels,
-            relay,
-            limits: limits.clone(),
-            stats,
-            subs_stats,
-            active: active.clone(),
-            info: info.clone(),
-            live: live.clone(),
-            peers: peers.clone(),
-            drained: drained_tx.clone(),
-            http: front_http,
-        };
-        handles.push(spawn(&format!("front{i}"), *cpu, io_memory, move || {
-            front::run(setup)
-        })?);
-    }
-    drop(listener);
-    drop(drained_tx);
-    let http_addr = http.map(|(listener, settings)| {
-        drop(listener);
-        settings.bound
-    });
-    let bound = Bound {
-        addr: local,
-        metrics: metrics_addr,
-        http: http_addr,
-    };
-    announce(&config, &bound, shard_count, &place);
+    let channels = client_ends.into_iter().zip(relay_fronts).collect();
+    let (mut shutdowns, drained) =
+        spawn_fronts(&config, &place, &listeners, channels, &shared, &mut handles)?;
+    announce(&config, &listeners.bound(), shard_count, &place);
+    drop(listeners);
 
     signals.wait(None);
     let network = &config.network;
     shut_down(
         &mut signals,
-        &draining,
+        &shared.draining,
         &mut shutdowns,
-        &drained_rx,
+        &drained,
         Duration::from_millis(network.drain_grace_ms),
         Duration::from_millis(network.drain_timeout_ms),
     );
@@ -287,6 +155,265 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     drop(data_dir);
     log::info!("stopped");
     Ok(())
+}
+
+/// What every executor of the process shares, made once in `run`.
+struct Shared {
+    repl: Arc<crate::replication::ReplState>,
+    draining: Arc<drain::Draining>,
+    peers: Arc<peer::Peers>,
+    live: Arc<Live>,
+    started: Instant,
+    stats: FrontFigures,
+}
+
+/// Each front's counters, shared with the metrics scrape.
+struct FrontFigures {
+    fronts: Vec<Arc<FrontStats>>,
+    subs: Vec<Arc<SubsStats>>,
+}
+
+impl FrontFigures {
+    fn new(fronts: usize, shards: u32) -> FrontFigures {
+        FrontFigures {
+            fronts: (0..fronts)
+                .map(|_| Arc::new(FrontStats::default()))
+                .collect(),
+            subs: (0..fronts)
+                .map(|_| Arc::new(SubsStats::new(shards)))
+                .collect(),
+        }
+    }
+}
+
+/// Replication settings from the config (None without a role or failover). A replica whose data dir is
+/// empty mirrors its primary's layout: it adopts the primary's shard count.
+fn replication_settings(
+    config: &mut Config,
+) -> Result<Option<crate::replication::hub::Settings>, String> {
+    if config.replication.role.is_none() && !config.ha.enabled {
+        return Ok(None);
+    }
+    let settings = crate::replication::hub::Settings::from_config(config)?;
+    if let Some(follower) = settings.follower.as_ref() {
+        if !DataDir::has_data(&config.storage.data_dir) {
+            let n = crate::replication::preflight::primary_shard_count(follower);
+            log::info!("replication: new replica: adopting the primary's {n} shard(s)");
+            config.shards.count = Some(n);
+            config.shards.cores = None;
+        }
+    }
+    Ok(Some(settings))
+}
+
+/// The listening sockets, bound exclusively before any executor starts.
+struct Listeners {
+    client: StdListener,
+    local: SocketAddr,
+    metrics: Option<StdListener>,
+    metrics_addr: Option<SocketAddr>,
+    http: Option<(StdListener, Arc<crate::http::Settings>)>,
+}
+
+impl Listeners {
+    fn bind(config: &Config) -> Result<Listeners, String> {
+        let client = bind_exclusive("network.bind_addr", &config.network.bind_addr)?;
+        let local = client.local_addr().map_err(|e| e.to_string())?;
+        let metrics = match config.metrics.enabled {
+            true => Some(bind_exclusive(
+                "metrics.bind_addr",
+                &config.metrics.bind_addr,
+            )?),
+            false => None,
+        };
+        let metrics_addr = (metrics.as_ref().map(StdListener::local_addr))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let http = bind_http(config)?;
+        Ok(Listeners {
+            client,
+            local,
+            metrics,
+            metrics_addr,
+            http,
+        })
+    }
+
+    fn bound(&self) -> Bound {
+        Bound {
+            addr: self.local,
+            metrics: self.metrics_addr,
+            http: self.http.as_ref().map(|(_, settings)| settings.bound),
+        }
+    }
+}
+
+/// The replication relay between the fronts and the control executor (a role is set).
+fn relay_channels(
+    replicating: bool,
+    fronts: usize,
+) -> (
+    Vec<Option<crate::replication::relay::FrontEnds>>,
+    Option<Vec<crate::replication::relay::ControlEnds>>,
+) {
+    if !replicating {
+        return ((0..fronts).map(|_| None).collect(), None);
+    }
+    let (f, c) = crate::replication::relay::channels(fronts);
+    (f.into_iter().map(Some).collect(), Some(c))
+}
+
+type Handles = Vec<glommio::ExecutorJoinHandle<()>>;
+
+fn spawn_shards(
+    config: &Config,
+    place: &Placements,
+    data_dir: &DataDir,
+    ends: ShardEnds,
+    shared: &Shared,
+    ready: &mpsc::Sender<Result<(), String>>,
+    handles: &mut Handles,
+) -> Result<(), String> {
+    for (i, (cpu, ends)) in place.shards.iter().zip(ends).enumerate() {
+        let setup = ShardSetup {
+            index: i as u32,
+            clients: ends,
+            wal: wal_config(config, data_dir.shard_dir(i as u32), i as u32),
+            snapshot_every: config.storage.snapshot_every_entries,
+            // Replicas never fire timers (docs/protocol.md, "Timed transitions"); a promoted
+            // one re-arms them from state. Under failover every member starts as a follower
+            // (docs/ha.md).
+            fires_timers: config.replication.role != Some(Role::Replica) && !config.ha.enabled,
+            sync: crate::shard::sync::SyncSetup::from_config(
+                &config.replication,
+                config.ha.enabled,
+            ),
+            member: shared.repl.clone(),
+            ready: ready.clone(),
+        };
+        let io_memory = config.shards.io_memory_bytes;
+        handles.push(spawn(&format!("shard{i}"), *cpu, io_memory, move || {
+            crate::shard::runtime::run(setup)
+        })?);
+    }
+    Ok(())
+}
+
+/// What the control executor gets beside what every executor shares.
+struct ControlParts {
+    channels: RouterChannels,
+    replication: Option<crate::replication::hub::HubSetup>,
+    metrics: Option<StdListener>,
+}
+
+/// Starts the control executor; returns the socket that stops it.
+fn spawn_control(
+    config: &Config,
+    place: &Placements,
+    parts: ControlParts,
+    shared: &Shared,
+    ready: &mpsc::Sender<Result<(), String>>,
+    handles: &mut Handles,
+) -> Result<StdUnixStream, String> {
+    let (ctl_shutdown, ctl_fd) = socket_pair()?;
+    let control = control::ControlSetup {
+        channels: parts.channels,
+        shutdown_fd: ctl_fd.into_raw_fd(),
+        definitions_dir: config.storage.definitions_dir.clone(),
+        ready: ready.clone(),
+        replication: parts.replication,
+        metrics: parts.metrics.map(|listener| MetricsSetup {
+            listener,
+            sources: Sources {
+                fronts: shared.stats.fronts.clone(),
+                subs: shared.stats.subs.clone(),
+                connections_limit: u64::from(config.network.max_connections),
+                replication: shared.repl.clone(),
+                started: shared.started,
+                draining: shared.draining.clone(),
+            },
+        }),
+    };
+    let io_memory = config.shards.io_memory_bytes;
+    handles.push(spawn("control", place.control, io_memory, move || {
+        control::run(control)
+    })?);
+    Ok(ctl_shutdown)
+}
+
+/// The limits every front enforces.
+fn front_limits(config: &Config) -> Limits {
+    let network = &config.network;
+    Limits {
+        max_frame_bytes: config.max_frame_bytes(),
+        max_inflight: network.max_inflight_per_connection as usize,
+        max_connections: u64::from(network.max_connections),
+        idle_timeout: (network.idle_timeout_secs > 0)
+            .then(|| Duration::from_secs(network.idle_timeout_secs)),
+        subscription_queue_max: config.subscriptions.queue_max as usize,
+        proxy_protocol: network.proxy_protocol,
+    }
+}
+
+/// Starts the fronts, each on a duplicate of every listening socket; returns their stop
+/// sockets and the channel each reports on when it has drained.
+fn spawn_fronts(
+    config: &Config,
+    place: &Placements,
+    listeners: &Listeners,
+    channels: Vec<(RouterChannels, Option<crate::replication::relay::FrontEnds>)>,
+    shared: &Shared,
+    handles: &mut Handles,
+) -> Result<(Vec<StdUnixStream>, mpsc::Receiver<()>), String> {
+    let info = Arc::new(ServerInfo {
+        started: shared.started,
+        replication: shared.repl.clone(),
+        acceptor_cores: place.fronts.len() as u32,
+    });
+    let limits = front_limits(config);
+    let active = Arc::new(AtomicU64::new(0));
+    let mut shutdowns = Vec::new();
+    let (drained_tx, drained_rx) = mpsc::channel();
+    let stats = shared.stats.fronts.iter().zip(&shared.stats.subs);
+    for (i, ((cpu, (channels, relay)), (stats, subs_stats))) in
+        place.fronts.iter().zip(channels).zip(stats).enumerate()
+    {
+        let dup = |l: &StdListener, what: &str| {
+            l.try_clone()
+                .map(IntoRawFd::into_raw_fd)
+                .map_err(|e| format!("dup {what}: {e}"))
+        };
+        let (stop, stop_fd) = socket_pair()?;
+        shutdowns.push(stop);
+        let http = match &listeners.http {
+            Some((listener, settings)) => Some(crate::http::FrontHttp {
+                listener_fd: dup(listener, "http listener")?,
+                settings: settings.clone(),
+            }),
+            None => None,
+        };
+        let setup = FrontSetup {
+            index: i as u32,
+            listener_fd: dup(&listeners.client, "listener")?,
+            shutdown_fd: stop_fd.into_raw_fd(),
+            channels,
+            relay,
+            limits: limits.clone(),
+            stats: stats.clone(),
+            subs_stats: subs_stats.clone(),
+            active: active.clone(),
+            info: info.clone(),
+            live: shared.live.clone(),
+            peers: shared.peers.clone(),
+            drained: drained_tx.clone(),
+            http,
+        };
+        let io_memory = config.shards.io_memory_bytes;
+        handles.push(spawn(&format!("front{i}"), *cpu, io_memory, move || {
+            front::run(setup)
+        })?);
+    }
+    Ok((shutdowns, drained_rx))
 }
 
 /// Failover (docs/ha.md): starts the HA thread before any executor, with the address other
@@ -311,7 +438,7 @@ type HaParts = (
     crate::replication::follower::Settings,
 );
 
-/// The SIGTERM drain (CONTRACT §11, `drain` module): `/health` 503 at once, serve on for
+/// The SIGTERM drain (docs/protocol.md, "Behind a load balancer", `drain` module): `/health` 503 at once, serve on for
 /// `grace`, then the fronts stop accepting and drain; a second signal or `timeout` (counted
 /// from the first signal) makes them close every connection at once. Returns when every front
 /// has finished.
@@ -457,7 +584,7 @@ fn announce(config: &Config, bound: &Bound, shards: u32, place: &Placements) {
 }
 
 /// Binds without SO_REUSEPORT (glommio's own bind sets it, letting a second server silently
-/// share the port: GLOMMIO.md pitfall 2), so a busy port fails with "address in use".
+/// share the port: docs/glommio.md pitfall 2), so a busy port fails with "address in use".
 ///
 /// "Address in use" is retried every `BIND_RETRY_EVERY` for `BIND_RETRY_FOR` (logged once):
 /// right after a SIGKILL the old process's socket lingers while its io_uring is torn down.
@@ -548,7 +675,7 @@ fn socket_pair() -> Result<(StdUnixStream, OwnedFd), String> {
 
 /// SIGTERM/SIGINT delivery to the main thread: the handler writes a byte to a socketpair
 /// (signal-hook's async-signal-safe pipe handler) and `wait` blocks reading it (the pattern
-/// GLOMMIO.md §6 measured working).
+/// docs/glommio.md §6 measured working).
 struct Signals(StdUnixStream);
 
 impl Signals {

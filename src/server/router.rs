@@ -37,7 +37,7 @@ struct Tokens {
 }
 
 impl Router {
-    /// Connects every channel concurrently (sequential connects can deadlock, GLOMMIO.md §0.6)
+    /// Connects every channel concurrently (sequential connects can deadlock, docs/glommio.md §0.6)
     /// and starts one response pump per shard.
     pub async fn connect(channels: RouterChannels) -> Rc<Router> {
         let connects: Vec<_> = channels

@@ -17,7 +17,7 @@ use crate::auth::{AuthOutcome, SessionAuth};
 use crate::ops::params::parse;
 use crate::protocol::{encode_error, encode_ok, parse_request, Op, Route};
 
-/// The protocol versions this server speaks (spec §9: the present protocol is 1).
+/// The protocol versions this server speaks (docs/protocol.md, "Session ops": the present protocol is 1).
 pub const SUPPORTED_PROTOCOLS: [i64; 1] = [1];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

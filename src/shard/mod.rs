@@ -26,6 +26,6 @@ pub use message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardRespons
 /// subscription pushes). Policy when full: the sender waits (a front stops reading that
 /// connection's socket, so the client sees TCP backpressure; a shard's outbox holds its
 /// replies and pushes); nothing is dropped. The front drains responses without ever waiting
-/// for a subscriber (`subscriptions`), so a slow subscriber cannot fill this channel. GLOMMIO.md measured that capacities below
+/// for a subscriber (`subscriptions`), so a slow subscriber cannot fill this channel. docs/glommio.md measured that capacities below
 /// ~1024 spend their time in sleep/wake.
 pub const SHARD_QUEUE_DEPTH_MAX: usize = 1024;

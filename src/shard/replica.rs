@@ -1,4 +1,4 @@
-//! Replication on the shard (CONTRACT §10, the storage side; design: REPLICATION.md S4-S6).
+//! Replication on the shard (docs/replication.md, the storage side; design: REPLICATION.md S4-S6).
 //! The network side (`src/replication/`) reaches a shard only through these calls:
 //!
 //! - `LogPosition`: head, durable and oldest offsets, the epoch history and a `LogHandle`

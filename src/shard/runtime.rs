@@ -132,7 +132,7 @@ async fn serve_client(
     rx: SharedReceiver<ShardRequest>,
     tx: SharedSender<ShardMessage>,
 ) {
-    // Connect both ends concurrently: sequential connects can deadlock (GLOMMIO.md pitfall 6).
+    // Connect both ends concurrently: sequential connects can deadlock (docs/glommio.md pitfall 6).
     let (rx, tx) = futures_lite::future::zip(rx.connect(), tx.connect()).await;
     let outbox = Rc::new(Outbox::default());
     shard.subs.attach(client, outbox.clone());

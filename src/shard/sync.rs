@@ -1,4 +1,4 @@
-//! Sync replication on a primary's shard (CONTRACT §10 "Sync mode"; REPLICATION.md S7).
+//! Sync replication on a primary's shard (docs/replication.md, "Sync mode"; REPLICATION.md S7).
 //!
 //! A client write's reply leaves only once the log is durable through its offset AND the
 //! replicas have acknowledged it (`ReplicaAcked { through }`, sent by the control executor
@@ -26,7 +26,7 @@ use super::message::{ReplyBody, ShardCall, ShardMessage};
 use super::runtime::{Outbox, Outcome, Shard};
 use crate::config::{Replication, ReplicationMode, Role};
 
-/// Default `replication.sync_timeout_ms` (CONTRACT §10).
+/// Default `replication.sync_timeout_ms` (docs/replication.md).
 const SYNC_TIMEOUT_MS_DEFAULT: u64 = 5000;
 
 /// Sync-mode settings of a primary's shard.

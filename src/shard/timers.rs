@@ -1,4 +1,4 @@
-//! Durable timers on the shard (CONTRACT §4 "Timed transitions"): one entry point,
+//! Durable timers on the shard (docs/protocol.md, "Timed transitions"): one entry point,
 //! `Timers::run`, a task beside the client tasks that fires due timers through the same
 //! decide → log → apply path as a client's APPLY_EVENT (`Shard::log_and_apply`), so history,
 //! metrics and subscriptions see a fired timer like any event.

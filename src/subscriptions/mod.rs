@@ -1,4 +1,4 @@
-//! Subscriptions, front side (CONTRACT §2 and §5): WATCH_INSTANCE, WATCH_ALL, UNWATCH, and the
+//! Subscriptions, front side (docs/protocol.md, "Envelopes" and §5): WATCH_INSTANCE, WATCH_ALL, UNWATCH, and the
 //! pushes they bring.
 //!
 //! Owns, per front executor, the table of its subscriptions (`table`, held by the router so its

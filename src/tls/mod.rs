@@ -1,4 +1,4 @@
-//! TLS for the client port (CONTRACT §3): rustls 0.23 with the `ring` provider, TLS 1.2 and
+//! TLS for the client port (docs/protocol.md, "Session ops"): rustls 0.23 with the `ring` provider, TLS 1.2 and
 //! 1.3, optional mutual TLS. One entry point for the server, `ServerTls`: `load` builds it from
 //! the `tls` config section (cheap, so a reload can build a fresh one), `accept` runs one
 //! connection's handshake inside that connection's task, bounded in time.

@@ -23,7 +23,7 @@ use super::error::{CliError, Kind};
 use super::session::Session;
 use super::{render, sub_error_text};
 
-/// Every op of CONTRACT §3–§5 with its params, for `help` and completion.
+/// Every op of docs/protocol.md ("Session ops" to "Instances and events") with its params, for `help` and completion.
 pub const OPS: &[(&str, &str)] = &[
     (
         "HELLO",

@@ -82,7 +82,7 @@ pub enum Error {
     Server {
         code: ErrorCode,
         message: String,
-        /// As the server said (CONTRACT §6 lists which codes are).
+        /// As the server said (docs/protocol.md, "Error codes" lists which codes are).
         retryable: bool,
         details: Value,
     },

@@ -1,4 +1,4 @@
-//! Envelopes (CONTRACT §2) on the client side: requests out, responses and pushes in.
+//! Envelopes (docs/protocol.md, "Envelopes") on the client side: requests out, responses and pushes in.
 
 use std::borrow::Cow;
 

@@ -1,4 +1,4 @@
-//! One typed request per operation of CONTRACT.md and a typed result for each. Both clients
+//! One typed request per operation of docs/protocol.md and a typed result for each. Both clients
 //! (blocking and async) build their calls from these, so op names and param keys are spelled
 //! once. Results keep fields this client does not name in `extra`, so nothing the server sends
 //! is lost, and a newer server's additions do not break decoding.
@@ -535,7 +535,7 @@ fn with(opts: Result<Map<String, Value>>, fields: Value) -> Value {
     Value::Object(m)
 }
 
-/// The protocol version this client speaks (CONTRACT §3).
+/// The protocol version this client speaks (docs/protocol.md, "Session ops").
 pub const PROTOCOL_VERSION: u32 = 1;
 
 pub fn hello(client_name: &str) -> Request<Hello> {

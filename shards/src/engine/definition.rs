@@ -3,8 +3,7 @@
 //!
 //! Definition object: `{"states":[..], "initial":S, "final":[..]?, "transitions":[{"from":
 //! S | [S,..] | "*", "event":E, "to":S, "guard":EXPR?, "after_ms":N?, "at":"ctx.<path>"?}]}`.
-//! Unknown fields are refused. `after_ms` / `at` make a transition timed (CONTRACT §4 "Timed
-//! transitions"; `definition::compile` validates them, `engine::timers` computes deadlines).
+//! Unknown fields are refused. `after_ms` / `at` make a transition timed (docs/protocol.md, "Timed transitions"; `definition::compile` validates them, `engine::timers` computes deadlines).
 //!
 //! The normalised form always has `final` (possibly empty) and omits absent guards, so two
 //! definitions that differ only in those spellings are the same version. The canonical JSON is

@@ -1,4 +1,4 @@
-//! Replication epochs (CONTRACT §10): each primary term writes an `Entry::Epoch` into every
+//! Replication epochs (docs/replication.md): each primary term writes an `Entry::Epoch` into every
 //! shard's log when it begins. `apply` records `(epoch, offset)` here, so the history is rebuilt
 //! by recovery, kept in snapshots, and identical on every member holding the same log.
 //!

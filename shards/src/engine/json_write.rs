@@ -54,18 +54,8 @@ pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
 }
 
 /// The decimal digits of `v` (no allocation, unlike `format!`).
-pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
+pub fn write_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
 /// Any JSON value.

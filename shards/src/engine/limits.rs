@@ -21,7 +21,7 @@ pub const GUARD_SOURCE_BYTES_MAX: usize = 4096;
 /// Nesting depth of a guard expression: bounds parser and evaluator recursion (stack use).
 pub const GUARD_DEPTH_MAX: usize = 64;
 
-/// Bytes in an instance id (CONTRACT §5).
+/// Bytes in an instance id (docs/protocol.md, "Instances and events").
 pub const INSTANCE_ID_BYTES_MAX: usize = 256;
 
 /// Bytes in an idempotency key: keys are stored per instance, so they must stay small.

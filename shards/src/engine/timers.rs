@@ -1,4 +1,4 @@
-//! The engine's side of durable timers (CONTRACT §4 "Timed transitions"): which timer an
+//! The engine's side of durable timers (docs/protocol.md, "Timed transitions"): which timer an
 //! instance has, arming and spending it, and deciding a fire. Pure: the shard runtime passes
 //! the time in; the deadline-ordered queue itself is `crate::timers::TimerQueue`.
 //!

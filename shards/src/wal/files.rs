@@ -140,7 +140,7 @@ pub(crate) async fn remove(path: &Path) -> Result<(), WalError> {
         .map_err(|e| WalError::io("remove", path, e))
 }
 
-/// The iopoll probe workaround (GLOMMIO.md §0.1): the first `DmaFile` an executor opens on a
+/// The iopoll probe workaround (docs/glommio.md §0.1): the first `DmaFile` an executor opens on a
 /// device must be a non-empty file, or glommio marks the device pollable and later reads fail
 /// with EOPNOTSUPP. Opens `dir/.probe` (created with 4096 bytes if missing) and closes it.
 pub(crate) async fn probe_device(dir: &Path) -> Result<(), WalError> {

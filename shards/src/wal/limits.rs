@@ -38,7 +38,7 @@ pub const SEGMENT_BYTES_DEFAULT: u64 = 64 << 20;
 pub const RETAIN_BYTES_DEFAULT: u64 = 256 << 20;
 
 /// Bytes. Buffer size of the streaming reader used by `read_from` and snapshot loads; 128 KiB
-/// with read-ahead 4 measured fastest (1.5 GB/s) for a bare read on the target VM (GLOMMIO.md
+/// with read-ahead 4 measured fastest (1.5 GB/s) for a bare read on the target VM (docs/glommio.md
 /// §4), and keeps a reader's buffers at 640 KiB, of which a shard may run several.
 pub const READ_CHUNK_BYTES: usize = 128 << 10;
 

@@ -2,7 +2,7 @@
 //!
 //! Writing into preallocated but unwritten extents makes every fdatasync also commit an extent
 //! conversion to the filesystem journal; overwriting blocks that already hold zeros does not
-//! (GLOMMIO.md §4). Zeroing a 64 MiB segment takes ~50 ms, too long to do inside the commit
+//! (docs/glommio.md §4). Zeroing a 64 MiB segment takes ~50 ms, too long to do inside the commit
 //! path, so after each rotation a task prepares `wal/spare.seg.tmp` (fallocate, zero, fsync).
 //! At the next rotation the committer stamps the header on it and renames it into place; if it
 //! is not ready yet, the committer creates a merely preallocated segment instead.

@@ -1,4 +1,4 @@
-//! One typed method per operation of CONTRACT.md, each a thin `run` of the request built in
+//! One typed method per operation of docs/protocol.md, each a thin `run` of the request built in
 //! `ops` (retried per the client's policy where that is safe).
 
 use serde_json::Value;

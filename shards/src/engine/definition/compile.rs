@@ -99,7 +99,7 @@ fn check_name(what: &str, name: &str) -> Result<(), DefinitionError> {
 }
 
 impl CompiledMachine {
-    /// Validates `def` (every rule of CONTRACT §4) and compiles its guards.
+    /// Validates `def` (every rule of docs/protocol.md, "Machine definitions") and compiles its guards.
     pub fn compile(def: &Definition) -> Result<CompiledMachine, DefinitionError> {
         let (states, index) = index_states(&def.states)?;
         let lookup = |what: &str, name: &str| {

@@ -1,4 +1,4 @@
-//! Timed transitions (CONTRACT §4 "Timed transitions"): `after_ms` and `at` on a transition,
+//! Timed transitions (docs/protocol.md, "Timed transitions"): `after_ms` and `at` on a transition,
 //! their validation, and the deadline an instance's timer has in a given state.
 //!
 //! Pure: a deadline is computed from the time the instance entered its state (carried by the

@@ -61,7 +61,7 @@ pub enum Entry {
         machine: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         version: Option<u32>,
-        /// Applied by the shard's timer, not a client (CONTRACT §4 "Timed transitions").
+        /// Applied by the shard's timer, not a client (docs/protocol.md, "Timed transitions").
         #[serde(default, skip_serializing_if = "is_false")]
         timer: bool,
     },

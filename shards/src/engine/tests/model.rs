@@ -99,7 +99,7 @@ struct ModelInstance {
     keys: HashMap<String, Value>,
 }
 
-/// The reference: the rules of CONTRACT §5 for the fixed machine, written plainly.
+/// The reference: the rules of docs/protocol.md, "Instances and events" for the fixed machine, written plainly.
 #[derive(Debug, Default)]
 struct Model {
     instances: BTreeMap<String, ModelInstance>,
