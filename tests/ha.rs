@@ -3,6 +3,8 @@
 //! the primary under sync-mode write load gives a new primary within seconds and keeps every
 //! acknowledged write (in the histories); the killed member comes back as a follower and
 //! converges; a second process with a live `node_id` exits 1; a bad `[ha]` section exits 78.
+//! Along the way: `/health/primary` and `/health/replica` (what a load balancer checks), the
+//! `svc_ha_*` metrics and `REPLICATION_STATUS.ha`.
 
 mod common;
 
@@ -13,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
+use common::scrape::{http_get, metrics_addr, scrape};
 use common::*;
 use serde_json::{json, Value};
 
@@ -28,6 +31,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn member_config(etcd: &Etcd, cluster: &str, node: &str, mode: &str) -> String {
     format!(
         "[shards]\ncount = 1\n[storage]\nsegment_bytes = 1048576\n\
+         [metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"\n\
          [replication]\nmode = \"{mode}\"\nheartbeat_ms = 200\nreconnect_max_ms = 500\n\
          [ha]\nenabled = true\nnode_id = \"{node}\"\ncluster = \"{cluster}\"\n\
          etcd_endpoints = {}\nttl_ms = {TTL_MS}\nsafety_margin_ms = 500\n",
@@ -48,9 +52,13 @@ fn one_primary(members: &[&Server], limit: Duration) -> usize {
     loop {
         let roles: Vec<String> = members
             .iter()
-            .map(|m| status(m.addr).map_or("down".into(), |s| s["role"].as_str().unwrap_or("").into()))
+            .map(|m| {
+                status(m.addr).map_or("down".into(), |s| s["role"].as_str().unwrap_or("").into())
+            })
             .collect();
-        let primaries: Vec<usize> = (0..roles.len()).filter(|&i| roles[i] == "primary").collect();
+        let primaries: Vec<usize> = (0..roles.len())
+            .filter(|&i| roles[i] == "primary")
+            .collect();
         if primaries.len() == 1 {
             return primaries[0];
         }
@@ -58,10 +66,72 @@ fn one_primary(members: &[&Server], limit: Duration) -> usize {
         assert!(
             Instant::now() < deadline,
             "no single primary within {limit:?}: {roles:?}\n{}",
-            members.iter().map(|m| m.log()).collect::<Vec<_>>().join("\n----\n")
+            members
+                .iter()
+                .map(|m| m.log())
+                .collect::<Vec<_>>()
+                .join("\n----\n")
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The HTTP status of `GET path` on `s`'s metrics listener.
+fn health(s: &Server, path: &str) -> u16 {
+    http_get(metrics_addr(s), path, &[]).status
+}
+
+/// Waits until `GET path` on `s` answers `want`.
+fn wait_health(s: &Server, path: &str, want: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = http_get(metrics_addr(s), path, &[]);
+        if r.status == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path}: {} {} (want {want})",
+            r.status,
+            r.body
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// What a load balancer and a scraper see of a primary and a follower.
+fn check_health_and_metrics(primary: &Server, follower: &Server, node: &str) {
+    assert_eq!(health(primary, "/health/primary"), 200);
+    assert_eq!(health(primary, "/health/replica"), 503);
+    assert_eq!(health(follower, "/health/primary"), 503);
+    wait_health(follower, "/health/replica", 200);
+    let m = scrape(primary);
+    assert_eq!(
+        m.types.get("svc_ha_is_primary").map(String::as_str),
+        Some("gauge")
+    );
+    assert_eq!(
+        m.types.get("svc_ha_failovers_total").map(String::as_str),
+        Some("counter")
+    );
+    assert_eq!(m.value("svc_ha_is_primary", &[]), Some(1.0), "{}", m.text);
+    assert!(m.value("svc_ha_epoch", &[]).unwrap() >= 1.0);
+    assert!(m.value("svc_ha_lease_remaining_seconds", &[]).unwrap() > 0.0);
+    assert!(m.value("svc_ha_failovers_total", &[]).unwrap() >= 1.0);
+    assert!(m.value("svc_ha_etcd_errors_total", &[]).is_some());
+    assert!(
+        m.text
+            .contains("svc_ha_demotions_total{reason=\"lease_expired\"}"),
+        "{}",
+        m.text
+    );
+    let f = scrape(follower);
+    assert_eq!(f.value("svc_ha_is_primary", &[]), Some(0.0));
+    assert_eq!(f.value("svc_ha_lease_remaining_seconds", &[]), Some(0.0));
+    let st = status(primary.addr).unwrap();
+    assert_eq!(st["ha"]["node_id"], node, "{st}");
+    assert_eq!(st["ha"]["primary"], node, "{st}");
+    assert!(st["ha"]["members"].as_array().unwrap().len() >= 2, "{st}");
 }
 
 /// A writer that sends `touch` events to whichever member accepts them, recording each one
@@ -136,7 +206,10 @@ fn assert_acked_present_once(s: &Server, acked: &[(String, u64, Instant)]) {
     }
     let mut c = s.client();
     for (id, want) in by_id {
-        assert!(want.len() < 900, "{id}: spread the load over more instances");
+        assert!(
+            want.len() < 900,
+            "{id}: spread the load over more instances"
+        );
         let h = c
             .call("GET_HISTORY", json!({"instance_id": id, "limit": 1000}))
             .unwrap();
@@ -149,7 +222,10 @@ fn assert_acked_present_once(s: &Server, acked: &[(String, u64, Instant)]) {
             .collect();
         for i in &want {
             let n = got.iter().filter(|g| *g == i).count();
-            assert_eq!(n, 1, "{id}: acknowledged touch {i} must be there once: {got:?}");
+            assert_eq!(
+                n, 1,
+                "{id}: acknowledged touch {i} must be there once: {got:?}"
+            );
         }
     }
 }
@@ -159,11 +235,18 @@ fn converge(p: &Server, r: &Server) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (ps, rs) = (status(p.addr), status(r.addr));
-        let same = ps.as_ref().zip(rs.as_ref()).is_some_and(|(a, b)| a["positions"] == b["positions"]);
+        let same = ps
+            .as_ref()
+            .zip(rs.as_ref())
+            .is_some_and(|(a, b)| a["positions"] == b["positions"]);
         if same {
             return;
         }
-        assert!(Instant::now() < deadline, "no convergence: {ps:?} / {rs:?}\n{}", r.log());
+        assert!(
+            Instant::now() < deadline,
+            "no convergence: {ps:?} / {rs:?}\n{}",
+            r.log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -184,10 +267,16 @@ fn sigkill_of_the_primary_elects_another_and_keeps_every_sync_acknowledged_write
     put_order_machine(&mut w);
     let ids: Vec<String> = (0..48).map(|i| format!("k-{i}")).collect();
     for id in &ids {
-        w.call("CREATE_INSTANCE", json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}}))
-            .unwrap();
-        w.call("APPLY_EVENT", json!({"instance_id": id, "event": "pay", "payload": {"amount": 1}}))
-            .unwrap();
+        w.call(
+            "CREATE_INSTANCE",
+            json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}}),
+        )
+        .unwrap();
+        w.call(
+            "APPLY_EVENT",
+            json!({"instance_id": id, "event": "pay", "payload": {"amount": 1}}),
+        )
+        .unwrap();
     }
     // A follower refuses writes and names the primary.
     let follower = (first + 1) % 3;
@@ -198,35 +287,58 @@ fn sigkill_of_the_primary_elects_another_and_keeps_every_sync_acknowledged_write
     let e = refused.unwrap_err();
     assert_eq!(e.code(), Some("READ_ONLY_MODE"), "{e:?}");
     assert_eq!(e.details()["primary"], members[first].addr.to_string());
+    check_health_and_metrics(&members[first], &members[follower], &format!("n{first}"));
 
     let load = Load::start(members.iter().map(|m| m.addr).collect(), ids.clone());
     std::thread::sleep(Duration::from_millis(1500));
     let before = load.acked().len();
-    assert!(before > 20, "the load runs against the first primary: {before}");
+    assert!(
+        before > 20,
+        "the load runs against the first primary: {before}"
+    );
     let killed_at = Instant::now();
     members[first].kill();
-    let alive: Vec<&Server> = (0..3).filter(|&i| i != first).map(|i| &members[i]).collect();
+    let alive: Vec<&Server> = (0..3)
+        .filter(|&i| i != first)
+        .map(|i| &members[i])
+        .collect();
     let second = one_primary(&alive, Duration::from_secs(20));
     let second = (0..3).filter(|&i| i != first).nth(second).unwrap();
     // Writes resume on the new primary.
     let deadline = Instant::now() + Duration::from_secs(20);
     let gap = loop {
-        let after: Vec<Instant> = load.acked().iter().map(|a| a.2).filter(|t| *t > killed_at).collect();
+        let after: Vec<Instant> = load
+            .acked()
+            .iter()
+            .map(|a| a.2)
+            .filter(|t| *t > killed_at)
+            .collect();
         if let Some(t) = after.first() {
             break *t - killed_at;
         }
-        assert!(Instant::now() < deadline, "no write acknowledged after the failover");
+        assert!(
+            Instant::now() < deadline,
+            "no write acknowledged after the failover"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     eprintln!("write gap after SIGKILL of the primary: {gap:?}");
     assert!(gap < Duration::from_secs(12), "write gap {gap:?}");
     std::thread::sleep(Duration::from_millis(500));
     let acked = load.finish();
-    assert!(acked.len() > before, "acknowledged writes after the failover");
+    assert!(
+        acked.len() > before,
+        "acknowledged writes after the failover"
+    );
     assert_acked_present_once(&members[second], &acked);
     let st = status(members[second].addr).unwrap();
-    assert!(st["ha"]["epoch"].as_u64().unwrap() >= 2, "a new epoch: {st}");
+    assert!(
+        st["ha"]["epoch"].as_u64().unwrap() >= 2,
+        "a new epoch: {st}"
+    );
     assert_eq!(st["ha"]["primary"], format!("n{second}"));
+    let third = (0..3).find(|&i| i != first && i != second).unwrap();
+    check_health_and_metrics(&members[second], &members[third], &format!("n{second}"));
 
     // The killed member restarts (its old leader key is never trusted), follows, converges.
     members[first].relaunch().unwrap();
@@ -260,25 +372,43 @@ fn a_second_process_with_a_live_node_id_exits_1() {
     if status.is_none() {
         let _ = child.kill();
     }
-    assert_eq!(status.and_then(|s| s.code()), Some(1), "the duplicate exits 1");
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(1),
+        "the duplicate exits 1"
+    );
     let mut err = String::new();
     use std::io::Read;
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(err.contains("held by another live process"), "{err}");
     // The first one is still the primary.
     assert_eq!(status_role(&a), "primary");
 }
 
 fn status_role(s: &Server) -> String {
-    status(s.addr).unwrap()["role"].as_str().unwrap().to_string()
+    status(s.addr).unwrap()["role"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 #[test]
 fn a_bad_ha_section_exits_78_naming_the_key() {
     for (extra, key) in [
         ("[ha]\nenabled = true\n", "ha.node_id"),
-        ("[ha]\nenabled = true\nnode_id = \"a\"\nttl_ms = 2500\n", "ha.ttl_ms"),
-        ("[ha]\nenabled = true\nnode_id = \"a\"\n[replication]\nrole = \"primary\"\n", "replication.role"),
+        (
+            "[ha]\nenabled = true\nnode_id = \"a\"\nttl_ms = 2500\n",
+            "ha.ttl_ms",
+        ),
+        (
+            "[ha]\nenabled = true\nnode_id = \"a\"\n[replication]\nrole = \"primary\"\n",
+            "replication.role",
+        ),
     ] {
         let dir = temp_dir();
         let path = dir.path().join("smdb.toml");

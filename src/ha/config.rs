@@ -73,7 +73,11 @@ fn is_name(s: &str, max: usize) -> bool {
 
 impl Ha {
     /// Checks the section against the rest of the config (`bind_addr`, `replication`).
-    pub fn validate(&self, bind_addr: &str, repl: &crate::config::Replication) -> Result<(), ConfigError> {
+    pub fn validate(
+        &self,
+        bind_addr: &str,
+        repl: &crate::config::Replication,
+    ) -> Result<(), ConfigError> {
         if !self.enabled {
             return Ok(());
         }
@@ -167,7 +171,9 @@ impl Ha {
             None => ("network.bind_addr", bind_addr),
         };
         let host = addr.rsplit_once(':').map(|(h, _)| h);
-        let port = addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+        let port = addr
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok());
         match (host, port) {
             (Some(h), Some(_)) if !h.is_empty() => {}
             _ => return err(format!("{key}: {addr:?} is not host:port")),
@@ -195,7 +201,12 @@ mod tests {
     use crate::config::Config;
 
     fn bad(extra: &str) -> String {
-        let text = format!("[ha]\nenabled = true\nnode_id = \"a\"\n{extra}");
+        // A test of `node_id` itself replaces the valid one (TOML refuses a key twice).
+        let id = match extra.starts_with("node_id") {
+            true => "",
+            false => "node_id = \"a\"\n",
+        };
+        let text = format!("[ha]\nenabled = true\n{id}{extra}");
         match Config::from_toml(&text) {
             Ok(_) => panic!("accepted: {text}"),
             Err(e) => e.0,
@@ -229,9 +240,16 @@ mod tests {
         assert!(bad("etcd_username = \"u\"").contains("ha.etcd_username"));
         assert!(bad("cluster = \"a/b\"").contains("ha.cluster"));
         assert!(bad("frobnicate = 1").contains("frobnicate"));
-        let all = "[network]\nbind_addr = \"0.0.0.0:7401\"\n[ha]\nenabled = true\nnode_id = \"a\"\n";
-        assert!(Config::from_toml(all).unwrap_err().0.contains("ha.advertise_addr"));
+        let all =
+            "[network]\nbind_addr = \"0.0.0.0:7401\"\n[ha]\nenabled = true\nnode_id = \"a\"\n";
+        assert!(Config::from_toml(all)
+            .unwrap_err()
+            .0
+            .contains("ha.advertise_addr"));
         let role = "[replication]\nrole = \"primary\"\n[ha]\nenabled = true\nnode_id = \"a\"\n";
-        assert!(Config::from_toml(role).unwrap_err().0.contains("replication.role"));
+        assert!(Config::from_toml(role)
+            .unwrap_err()
+            .0
+            .contains("replication.role"));
     }
 }

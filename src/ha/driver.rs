@@ -60,7 +60,12 @@ pub async fn run(hub: Rc<Hub>, shared: Arc<Shared>, template: follower::Settings
 }
 
 /// Returns true when `Lead` failed.
-async fn carry_out(hub: &Rc<Hub>, template: &follower::Settings, doing: &mut Doing, want: Want) -> bool {
+async fn carry_out(
+    hub: &Rc<Hub>,
+    template: &follower::Settings,
+    doing: &mut Doing,
+    want: Want,
+) -> bool {
     match want {
         Want::Lead { epoch } => {
             if *doing == Doing::Leading(epoch) {
@@ -105,7 +110,10 @@ async fn carry_out(hub: &Rc<Hub>, template: &follower::Settings, doing: &mut Doi
 async fn lead(hub: &Rc<Hub>, epoch: u64) -> Result<(), String> {
     let mut offsets = Vec::new();
     for shard in 0..hub.router.shard_count() {
-        let reply = hub.router.call(shard, ShardCall::BeginEpoch { epoch }).await;
+        let reply = hub
+            .router
+            .call(shard, ShardCall::BeginEpoch { epoch })
+            .await;
         match reply.map_err(|r| format!("shard {shard}: {}", r.message))? {
             ReplyBody::Json(v) => {
                 let v: Value = serde_json::from_slice(&v).unwrap_or_default();

@@ -9,8 +9,10 @@ use crate::replication::ReplState;
 /// it may survive (resend it only with an idempotency key).
 pub fn no_primary(state: &ReplState, maybe_committed: bool) -> Rejection {
     let msg = match maybe_committed {
-        true => "this member lost its primary lease after the write reached its log; it may or \
-                 may not survive the failover",
+        true => {
+            "this member lost its primary lease after the write reached its log; it may or \
+                 may not survive the failover"
+        }
         false => "this member is not a primary with a valid lease; no primary is known",
     };
     let rej = Rejection::new(ErrorCode::NoPrimary, msg)
@@ -33,7 +35,10 @@ mod tests {
         assert_eq!(r.details["maybe_committed"], true);
         assert_eq!(r.details["epoch"], 4);
         assert!(r.details["primary"].is_null());
-        assert!(super::no_primary(&s, false).details.get("maybe_committed").is_none());
+        assert!(super::no_primary(&s, false)
+            .details
+            .get("maybe_committed")
+            .is_none());
         assert!(s.fenced(), "a member without a lease is fenced");
     }
 }

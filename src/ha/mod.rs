@@ -20,8 +20,8 @@ pub mod elect;
 pub mod fence;
 pub mod keys;
 mod session;
-pub mod status;
 pub mod shared;
+pub mod status;
 mod term;
 mod tls;
 
@@ -56,6 +56,10 @@ pub fn start(config: &Config, state: Arc<ReplState>, addr: String) -> Result<Arc
         .clone()
         .ok_or("ha.node_id is required when ha.enabled = true")?;
     let shared = Arc::new(Shared::default());
+    shared.update_view(|v| {
+        v.cluster.clone_from(&cfg.cluster);
+        v.node_id.clone_from(&node_id);
+    });
     let ctx = Ctx {
         keys: keys::Keys::new(&cfg.cluster),
         node_id,

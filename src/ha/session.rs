@@ -90,7 +90,9 @@ impl Session {
             return Err("the lease expired in etcd".into());
         }
         let ttl_ns = (ttl as u64).saturating_mul(1_000_000_000);
-        Ok(sent.saturating_add(ttl_ns).saturating_sub(margin.as_nanos() as u64))
+        Ok(sent
+            .saturating_add(ttl_ns)
+            .saturating_sub(margin.as_nanos() as u64))
     }
 
     /// Reads every key of the cluster.
@@ -111,7 +113,11 @@ impl Session {
                 let leader = serde_json::from_slice(kv.value()).ok();
                 snap.leader = leader.map(|l| (l, kv.lease(), kv.mod_revision()));
             } else if key == epoch_key {
-                let v = kv.value_str().ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+                let v = kv
+                    .value_str()
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
                 snap.epoch = (v, kv.mod_revision());
             } else if ctx.keys.member_of(key).is_some() {
                 if let Ok(m) = serde_json::from_slice(kv.value()) {
@@ -199,10 +205,17 @@ pub async fn run(ctx: Ctx) {
             Ok(mut s) => serve(&ctx, &mut s, &mut term).await,
             Err(e) => Err(e),
         };
-        term.step_down(&ctx, "etcd session ended");
+        term.step_down(
+            &ctx,
+            super::shared::Demotion::EtcdSession,
+            "etcd session ended",
+        );
         ctx.shared.update_view(|v| v.etcd_reachable = false);
         if let Err(e) = outcome {
-            ctx.shared.stats.etcd_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ctx.shared
+                .stats
+                .etcd_errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             log::warn!("ha: {e}; retrying in {} ms", backoff.as_millis());
         }
         tokio::time::sleep(backoff).await;
@@ -242,7 +255,10 @@ async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String
 
 /// A failed call: counted; fatal to the session once the lease deadline has passed.
 fn note_error(ctx: &Ctx, term: &Term, e: String) -> Result<(), String> {
-    ctx.shared.stats.etcd_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ctx.shared
+        .stats
+        .etcd_errors
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if boottime_ns() >= term.lease_deadline {
         return Err(format!("{e}; the lease deadline has passed"));
     }

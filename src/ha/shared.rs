@@ -40,12 +40,48 @@ pub struct Report {
 /// The HA view REPLICATION_STATUS shows (`ha`).
 #[derive(Debug, Clone, Default)]
 pub struct View {
+    /// `ha.cluster` and `ha.node_id` (fixed at start).
+    pub cluster: String,
+    pub node_id: String,
     pub primary: Option<String>,
     pub primary_addr: Option<String>,
     pub blocked_reason: Option<String>,
-    /// Live members: `(node_id, addr, role, positions summed)`.
-    pub members: Vec<(String, String, String, u64)>,
+    /// Live members, the primary included.
+    pub members: Vec<MemberView>,
     pub etcd_reachable: bool,
+}
+
+/// Why a primary stepped down: the `reason` label of `svc_ha_demotions_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Demotion {
+    /// The lease deadline passed without a renewal (etcd slow or unreachable, a pause).
+    LeaseExpired = 0,
+    /// The leader key is gone or another member (or an earlier process) holds it.
+    LeaderKeyLost = 1,
+    /// The etcd session ended (the lease is gone in etcd, or etcd was unreachable past it).
+    EtcdSession = 2,
+    /// The term's epoch records could not be written.
+    LeadFailed = 3,
+}
+
+/// The `reason` label values, indexed by `Demotion as usize`.
+pub const DEMOTION_REASONS: [&str; 4] = [
+    "lease_expired",
+    "leader_key_lost",
+    "etcd_session_ended",
+    "lead_failed",
+];
+
+/// One live member as the last read of etcd showed it.
+#[derive(Debug, Clone, Default)]
+pub struct MemberView {
+    pub node_id: String,
+    pub addr: String,
+    pub role: String,
+    /// Its durable heads summed over shards.
+    pub positions_sum: u64,
+    /// Entries it lacks of the primary's last known heads (summed over shards).
+    pub lag_entries: u64,
 }
 
 /// The `svc_ha_*` counters (docs/ha.md, "Metrics").
@@ -53,8 +89,8 @@ pub struct View {
 pub struct HaStats {
     /// Terms this member won.
     pub failovers: AtomicU64,
-    /// Terms this member lost while primary.
-    pub demotions: AtomicU64,
+    /// Terms this member lost while primary, by `Demotion`.
+    pub demotions: [AtomicU64; DEMOTION_REASONS.len()],
     /// etcd calls that failed.
     pub etcd_errors: AtomicU64,
 }

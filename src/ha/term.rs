@@ -11,7 +11,7 @@ use super::clock::boottime_ns;
 use super::elect::{self, Seen};
 use super::keys::{Leader, Member};
 use super::session::{call, Session, Snapshot};
-use super::shared::Want;
+use super::shared::{Demotion, MemberView, Want};
 use super::Ctx;
 
 /// This member's part in the current term.
@@ -70,21 +70,30 @@ impl Term {
     }
 
     /// Leaves the primary role (if held): writes stop at once, the driver demotes.
-    pub fn step_down(&mut self, ctx: &Ctx, reason: &str) {
+    pub fn step_down(&mut self, ctx: &Ctx, kind: Demotion, reason: &str) {
         ctx.state.set_lease_until(0);
         if self.leading {
             self.leading = false;
-            ctx.shared.stats.demotions.fetch_add(1, Relaxed);
+            ctx.shared.stats.demotions[kind as usize].fetch_add(1, Relaxed);
             log::info!("ha: giving up the lease of epoch {}: {reason}", self.epoch);
         }
         ctx.shared.decide(Want::Fence);
     }
 
     /// One poll's decision from the cluster's keys.
-    pub async fn decide(&mut self, ctx: &Ctx, s: &mut Session, snap: Snapshot) -> Result<(), String> {
+    pub async fn decide(
+        &mut self,
+        ctx: &Ctx,
+        s: &mut Session,
+        snap: Snapshot,
+    ) -> Result<(), String> {
         self.publish_view(ctx, &snap);
         if self.leading && boottime_ns() >= self.lease_deadline {
-            self.step_down(ctx, "the lease deadline passed without a renewal");
+            self.step_down(
+                ctx,
+                Demotion::LeaseExpired,
+                "the lease deadline passed without a renewal",
+            );
         }
         match snap.leader.clone() {
             Some((leader, lease, rev)) if leader.node_id == ctx.node_id => {
@@ -92,16 +101,24 @@ impl Term {
                     return self.keep_leading(ctx, s, rev).await;
                 }
                 // An earlier process (or session) of this node: never trusted, removed.
-                self.step_down(ctx, "the leader key is from an earlier process");
+                self.step_down(
+                    ctx,
+                    Demotion::LeaderKeyLost,
+                    "the leader key is from an earlier process",
+                );
                 if s.delete_if(ctx.keys.leader(), rev).await? {
-                    log::warn!("ha: removed a stale leader key of this node (epoch {})", leader.epoch);
+                    log::warn!(
+                        "ha: removed a stale leader key of this node (epoch {})",
+                        leader.epoch
+                    );
                 }
                 Ok(())
             }
             Some((leader, _, _)) => {
                 self.absent_since = None;
                 if self.leading {
-                    self.step_down(ctx, &format!("{} holds the leader key", leader.node_id));
+                    let why = format!("{} holds the leader key", leader.node_id);
+                    self.step_down(ctx, Demotion::LeaderKeyLost, &why);
                 }
                 ctx.state.see_epoch(leader.epoch);
                 ctx.state.set_primary(Some(leader.addr.clone()));
@@ -120,16 +137,25 @@ impl Term {
         let gen = ctx.shared.decide(Want::Lead { epoch: self.epoch });
         let report = ctx.shared.report();
         if report.done == gen && report.lead_failed {
-            self.step_down(ctx, "the term's epoch records could not be written");
+            self.step_down(
+                ctx,
+                Demotion::LeadFailed,
+                "the term's epoch records could not be written",
+            );
             s.delete_if(ctx.keys.leader(), rev).await?;
         }
         Ok(())
     }
 
     /// No leader key: fence, publish final positions, campaign when allowed.
-    async fn no_leader(&mut self, ctx: &Ctx, s: &mut Session, snap: Snapshot) -> Result<(), String> {
+    async fn no_leader(
+        &mut self,
+        ctx: &Ctx,
+        s: &mut Session,
+        snap: Snapshot,
+    ) -> Result<(), String> {
         if self.leading {
-            self.step_down(ctx, "the leader key is gone");
+            self.step_down(ctx, Demotion::LeaderKeyLost, "the leader key is gone");
         }
         ctx.state.set_primary(None);
         let gen = ctx.shared.decide(Want::Fence);
@@ -184,7 +210,12 @@ impl Term {
 
     /// The campaign transaction: the leader key (on this lease) and the next epoch, only if no
     /// key exists and the epoch key is unchanged since the read.
-    async fn campaign(&mut self, ctx: &Ctx, s: &mut Session, snap: &Snapshot) -> Result<(), String> {
+    async fn campaign(
+        &mut self,
+        ctx: &Ctx,
+        s: &mut Session,
+        snap: &Snapshot,
+    ) -> Result<(), String> {
         if boottime_ns() >= self.lease_deadline {
             return Ok(());
         }
@@ -204,7 +235,11 @@ impl Term {
                 Compare::mod_revision(ctx.keys.epoch(), CompareOp::Equal, snap.epoch.1),
             ])
             .and_then([
-                TxnOp::put(ctx.keys.leader(), value, Some(PutOptions::new().with_lease(s.lease))),
+                TxnOp::put(
+                    ctx.keys.leader(),
+                    value,
+                    Some(PutOptions::new().with_lease(s.lease)),
+                ),
                 TxnOp::put(ctx.keys.epoch(), epoch.to_string(), None),
             ]);
         if !call("campaign txn", s.client.txn(txn)).await?.succeeded() {
@@ -222,10 +257,18 @@ impl Term {
     }
 
     fn publish_view(&self, ctx: &Ctx, snap: &Snapshot) {
-        let members = snap
-            .members
-            .iter()
-            .map(|(m, _)| (m.node_id.clone(), m.addr.clone(), m.role.clone(), m.positions.iter().sum()))
+        let heads: u64 = primary_heads(&snap.members, &[]).iter().sum();
+        let members = (snap.members.iter())
+            .map(|(m, _)| {
+                let sum: u64 = m.positions.iter().sum();
+                MemberView {
+                    node_id: m.node_id.clone(),
+                    addr: m.addr.clone(),
+                    role: m.role.clone(),
+                    positions_sum: sum,
+                    lag_entries: heads.saturating_sub(sum),
+                }
+            })
             .collect();
         let blocked = self.blocked.clone().filter(|_| snap.leader.is_none());
         ctx.shared.update_view(|v| {

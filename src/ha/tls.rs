@@ -13,10 +13,12 @@ pub fn endpoints(cfg: &Ha) -> Vec<String> {
     };
     cfg.etcd_endpoints
         .iter()
-        .map(|e| match e.starts_with("http://") || e.starts_with("https://") {
-            true => e.clone(),
-            false => format!("{scheme}{e}"),
-        })
+        .map(
+            |e| match e.starts_with("http://") || e.starts_with("https://") {
+                true => e.clone(),
+                false => format!("{scheme}{e}"),
+            },
+        )
         .collect()
 }
 

@@ -36,7 +36,10 @@ pub fn read_only(state: &ReplState, op: Op) -> Rejection {
             None => crate::ha::fence::no_primary(state, false).with("op", op.as_str()),
             Some(addr) => Rejection::new(
                 ErrorCode::ReadOnlyMode,
-                format!("this member is not the primary: {} goes to {addr}", op.as_str()),
+                format!(
+                    "this member is not the primary: {} goes to {addr}",
+                    op.as_str()
+                ),
             )
             .with("op", op.as_str())
             .with("primary", addr)

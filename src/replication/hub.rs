@@ -387,7 +387,6 @@ impl Hub {
         };
         serde_json::to_vec(&v).map_err(|e| internal(&e.to_string()))
     }
-
 }
 
 /// Per shard, the offset up to which the replica's log agrees with this one: its position,

@@ -74,7 +74,8 @@ impl ReplState {
     /// The HA module renewed the lease (or gave it up: 0). Never used with failover off.
     pub fn set_lease_until(&self, until_ns: u64) {
         if self.ha() {
-            self.lease_until.store(until_ns.min(NO_LEASE_CHECK - 1), Relaxed);
+            self.lease_until
+                .store(until_ns.min(NO_LEASE_CHECK - 1), Relaxed);
         }
     }
 

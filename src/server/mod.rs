@@ -316,6 +316,12 @@ fn spawn_control(
     handles: &mut Handles,
 ) -> Result<StdUnixStream, String> {
     let (ctl_shutdown, ctl_fd) = socket_pair()?;
+    let ha = (parts.replication.as_ref())
+        .and_then(|r| r.ha.as_ref())
+        .map(|(ha, _)| crate::metrics::scrape::HaSource {
+            shared: ha.clone(),
+            maximum_lag: config.ha.maximum_lag_on_failover,
+        });
     let control = control::ControlSetup {
         channels: parts.channels,
         shutdown_fd: ctl_fd.into_raw_fd(),
@@ -331,6 +337,7 @@ fn spawn_control(
                 replication: shared.repl.clone(),
                 started: shared.started,
                 draining: shared.draining.clone(),
+                ha,
             },
         }),
     };
@@ -427,7 +434,11 @@ fn start_ha(
     if !config.ha.enabled {
         return Ok(None);
     }
-    let addr = config.ha.advertise_addr.clone().unwrap_or_else(|| local.to_string());
+    let addr = config
+        .ha
+        .advertise_addr
+        .clone()
+        .unwrap_or_else(|| local.to_string());
     let follow = crate::replication::follower::Settings::for_upstream(config, addr.clone())?;
     let shared = crate::ha::start(config, repl.clone(), addr)?;
     Ok(Some((shared, follow)))

@@ -249,7 +249,9 @@ impl Outbox {
                         _ => None,
                     }
                 };
-                let Some((n, mut msg, gate)) = next else { break };
+                let Some((n, mut msg, gate)) = next else {
+                    break;
+                };
                 match &mut msg {
                     ShardMessage::Reply(resp) => {
                         shard.queued.set(shard.queued.get().saturating_sub(1));

@@ -150,7 +150,11 @@ impl Outbox {
             }
             let durable = shard.log.durable();
             let failed = failure.take();
-            if self.release_durable(&shard, durable, failed, &mut held, &tx).await.is_err() {
+            if self
+                .release_durable(&shard, durable, failed, &mut held, &tx)
+                .await
+                .is_err()
+            {
                 return;
             }
             let waiting_for = self.queue.borrow().front().map(|(n, _, _)| *n);

@@ -32,8 +32,14 @@ impl Etcd {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let mut e = Etcd {
             children: (0..n).map(|_| None).collect(),
-            endpoints: ports.iter().map(|(c, _)| format!("127.0.0.1:{c}")).collect(),
-            peers: ports.iter().map(|(_, p)| format!("http://127.0.0.1:{p}")).collect(),
+            endpoints: ports
+                .iter()
+                .map(|(c, _)| format!("127.0.0.1:{c}"))
+                .collect(),
+            peers: ports
+                .iter()
+                .map(|(_, p)| format!("http://127.0.0.1:{p}"))
+                .collect(),
             dir,
             bin,
         };
@@ -55,11 +61,21 @@ impl Etcd {
             .args(["--name", &format!("e{i}")])
             .arg("--data-dir")
             .arg(self.dir.path().join(format!("e{i}")))
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
             .args(["--listen-peer-urls", &self.peers[i]])
             .args(["--initial-advertise-peer-urls", &self.peers[i]])
             .args(["--initial-cluster", &cluster.join(",")])
-            .args(["--initial-cluster-state", "new", "--initial-cluster-token", "smdb-test"])
+            .args([
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                "smdb-test",
+            ])
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
             .stdout(Stdio::null())
             .stderr(log)
@@ -87,7 +103,11 @@ impl Etcd {
         loop {
             let out = Command::new("etcdctl")
                 .env("ETCDCTL_API", "3")
-                .args(["--endpoints", &self.endpoints.join(","), "--command-timeout=1s"])
+                .args([
+                    "--endpoints",
+                    &self.endpoints.join(","),
+                    "--command-timeout=1s",
+                ])
                 .args(["put", "/smdb-test/ready", "1"])
                 .output();
             if out.is_ok_and(|o| o.status.success()) {

@@ -91,7 +91,11 @@ where
 }
 
 /// HELLO, then AUTH with `replication.auth_token` when set.
-pub(super) async fn handshake<R, W>(cfg: &Settings, r: &mut FrameReader<R>, w: &mut W) -> Result<(), String>
+pub(super) async fn handshake<R, W>(
+    cfg: &Settings,
+    r: &mut FrameReader<R>,
+    w: &mut W,
+) -> Result<(), String>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -122,7 +126,12 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let epoch = epochs.iter().copied().max().unwrap_or(0).max(hub.state.epoch());
+    let epoch = epochs
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(hub.state.epoch());
     let mut params = json!({
         "replica_id": cfg.replica_id,
         "epoch": epoch,
@@ -180,4 +189,3 @@ pub(super) fn record_view(
     f.last_error = None;
     Ok(())
 }
-

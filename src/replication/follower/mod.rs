@@ -6,8 +6,6 @@
 //! appended at the same offsets, applied as recovery does, never re-decided) and acks what is
 //! durable. Reconnects with capped exponential backoff until PROMOTE.
 
-
-
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -100,7 +98,8 @@ impl Settings {
 /// generation moves on from `gen` (`Hub::stop_follower`).
 pub async fn run(hub: Rc<Hub>, cfg: Settings, gen: u64) {
     let mut backoff = RECONNECT_MIN;
-    let current = |hub: &Hub| hub.state.is_replica() && !hub.stopping.get() && hub.follow_gen.get() == gen;
+    let current =
+        |hub: &Hub| hub.state.is_replica() && !hub.stopping.get() && hub.follow_gen.get() == gen;
     while current(&hub) {
         let stop = async {
             hub.follower_stop.wait().await;
@@ -224,4 +223,3 @@ async fn truncate(hub: &Hub, shard: u32, after: u64, head: u64) -> Result<(), St
         _ => Err("unexpected reply to Truncate".into()),
     }
 }
-
