@@ -2,7 +2,9 @@
 //! loopback (Debian `etcd-server`) and three smdb members. One primary at start; SIGKILL of
 //! the primary under sync-mode write load gives a new primary within seconds and keeps every
 //! acknowledged write (in the histories); the killed member comes back as a follower and
-//! converges; a second process with a live `node_id` exits 1; a bad `[ha]` section exits 78.
+//! converges; a primary paused (SIGSTOP) past its lease under sync-mode load answers no `ok`
+//! the new primary lacks and rejoins; a second process with a live `node_id` exits 1; a bad
+//! `[ha]` section exits 78.
 //! Along the way: `/health/primary` and `/health/replica` (what a load balancer checks), the
 //! `svc_ha_*` metrics and `REPLICATION_STATUS.ha`.
 
@@ -422,4 +424,66 @@ fn a_bad_ha_section_exits_78_naming_the_key() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(key), "{key} named: {err}");
     }
+}
+
+#[test]
+fn a_primary_paused_past_its_lease_acknowledges_nothing_the_new_primary_lacks() {
+    let _serial = serial();
+    let etcd = Etcd::start(3);
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let members: Vec<Server> = (0..3)
+        .map(|i| {
+            let cfg = member_config(&etcd, "pause", &format!("n{i}"), "sync");
+            Server::start_in(dirs[i].path(), &cfg).unwrap()
+        })
+        .collect();
+    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let mut w = members[first].client();
+    put_order_machine(&mut w);
+    let ids: Vec<String> = (0..48).map(|i| format!("p-{i}")).collect();
+    for id in &ids {
+        let create = json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}});
+        w.call("CREATE_INSTANCE", create).unwrap();
+        let pay = json!({"instance_id": id, "event": "pay", "payload": {"amount": 1}});
+        w.call("APPLY_EVENT", pay).unwrap();
+    }
+    // The load writes only to the first primary, so its requests in flight at the pause are
+    // answered by it after SIGCONT: past its lease, none of them may be `ok`.
+    let load = Load::start(vec![members[first].addr], ids.clone());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while load.acked().len() < 20 {
+        assert!(
+            Instant::now() < deadline,
+            "the load runs against the first primary"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    members[first].signal(libc::SIGSTOP);
+    let paused_at = Instant::now();
+    let alive: Vec<&Server> = (0..3)
+        .filter(|&i| i != first)
+        .map(|i| &members[i])
+        .collect();
+    let second = one_primary(&alive, Duration::from_secs(30));
+    let second = (0..3).filter(|&i| i != first).nth(second).unwrap();
+    // Past the old lease for sure (TTL from the last renewal, which preceded the pause).
+    let past = Duration::from_millis(TTL_MS + 1000).saturating_sub(paused_at.elapsed());
+    std::thread::sleep(past);
+    members[first].signal(libc::SIGCONT);
+    // Whatever the old primary answers now, it is not `ok` for a write the new one lacks.
+    std::thread::sleep(Duration::from_millis(1500));
+    let acked = load.finish();
+    assert_acked_present_once(&members[second], &acked);
+    let refused = members[first].client().call(
+        "APPLY_EVENT",
+        json!({"instance_id": "p-0", "event": "touch", "payload": {"i": -1}}),
+    );
+    let code = refused.unwrap_err().code().map(str::to_string);
+    assert!(
+        matches!(code.as_deref(), Some("NO_PRIMARY" | "READ_ONLY_MODE")),
+        "the old primary refuses writes: {code:?}"
+    );
+    // It rejoins as a follower and converges.
+    converge(&members[second], &members[first]);
+    assert_acked_present_once(&members[first], &acked);
 }
