@@ -35,6 +35,8 @@ pub struct Config {
     pub replication: Replication,
     pub subscriptions: Subscriptions,
     pub http: Http,
+    /// Automatic failover on etcd (docs/ha.md).
+    pub ha: crate::ha::config::Ha,
     /// Sync replication timeout (docs/protocol.md puts this key at the top level).
     pub sync_timeout_ms: Option<u64>,
 }
@@ -454,6 +456,8 @@ impl Config {
             ));
         }
         crate::auth::Table::from_config(self).map_err(ConfigError)?;
+        self.ha
+            .validate(&self.network.bind_addr, &self.replication)?;
         if self.replication.role == Some(Role::Replica) && self.replication.upstream.is_none() {
             return err("replication.role = \"replica\" needs replication.upstream".into());
         }

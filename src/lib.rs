@@ -18,6 +18,7 @@
 pub mod auth;
 pub mod config;
 pub mod datadir;
+pub mod ha;
 pub mod http;
 pub mod limits;
 pub mod logging;

@@ -561,6 +561,7 @@ fn synthetic_expositions() -> Vec<String> {
             events_broadcast: 0,
             pushes_queued: vec![0],
             replication: role,
+            ha: None,
         };
         out.push(encode(&registry(&scrape), Format::Prometheus).unwrap());
     }

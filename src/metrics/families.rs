@@ -78,6 +78,9 @@ pub fn registry(s: &Scrape) -> Registry {
         Some(ReplicationStats::Replica(p)) => replica(&mut r, p),
         None => {}
     }
+    if let Some(ha) = &s.ha {
+        super::ha::register(&mut r, ha);
+    }
     let up = ConstGauge::new(s.uptime_seconds);
     r.register("svc_uptime_seconds", "Seconds since the server started", up);
     gauge(
@@ -421,7 +424,7 @@ pub(super) fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
 }
 
 /// Registers a counter under its spec name less `_total` (OpenMetrics adds it back).
-fn register_counter(r: &mut Registry, spec_name: &str, help: &str, m: impl Metric) {
+pub(super) fn register_counter(r: &mut Registry, spec_name: &str, help: &str, m: impl Metric) {
     debug_assert!(
         spec_name.ends_with("_total"),
         "{spec_name}: see COUNTERS_WITHOUT_TOTAL"
@@ -446,9 +449,9 @@ impl EncodeMetric for SuffixlessCounter {
 
 /// A label set; values are escaped when encoded.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct Labels(Vec<(&'static str, Escaped)>);
+pub(super) struct Labels(Vec<(&'static str, Escaped)>);
 
-fn labels(pairs: &[(&'static str, &str)]) -> Labels {
+pub(super) fn labels(pairs: &[(&'static str, &str)]) -> Labels {
     Labels(
         pairs
             .iter()
@@ -484,20 +487,20 @@ impl EncodeLabelValue for Escaped {
 /// Labelled series of one family, encoded in the order pushed (sorted input gives a stable
 /// exposition; the crate's `Family` iterates a hash map).
 #[derive(Debug)]
-struct Series<M> {
+pub(super) struct Series<M> {
     kind: MetricType,
     items: Vec<(Labels, M)>,
 }
 
 impl<M> Series<M> {
-    fn new(kind: MetricType) -> Self {
+    pub(super) fn new(kind: MetricType) -> Self {
         Series {
             kind,
             items: Vec::new(),
         }
     }
 
-    fn push(&mut self, l: Labels, m: M) {
+    pub(super) fn push(&mut self, l: Labels, m: M) {
         self.items.push((l, m));
     }
 }
@@ -616,6 +619,7 @@ pub(crate) mod tests {
             events_broadcast: 0,
             pushes_queued: vec![0, 0],
             replication: role,
+            ha: None,
         }
     }
 

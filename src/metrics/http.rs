@@ -1,5 +1,7 @@
 //! The HTTP listener on `metrics.bind_addr`, served by the control executor (docs/monitoring/README.md, "The metrics listener"):
-//! `GET /metrics` (Prometheus text, or OpenMetrics when asked), `GET /health`, 404 otherwise.
+//! `GET /metrics` (Prometheus text, or OpenMetrics when asked), `GET /health`, with failover on
+//! `GET /health/primary` and `GET /health/replica` (docs/ha.md, "Behind a load balancer"),
+//! 404 otherwise.
 //!
 //! One request per connection (`Connection: close`), its head at most `HEAD_BYTES_MAX` and
 //! read within `REQUEST_READ_TIMEOUT`; at most `HTTP_CONNECTIONS_MAX` at once (above that a
@@ -141,7 +143,11 @@ async fn respond(head: &Head, state: &State) -> Response {
     let mut r = match (head.path.as_str(), head.method.as_str()) {
         ("/metrics", "GET" | "HEAD") => metrics(head, state).await,
         ("/health", "GET" | "HEAD") => health(state).await,
-        ("/metrics" | "/health", _) => Response::text(Status::MethodNotAllowed, "use GET"),
+        ("/health/primary", "GET" | "HEAD") => health_role(state, true).await,
+        ("/health/replica", "GET" | "HEAD") => health_role(state, false).await,
+        ("/metrics" | "/health" | "/health/primary" | "/health/replica", _) => {
+            Response::text(Status::MethodNotAllowed, "use GET")
+        }
         _ => Response::text(Status::NotFound, "not found: try /metrics or /health"),
     };
     r.head_only = head.method == "HEAD";
@@ -171,8 +177,76 @@ async fn metrics(head: &Head, state: &State) -> Response {
 }
 
 async fn health(state: &State) -> Response {
+    match healthy(state).await {
+        Ok(body) => Response::json(Status::Ok, body),
+        Err(refusal) => refusal,
+    }
+}
+
+/// `/health/primary` (`primary`) or `/health/replica`: `/health`'s checks, then the role
+/// failover gives this member now. Primary: it holds the leader key with a valid lease, its
+/// term's epoch records are durable and it accepts writes (the role flips only then).
+/// Replica: it follows a live primary, connected, within `ha.maximum_lag_on_failover`.
+async fn health_role(state: &State, primary: bool) -> Response {
+    let Some(ha) = &state.setup.ha else {
+        let body = json!({"status": "unavailable", "reason": "ha.enabled is false"});
+        return Response::json(Status::Unavailable, body);
+    };
+    let mut body = match healthy(state).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
+    let repl = &state.setup.replication;
+    let is_primary = repl.role() == Some(crate::config::Role::Primary) && !repl.fenced();
+    body["role"] = json!(if is_primary { "primary" } else { "follower" });
+    body["epoch"] = json!(repl.epoch());
+    let refusal = match primary {
+        true => (!is_primary).then(|| "this member is not a primary with a valid lease".into()),
+        false => replica_refusal(repl, is_primary, ha.maximum_lag),
+    };
+    match refusal {
+        None => Response::json(Status::Ok, body),
+        Some(reason) => {
+            body["status"] = json!("unavailable");
+            body["reason"] = json!(reason);
+            Response::json(Status::Unavailable, body)
+        }
+    }
+}
+
+/// Why this member is not a healthy replica now (None: it is).
+fn replica_refusal(
+    repl: &crate::replication::ReplState,
+    is_primary: bool,
+    maximum_lag: u64,
+) -> Option<String> {
+    if is_primary {
+        return Some("this member is the primary".into());
+    }
+    if repl.primary().is_none() {
+        return Some("no live primary is known".into());
+    }
+    let Ok(f) = repl.stats.follower.lock() else {
+        return Some("follower figures unavailable".into());
+    };
+    if !f.connected {
+        return Some("not connected to the primary".into());
+    }
+    (f.lag_entries > maximum_lag).then(|| {
+        format!(
+            "lag {} entries exceeds ha.maximum_lag_on_failover {maximum_lag}",
+            f.lag_entries
+        )
+    })
+}
+
+/// `/health`'s checks: Ok with the body of a 200, or the 503 to answer.
+async fn healthy(state: &State) -> Result<Value, Response> {
     if state.shutting_down.get() || state.setup.draining.is_set() {
-        return Response::json(Status::Unavailable, json!({"status": "shutting_down"}));
+        return Err(Response::json(
+            Status::Unavailable,
+            json!({"status": "shutting_down"}),
+        ));
     }
     let stats = glommio::timer::timeout(SCRAPE_TIMEOUT, async {
         Ok(scrape::shard_stats(&state.router).await)
@@ -182,11 +256,11 @@ async fn health(state: &State) -> Response {
         Ok(Ok(s)) => s,
         Ok(Err(rej)) => {
             let body = json!({"status": "unavailable", "reason": rej.message});
-            return Response::json(Status::Unavailable, body);
+            return Err(Response::json(Status::Unavailable, body));
         }
         Err(_) => {
             let body = json!({"status": "unavailable", "reason": "shards did not answer in time"});
-            return Response::json(Status::Unavailable, body);
+            return Err(Response::json(Status::Unavailable, body));
         }
     };
     let poisoned: Vec<u32> = shards
@@ -196,7 +270,7 @@ async fn health(state: &State) -> Response {
         .collect();
     if !poisoned.is_empty() {
         let body = json!({"status": "log_poisoned", "poisoned_shards": poisoned});
-        return Response::json(Status::Unavailable, body);
+        return Err(Response::json(Status::Unavailable, body));
     }
     let diverged: Vec<Value> = (shards.iter())
         .filter_map(|s| s.diverged.as_ref().map(|d| (s.shard, d)))
@@ -204,14 +278,14 @@ async fn health(state: &State) -> Response {
         .collect();
     if !diverged.is_empty() {
         let body = json!({"status": "diverged", "diverged_shards": diverged});
-        return Response::json(Status::Unavailable, body);
+        return Err(Response::json(Status::Unavailable, body));
     }
     let body = json!({
         "status": "ok",
         "shards": shards.len(),
         "uptime_seconds": state.setup.started.elapsed().as_secs(),
     });
-    Response::json(Status::Ok, body)
+    Ok(body)
 }
 
 /// The parts of a request head the listener uses.

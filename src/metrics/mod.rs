@@ -7,7 +7,9 @@
 //! * `families`: the spec's metric families, built into a `prometheus_client` registry
 //!   (`snapshots`: the snapshot families).
 //! * `exposition`: Prometheus text 0.0.4 (the spec's names) or OpenMetrics, by `Accept`.
-//! * `http`: the listener on `metrics.bind_addr` (`/metrics`, `/health`).
+//! * `ha`: the failover families (`svc_ha_*`), when `ha.enabled`.
+//! * `http`: the listener on `metrics.bind_addr` (`/metrics`, `/health`, and with failover
+//!   `/health/primary`, `/health/replica`).
 //!
 //! Hot paths never lock or write another core's cache line to count: the control executor
 //! reads the fronts' atomics and asks each shard for its figures over the existing channels.
@@ -15,6 +17,7 @@
 pub mod exposition;
 pub mod families;
 pub mod front;
+pub mod ha;
 pub mod histogram;
 pub mod http;
 pub mod scrape;

@@ -29,6 +29,16 @@ pub struct Sources {
     pub started: Instant,
     /// Set at the first SIGTERM: `/health` answers 503 from then on.
     pub draining: Arc<crate::server::drain::Draining>,
+    /// Failover (docs/ha.md): the HA thread's figures and `ha.maximum_lag_on_failover`;
+    /// None when `ha.enabled` is false.
+    pub ha: Option<HaSource>,
+}
+
+/// What the failover metrics and health checks read.
+pub struct HaSource {
+    pub shared: Arc<crate::ha::shared::Shared>,
+    /// `ha.maximum_lag_on_failover`: `/health/replica` is 503 beyond it.
+    pub maximum_lag: u64,
 }
 
 /// Everything one exposition shows.
@@ -46,6 +56,8 @@ pub struct Scrape {
     /// Pushes queued for subscribers, by source shard.
     pub pushes_queued: Vec<u64>,
     pub replication: Option<ReplicationStats>,
+    /// Failover figures (None when `ha.enabled` is false).
+    pub ha: Option<super::ha::HaFigures>,
 }
 
 /// Replication figures by role (values arrive with the replication issue; zero until then).
@@ -130,6 +142,7 @@ pub async fn gather(setup: &Sources, router: &Router) -> Result<Scrape, Rejectio
             })
             .collect(),
         replication,
+        ha: (setup.ha.as_ref()).map(|h| super::ha::HaFigures::read(&h.shared, &setup.replication)),
     })
 }
 

@@ -12,7 +12,7 @@ use crate::protocol::Op;
 /// `READ_ONLY_MODE` for an op a follower may not serve.
 pub fn check(state: &ReplState, op: Op) -> Result<(), Rejection> {
     if op.facts().refused_on(state.table_role()) {
-        return Err(read_only(op));
+        return Err(read_only(state, op));
     }
     Ok(())
 }
@@ -22,14 +22,30 @@ pub fn check_batch(state: &ReplState, ops: impl Iterator<Item = Op>) -> Result<(
     let role = state.table_role();
     for (index, op) in ops.enumerate() {
         if op.facts().refused_on(role) {
-            return Err(read_only(op).with("index", index));
+            return Err(read_only(state, op).with("index", index));
         }
     }
     Ok(())
 }
 
-/// The refusal a follower answers (the gate's and the shard's).
-pub fn read_only(op: Op) -> Rejection {
+/// The refusal a follower answers (the gate's and the shard's). Under failover: `NO_PRIMARY`
+/// when no primary is known, else `READ_ONLY_MODE` naming it (docs/ha.md, "Errors").
+pub fn read_only(state: &ReplState, op: Op) -> Rejection {
+    if state.ha() {
+        return match state.primary() {
+            None => crate::ha::fence::no_primary(state, false).with("op", op.as_str()),
+            Some(addr) => Rejection::new(
+                ErrorCode::ReadOnlyMode,
+                format!(
+                    "this member is not the primary: {} goes to {addr}",
+                    op.as_str()
+                ),
+            )
+            .with("op", op.as_str())
+            .with("primary", addr)
+            .with("epoch", state.epoch()),
+        };
+    }
     Rejection::new(
         ErrorCode::ReadOnlyMode,
         format!(

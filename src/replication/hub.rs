@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use glommio::channels::shared_channel::{ConnectedReceiver, ConnectedSender};
-use serde_json::{json, Value};
 use shards::{ErrorCode, Rejection};
 
 use super::relay::{ControlEnds, Down, Up};
@@ -57,6 +56,9 @@ pub struct HubSetup {
     pub fronts: Vec<ControlEnds>,
     pub state: Arc<ReplState>,
     pub settings: Settings,
+    /// Failover (docs/ha.md): the HA thread's exchange and the follower settings without an
+    /// upstream (the leader key gives it).
+    pub ha: Option<(Arc<crate::ha::shared::Shared>, follower::Settings)>,
 }
 
 /// A shard's log position, as `ShardCall::LogPosition` answers it.
@@ -83,6 +85,10 @@ pub struct Hub {
     pub follower_running: Cell<bool>,
     /// Set at shutdown and by PROMOTE: the follower stops for good.
     pub stopping: Cell<bool>,
+    /// A follower runs while this is the generation it started with (`stop_follower`).
+    pub follow_gen: Cell<u64>,
+    /// Failover (docs/ha.md): what the HA thread shows in REPLICATION_STATUS.ha.
+    pub(super) ha: Option<Arc<crate::ha::shared::Shared>>,
 }
 
 impl Hub {
@@ -100,6 +106,8 @@ impl Hub {
             follower_stop: Notify::default(),
             follower_running: Cell::new(false),
             stopping: Cell::new(false),
+            follow_gen: Cell::new(0),
+            ha: setup.ha.as_ref().map(|(shared, _)| shared.clone()),
         });
         for (front, (rx, tx)) in setup.fronts.into_iter().enumerate() {
             let weak = Rc::downgrade(&hub);
@@ -112,11 +120,41 @@ impl Hub {
             })
             .detach();
         }
-        if hub.state.is_replica() {
-            hub.follower_running.set(true);
-            glommio::spawn_local(follower::run(hub.clone())).detach();
+        if let Some(cfg) = hub.settings.follower.clone() {
+            hub.start_follower(cfg);
+        }
+        if let Some((shared, template)) = setup.ha {
+            glommio::spawn_local(crate::ha::driver::run(hub.clone(), shared, template)).detach();
         }
         hub
+    }
+
+    /// Starts the follower stream to `cfg.upstream`.
+    pub fn start_follower(self: &Rc<Self>, cfg: follower::Settings) {
+        self.follower_stop.clear();
+        self.follower_running.set(true);
+        let gen = self.follow_gen.get();
+        glommio::spawn_local(follower::run(self.clone(), cfg, gen)).detach();
+    }
+
+    /// Stops the follower stream (failover: a new leader, or none) and waits until it has
+    /// stopped, at most `wait`. Returns whether it stopped.
+    pub async fn stop_follower(&self, wait: Duration) -> bool {
+        self.follow_gen.set(self.follow_gen.get() + 1);
+        self.follower_stop.notify();
+        let since = std::time::Instant::now();
+        while self.follower_running.get() {
+            if since.elapsed() > wait {
+                return false;
+            }
+            glommio::timer::sleep(Duration::from_millis(5)).await;
+        }
+        true
+    }
+
+    /// A new term (promotion or demotion): acknowledgements of the last one no longer count.
+    pub fn reset_quorum(&self) {
+        self.synced.borrow_mut().iter_mut().for_each(|s| *s = 0);
     }
 
     /// Sends `msg` to front `front` (waits for room: the front drains its channel without
@@ -244,6 +282,39 @@ impl Hub {
         params: Option<Vec<u8>>,
         peer: String,
     ) -> Result<Vec<u8>, Rejection> {
+        let p = self.check_replicate(params.as_deref())?;
+        let n = self.router.shard_count();
+        let positions = wire::positions_vec(&p.positions, n)
+            .map_err(|e| Rejection::new(ErrorCode::BadRequest, e))?;
+        let epochs = wire::positions_vec(&p.epochs, n)
+            .map_err(|e| Rejection::new(ErrorCode::BadRequest, e))?;
+        let logs = self.positions().await?;
+        let agree = agreement(&logs, &positions, &epochs, p.epoch);
+        let own = self.state.epoch();
+        let result = ReplicateResult {
+            epoch: own,
+            shards: n,
+            agree: wire::positions_map(&agree),
+            heads: wire::positions_map(&logs.iter().map(|l| l.durable).collect::<Vec<_>>()),
+            ack_every_ms: match self.settings.mode {
+                ReplicationMode::Sync => 0,
+                ReplicationMode::Async => wire::ASYNC_ACK_EVERY_MS,
+            },
+        };
+        let link = self.register_link(front, id, &p, &agree, peer);
+        log::info!(
+            "replica {} connected: streaming from {:?} (epoch {own})",
+            p.replica_id,
+            agree
+        );
+        let handles = logs.into_iter().map(|l| l.handle).collect();
+        glommio::spawn_local(sender::run(self.clone(), link, handles)).detach();
+        serde_json::to_vec(&result).map_err(|e| internal(&e.to_string()))
+    }
+
+    /// REPLICATE's refusals: not a primary, a replica that saw a newer epoch, another shard
+    /// count.
+    fn check_replicate(&self, params: Option<&[u8]>) -> Result<ReplicateParams, Rejection> {
         if self.state.role() != Some(Role::Primary) {
             return Err(Rejection::new(
                 ErrorCode::BadRequest,
@@ -253,7 +324,7 @@ impl Hub {
                 ),
             ));
         }
-        let p: ReplicateParams = crate::ops::params::parse(params.as_deref())?;
+        let p: ReplicateParams = crate::ops::params::parse(params)?;
         let own = self.state.epoch();
         if p.epoch > own {
             return Err(Rejection::new(
@@ -274,32 +345,21 @@ impl Hub {
             )
             .with("shards", n));
         }
-        let positions = wire::positions_vec(&p.positions, n)
-            .map_err(|e| Rejection::new(ErrorCode::BadRequest, e))?;
-        let epochs = wire::positions_vec(&p.epochs, n)
-            .map_err(|e| Rejection::new(ErrorCode::BadRequest, e))?;
-        let logs = self.positions().await?;
-        let mut agree = Vec::with_capacity(n as usize);
-        for (shard, log) in logs.iter().enumerate() {
-            let their_epoch = match epochs[shard] {
-                0 => p.epoch,
-                e => e,
-            };
-            agree.push(positions[shard].min(epoch_end(&log.epochs, their_epoch, log.durable)));
-        }
-        let result = ReplicateResult {
-            epoch: own,
-            shards: n,
-            agree: wire::positions_map(&agree),
-            heads: wire::positions_map(&logs.iter().map(|l| l.durable).collect::<Vec<_>>()),
-            ack_every_ms: match self.settings.mode {
-                ReplicationMode::Sync => 0,
-                ReplicationMode::Async => wire::ASYNC_ACK_EVERY_MS,
-            },
-        };
+        Ok(p)
+    }
+
+    /// The new link, in the hub and in the replicas REPLICATION_STATUS lists.
+    fn register_link(
+        &self,
+        front: usize,
+        id: u64,
+        p: &ReplicateParams,
+        agree: &[u64],
+        peer: String,
+    ) -> Rc<Link> {
         let versions = (p.snapshot_versions.clone())
             .unwrap_or_else(|| wire::SNAPSHOT_VERSIONS_UNSAID.to_vec());
-        let link = Rc::new(Link::new(id, front, p.replica_id.clone(), &agree, versions));
+        let link = Rc::new(Link::new(id, front, p.replica_id.clone(), agree, versions));
         if let Some(old) = self.links.borrow_mut().insert(id, link.clone()) {
             old.stop();
         }
@@ -309,21 +369,14 @@ impl Hub {
                 ReplicaView {
                     link: id,
                     addr: peer,
-                    acked: agree.clone(),
+                    acked: agree.to_vec(),
                     lag_entries: 0,
                     live: false,
                     connected_at_ms: now_ms(),
                 },
             );
         }
-        log::info!(
-            "replica {} connected: streaming from {:?} (epoch {own})",
-            p.replica_id,
-            agree
-        );
-        let handles = logs.into_iter().map(|l| l.handle).collect();
-        glommio::spawn_local(sender::run(self.clone(), link, handles)).detach();
-        serde_json::to_vec(&result).map_err(|e| internal(&e.to_string()))
+        link
     }
 
     async fn call(self: &Rc<Self>, op: Op) -> Result<Vec<u8>, Rejection> {
@@ -334,57 +387,21 @@ impl Hub {
         };
         serde_json::to_vec(&v).map_err(|e| internal(&e.to_string()))
     }
+}
 
-    /// REPLICATION_STATUS.
-    async fn status(&self) -> Result<Value, Rejection> {
-        let logs = self.positions().await?;
-        let heads: Vec<u64> = logs.iter().map(|l| l.durable).collect();
-        let stats = &self.state.stats;
-        let mut v = json!({
-            "role": self.state.role_name(),
-            "epoch": self.state.epoch(),
-            "mode": match self.settings.mode {
-                ReplicationMode::Async => "async",
-                ReplicationMode::Sync => "sync",
-            },
-            "shards": heads.len(),
-            "positions": wire::positions_map(&heads),
-            "truncated_entries": stats.truncated_entries.load(std::sync::atomic::Ordering::Relaxed),
-        });
-        let replicas: Vec<Value> = stats
-            .replicas
-            .lock()
-            .map(|r| {
-                r.iter()
-                    .map(|(id, view)| {
-                        json!({
-                            "replica_id": id,
-                            "addr": view.addr,
-                            "acked": wire::positions_map(&view.acked),
-                            "last_acked_sequence": view.acked_sequence(),
-                            "lag_entries": view.lag_entries,
-                            "live": view.live,
-                            "connected_seconds": now_ms().saturating_sub(view.connected_at_ms) as f64 / 1000.0,
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        v["replicas"] = Value::Array(replicas);
-        if let Some(f) = &self.settings.follower {
-            let view = stats.follower.lock().map(|f| f.clone()).unwrap_or_default();
-            v["replica_id"] = json!(f.replica_id);
-            v["upstream"] = json!(f.upstream);
-            v["following"] = json!(self.follower_running.get());
-            v["connected"] = json!(view.connected);
-            v["primary_epoch"] = json!(view.primary_epoch);
-            v["primary_heads"] = json!(wire::positions_map(&view.primary_heads));
-            v["lag_entries"] = json!(view.lag_entries);
-            v["lag_seconds"] = json!(view.lag_seconds);
-            v["last_error"] = json!(view.last_error);
-        }
-        Ok(v)
-    }
+/// Per shard, the offset up to which the replica's log agrees with this one: its position,
+/// capped at the end of its last epoch here (docs/replication.md, "Epochs and divergence").
+fn agreement(logs: &[Position], positions: &[u64], epochs: &[u64], epoch: u64) -> Vec<u64> {
+    logs.iter()
+        .enumerate()
+        .map(|(shard, log)| {
+            let their_epoch = match epochs[shard] {
+                0 => epoch,
+                e => e,
+            };
+            positions[shard].min(epoch_end(&log.epochs, their_epoch, log.durable))
+        })
+        .collect()
 }
 
 /// The last offset written under an epoch <= `epoch`: just before the first epoch record of a

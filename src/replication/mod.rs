@@ -10,6 +10,7 @@
 //! - `sender`: one replica's stream on the primary.
 //! - `follower`: the replica's side of the stream.
 //! - `promote`: PROMOTE, and the epoch a primary starts with.
+//! - `status`: REPLICATION_STATUS.
 //! - `preflight`: a new replica learns the primary's shard count before its shards start.
 //! - `wire`: the stream's frames.
 
@@ -22,6 +23,7 @@ pub mod promote;
 pub mod relay;
 mod sender;
 pub mod state;
+mod status;
 pub mod wire;
 
 pub use state::ReplState;

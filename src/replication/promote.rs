@@ -17,6 +17,13 @@ use crate::shard::{ReplyBody, ShardCall};
 const FOLLOWER_STOP_WAIT: Duration = Duration::from_secs(10);
 
 pub async fn promote(hub: &Rc<Hub>) -> Result<Value, Rejection> {
+    if hub.state.ha() {
+        return Err(Rejection::new(
+            ErrorCode::BadRequest,
+            "PROMOTE is refused with ha.enabled: etcd elects the primary (docs/ha.md); \
+             PROMOTE {force:true} is not built yet",
+        ));
+    }
     match hub.state.role() {
         Some(Role::Replica) => {}
         other => {

@@ -110,119 +110,137 @@ pub async fn run(hub: Rc<Hub>, link: Rc<Link>, handles: Vec<LogHandle>) {
 
 async fn stream(hub: &Hub, link: &Link, readers: &mut [LogReader], next: &mut [u64]) -> String {
     let max = hub.settings.fanout_max;
-    let beat = hub.settings.heartbeat;
     let mut last_beat: Option<Instant> = None;
     while !link.stopped.get() {
-        let in_flight: u64 = next
-            .iter()
-            .enumerate()
-            .map(|(s, n)| (n - 1).saturating_sub(link.acked_at(s).max(link.floor_at(s))))
-            .sum();
+        let room = max.saturating_sub(in_flight(link, next));
         let mut out = Vec::new();
-        let mut sent = 0u64;
-        let mut room = max.saturating_sub(in_flight);
-        for (shard, reader) in readers.iter_mut().enumerate() {
-            if room == 0 {
-                break;
-            }
-            if next[shard] > reader.durable() {
-                continue;
-            }
-            let want = (room as usize).min(wire::ENTRIES_PER_FRAME_MAX);
-            match reader
-                .read_from(next[shard], want, wire::ENTRY_BYTES_PER_FRAME_MAX)
-                .await
-            {
-                Ok(records) if records.is_empty() => {}
-                Ok(records) => {
-                    if records[0].0 != next[shard] {
-                        return format!(
-                            "shard {shard}: log read gave offset {} for {}",
-                            records[0].0, next[shard]
-                        );
-                    }
-                    let first = next[shard];
-                    let bodies: Vec<Vec<u8>> = records.into_iter().map(|(_, b)| b).collect();
-                    let epoch = hub.state.epoch();
-                    wire::entries_frame(&mut out, shard as u32, epoch, first, now_ms(), &bodies);
-                    next[shard] += bodies.len() as u64;
-                    sent += bodies.len() as u64;
-                    room = room.saturating_sub(bodies.len() as u64);
-                }
-                Err(WalError::Trimmed { oldest, .. }) => {
-                    match send_snapshot(hub, link, reader, shard, oldest).await {
-                        Ok(at) => {
-                            next[shard] = at + 1;
-                            link.floor.borrow_mut()[shard] = at;
-                            link.last_ack.set(Instant::now());
-                        }
-                        Err(e) => return e,
-                    }
-                }
-                Err(e) => return format!("shard {shard}: reading the log: {e}"),
-            }
-        }
+        let sent = match read_entries(hub, link, readers, next, room, &mut out).await {
+            Ok(sent) => sent,
+            Err(e) => return e,
+        };
         if !out.is_empty() {
-            if !hub
-                .down(
-                    link.front,
-                    Down::Frames {
-                        link: link.id,
-                        bytes: out,
-                    },
-                )
-                .await
-            {
-                return "front gone".into();
+            if let Err(e) = send(hub, link, out).await {
+                return e;
             }
             hub.state.stats.entries_sent.fetch_add(sent, Relaxed);
         }
         update_lag(hub, link, readers);
-        let beat_due = last_beat.is_none_or(|t| t.elapsed() >= beat);
-        if beat_due {
+        if last_beat.is_none_or(|t| t.elapsed() >= hub.settings.heartbeat) {
             let heads: Vec<u64> = readers.iter().map(LogReader::durable).collect();
             let mut hb = Vec::new();
             wire::heartbeat_frame(&mut hb, hub.state.epoch(), &heads, now_ms());
-            if !hub
-                .down(
-                    link.front,
-                    Down::Frames {
-                        link: link.id,
-                        bytes: hb,
-                    },
-                )
-                .await
-            {
-                return "front gone".into();
+            if let Err(e) = send(hub, link, hb).await {
+                return e;
             }
             last_beat = Some(Instant::now());
         }
-        if room == 0 {
-            // The replica's queue is full: wait for an ack; too long without one is too slow.
-            if link.last_ack.get().elapsed() >= beat * 2 {
-                hub.state
-                    .stats
-                    .slow_replica_disconnects
-                    .fetch_add(1, Relaxed);
-                return format!(
-                    "too slow: {max} entries (replication.fanout_max) unacknowledged for {} ms",
-                    (beat * 2).as_millis()
-                );
-            }
-            wait(link, beat / 4).await;
-        } else if hub.settings.mode == ReplicationMode::Async
-            && (sent as usize) < wire::ENTRIES_PER_FRAME_MAX
-        {
-            // Caught up, async: let entries gather for one poll interval instead of waking at
-            // every replica ack, so a busy primary sends frames of many entries, not one frame
-            // (a log read, a hop to the front, a socket write) per ack. Adds at most POLL to
-            // the replica's lag; sync mode keeps waking at acks, its writes wait for them.
-            glommio::timer::sleep(POLL).await;
-        } else if sent == 0 {
-            wait(link, POLL).await;
+        if let Err(e) = pace(hub, link, room.saturating_sub(sent), sent).await {
+            return e;
         }
     }
     "stopped".into()
+}
+
+/// Entries sent to the replica and not yet acknowledged, over all shards.
+fn in_flight(link: &Link, next: &[u64]) -> u64 {
+    next.iter()
+        .enumerate()
+        .map(|(s, n)| (n - 1).saturating_sub(link.acked_at(s).max(link.floor_at(s))))
+        .sum()
+}
+
+/// Reads up to `room` durable entries past `next` into `entries` frames (a shard whose
+/// position was trimmed gets its snapshot first). Returns how many entries it framed.
+async fn read_entries(
+    hub: &Hub,
+    link: &Link,
+    readers: &mut [LogReader],
+    next: &mut [u64],
+    mut room: u64,
+    out: &mut Vec<u8>,
+) -> Result<u64, String> {
+    let mut sent = 0u64;
+    for (shard, reader) in readers.iter_mut().enumerate() {
+        if room == 0 {
+            break;
+        }
+        if next[shard] > reader.durable() {
+            continue;
+        }
+        let want = (room as usize).min(wire::ENTRIES_PER_FRAME_MAX);
+        match reader
+            .read_from(next[shard], want, wire::ENTRY_BYTES_PER_FRAME_MAX)
+            .await
+        {
+            Ok(records) if records.is_empty() => {}
+            Ok(records) => {
+                if records[0].0 != next[shard] {
+                    return Err(format!(
+                        "shard {shard}: log read gave offset {} for {}",
+                        records[0].0, next[shard]
+                    ));
+                }
+                let first = next[shard];
+                let bodies: Vec<Vec<u8>> = records.into_iter().map(|(_, b)| b).collect();
+                let epoch = hub.state.epoch();
+                wire::entries_frame(out, shard as u32, epoch, first, now_ms(), &bodies);
+                next[shard] += bodies.len() as u64;
+                sent += bodies.len() as u64;
+                room = room.saturating_sub(bodies.len() as u64);
+            }
+            Err(WalError::Trimmed { oldest, .. }) => {
+                let at = send_snapshot(hub, link, reader, shard, oldest).await?;
+                next[shard] = at + 1;
+                link.floor.borrow_mut()[shard] = at;
+                link.last_ack.set(Instant::now());
+            }
+            Err(e) => return Err(format!("shard {shard}: reading the log: {e}")),
+        }
+    }
+    Ok(sent)
+}
+
+/// Hands encoded frames to the front that holds the replica's connection.
+async fn send(hub: &Hub, link: &Link, bytes: Vec<u8>) -> Result<(), String> {
+    let frames = Down::Frames {
+        link: link.id,
+        bytes,
+    };
+    match hub.down(link.front, frames).await {
+        true => Ok(()),
+        false => Err("front gone".into()),
+    }
+}
+
+/// Waits before the next read: for an ack when the window is full (too long without one is
+/// too slow), for entries to gather when caught up in async mode.
+async fn pace(hub: &Hub, link: &Link, room: u64, sent: u64) -> Result<(), String> {
+    let beat = hub.settings.heartbeat;
+    if room == 0 {
+        if link.last_ack.get().elapsed() >= beat * 2 {
+            hub.state
+                .stats
+                .slow_replica_disconnects
+                .fetch_add(1, Relaxed);
+            return Err(format!(
+                "too slow: {} entries (replication.fanout_max) unacknowledged for {} ms",
+                hub.settings.fanout_max,
+                (beat * 2).as_millis()
+            ));
+        }
+        wait(link, beat / 4).await;
+    } else if hub.settings.mode == ReplicationMode::Async
+        && (sent as usize) < wire::ENTRIES_PER_FRAME_MAX
+    {
+        // Caught up, async: let entries gather for one poll interval instead of waking at
+        // every replica ack, so a busy primary sends frames of many entries, not one frame
+        // (a log read, a hop to the front, a socket write) per ack. Adds at most POLL to
+        // the replica's lag; sync mode keeps waking at acks, its writes wait for them.
+        glommio::timer::sleep(POLL).await;
+    } else if sent == 0 {
+        wait(link, POLL).await;
+    }
+    Ok(())
 }
 
 async fn wait(link: &Link, at_most: Duration) {

@@ -1,6 +1,7 @@
 //! Process-wide replication state shared by every executor: the role in force now (a replica
 //! becomes a primary on PROMOTE), the highest epoch this member has seen, and the figures the
-//! metrics scrape and REPLICATION_STATUS show.
+//! metrics scrape and REPLICATION_STATUS show. With failover on (docs/ha.md) the HA module
+//! publishes the role, the epoch and the lease deadline here; shards read them at run time.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
@@ -12,11 +13,20 @@ const STANDALONE: u8 = 0;
 const PRIMARY: u8 = 1;
 const REPLICA: u8 = 2;
 
+/// `lease_until` when failover is off: never fenced.
+const NO_LEASE_CHECK: u64 = u64::MAX;
+
 /// The role and epoch, read on every write request (one relaxed load).
 #[derive(Debug)]
 pub struct ReplState {
     role: AtomicU8,
     epoch: AtomicU64,
+    /// Failover (docs/ha.md): the primary's lease deadline, nanoseconds on CLOCK_BOOTTIME
+    /// (`crate::ha::clock`); past it the primary appends and acknowledges nothing. 0 when this
+    /// member holds no lease; `NO_LEASE_CHECK` when failover is off.
+    lease_until: AtomicU64,
+    /// Where the primary is, as the HA module last saw it (refusals name it).
+    primary: Mutex<Option<String>>,
     pub stats: ReplStats,
 }
 
@@ -30,7 +40,58 @@ impl ReplState {
         ReplState {
             role: AtomicU8::new(r),
             epoch: AtomicU64::new(0),
+            lease_until: AtomicU64::new(NO_LEASE_CHECK),
+            primary: Mutex::new(None),
             stats: ReplStats::default(),
+        }
+    }
+
+    /// A member under failover: it starts as a follower without a lease (docs/ha.md).
+    pub fn new_ha() -> ReplState {
+        let s = ReplState::new(Some(Role::Replica));
+        s.lease_until.store(0, Relaxed);
+        s
+    }
+
+    /// Whether failover (the HA module) sets the role.
+    pub fn ha(&self) -> bool {
+        self.lease_until.load(Relaxed) != NO_LEASE_CHECK
+    }
+
+    /// True when this member must not append or acknowledge a client write now: failover is
+    /// on and the lease deadline has passed (or there is none). One atomic load when failover
+    /// is off.
+    pub fn fenced(&self) -> bool {
+        let until = self.lease_until.load(Relaxed);
+        until != NO_LEASE_CHECK && crate::ha::clock::boottime_ns() >= until
+    }
+
+    /// The lease deadline (CLOCK_BOOTTIME ns), 0 when none (failover on).
+    pub fn lease_until(&self) -> u64 {
+        self.lease_until.load(Relaxed)
+    }
+
+    /// The HA module renewed the lease (or gave it up: 0). Never used with failover off.
+    pub fn set_lease_until(&self, until_ns: u64) {
+        if self.ha() {
+            self.lease_until
+                .store(until_ns.min(NO_LEASE_CHECK - 1), Relaxed);
+        }
+    }
+
+    /// Demotion: refuse writes from now on.
+    pub fn become_follower(&self) {
+        self.role.store(REPLICA, Relaxed);
+    }
+
+    /// The primary's client address, when known (failover on).
+    pub fn primary(&self) -> Option<String> {
+        self.primary.lock().ok().and_then(|p| p.clone())
+    }
+
+    pub fn set_primary(&self, addr: Option<String>) {
+        if let Ok(mut p) = self.primary.lock() {
+            *p = addr;
         }
     }
 

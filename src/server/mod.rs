@@ -92,8 +92,13 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     let mut signals = Signals::install()?;
     let live = Live::new(&config, config_path)?;
     crate::security::reload_on_sighup(live.clone())?;
+    let repl = Arc::new(match config.ha.enabled {
+        true => crate::replication::ReplState::new_ha(),
+        false => crate::replication::ReplState::new(config.replication.role),
+    });
+    let ha = start_ha(&config, &repl, listeners.local)?;
     let shared = Shared {
-        repl: Arc::new(crate::replication::ReplState::new(config.replication.role)),
+        repl,
         draining: Arc::new(drain::Draining::default()),
         peers: Arc::new(peer::Peers::default()),
         live,
@@ -120,6 +125,7 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
             fronts: relay_control.unwrap_or_default(),
             state: shared.repl.clone(),
             settings,
+            ha,
         }),
         metrics: listeners.metrics.take(),
     };
@@ -180,14 +186,14 @@ impl FrontFigures {
     }
 }
 
-/// Replication settings from the config (None without a role). A replica whose data dir is
+/// Replication settings from the config (None without a role or failover). A replica whose data dir is
 /// empty mirrors its primary's layout: it adopts the primary's shard count.
 fn replication_settings(
     config: &mut Config,
 ) -> Result<Option<crate::replication::hub::Settings>, String> {
-    let Some(_) = config.replication.role else {
+    if config.replication.role.is_none() && !config.ha.enabled {
         return Ok(None);
-    };
+    }
     let settings = crate::replication::hub::Settings::from_config(config)?;
     if let Some(follower) = settings.follower.as_ref() {
         if !DataDir::has_data(&config.storage.data_dir) {
@@ -275,9 +281,13 @@ fn spawn_shards(
             wal: wal_config(config, data_dir.shard_dir(i as u32), i as u32),
             snapshot_every: config.storage.snapshot_every_entries,
             // Replicas never fire timers (docs/protocol.md, "Timed transitions"); a promoted
-            // one re-arms them from state.
-            fires_timers: config.replication.role != Some(Role::Replica),
-            sync: crate::shard::sync::SyncSetup::from_config(&config.replication),
+            // one re-arms them from state. Under failover every member starts as a follower
+            // (docs/ha.md).
+            fires_timers: config.replication.role != Some(Role::Replica) && !config.ha.enabled,
+            sync: crate::shard::sync::SyncSetup::from_config(
+                &config.replication,
+                config.ha.enabled,
+            ),
             member: shared.repl.clone(),
             ready: ready.clone(),
         };
@@ -306,6 +316,12 @@ fn spawn_control(
     handles: &mut Handles,
 ) -> Result<StdUnixStream, String> {
     let (ctl_shutdown, ctl_fd) = socket_pair()?;
+    let ha = (parts.replication.as_ref())
+        .and_then(|r| r.ha.as_ref())
+        .map(|(ha, _)| crate::metrics::scrape::HaSource {
+            shared: ha.clone(),
+            maximum_lag: config.ha.maximum_lag_on_failover,
+        });
     let control = control::ControlSetup {
         channels: parts.channels,
         shutdown_fd: ctl_fd.into_raw_fd(),
@@ -321,6 +337,7 @@ fn spawn_control(
                 replication: shared.repl.clone(),
                 started: shared.started,
                 draining: shared.draining.clone(),
+                ha,
             },
         }),
     };
@@ -405,6 +422,32 @@ fn spawn_fronts(
     }
     Ok((shutdowns, drained_rx))
 }
+
+/// Failover (docs/ha.md): starts the HA thread before any executor, with the address other
+/// members and clients reach this one at (`ha.advertise_addr`, else the bound client address).
+/// Returns what the control executor's driver needs.
+fn start_ha(
+    config: &Config,
+    repl: &Arc<crate::replication::ReplState>,
+    local: SocketAddr,
+) -> Result<Option<HaParts>, String> {
+    if !config.ha.enabled {
+        return Ok(None);
+    }
+    let addr = config
+        .ha
+        .advertise_addr
+        .clone()
+        .unwrap_or_else(|| local.to_string());
+    let follow = crate::replication::follower::Settings::for_upstream(config, addr.clone())?;
+    let shared = crate::ha::start(config, repl.clone(), addr)?;
+    Ok(Some((shared, follow)))
+}
+
+type HaParts = (
+    Arc<crate::ha::shared::Shared>,
+    crate::replication::follower::Settings,
+);
 
 /// The SIGTERM drain (docs/protocol.md, "Behind a load balancer", `drain` module): `/health` 503 at once, serve on for
 /// `grace`, then the fronts stop accepting and drain; a second signal or `timeout` (counted

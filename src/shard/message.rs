@@ -76,6 +76,9 @@ pub enum ShardCall {
     BeginEpoch { epoch: u64 },
     /// A replica becomes primary: this shard starts firing timers. Answers `{}`.
     Promote,
+    /// Failover (docs/ha.md): the primary steps down. Timers stop firing, write replies held
+    /// for replica acknowledgement answer `NO_PRIMARY` (`maybe_committed`). Answers `{}`.
+    Demote,
     /// Replication, on a replica: drop every log entry after `after` (the primary's log
     /// diverged there), then rebuild the state from the log. Answered with `Truncated`.
     /// `BAD_REQUEST` (details `oldest`) when the retained log cannot keep that prefix.

@@ -87,7 +87,7 @@ impl Shard {
         self.repl.epoch_seen.set(epoch);
         let (mut through, mut last_at_ms) = (head, 0);
         for (bytes, record) in entries.iter().zip(records) {
-            let offset = match self.append(bytes) {
+            let offset = match self.append_record(bytes) {
                 Ok(offset) => offset,
                 // Those before are logged and applied: the reply waits for them, then fails.
                 Err(rej) => return (Err(rej), through),
@@ -170,11 +170,27 @@ impl Shard {
         }
     }
 
+    /// `ShardCall::Demote` (failover): timers stop firing; write replies held for replica
+    /// acknowledgement are released as `NO_PRIMARY` by the outboxes (the lease is gone).
+    pub(super) fn demote(&self) -> Outcome {
+        self.timers.demote();
+        if let Some(sync) = &self.sync {
+            sync.new_term();
+        }
+        for outbox in self.subs.outboxes() {
+            outbox.acked.notify();
+        }
+        (Ok(ReplyBody::Json(b"{}".to_vec())), 0)
+    }
+
     /// `ShardCall::Promote`: this shard starts firing timers (from state; overdue ones fire at
     /// once).
     pub(super) fn promote(&self) -> Outcome {
         self.cancel_snapshot_now();
         self.timers.promote(&mut self.engine.borrow_mut());
+        if let Some(sync) = &self.sync {
+            sync.new_term();
+        }
         (Ok(ReplyBody::Json(b"{}".to_vec())), 0)
     }
 }

@@ -62,8 +62,11 @@ pub struct Shard {
     pub(super) subs: Registry,
     pub(super) timers: Timers,
     pub(super) repl: ReplState,
-    member: std::sync::Arc<crate::replication::ReplState>,
+    pub(super) member: std::sync::Arc<crate::replication::ReplState>,
     pub(super) sync: Option<SyncState>,
+    /// Failover is on (docs/ha.md): client write replies are checked against the lease when
+    /// released. Fixed at start-up.
+    ha: bool,
     /// The APPLY_EVENT record being decided, reused across events (`shard/event.rs`).
     pub(super) record_buf: RefCell<Vec<u8>>,
     /// The atomic BATCH record being decided, kept between batches like `record_buf`.
@@ -95,6 +98,7 @@ pub async fn run(setup: ShardSetup) {
         subs: Registry::start(),
         timers: Timers::new(setup.fires_timers),
         repl: ReplState::default(),
+        ha: setup.member.ha(),
         member: setup.member,
         sync: setup.sync.map(SyncState::new),
         record_buf: RefCell::new(Vec::new()),
@@ -162,6 +166,7 @@ async fn receive(
             continue;
         };
         let ((result, needs), gate) = match shard.sync {
+            None if shard.ha => sync_mode::run_call(shard, call).await,
             None => match call {
                 call @ (ShardCall::Truncate { .. } | ShardCall::InstallSnapshot(_)) => {
                     (shard.dispatch(call).await, None)
@@ -244,7 +249,9 @@ impl Outbox {
                         _ => None,
                     }
                 };
-                let Some((n, mut msg, _)) = next else { break };
+                let Some((n, mut msg, gate)) = next else {
+                    break;
+                };
                 match &mut msg {
                     ShardMessage::Reply(resp) => {
                         shard.queued.set(shard.queued.get().saturating_sub(1));
@@ -252,6 +259,11 @@ impl Outbox {
                             if let Some(f) = &failure {
                                 resp.result = Err(f.clone());
                             }
+                        }
+                        // Failover, async mode: `gate` marks a client write (only set with
+                        // failover on); past the lease it is not acknowledged.
+                        if gate.is_some() && resp.result.is_ok() && shard.member.fenced() {
+                            resp.result = Err(crate::ha::fence::no_primary(&shard.member, true));
                         }
                     }
                     ShardMessage::Push(_) => {
@@ -337,6 +349,7 @@ impl Shard {
             } => self.replica_append(epoch, first, entries),
             ShardCall::BeginEpoch { epoch } => self.begin_epoch(epoch),
             ShardCall::Promote => self.promote(),
+            ShardCall::Demote => self.demote(),
             ShardCall::ReplicaAcked { through } => self.replica_acked(through),
             ShardCall::Subscribe { .. }
             | ShardCall::Unsubscribe { .. }
@@ -357,7 +370,7 @@ impl Shard {
         let (index, op) = ops
             .enumerate()
             .find(|(_, op)| op.facts().refused_on(role))?;
-        Some((index, crate::replication::gate::read_only(op)))
+        Some((index, crate::replication::gate::read_only(&self.member, op)))
     }
 
     fn execute_op(&self, op: Op, params: Option<&[u8]>) -> Outcome {
@@ -444,7 +457,18 @@ impl Shard {
     /// Logs `entry`, applies it, arms the timers of the states it entered and publishes it.
     /// Appends one record to the log, unless this shard's state has diverged from its log
     /// (`shards::engine::Divergence`): then every write is refused, naming the entry.
+    /// A record this member decided (a client write, a timer fire, an epoch record): under
+    /// failover, past the lease deadline nothing more is appended (docs/ha.md,
+    /// "Self-fencing"); one atomic load when failover is off.
     pub(super) fn append(&self, record: &[u8]) -> Result<u64, Rejection> {
+        if self.member.fenced() {
+            return Err(crate::ha::fence::no_primary(&self.member, false));
+        }
+        self.append_record(record)
+    }
+
+    /// `append` without the lease check: a replica's copy of its primary's record.
+    pub(super) fn append_record(&self, record: &[u8]) -> Result<u64, Rejection> {
         if let Some(d) = self.engine.borrow().divergence() {
             return Err(Rejection::new(
                 ErrorCode::WalIoError,

@@ -39,9 +39,11 @@ pub struct SyncSetup {
 }
 
 impl SyncSetup {
-    /// Some for `replication.role = "primary"` with `replication.mode = "sync"`.
-    pub fn from_config(r: &Replication) -> Option<SyncSetup> {
-        (r.role == Some(Role::Primary) && r.mode == ReplicationMode::Sync).then(|| SyncSetup {
+    /// Some for `replication.role = "primary"` (or any member under failover, `ha`: each may
+    /// become primary) with `replication.mode = "sync"`.
+    pub fn from_config(r: &Replication, ha: bool) -> Option<SyncSetup> {
+        let may_lead = r.role == Some(Role::Primary) || ha;
+        (may_lead && r.mode == ReplicationMode::Sync).then(|| SyncSetup {
             timeout: Duration::from_millis(r.sync_timeout_ms.unwrap_or(SYNC_TIMEOUT_MS_DEFAULT)),
             replicas: r.sync_replicas,
         })
@@ -68,6 +70,11 @@ impl SyncState {
 
     pub fn timeouts(&self) -> u64 {
         self.timeouts.get()
+    }
+
+    /// A term begins or ends (failover): acknowledgements of the last term no longer count.
+    pub fn new_term(&self) {
+        self.acked.set(0);
     }
 
     fn timed_out(&self, offset: u64) -> Rejection {
@@ -116,6 +123,14 @@ enum Woke {
     Durable(Result<(), Rejection>),
 }
 
+/// Replies held for replica acknowledgement, in order. Bound: replies only, moved here from
+/// the outbox's queue, so the outbox's bound (the client's requests in flight on this shard)
+/// bounds both; each leaves by `sync_timeout_ms`.
+type Held = VecDeque<(u64, ShardMessage, Option<Instant>)>;
+
+/// The client executor is gone: the pump ends.
+struct Gone;
+
 impl Outbox {
     /// The pump of a sync-mode shard: `Outbox::run`, plus a queue of replies held for replica
     /// acknowledgement (see the module docs).
@@ -127,73 +142,20 @@ impl Outbox {
         let Some(sync) = shard.sync.as_ref() else {
             return self.run(shard.clone(), tx).await;
         };
-        // Bound: replies only, moved here from `queue`, so the outbox's bound (the client's
-        // requests in flight on this shard) bounds both; each leaves by `sync_timeout_ms`.
-        let mut held: VecDeque<(u64, ShardMessage, Option<Instant>)> = VecDeque::new();
+        let mut held = Held::new();
         let mut failure: Option<Rejection> = None;
         loop {
-            // Held replies, in order: acknowledged, timed out, or not waiting for replicas.
-            while let Some(&(n, _, gate)) = held.front() {
-                let timed_out = match gate {
-                    Some(queued) if sync.acked.get() < n => {
-                        if queued.elapsed() < sync.setup.timeout {
-                            break;
-                        }
-                        true
-                    }
-                    _ => false,
-                };
-                let Some((n, mut msg, _)) = held.pop_front() else {
-                    break;
-                };
-                if let (true, ShardMessage::Reply(resp)) = (timed_out, &mut msg) {
-                    if resp.result.is_ok() {
-                        resp.result = Err(sync.timed_out(n));
-                        sync.timeouts.set(sync.timeouts.get() + 1);
-                    }
-                }
-                if tx.send(msg).await.is_err() {
-                    return; // the client executor is gone
-                }
+            if release_held(&shard, sync, &mut held, &tx).await.is_err() {
+                return;
             }
-            // Durable messages from the queue, as `run` releases them.
             let durable = shard.log.durable();
             let failed = failure.take();
-            loop {
-                let next = {
-                    let mut q = self.queue.borrow_mut();
-                    match q.front() {
-                        Some((n, _, _)) if *n <= durable || failed.is_some() => q.pop_front(),
-                        _ => None,
-                    }
-                };
-                let Some((n, mut msg, gate)) = next else {
-                    break;
-                };
-                match &mut msg {
-                    ShardMessage::Reply(resp) => {
-                        shard.reply_left();
-                        if n > durable {
-                            if let Some(f) = &failed {
-                                resp.result = Err(f.clone());
-                            }
-                        }
-                        let gate = gate.filter(|_| n <= durable);
-                        if gate.is_some() || !held.is_empty() {
-                            held.push_back((n, msg, gate));
-                            continue;
-                        }
-                    }
-                    ShardMessage::Push(_) => {
-                        shard.subs.push_left();
-                        if n > durable {
-                            continue; // never durable: the event did not happen
-                        }
-                    }
-                }
-                if tx.send(msg).await.is_err() {
-                    return;
-                }
+            if self
+                .release_durable(&shard, durable, failed, &mut held, &tx)
+                .await
+                .is_err()
+            {
+                return;
             }
             let waiting_for = self.queue.borrow().front().map(|(n, _, _)| *n);
             if waiting_for.is_none() && held.is_empty() && self.closed.get() {
@@ -203,40 +165,130 @@ impl Outbox {
                 .front()
                 .and_then(|(_, _, g)| *g)
                 .map(|q| q + sync.setup.timeout);
-            let woke = or(
-                or(
-                    async {
-                        self.wake.wait().await;
-                        Woke::Any
-                    },
-                    async {
-                        self.acked.wait().await;
-                        Woke::Any
-                    },
-                ),
-                or(
-                    async {
-                        match waiting_for.filter(|n| *n > durable) {
-                            Some(n) => Woke::Durable(shard.log.wait_durable(n).await),
-                            None => pending().await,
-                        }
-                    },
-                    async {
-                        match deadline {
-                            Some(at) => {
-                                let left = at.saturating_duration_since(Instant::now());
-                                glommio::timer::sleep(left).await;
-                                Woke::Any
-                            }
-                            None => pending().await,
-                        }
-                    },
-                ),
-            )
-            .await;
-            if let Woke::Durable(Err(rej)) = woke {
+            let wait_durable = waiting_for.filter(|n| *n > durable);
+            if let Woke::Durable(Err(rej)) = self.wait_next(&shard, wait_durable, deadline).await {
                 failure = Some(rej);
             }
         }
     }
+
+    /// Moves durable messages from the queue, as `run` releases them: a client write's reply
+    /// (and every reply behind a held one) joins `held`, the rest leave.
+    async fn release_durable(
+        &self,
+        shard: &Shard,
+        durable: u64,
+        failed: Option<Rejection>,
+        held: &mut Held,
+        tx: &ConnectedSender<ShardMessage>,
+    ) -> Result<(), Gone> {
+        loop {
+            let next = {
+                let mut q = self.queue.borrow_mut();
+                match q.front() {
+                    Some((n, _, _)) if *n <= durable || failed.is_some() => q.pop_front(),
+                    _ => None,
+                }
+            };
+            let Some((n, mut msg, gate)) = next else {
+                return Ok(());
+            };
+            match &mut msg {
+                ShardMessage::Reply(resp) => {
+                    shard.reply_left();
+                    if n > durable {
+                        if let Some(f) = &failed {
+                            resp.result = Err(f.clone());
+                        }
+                    }
+                    let gate = gate.filter(|_| n <= durable);
+                    if gate.is_some() || !held.is_empty() {
+                        held.push_back((n, msg, gate));
+                        continue;
+                    }
+                }
+                ShardMessage::Push(_) => {
+                    shard.subs.push_left();
+                    if n > durable {
+                        continue; // never durable: the event did not happen
+                    }
+                }
+            }
+            tx.send(msg).await.map_err(|_| Gone)?;
+        }
+    }
+
+    /// Sleeps until something may leave: a new message, more acks, the log durable through
+    /// `durable_through`, or the first held reply's `deadline`.
+    async fn wait_next(
+        &self,
+        shard: &Shard,
+        durable_through: Option<u64>,
+        deadline: Option<Instant>,
+    ) -> Woke {
+        let news = or(
+            async {
+                self.wake.wait().await;
+                Woke::Any
+            },
+            async {
+                self.acked.wait().await;
+                Woke::Any
+            },
+        );
+        let timers = or(
+            async {
+                match durable_through {
+                    Some(n) => Woke::Durable(shard.log.wait_durable(n).await),
+                    None => pending().await,
+                }
+            },
+            async {
+                match deadline {
+                    Some(at) => {
+                        glommio::timer::sleep(at.saturating_duration_since(Instant::now())).await;
+                        Woke::Any
+                    }
+                    None => pending().await,
+                }
+            },
+        );
+        or(news, timers).await
+    }
+}
+
+/// Held replies, in order: acknowledged, timed out (`SYNC_TIMEOUT`), fenced (failover:
+/// `NO_PRIMARY`), or not waiting for replicas.
+async fn release_held(
+    shard: &Shard,
+    sync: &SyncState,
+    held: &mut Held,
+    tx: &ConnectedSender<ShardMessage>,
+) -> Result<(), Gone> {
+    while let Some(&(n, _, gate)) = held.front() {
+        // Failover: past the lease no write is acknowledged (docs/ha.md).
+        let fenced = gate.is_some() && shard.member.fenced();
+        let timed_out = match gate {
+            Some(queued) if sync.acked.get() < n && !fenced => {
+                if queued.elapsed() < sync.setup.timeout {
+                    break;
+                }
+                true
+            }
+            _ => false,
+        };
+        let Some((n, mut msg, _)) = held.pop_front() else {
+            break;
+        };
+        if let ShardMessage::Reply(resp) = &mut msg {
+            if resp.result.is_ok() && fenced {
+                resp.result = Err(crate::ha::fence::no_primary(&shard.member, true));
+            } else if resp.result.is_ok() && timed_out {
+                resp.result = Err(sync.timed_out(n));
+                sync.timeouts.set(sync.timeouts.get() + 1);
+            }
+        }
+        tx.send(msg).await.map_err(|_| Gone)?;
+    }
+    Ok(())
 }

@@ -77,6 +77,14 @@ impl Timers {
         self.rebuild(engine);
     }
 
+    /// Stops firing (failover: a primary stepped down). The engine keeps its timers armed; a
+    /// later promotion rebuilds the queue from state.
+    pub fn demote(&self) {
+        self.fires_timers.set(false);
+        *self.queue.borrow_mut() = TimerQueue::default();
+        self.wake.notify();
+    }
+
     /// Arms every instance's timer from its state (after recovery, a rebuilt engine, or
     /// promotion); queues them when this shard fires timers.
     pub fn rebuild(&self, engine: &mut Engine) {

@@ -21,6 +21,11 @@ impl Notify {
         }
     }
 
+    /// Forgets a notification nobody waited for (a new waiter starts clean).
+    pub fn clear(&self) {
+        self.set.set(false);
+    }
+
     pub fn wait(&self) -> Wait<'_> {
         Wait { notify: self }
     }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cdp;
+pub mod etcd;
 pub mod http;
 pub mod scrape;
 pub mod tools;

@@ -43,15 +43,15 @@ pub fn haproxy() -> PathBuf {
     require_tool("haproxy", "haproxy")
 }
 
-/// etcd (`/usr/bin/etcd`), for failover tests against loopback etcd members. No test uses it
-/// yet; the module's `#![allow(dead_code)]` in `common` covers it until one does.
+/// etcd (`/usr/bin/etcd`), for failover tests against loopback etcd members (`common::etcd`,
+/// tests/ha.rs).
 #[track_caller]
 pub fn etcd() -> PathBuf {
     require_tool("etcd", "etcd-server")
 }
 
 /// Chromium (`/usr/bin/chromium`), for headless browser tests of a web console. No test uses
-/// it yet (see `etcd`).
+/// it yet; the module's `#![allow(dead_code)]` in `common` covers it until one does.
 #[track_caller]
 pub fn chromium() -> PathBuf {
     require_tool("chromium", "chromium")

@@ -1,0 +1,105 @@
+//! The etcd keys of one cluster (docs/ha.md, "etcd keys"), all under `/smdb/<cluster>/`, and
+//! the JSON values stored in them.
+
+use serde::{Deserialize, Serialize};
+
+/// Key names of one cluster.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(cluster: &str) -> Keys {
+        Keys {
+            prefix: format!("/smdb/{cluster}/"),
+        }
+    }
+
+    /// Everything of the cluster (one range read).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Held by the primary, on its lease.
+    pub fn leader(&self) -> String {
+        format!("{}leader", self.prefix)
+    }
+
+    /// The highest epoch handed out (decimal).
+    pub fn epoch(&self) -> String {
+        format!("{}epoch", self.prefix)
+    }
+
+    /// One per live member, on its lease.
+    pub fn member(&self, node_id: &str) -> String {
+        format!("{}members/{node_id}", self.prefix)
+    }
+
+    /// The node id of a member key, None for other keys.
+    pub fn member_of<'a>(&self, key: &'a str) -> Option<&'a str> {
+        key.strip_prefix(&self.prefix)?.strip_prefix("members/")
+    }
+}
+
+/// The leader key's value.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Leader {
+    pub node_id: String,
+    /// The process that holds it (random per process).
+    pub instance: String,
+    /// The client address members follow and clients are sent to.
+    pub addr: String,
+    pub epoch: u64,
+}
+
+/// A member key's value, rewritten at every lease renewal.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Member {
+    pub node_id: String,
+    pub instance: String,
+    pub addr: String,
+    /// "primary" or "follower".
+    pub role: String,
+    /// The highest epoch in its logs.
+    pub epoch: u64,
+    /// Durable heads per shard.
+    pub positions: Vec<u64>,
+    /// The primary's heads it last heard of (per shard; empty when none).
+    pub primary_heads: Vec<u64>,
+    /// Its follower stream runs (it acknowledges a primary).
+    pub following: bool,
+    pub nofailover: bool,
+}
+
+/// A random instance id for this process (16 hex digits from the kernel's random source).
+pub fn instance_id() -> String {
+    let mut b = [0u8; 8];
+    // SAFETY: `b` is a valid writable buffer of the given length.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        // getrandom never fails for 8 bytes once the pool is initialised; should it, the pid
+        // and the clock still tell two processes apart.
+        let mix = u64::from(std::process::id()) << 32 ^ super::clock::boottime_ns();
+        b = mix.to_le_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_live_under_the_cluster_prefix() {
+        let k = Keys::new("c1");
+        assert_eq!(k.leader(), "/smdb/c1/leader");
+        assert_eq!(k.epoch(), "/smdb/c1/epoch");
+        assert_eq!(k.member("n1"), "/smdb/c1/members/n1");
+        assert_eq!(k.member_of("/smdb/c1/members/n1"), Some("n1"));
+        assert_eq!(k.member_of("/smdb/c1/leader"), None);
+        let (a, b) = (instance_id(), instance_id());
+        assert_eq!(a.len(), 16);
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,267 @@
+//! One etcd session of the HA control thread (docs/ha.md, "Inside a member"): connect, grant
+//! a lease, claim this node's member key (a second live process with the same `node_id` exits
+//! 1), remove a stale leader key left by an earlier process, then renew and decide every
+//! `POLL` until the lease is lost. Every etcd call is bounded by `CALL_TIMEOUT`; a failed call
+//! is retried at the next poll while the lease deadline lies ahead.
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
+    PutOptions, Txn, TxnOp,
+};
+
+use super::clock::boottime_ns;
+use super::keys::{Leader, Member};
+use super::term::Term;
+use super::Ctx;
+
+/// How often the thread renews (when due), reads the cluster's keys and decides.
+pub const POLL: Duration = Duration::from_millis(200);
+/// The longest one etcd call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Runs `f` bounded by `CALL_TIMEOUT`, errors as text.
+pub async fn call<T, E: std::fmt::Display>(
+    what: &str,
+    f: impl Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("etcd {what}: {e}")),
+        Err(_) => Err(format!("etcd {what}: no answer within {CALL_TIMEOUT:?}")),
+    }
+}
+
+/// The cluster's keys as one read saw them.
+pub struct Snapshot {
+    /// The read's revision.
+    pub revision: i64,
+    /// The leader key: value, lease id, mod revision.
+    pub leader: Option<(Leader, i64, i64)>,
+    /// The stored epoch and the epoch key's mod revision (0, 0 when absent).
+    pub epoch: (u64, i64),
+    /// Member keys: value and mod revision.
+    pub members: Vec<(Member, i64)>,
+}
+
+/// A connected session: the client, its lease and the lease's keep-alive stream.
+pub struct Session {
+    pub client: Client,
+    pub lease: i64,
+    keeper: LeaseKeeper,
+    stream: LeaseKeepAliveStream,
+}
+
+pub async fn connect(ctx: &Ctx) -> Result<Session, String> {
+    let mut opts = ConnectOptions::new()
+        .with_connect_timeout(CALL_TIMEOUT)
+        .with_timeout(CALL_TIMEOUT);
+    if let (Some(u), Some(p)) = (&ctx.cfg.etcd_username, &ctx.cfg.etcd_password) {
+        opts = opts.with_user(u.clone(), p.clone());
+    }
+    if let Some(tls) = super::tls::options(&ctx.cfg)? {
+        opts = opts.with_tls(tls);
+    }
+    let endpoints = super::tls::endpoints(&ctx.cfg);
+    let mut client = call("connect", Client::connect(endpoints, Some(opts))).await?;
+    let lease = call("lease grant", client.lease_grant(ctx.cfg.ttl_secs(), None))
+        .await?
+        .id();
+    let (keeper, stream) = call("lease keep-alive", client.lease_keep_alive(lease)).await?;
+    Ok(Session {
+        client,
+        lease,
+        keeper,
+        stream,
+    })
+}
+
+impl Session {
+    /// Renews the lease: the new deadline (CLOCK_BOOTTIME ns) is the send time plus the TTL
+    /// etcd returned, minus `ha.safety_margin_ms`. Err when etcd says the lease is gone.
+    pub async fn renew(&mut self, margin: Duration) -> Result<u64, String> {
+        let sent = boottime_ns();
+        call("keep-alive", self.keeper.keep_alive()).await?;
+        let resp = call("keep-alive answer", self.stream.message()).await?;
+        let ttl = resp.map_or(0, |r| r.ttl());
+        if ttl <= 0 {
+            return Err("the lease expired in etcd".into());
+        }
+        let ttl_ns = (ttl as u64).saturating_mul(1_000_000_000);
+        Ok(sent
+            .saturating_add(ttl_ns)
+            .saturating_sub(margin.as_nanos() as u64))
+    }
+
+    /// Reads every key of the cluster.
+    pub async fn read(&mut self, ctx: &Ctx) -> Result<Snapshot, String> {
+        let opts = GetOptions::new().with_prefix();
+        let resp = call("get", self.client.get(ctx.keys.prefix(), Some(opts))).await?;
+        let mut snap = Snapshot {
+            revision: resp.header().map_or(0, |h| h.revision()),
+            leader: None,
+            epoch: (0, 0),
+            members: Vec::new(),
+        };
+        let leader_key = ctx.keys.leader();
+        let epoch_key = ctx.keys.epoch();
+        for kv in resp.kvs() {
+            let key = kv.key_str().unwrap_or("");
+            if key == leader_key {
+                let leader = serde_json::from_slice(kv.value()).ok();
+                snap.leader = leader.map(|l| (l, kv.lease(), kv.mod_revision()));
+            } else if key == epoch_key {
+                let v = kv
+                    .value_str()
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+                snap.epoch = (v, kv.mod_revision());
+            } else if ctx.keys.member_of(key).is_some() {
+                if let Ok(m) = serde_json::from_slice(kv.value()) {
+                    snap.members.push((m, kv.mod_revision()));
+                }
+            }
+        }
+        Ok(snap)
+    }
+
+    /// Writes this member's key on the session's lease; returns the write's revision.
+    pub async fn put_member(&mut self, ctx: &Ctx, member: &Member) -> Result<i64, String> {
+        let value = serde_json::to_vec(member).map_err(|e| e.to_string())?;
+        let opts = PutOptions::new().with_lease(self.lease);
+        let key = ctx.keys.member(&ctx.node_id);
+        let resp = call("put member", self.client.put(key, value, Some(opts))).await?;
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Deletes `key` if its mod revision is still `rev` (a guarded delete).
+    pub async fn delete_if(&mut self, key: String, rev: i64) -> Result<bool, String> {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)])
+            .and_then([TxnOp::delete(key, None)]);
+        Ok(call("txn delete", self.client.txn(txn)).await?.succeeded())
+    }
+}
+
+/// Waits until no other live process holds this node's member key, then creates it. A key of
+/// another process that keeps being rewritten belongs to a live duplicate: exit 1. One that
+/// stays unchanged belongs to a dead process and goes with its lease.
+pub async fn claim_member_key(ctx: &Ctx, s: &mut Session, first: &Member) -> Result<(), String> {
+    let key = ctx.keys.member(&ctx.node_id);
+    let mut seen: Option<i64> = None;
+    loop {
+        let value = serde_json::to_vec(first).map_err(|e| e.to_string())?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                value,
+                Some(PutOptions::new().with_lease(s.lease)),
+            )])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let resp = call("claim member key", s.client.txn(txn)).await?;
+        if resp.succeeded() {
+            return Ok(());
+        }
+        let rev = held_revision(&resp);
+        if seen.is_some_and(|r| r != rev) {
+            log::error!(
+                "ha.node_id {:?} is held by another live process (its member key keeps being \
+                 renewed); exiting",
+                ctx.node_id
+            );
+            std::process::exit(1);
+        }
+        seen = Some(rev);
+        log::info!(
+            "ha: the member key of {:?} is held by an earlier process; waiting for it to expire",
+            ctx.node_id
+        );
+        tokio::time::sleep(Duration::from_millis(ctx.cfg.ttl_ms / 2)).await;
+    }
+}
+
+/// The mod revision of the key the failed claim read back (0 when it vanished meanwhile).
+fn held_revision(resp: &etcd_client::TxnResponse) -> i64 {
+    resp.op_responses()
+        .into_iter()
+        .find_map(|op| match op {
+            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.mod_revision()),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+/// Runs sessions for ever: a session that ends (etcd unreachable past the lease, the lease
+/// lost) leaves the member fenced, and a new one starts after a pause.
+pub async fn run(ctx: Ctx) {
+    let mut backoff = POLL;
+    loop {
+        let mut term = Term::new();
+        let outcome = match connect(&ctx).await {
+            Ok(mut s) => serve(&ctx, &mut s, &mut term).await,
+            Err(e) => Err(e),
+        };
+        term.step_down(
+            &ctx,
+            super::shared::Demotion::EtcdSession,
+            "etcd session ended",
+        );
+        ctx.shared.update_view(|v| v.etcd_reachable = false);
+        if let Err(e) = outcome {
+            ctx.shared
+                .stats
+                .etcd_errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            log::warn!("ha: {e}; retrying in {} ms", backoff.as_millis());
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(ctx.cfg.ttl_ms / 3).max(POLL));
+    }
+}
+
+/// One session: claim, clean up, then poll until the lease is lost.
+async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String> {
+    claim_member_key(ctx, s, &term.member(ctx)).await?;
+    term.lease_deadline = s.renew(ctx.margin).await?;
+    ctx.shared.update_view(|v| v.etcd_reachable = true);
+    let renew_every = Duration::from_millis(ctx.cfg.ttl_ms / 3).as_nanos() as u64;
+    let mut next_renew = boottime_ns() + renew_every;
+    loop {
+        let now = boottime_ns();
+        if now >= next_renew {
+            match s.renew(ctx.margin).await {
+                Ok(deadline) => {
+                    term.renewed(ctx, deadline);
+                    next_renew = now + renew_every;
+                    if let Err(e) = s.put_member(ctx, &term.member(ctx)).await {
+                        log::debug!("ha: {e}");
+                    }
+                }
+                Err(e) if e.contains("expired") => return Err(e),
+                Err(e) => note_error(ctx, term, e)?,
+            }
+        }
+        match s.read(ctx).await {
+            Ok(snap) => term.decide(ctx, s, snap).await?,
+            Err(e) => note_error(ctx, term, e)?,
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// A failed call: counted; fatal to the session once the lease deadline has passed.
+fn note_error(ctx: &Ctx, term: &Term, e: String) -> Result<(), String> {
+    ctx.shared
+        .stats
+        .etcd_errors
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if boottime_ns() >= term.lease_deadline {
+        return Err(format!("{e}; the lease deadline has passed"));
+    }
+    log::debug!("ha: {e}; retrying");
+    Ok(())
+}

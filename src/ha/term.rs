@@ -1,0 +1,292 @@
+//! The HA thread's decisions in one session (docs/ha.md, "Election"): follow the leader key's
+//! holder, fence when there is none, campaign when the rules (`elect`) allow, and step down
+//! when the lease or the key is lost. What it decides goes to the control executor as a
+//! `Want` (`shared`); the lease deadline goes straight to `ReplState`, which shards read.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+
+use super::clock::boottime_ns;
+use super::elect::{self, Seen};
+use super::keys::{Leader, Member};
+use super::session::{call, Session, Snapshot};
+use super::shared::{Demotion, MemberView, Want};
+use super::Ctx;
+
+/// This member's part in the current term.
+pub struct Term {
+    /// Holds the leader key on this session's lease.
+    pub leading: bool,
+    pub epoch: u64,
+    /// This session's lease deadline (CLOCK_BOOTTIME ns, margin subtracted).
+    pub lease_deadline: u64,
+    /// The read revision at which the leader key was first seen missing.
+    absent_since: Option<i64>,
+    /// Why this member does not campaign now.
+    blocked: Option<String>,
+}
+
+impl Term {
+    pub fn new() -> Term {
+        Term {
+            leading: false,
+            epoch: 0,
+            lease_deadline: 0,
+            absent_since: None,
+            blocked: None,
+        }
+    }
+
+    /// This member's key value now.
+    pub fn member(&self, ctx: &Ctx) -> Member {
+        let report = ctx.shared.report();
+        let heads = ctx
+            .state
+            .stats
+            .follower
+            .lock()
+            .map(|f| f.primary_heads.clone())
+            .unwrap_or_default();
+        Member {
+            node_id: ctx.node_id.clone(),
+            instance: ctx.instance.clone(),
+            addr: ctx.addr.clone(),
+            role: if self.leading { "primary" } else { "follower" }.into(),
+            epoch: report.last_epoch.max(ctx.state.epoch()),
+            positions: report.positions,
+            primary_heads: heads,
+            following: report.following,
+            nofailover: ctx.cfg.nofailover,
+        }
+    }
+
+    /// A renewal succeeded: the primary's deadline moves on.
+    pub fn renewed(&mut self, ctx: &Ctx, deadline: u64) {
+        self.lease_deadline = deadline;
+        if self.leading {
+            ctx.state.set_lease_until(deadline);
+        }
+    }
+
+    /// Leaves the primary role (if held): writes stop at once, the driver demotes.
+    pub fn step_down(&mut self, ctx: &Ctx, kind: Demotion, reason: &str) {
+        ctx.state.set_lease_until(0);
+        if self.leading {
+            self.leading = false;
+            ctx.shared.stats.demotions[kind as usize].fetch_add(1, Relaxed);
+            log::info!("ha: giving up the lease of epoch {}: {reason}", self.epoch);
+        }
+        ctx.shared.decide(Want::Fence);
+    }
+
+    /// One poll's decision from the cluster's keys.
+    pub async fn decide(
+        &mut self,
+        ctx: &Ctx,
+        s: &mut Session,
+        snap: Snapshot,
+    ) -> Result<(), String> {
+        self.publish_view(ctx, &snap);
+        if self.leading && boottime_ns() >= self.lease_deadline {
+            self.step_down(
+                ctx,
+                Demotion::LeaseExpired,
+                "the lease deadline passed without a renewal",
+            );
+        }
+        match snap.leader.clone() {
+            Some((leader, lease, rev)) if leader.node_id == ctx.node_id => {
+                if leader.instance == ctx.instance && lease == s.lease && self.leading {
+                    return self.keep_leading(ctx, s, rev).await;
+                }
+                // An earlier process (or session) of this node: never trusted, removed.
+                self.step_down(
+                    ctx,
+                    Demotion::LeaderKeyLost,
+                    "the leader key is from an earlier process",
+                );
+                if s.delete_if(ctx.keys.leader(), rev).await? {
+                    log::warn!(
+                        "ha: removed a stale leader key of this node (epoch {})",
+                        leader.epoch
+                    );
+                }
+                Ok(())
+            }
+            Some((leader, _, _)) => {
+                self.absent_since = None;
+                if self.leading {
+                    let why = format!("{} holds the leader key", leader.node_id);
+                    self.step_down(ctx, Demotion::LeaderKeyLost, &why);
+                }
+                ctx.state.see_epoch(leader.epoch);
+                ctx.state.set_primary(Some(leader.addr.clone()));
+                ctx.shared.decide(Want::Follow {
+                    addr: leader.addr,
+                    epoch: leader.epoch,
+                });
+                Ok(())
+            }
+            None => self.no_leader(ctx, s, snap).await,
+        }
+    }
+
+    /// Leading: the driver carries out `Lead`; if it failed, resign.
+    async fn keep_leading(&mut self, ctx: &Ctx, s: &mut Session, rev: i64) -> Result<(), String> {
+        let gen = ctx.shared.decide(Want::Lead { epoch: self.epoch });
+        let report = ctx.shared.report();
+        if report.done == gen && report.lead_failed {
+            self.step_down(
+                ctx,
+                Demotion::LeadFailed,
+                "the term's epoch records could not be written",
+            );
+            s.delete_if(ctx.keys.leader(), rev).await?;
+        }
+        Ok(())
+    }
+
+    /// No leader key: fence, publish final positions, campaign when allowed.
+    async fn no_leader(
+        &mut self,
+        ctx: &Ctx,
+        s: &mut Session,
+        snap: Snapshot,
+    ) -> Result<(), String> {
+        if self.leading {
+            self.step_down(ctx, Demotion::LeaderKeyLost, "the leader key is gone");
+        }
+        ctx.state.set_primary(None);
+        let gen = ctx.shared.decide(Want::Fence);
+        let since = *self.absent_since.get_or_insert(snap.revision);
+        let report = ctx.shared.report();
+        if report.done != gen || report.following || !report.positions_fresh {
+            return Ok(()); // the stream is still stopping
+        }
+        let mine = snap.members.iter().find(|(m, _)| m.node_id == ctx.node_id);
+        let published = mine.is_some_and(|(m, rev)| *rev > since && !m.following);
+        if !published {
+            s.put_member(ctx, &self.member(ctx)).await?;
+            return Ok(()); // decide on the next read, which shows it
+        }
+        let me = self.seen_me(ctx);
+        let others: Vec<Seen> = snap
+            .members
+            .iter()
+            .filter(|(m, _)| m.node_id != ctx.node_id)
+            .map(|(m, rev)| Seen {
+                node_id: m.node_id.clone(),
+                positions: m.positions.clone(),
+                fresh: *rev > since && !m.following,
+                nofailover: m.nofailover,
+            })
+            .collect();
+        let heads = primary_heads(&snap.members, &me.positions);
+        match elect::may_campaign(&me, &others, &heads, ctx.rules) {
+            Ok(()) => self.campaign(ctx, s, &snap).await,
+            Err(why) => {
+                self.block(why);
+                Ok(())
+            }
+        }
+    }
+
+    fn seen_me(&self, ctx: &Ctx) -> Seen {
+        Seen {
+            node_id: ctx.node_id.clone(),
+            positions: ctx.shared.report().positions,
+            fresh: true,
+            nofailover: ctx.cfg.nofailover,
+        }
+    }
+
+    fn block(&mut self, why: String) {
+        if self.blocked.as_deref() != Some(why.as_str()) {
+            log::info!("ha: not campaigning: {why}");
+            self.blocked = Some(why);
+        }
+    }
+
+    /// The campaign transaction: the leader key (on this lease) and the next epoch, only if no
+    /// key exists and the epoch key is unchanged since the read.
+    async fn campaign(
+        &mut self,
+        ctx: &Ctx,
+        s: &mut Session,
+        snap: &Snapshot,
+    ) -> Result<(), String> {
+        if boottime_ns() >= self.lease_deadline {
+            return Ok(());
+        }
+        let members_max = snap.members.iter().map(|(m, _)| m.epoch).max().unwrap_or(0);
+        let own = ctx.shared.report().last_epoch.max(ctx.state.epoch());
+        let epoch = snap.epoch.0.max(members_max).max(own) + 1;
+        let leader = Leader {
+            node_id: ctx.node_id.clone(),
+            instance: ctx.instance.clone(),
+            addr: ctx.addr.clone(),
+            epoch,
+        };
+        let value = serde_json::to_vec(&leader).map_err(|e| e.to_string())?;
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(ctx.keys.leader(), CompareOp::Equal, 0),
+                Compare::mod_revision(ctx.keys.epoch(), CompareOp::Equal, snap.epoch.1),
+            ])
+            .and_then([
+                TxnOp::put(
+                    ctx.keys.leader(),
+                    value,
+                    Some(PutOptions::new().with_lease(s.lease)),
+                ),
+                TxnOp::put(ctx.keys.epoch(), epoch.to_string(), None),
+            ]);
+        if !call("campaign txn", s.client.txn(txn)).await?.succeeded() {
+            return Ok(()); // someone else moved first: the next read shows who
+        }
+        self.leading = true;
+        self.epoch = epoch;
+        self.blocked = None;
+        ctx.state.set_lease_until(self.lease_deadline);
+        ctx.state.set_primary(Some(ctx.addr.clone()));
+        ctx.shared.stats.failovers.fetch_add(1, Relaxed);
+        ctx.shared.decide(Want::Lead { epoch });
+        log::info!("ha: won the election: epoch {epoch}");
+        Ok(())
+    }
+
+    fn publish_view(&self, ctx: &Ctx, snap: &Snapshot) {
+        let heads: u64 = primary_heads(&snap.members, &[]).iter().sum();
+        let members = (snap.members.iter())
+            .map(|(m, _)| {
+                let sum: u64 = m.positions.iter().sum();
+                MemberView {
+                    node_id: m.node_id.clone(),
+                    addr: m.addr.clone(),
+                    role: m.role.clone(),
+                    positions_sum: sum,
+                    lag_entries: heads.saturating_sub(sum),
+                }
+            })
+            .collect();
+        let blocked = self.blocked.clone().filter(|_| snap.leader.is_none());
+        ctx.shared.update_view(|v| {
+            v.primary = snap.leader.as_ref().map(|(l, _, _)| l.node_id.clone());
+            v.primary_addr = snap.leader.as_ref().map(|(l, _, _)| l.addr.clone());
+            v.blocked_reason = blocked;
+            v.members = members;
+            v.etcd_reachable = true;
+        });
+    }
+}
+
+/// The primary's heads as last known: the highest any member heard of, else `own`.
+fn primary_heads(members: &[(Member, i64)], own: &[u64]) -> Vec<u64> {
+    members
+        .iter()
+        .map(|(m, _)| &m.primary_heads)
+        .max_by_key(|h| h.iter().sum::<u64>())
+        .cloned()
+        .unwrap_or_else(|| own.to_vec())
+}

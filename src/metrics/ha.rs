@@ -1,0 +1,126 @@
+//! The failover families (docs/ha.md, "Metrics"), emitted only when `ha.enabled`:
+//! `svc_ha_is_primary`, `svc_ha_epoch`, `svc_ha_lease_remaining_seconds` (gauges),
+//! `svc_ha_failovers_total`, `svc_ha_demotions_total{reason}`, `svc_ha_etcd_errors_total`
+//! (counters). Read from `ha::shared::HaStats` and `replication::ReplState` at scrape time.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::families::{counter, gauge, labels, register_counter, Series};
+use crate::config::Role;
+use crate::ha::clock::boottime_ns;
+use crate::ha::shared::{Shared, DEMOTION_REASONS};
+use crate::replication::ReplState;
+
+/// One scrape's failover figures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HaFigures {
+    pub is_primary: bool,
+    pub epoch: u64,
+    pub lease_remaining_seconds: f64,
+    pub failovers: u64,
+    /// By reason, in `DEMOTION_REASONS` order.
+    pub demotions: Vec<(&'static str, u64)>,
+    pub etcd_errors: u64,
+}
+
+impl HaFigures {
+    /// Reads the figures now. `is_primary` means what `/health/primary` means for the role:
+    /// primary with a lease that has not run out.
+    pub fn read(shared: &Arc<Shared>, state: &ReplState) -> HaFigures {
+        let until = state.lease_until();
+        let now = boottime_ns();
+        HaFigures {
+            is_primary: state.role() == Some(Role::Primary) && !state.fenced(),
+            epoch: state.epoch(),
+            lease_remaining_seconds: until.saturating_sub(now) as f64 / 1e9,
+            failovers: shared.stats.failovers.load(Relaxed),
+            demotions: DEMOTION_REASONS
+                .iter()
+                .zip(&shared.stats.demotions)
+                .map(|(r, n)| (*r, n.load(Relaxed)))
+                .collect(),
+            etcd_errors: shared.stats.etcd_errors.load(Relaxed),
+        }
+    }
+}
+
+pub(super) fn register(r: &mut Registry, f: &HaFigures) {
+    gauge(
+        r,
+        "svc_ha_is_primary",
+        "1 on the member that holds the leader key with a valid lease and accepts writes",
+        u64::from(f.is_primary),
+    );
+    gauge(
+        r,
+        "svc_ha_epoch",
+        "The highest epoch this member has seen",
+        f.epoch,
+    );
+    r.register(
+        "svc_ha_lease_remaining_seconds",
+        "Seconds until this member's primary lease runs out (0 when it holds none)",
+        ConstGauge::new(f.lease_remaining_seconds),
+    );
+    counter(
+        r,
+        "svc_ha_failovers_total",
+        "Terms this member won",
+        f.failovers,
+    );
+    let mut demotions = Series::new(MetricType::Counter);
+    for (reason, n) in &f.demotions {
+        demotions.push(labels(&[("reason", reason)]), ConstCounter::new(*n));
+    }
+    register_counter(
+        r,
+        "svc_ha_demotions_total",
+        "Terms this member lost while primary, by reason",
+        demotions,
+    );
+    counter(
+        r,
+        "svc_ha_etcd_errors_total",
+        "etcd calls that failed or timed out",
+        f.etcd_errors,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::exposition::{encode, Format};
+
+    #[test]
+    fn the_ha_families_have_their_names_types_and_reasons() {
+        let f = HaFigures {
+            is_primary: true,
+            epoch: 7,
+            lease_remaining_seconds: 1.5,
+            failovers: 2,
+            demotions: vec![("lease_expired", 1), ("leader_key_lost", 0)],
+            etcd_errors: 3,
+        };
+        let mut r = Registry::default();
+        register(&mut r, &f);
+        let text = encode(&r, Format::Prometheus).unwrap();
+        for line in [
+            "# TYPE svc_ha_is_primary gauge",
+            "svc_ha_is_primary 1",
+            "svc_ha_epoch 7",
+            "svc_ha_lease_remaining_seconds 1.5",
+            "# TYPE svc_ha_failovers_total counter",
+            "svc_ha_failovers_total 2",
+            "svc_ha_demotions_total{reason=\"lease_expired\"} 1",
+            "svc_ha_etcd_errors_total 3",
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! A loopback etcd cluster for failover tests (docs/ha.md): `n` members of the Debian
+//! `etcd-server` on free ports with a temp data dir, fast elections (heartbeat 50 ms, election
+//! timeout 500 ms, so the smallest lease TTL is 1 s). Every member is killed when the guard
+//! drops, a failing test included.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::tools;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+pub struct Etcd {
+    children: Vec<Option<Child>>,
+    pub endpoints: Vec<String>,
+    peers: Vec<String>,
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+}
+
+impl Etcd {
+    /// Starts `n` members and waits until the cluster answers.
+    pub fn start(n: usize) -> Etcd {
+        let bin = tools::etcd();
+        let dir = super::temp_dir();
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let mut e = Etcd {
+            children: (0..n).map(|_| None).collect(),
+            endpoints: ports
+                .iter()
+                .map(|(c, _)| format!("127.0.0.1:{c}"))
+                .collect(),
+            peers: ports
+                .iter()
+                .map(|(_, p)| format!("http://127.0.0.1:{p}"))
+                .collect(),
+            dir,
+            bin,
+        };
+        for i in 0..n {
+            e.start_member(i);
+        }
+        e.wait_healthy(Duration::from_secs(30));
+        e
+    }
+
+    /// (Re)starts member `i` with its old data dir.
+    pub fn start_member(&mut self, i: usize) {
+        let cluster: Vec<String> = (0..self.peers.len())
+            .map(|j| format!("e{j}={}", self.peers[j]))
+            .collect();
+        let client = format!("http://{}", self.endpoints[i]);
+        let log = std::fs::File::create(self.dir.path().join(format!("e{i}.log"))).expect("log");
+        let child = Command::new(&self.bin)
+            .args(["--name", &format!("e{i}")])
+            .arg("--data-dir")
+            .arg(self.dir.path().join(format!("e{i}")))
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args(["--listen-peer-urls", &self.peers[i]])
+            .args(["--initial-advertise-peer-urls", &self.peers[i]])
+            .args(["--initial-cluster", &cluster.join(",")])
+            .args([
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                "smdb-test",
+            ])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start etcd");
+        self.children[i] = Some(child);
+    }
+
+    /// SIGKILLs member `i`.
+    pub fn kill_member(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The `[ha]` endpoints list as TOML.
+    pub fn toml_endpoints(&self) -> String {
+        let quoted: Vec<String> = self.endpoints.iter().map(|e| format!("\"{e}\"")).collect();
+        format!("[{}]", quoted.join(", "))
+    }
+
+    fn wait_healthy(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let out = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args([
+                    "--endpoints",
+                    &self.endpoints.join(","),
+                    "--command-timeout=1s",
+                ])
+                .args(["put", "/smdb-test/ready", "1"])
+                .output();
+            if out.is_ok_and(|o| o.status.success()) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "etcd did not become healthy");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill_member(i);
+        }
+    }
+}

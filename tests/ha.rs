@@ -1,0 +1,489 @@
+//! Automatic failover against real processes (docs/ha.md): a three-member etcd cluster on
+//! loopback (Debian `etcd-server`) and three smdb members. One primary at start; SIGKILL of
+//! the primary under sync-mode write load gives a new primary within seconds and keeps every
+//! acknowledged write (in the histories); the killed member comes back as a follower and
+//! converges; a primary paused (SIGSTOP) past its lease under sync-mode load answers no `ok`
+//! the new primary lacks and rejoins; a second process with a live `node_id` exits 1; a bad
+//! `[ha]` section exits 78.
+//! Along the way: `/health/primary` and `/health/replica` (what a load balancer checks), the
+//! `svc_ha_*` metrics and `REPLICATION_STATUS.ha`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::etcd::Etcd;
+use common::scrape::{http_get, metrics_addr, scrape};
+use common::*;
+use serde_json::{json, Value};
+
+/// The etcd lease of a member (whole seconds; etcd's minimum here is 1 s).
+const TTL_MS: u64 = 2000;
+/// Every test here starts etcd and three members: on a 2-core machine they run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn member_config(etcd: &Etcd, cluster: &str, node: &str, mode: &str) -> String {
+    format!(
+        "[shards]\ncount = 1\n[storage]\nsegment_bytes = 1048576\n\
+         [metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"\n\
+         [replication]\nmode = \"{mode}\"\nheartbeat_ms = 200\nreconnect_max_ms = 500\n\
+         [ha]\nenabled = true\nnode_id = \"{node}\"\ncluster = \"{cluster}\"\n\
+         etcd_endpoints = {}\nttl_ms = {TTL_MS}\nsafety_margin_ms = 500\n",
+        etcd.toml_endpoints()
+    )
+}
+
+fn status(addr: SocketAddr) -> Option<Value> {
+    let mut c = Client::connect_hello(addr, "ha-test").ok()?;
+    c.set_timeout(Some(Duration::from_secs(5))).ok()?;
+    c.call("REPLICATION_STATUS", json!({})).ok()
+}
+
+/// Waits until exactly one of `members` is primary (and the others follow it); returns its
+/// index.
+fn one_primary(members: &[&Server], limit: Duration) -> usize {
+    let deadline = Instant::now() + limit;
+    loop {
+        let roles: Vec<String> = members
+            .iter()
+            .map(|m| {
+                status(m.addr).map_or("down".into(), |s| s["role"].as_str().unwrap_or("").into())
+            })
+            .collect();
+        let primaries: Vec<usize> = (0..roles.len())
+            .filter(|&i| roles[i] == "primary")
+            .collect();
+        if primaries.len() == 1 {
+            return primaries[0];
+        }
+        assert!(primaries.len() <= 1, "two primaries at once: {roles:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no single primary within {limit:?}: {roles:?}\n{}",
+            members
+                .iter()
+                .map(|m| m.log())
+                .collect::<Vec<_>>()
+                .join("\n----\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The HTTP status of `GET path` on `s`'s metrics listener.
+fn health(s: &Server, path: &str) -> u16 {
+    http_get(metrics_addr(s), path, &[]).status
+}
+
+/// Waits until `GET path` on `s` answers `want`.
+fn wait_health(s: &Server, path: &str, want: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = http_get(metrics_addr(s), path, &[]);
+        if r.status == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path}: {} {} (want {want})",
+            r.status,
+            r.body
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// What a load balancer and a scraper see of a primary and a follower.
+fn check_health_and_metrics(primary: &Server, follower: &Server, node: &str) {
+    assert_eq!(health(primary, "/health/primary"), 200);
+    assert_eq!(health(primary, "/health/replica"), 503);
+    assert_eq!(health(follower, "/health/primary"), 503);
+    wait_health(follower, "/health/replica", 200);
+    let m = scrape(primary);
+    assert_eq!(
+        m.types.get("svc_ha_is_primary").map(String::as_str),
+        Some("gauge")
+    );
+    assert_eq!(
+        m.types.get("svc_ha_failovers_total").map(String::as_str),
+        Some("counter")
+    );
+    assert_eq!(m.value("svc_ha_is_primary", &[]), Some(1.0), "{}", m.text);
+    assert!(m.value("svc_ha_epoch", &[]).unwrap() >= 1.0);
+    assert!(m.value("svc_ha_lease_remaining_seconds", &[]).unwrap() > 0.0);
+    assert!(m.value("svc_ha_failovers_total", &[]).unwrap() >= 1.0);
+    assert!(m.value("svc_ha_etcd_errors_total", &[]).is_some());
+    assert!(
+        m.text
+            .contains("svc_ha_demotions_total{reason=\"lease_expired\"}"),
+        "{}",
+        m.text
+    );
+    let f = scrape(follower);
+    assert_eq!(f.value("svc_ha_is_primary", &[]), Some(0.0));
+    assert_eq!(f.value("svc_ha_lease_remaining_seconds", &[]), Some(0.0));
+    let st = status(primary.addr).unwrap();
+    assert_eq!(st["ha"]["node_id"], node, "{st}");
+    assert_eq!(st["ha"]["primary"], node, "{st}");
+    assert!(st["ha"]["members"].as_array().unwrap().len() >= 2, "{st}");
+}
+
+/// A writer that sends `touch` events to whichever member accepts them, recording each one
+/// acknowledged `ok` and the time of each `ok`.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<(String, u64, Instant)>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(addrs: Vec<SocketAddr>, ids: Vec<String>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let (s2, a2) = (stop.clone(), acked.clone());
+        let thread = std::thread::spawn(move || {
+            let (mut i, mut at) = (0u64, 0usize);
+            let mut c: Option<Client> = None;
+            while !s2.load(Ordering::Relaxed) {
+                let Some(client) = c.as_mut() else {
+                    at = (at + 1) % addrs.len();
+                    c = Client::connect_hello(addrs[at], "load").ok();
+                    if let Some(c) = c.as_mut() {
+                        let _ = c.set_timeout(Some(Duration::from_secs(10)));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                let id = &ids[i as usize % ids.len()];
+                let r = client.call(
+                    "APPLY_EVENT",
+                    json!({"instance_id": id, "event": "touch", "payload": {"i": i}}),
+                );
+                match r {
+                    Ok(_) => a2.lock().unwrap().push((id.clone(), i, Instant::now())),
+                    Err(_) => c = None, // not acknowledged: try the next member
+                }
+                i += 1;
+            }
+        });
+        Load {
+            stop,
+            acked,
+            thread: Some(thread),
+        }
+    }
+
+    fn acked(&self) -> Vec<(String, u64, Instant)> {
+        self.acked.lock().unwrap().clone()
+    }
+
+    fn finish(mut self) -> Vec<(String, u64, Instant)> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.acked()
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Every acknowledged touch is in `s`'s histories exactly once.
+fn assert_acked_present_once(s: &Server, acked: &[(String, u64, Instant)]) {
+    let mut by_id: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for (id, i, _) in acked {
+        by_id.entry(id).or_default().push(*i);
+    }
+    let mut c = s.client();
+    for (id, want) in by_id {
+        assert!(
+            want.len() < 900,
+            "{id}: spread the load over more instances"
+        );
+        let h = c
+            .call("GET_HISTORY", json!({"instance_id": id, "limit": 1000}))
+            .unwrap();
+        let got: Vec<u64> = h["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == "touch")
+            .map(|e| e["payload"]["i"].as_u64().unwrap())
+            .collect();
+        for i in &want {
+            let n = got.iter().filter(|g| *g == i).count();
+            assert_eq!(
+                n, 1,
+                "{id}: acknowledged touch {i} must be there once: {got:?}"
+            );
+        }
+    }
+}
+
+/// Waits until `r` holds `p`'s log heads.
+fn converge(p: &Server, r: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ps, rs) = (status(p.addr), status(r.addr));
+        let same = ps
+            .as_ref()
+            .zip(rs.as_ref())
+            .is_some_and(|(a, b)| a["positions"] == b["positions"]);
+        if same {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no convergence: {ps:?} / {rs:?}\n{}",
+            r.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn sigkill_of_the_primary_elects_another_and_keeps_every_sync_acknowledged_write() {
+    let _serial = serial();
+    let etcd = Etcd::start(3);
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let mut members: Vec<Server> = (0..3)
+        .map(|i| {
+            let cfg = member_config(&etcd, "kill", &format!("n{i}"), "sync");
+            Server::start_in(dirs[i].path(), &cfg).unwrap()
+        })
+        .collect();
+    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let mut w = members[first].client();
+    put_order_machine(&mut w);
+    let ids: Vec<String> = (0..48).map(|i| format!("k-{i}")).collect();
+    for id in &ids {
+        w.call(
+            "CREATE_INSTANCE",
+            json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}}),
+        )
+        .unwrap();
+        w.call(
+            "APPLY_EVENT",
+            json!({"instance_id": id, "event": "pay", "payload": {"amount": 1}}),
+        )
+        .unwrap();
+    }
+    // A follower refuses writes and names the primary.
+    let follower = (first + 1) % 3;
+    let refused = members[follower].client().call(
+        "APPLY_EVENT",
+        json!({"instance_id": "k-0", "event": "touch", "payload": {"i": -1}}),
+    );
+    let e = refused.unwrap_err();
+    assert_eq!(e.code(), Some("READ_ONLY_MODE"), "{e:?}");
+    assert_eq!(e.details()["primary"], members[first].addr.to_string());
+    check_health_and_metrics(&members[first], &members[follower], &format!("n{first}"));
+
+    let load = Load::start(members.iter().map(|m| m.addr).collect(), ids.clone());
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = load.acked().len();
+    assert!(
+        before > 20,
+        "the load runs against the first primary: {before}"
+    );
+    let killed_at = Instant::now();
+    members[first].kill();
+    let alive: Vec<&Server> = (0..3)
+        .filter(|&i| i != first)
+        .map(|i| &members[i])
+        .collect();
+    let second = one_primary(&alive, Duration::from_secs(20));
+    let second = (0..3).filter(|&i| i != first).nth(second).unwrap();
+    // Writes resume on the new primary.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let gap = loop {
+        let after: Vec<Instant> = load
+            .acked()
+            .iter()
+            .map(|a| a.2)
+            .filter(|t| *t > killed_at)
+            .collect();
+        if let Some(t) = after.first() {
+            break *t - killed_at;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no write acknowledged after the failover"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("write gap after SIGKILL of the primary: {gap:?}");
+    assert!(gap < Duration::from_secs(12), "write gap {gap:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let acked = load.finish();
+    assert!(
+        acked.len() > before,
+        "acknowledged writes after the failover"
+    );
+    assert_acked_present_once(&members[second], &acked);
+    let st = status(members[second].addr).unwrap();
+    assert!(
+        st["ha"]["epoch"].as_u64().unwrap() >= 2,
+        "a new epoch: {st}"
+    );
+    assert_eq!(st["ha"]["primary"], format!("n{second}"));
+    let third = (0..3).find(|&i| i != first && i != second).unwrap();
+    check_health_and_metrics(&members[second], &members[third], &format!("n{second}"));
+
+    // The killed member restarts (its old leader key is never trusted), follows, converges.
+    members[first].relaunch().unwrap();
+    converge(&members[second], &members[first]);
+    assert_eq!(
+        one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(10)),
+        second,
+        "the restarted member follows"
+    );
+    assert_acked_present_once(&members[first], &acked);
+}
+
+#[test]
+fn a_second_process_with_a_live_node_id_exits_1() {
+    let _serial = serial();
+    let etcd = Etcd::start(1);
+    let cfg = member_config(&etcd, "dup", "same", "async");
+    let (a, _ad) = Server::start(&cfg);
+    one_primary(&[&a], Duration::from_secs(20));
+    let dir = temp_dir();
+    let path = dir.path().join("smdb.toml");
+    std::fs::write(&path, base_config(dir.path(), &cfg)).unwrap();
+    let mut child = std::process::Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_timeout(&mut child, Duration::from_secs(20));
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(1),
+        "the duplicate exits 1"
+    );
+    let mut err = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("held by another live process"), "{err}");
+    // The first one is still the primary.
+    assert_eq!(status_role(&a), "primary");
+}
+
+fn status_role(s: &Server) -> String {
+    status(s.addr).unwrap()["role"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_bad_ha_section_exits_78_naming_the_key() {
+    for (extra, key) in [
+        ("[ha]\nenabled = true\n", "ha.node_id"),
+        (
+            "[ha]\nenabled = true\nnode_id = \"a\"\nttl_ms = 2500\n",
+            "ha.ttl_ms",
+        ),
+        (
+            "[ha]\nenabled = true\nnode_id = \"a\"\n[replication]\nrole = \"primary\"\n",
+            "replication.role",
+        ),
+    ] {
+        let dir = temp_dir();
+        let path = dir.path().join("smdb.toml");
+        std::fs::write(&path, base_config(dir.path(), extra)).unwrap();
+        let out = std::process::Command::new(BIN)
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(78), "{extra}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key), "{key} named: {err}");
+    }
+}
+
+#[test]
+fn a_primary_paused_past_its_lease_acknowledges_nothing_the_new_primary_lacks() {
+    let _serial = serial();
+    let etcd = Etcd::start(3);
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let members: Vec<Server> = (0..3)
+        .map(|i| {
+            let cfg = member_config(&etcd, "pause", &format!("n{i}"), "sync");
+            Server::start_in(dirs[i].path(), &cfg).unwrap()
+        })
+        .collect();
+    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let mut w = members[first].client();
+    put_order_machine(&mut w);
+    let ids: Vec<String> = (0..48).map(|i| format!("p-{i}")).collect();
+    for id in &ids {
+        let create = json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}});
+        w.call("CREATE_INSTANCE", create).unwrap();
+        let pay = json!({"instance_id": id, "event": "pay", "payload": {"amount": 1}});
+        w.call("APPLY_EVENT", pay).unwrap();
+    }
+    // The load writes only to the first primary, so its requests in flight at the pause are
+    // answered by it after SIGCONT: past its lease, none of them may be `ok`.
+    let load = Load::start(vec![members[first].addr], ids.clone());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while load.acked().len() < 20 {
+        assert!(
+            Instant::now() < deadline,
+            "the load runs against the first primary"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    members[first].signal(libc::SIGSTOP);
+    let paused_at = Instant::now();
+    let alive: Vec<&Server> = (0..3)
+        .filter(|&i| i != first)
+        .map(|i| &members[i])
+        .collect();
+    let second = one_primary(&alive, Duration::from_secs(30));
+    let second = (0..3).filter(|&i| i != first).nth(second).unwrap();
+    // Past the old lease for sure (TTL from the last renewal, which preceded the pause).
+    let past = Duration::from_millis(TTL_MS + 1000).saturating_sub(paused_at.elapsed());
+    std::thread::sleep(past);
+    members[first].signal(libc::SIGCONT);
+    // Whatever the old primary answers now, it is not `ok` for a write the new one lacks.
+    std::thread::sleep(Duration::from_millis(1500));
+    let acked = load.finish();
+    assert_acked_present_once(&members[second], &acked);
+    let refused = members[first].client().call(
+        "APPLY_EVENT",
+        json!({"instance_id": "p-0", "event": "touch", "payload": {"i": -1}}),
+    );
+    let code = refused.unwrap_err().code().map(str::to_string);
+    assert!(
+        matches!(code.as_deref(), Some("NO_PRIMARY" | "READ_ONLY_MODE")),
+        "the old primary refuses writes: {code:?}"
+    );
+    // It rejoins as a follower and converges.
+    converge(&members[second], &members[first]);
+    assert_acked_present_once(&members[first], &acked);
+}
