@@ -124,6 +124,9 @@ pub struct Storage {
     pub definitions_dir: Option<PathBuf>,
     /// A shard writes a snapshot after this many log entries since its last one.
     pub snapshot_every_entries: u64,
+    /// Bytes kept free on the data dir's filesystem for the log: snapshots stop short of them
+    /// (CONTRACT §14). Unset: one segment plus its spare.
+    pub reserve_bytes: Option<u64>,
 }
 
 impl Default for Storage {
@@ -136,6 +139,7 @@ impl Default for Storage {
             retain_bytes: 256 << 20,
             definitions_dir: None,
             snapshot_every_entries: 1_000_000,
+            reserve_bytes: None,
         }
     }
 }

@@ -309,6 +309,7 @@ fn help_is_complete_for_every_subcommand() {
         "raw",
         "completions",
         "man",
+        "backup",
     ];
     for sub in subs {
         assert!(
@@ -684,4 +685,69 @@ fn replication_status_and_promote_call_their_ops() {
             assert!(out.stderr.starts_with("error: "), "{}", out.stderr);
         }
     }
+}
+
+/// Writes `backup.json` listing every file under `dir` with its size and CRC32C, as a backup
+/// would (the manifest format of CONTRACT §14).
+fn write_backup_manifest(dir: &Path) {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let rel = p
+                .strip_prefix(dir)
+                .expect("under dir")
+                .to_string_lossy()
+                .into_owned();
+            if rel == "backup.json" || rel == "LOCK" {
+                continue;
+            }
+            let bytes = std::fs::read(&p).expect("read file");
+            files.push(json!({"path": rel, "bytes": bytes.len(),
+                "crc32c": format!("{:08x}", crc32c::crc32c(&bytes))}));
+        }
+    }
+    let m = json!({"created_at": "2026-11-27T23:00:00.000Z", "server_version": "0.1.0",
+        "epoch": 0, "shards": 1, "positions": {"0": 21}, "files": files});
+    std::fs::write(dir.join("backup.json"), m.to_string()).expect("manifest");
+}
+
+#[test]
+fn backup_verify_checks_a_real_data_dir_and_names_a_flipped_byte() {
+    let (mut s, tmp) = Server::start("[shards]\ncount = 1\n[storage]\nsegment_bytes = 1048576");
+    let mut c = s.client();
+    put_order_machine(&mut c);
+    for i in 0..20 {
+        let p = json!({"machine": "order", "version": 1, "id": format!("o-{i}"),
+            "context": {"total": 1}});
+        c.call("CREATE_INSTANCE", p).expect("create");
+    }
+    drop(c);
+    assert!(s.terminate().success());
+    let dir = tmp.path().join("data");
+    let _ = std::fs::remove_file(dir.join("LOCK"));
+    write_backup_manifest(&dir);
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let ok = cli_in("127.0.0.1:1", &["backup", "--verify", &dir_arg], "");
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    assert!(ok.stdout.contains("files verified"), "{}", ok.stdout);
+
+    // A flipped byte inside a log record: named, exit 1.
+    let seg = dir.join("shard-0/wal/00000000000000000001.seg");
+    let mut bytes = std::fs::read(&seg).expect("segment");
+    bytes[4096 + 40] ^= 0x01;
+    std::fs::write(&seg, bytes).expect("flip");
+    let bad = cli_in("127.0.0.1:1", &["backup", "--verify", &dir_arg], "");
+    assert_eq!(bad.code, 1, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("BACKUP_INVALID")
+            && bad.stderr.contains("shard-0/wal/00000000000000000001.seg"),
+        "{}",
+        bad.stderr
+    );
 }

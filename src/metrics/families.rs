@@ -311,6 +311,13 @@ fn wal(r: &mut Registry, shards: &[ShardStats]) {
         "Shards whose log failed and refuses writes",
         poisoned,
     );
+    let full = shards.iter().any(|s| s.log.storage_full);
+    gauge(
+        r,
+        "svc_wal_storage_full",
+        "1 while any shard refuses writes because the disk is full (STORAGE_FULL)",
+        u64::from(full),
+    );
     let mut depth = Series::new(MetricType::Gauge);
     for s in shards {
         let shard = s.shard.to_string();

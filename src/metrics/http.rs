@@ -280,11 +280,24 @@ async fn healthy(state: &State) -> Result<Value, Response> {
         let body = json!({"status": "diverged", "diverged_shards": diverged});
         return Err(Response::json(Status::Unavailable, body));
     }
-    let body = json!({
-        "status": "ok",
+    let full: Vec<u32> = (shards.iter())
+        .filter(|s| s.log.storage_full)
+        .map(|s| s.shard)
+        .collect();
+    // A full disk still serves reads: healthy, but the body names who refuses writes.
+    let status = if full.is_empty() {
+        "ok"
+    } else {
+        "storage_full"
+    };
+    let mut body = json!({
+        "status": status,
         "shards": shards.len(),
         "uptime_seconds": state.setup.started.elapsed().as_secs(),
     });
+    if !full.is_empty() {
+        body["storage_full_shards"] = json!(full);
+    }
     Ok(body)
 }
 

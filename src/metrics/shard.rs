@@ -66,6 +66,8 @@ pub struct LogStats {
     pub batch_size: HistogramSnapshot,
     /// The first I/O error poisoned the log: every later write fails (STYLE: never retry fsync).
     pub poisoned: bool,
+    /// The disk has no room for the log to grow: writes get STORAGE_FULL, reads go on.
+    pub storage_full: bool,
 }
 
 impl Default for LogStats {
@@ -82,6 +84,7 @@ impl Default for LogStats {
             fsync_duration: HistogramSnapshot::empty(&DURATION_BOUNDS_SECONDS),
             batch_size: HistogramSnapshot::empty(&BATCH_BOUNDS_ENTRIES),
             poisoned: false,
+            storage_full: false,
         }
     }
 }
@@ -100,6 +103,7 @@ impl From<&WalStats> for LogStats {
             fsync_duration: snapshot(&w.fsync_seconds),
             batch_size: snapshot(&w.batch_entries),
             poisoned: w.poisoned,
+            storage_full: w.storage_full,
         }
     }
 }
@@ -144,6 +148,7 @@ mod tests {
             fsync_seconds: WalHistogram::new(&DURATION_BOUNDS_SECONDS),
             batch_entries: batch,
             poisoned: true,
+            storage_full: false,
         };
         let l = LogStats::from(&w);
         assert_eq!(

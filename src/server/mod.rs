@@ -523,6 +523,7 @@ fn wal_config(config: &Config, dir: std::path::PathBuf, shard: u32) -> WalConfig
         fsync,
         retain_bytes: st.retain_bytes,
         sync_writes: true,
+        reserve_bytes: st.reserve_bytes,
     }
 }
 

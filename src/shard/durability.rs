@@ -211,6 +211,14 @@ fn rejection(e: WalError) -> Rejection {
             format!("the log entry would be {len} bytes; the limit is {max}"),
         ),
         WalError::Closed => Rejection::new(ErrorCode::ShuttingDown, "the shard is shutting down"),
+        WalError::StorageFull { path, .. } => Rejection::new(
+            ErrorCode::StorageFull,
+            format!(
+                "the disk of {} has no room for the log to grow; writes resume by themselves \
+                 once space is freed, reads go on",
+                path.display()
+            ),
+        ),
         WalError::Poisoned | WalError::Io { .. } => Rejection::new(
             ErrorCode::WalIoError,
             "the shard's log failed a write or sync; it refuses writes until restarted",

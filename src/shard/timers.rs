@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use shards::engine::{Engine, Entry, Fire};
 use shards::timers::TimerQueue;
 use shards::wal::Histogram;
+use shards::ErrorCode;
 
 use super::runtime::Shard;
 use crate::util::notify::Notify;
@@ -194,7 +195,12 @@ fn fire_batch(shard: &Shard, now: u64) {
             }
             Fire::Write(entry) => {
                 if let Err(rejection) = shard.log_and_apply(entry) {
-                    log::error!("timer of `{id}` not logged: {}", rejection.message);
+                    // A full disk is logged once by the log itself; the timer just waits.
+                    if rejection.code == ErrorCode::StorageFull {
+                        log::debug!("timer of `{id}` waits for space: {}", rejection.message);
+                    } else {
+                        log::error!("timer of `{id}` not logged: {}", rejection.message);
+                    }
                     let retry = now_ms() + RETRY_AFTER_LOG_FAILURE_MS;
                     timers.queue.borrow_mut().push(retry, generation, &id);
                     continue;

@@ -263,6 +263,17 @@ pub enum Command {
         params: Option<String>,
     },
 
+    /// Check a backup directory offline (local; no server): every file against backup.json
+    /// (present, same size, same CRC32C), no file left unlisted, and each log segment and
+    /// snapshot against its own checksums. Exits 1 naming the first file that fails.
+    ///
+    /// Taking a backup (`backup --out`) is not built yet (docs/backup.md).
+    Backup {
+        /// The backup directory to check.
+        #[arg(long, value_name = "DIR")]
+        verify: PathBuf,
+    },
+
     /// Print the SHA-256 digest of a bearer token read from standard input (local; no server).
     ///
     /// The digest goes into the server's `auth.token_hashes` or `[[auth.tokens]] sha256`; the

@@ -10,7 +10,7 @@ use smdb_client::{ApplyOptions, CreateOptions, ListFilter};
 use super::args::{Cli, Command, ReplicationCommand};
 use super::error::CliError;
 use super::session::Session;
-use super::{render, watch};
+use super::{backup, render, watch};
 
 /// Where results go and how they look.
 pub struct Output<'a> {
@@ -189,6 +189,20 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
         }
         Command::Man { dir } => man(dir.as_deref(), out),
         Command::HashToken => hash_token(out),
+        Command::Backup { verify } => verify_backup(verify, out),
+    }
+}
+
+/// `backup --verify DIR`: 0 and a summary when every file holds, else exit 1 naming the first
+/// file that is missing, changed or not listed.
+fn verify_backup(dir: &std::path::Path, out: &mut Output<'_>) -> Result<(), CliError> {
+    match backup::verify(dir) {
+        Ok(files) => out.line(&format!("backup {}: {files} files verified", dir.display())),
+        Err(problem) => Err(CliError::new(
+            super::error::Kind::Server,
+            super::error::BACKUP_INVALID,
+            problem.to_string(),
+        )),
     }
 }
 

@@ -18,6 +18,8 @@ pub const CONNECTION_LOST: &str = "CONNECTION_LOST";
 pub const TIMEOUT: &str = "TIMEOUT";
 pub const PROTOCOL_ERROR: &str = "PROTOCOL_ERROR";
 pub const SUBSCRIPTION_LAGGED: &str = "SUBSCRIPTION_LAGGED";
+/// `backup --verify`: a file of the backup is missing, changed or not listed (exit 1).
+pub const BACKUP_INVALID: &str = "BACKUP_INVALID";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

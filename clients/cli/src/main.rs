@@ -5,9 +5,11 @@
 //! * `commands`: one subcommand → one typed client call → printed result.
 //! * `render`: human-readable tables; `--json` prints results as they came.
 //! * `session`: the connection, reconnected when it broke.
+//! * `backup`: the backup manifest and `backup --verify` (offline).
 //! * `repl`, `watch`, `interrupt`, `error`.
 
 mod args;
+mod backup;
 mod commands;
 mod error;
 mod interrupt;

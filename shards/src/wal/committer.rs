@@ -4,7 +4,9 @@
 //! writes as possible, make them durable (policy `Always`: ONE fdatasync, or none when the
 //! segment is open O_DSYNC, see `WalConfig::sync_writes`), then publish the new durable
 //! offset and wake its waiters. While a batch is being written and synced, appends accumulate
-//! for the next one. The first I/O error poisons the log and ends the task; nothing is retried.
+//! for the next one. The first I/O error poisons the log and ends the task; nothing is retried,
+//! except creating a segment that failed for lack of space (`space.rs`): that is a full disk,
+//! retried until it succeeds while appends are refused.
 
 use std::rc::Rc;
 use std::time::Instant;
@@ -14,6 +16,7 @@ use super::error::WalError;
 use super::limits::{BATCH_REUSE_BYTES_MAX, MARKER_BYTES};
 use super::record::encode_marker;
 use super::shared::{Batch, Shared};
+use super::space::{is_out_of_space, Alloc, SPACE_RETRY_INTERVAL};
 use super::spare::Spare;
 use super::writer::SegmentWriter;
 
@@ -31,7 +34,11 @@ struct Committer {
 
 /// Runs until `close`, the `Wal` being dropped, or the first I/O error.
 pub(crate) async fn run(shared: Rc<Shared>, w: SegmentWriter) {
-    let mut spare = Spare::new(&shared.wal_dir, shared.cfg.segment_bytes);
+    let mut spare = Spare::new(
+        &shared.wal_dir,
+        shared.cfg.segment_bytes,
+        shared.space.clone(),
+    );
     spare.start();
     let mut c = Committer {
         shared,
@@ -42,7 +49,11 @@ pub(crate) async fn run(shared: Rc<Shared>, w: SegmentWriter) {
         spare,
     };
     if let Err(e) = c.run_loop().await {
-        c.shared.poison(&e);
+        // Closing while the disk is still full: what was not written was never acknowledged,
+        // and the log on disk is sound; its waiters see `Closed`.
+        if !(is_out_of_space(&e) && c.shared.closing.get()) {
+            c.shared.poison(&e);
+        }
     }
     let Committer {
         shared,
@@ -217,11 +228,7 @@ impl Committer {
             written + 1
         );
         self.sync_all().await?;
-        let spare = self.spare.take_ready().await;
-        let prezeroed = spare.is_some();
-        let spare_path = self.spare.path().to_path_buf();
-        let spare = spare.map(|file| (file, spare_path.as_path()));
-        let new = SegmentWriter::create(&self.shared, first, spare).await?;
+        let (new, prezeroed) = self.create_segment(first).await?;
         {
             let mut c = self.shared.counters.borrow_mut();
             c.rotations_total += 1;
@@ -231,6 +238,33 @@ impl Committer {
         old.close().await;
         self.spare.start();
         Ok(())
+    }
+
+    /// Creates segment `first`, from the spare when it is ready. While the disk has no room
+    /// for it, marks the disk full (appends are refused; the batch in hand waits) and tries
+    /// again every `SPACE_RETRY_INTERVAL` until it succeeds, or fails when the log is closing.
+    async fn create_segment(&mut self, first: u64) -> Result<(SegmentWriter, bool), WalError> {
+        loop {
+            let spare = self.spare.take_ready().await;
+            let prezeroed = spare.is_some();
+            let spare_path = self.spare.path().to_path_buf();
+            let spare = spare.map(|file| (file, spare_path.as_path()));
+            match SegmentWriter::create(&self.shared, first, spare).await {
+                Ok(w) => {
+                    self.shared.space.succeeded(Alloc::Segment);
+                    return Ok((w, prezeroed));
+                }
+                Err(e) if is_out_of_space(&e) && !self.shared.poisoned.get() => {
+                    self.shared.space.failed(Alloc::Segment, &e);
+                    if self.shared.closing.get() {
+                        return Err(e);
+                    }
+                    self.spare.start();
+                    glommio::timer::sleep(SPACE_RETRY_INTERVAL).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Graceful stop: sync what was written, then leave a sync marker saying so, so that

@@ -38,6 +38,9 @@ pub struct WalConfig {
     /// it), so a batch needs no separate fdatasync: one I/O and one wake-up per group commit
     /// instead of two. Durability is the same. Default true; other policies ignore it.
     pub sync_writes: bool,
+    /// Bytes kept free on the log's filesystem for the log itself (`storage.reserve_bytes`):
+    /// a snapshot stops rather than eat into them. `None`: one segment plus its spare.
+    pub reserve_bytes: Option<u64>,
 }
 
 impl WalConfig {
@@ -51,7 +54,13 @@ impl WalConfig {
             fsync: FsyncPolicy::Always,
             retain_bytes: RETAIN_BYTES_DEFAULT,
             sync_writes: true,
+            reserve_bytes: None,
         }
+    }
+
+    /// Bytes snapshots leave free for the log (`reserve_bytes`, default two segments).
+    pub fn reserve(&self) -> u64 {
+        self.reserve_bytes.unwrap_or(2 * self.segment_bytes)
     }
 
     /// Whether appends are written `O_DSYNC` (durable on completion, no fdatasync per batch).

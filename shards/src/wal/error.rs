@@ -23,6 +23,14 @@ pub enum WalError {
     Poisoned,
     /// `close` was called (or the `Wal` dropped); no more appends.
     Closed,
+    /// The filesystem holding `path` has no room for what the log must allocate (a segment,
+    /// the spare, a snapshot within `reserve_bytes`): appends are refused until it has.
+    /// `needed` and `free` are bytes (0 when not known).
+    StorageFull {
+        path: PathBuf,
+        needed: u64,
+        free: u64,
+    },
     /// The payload exceeds the largest record this log accepts.
     TooLarge { len: usize, max: usize },
     /// `read_from` asked for offsets that compaction already deleted.
@@ -38,10 +46,18 @@ pub enum WalError {
 impl WalError {
     /// Builds an `Io` error from a glommio error, naming the operation and the file.
     pub(crate) fn io(op: &'static str, path: &Path, err: glommio::GlommioError<()>) -> WalError {
+        // Keep the OS error itself (its errno: `space.rs` tells a full disk by it); glommio's
+        // own conversion rewraps it in a message and keeps only its kind. `op` and `path` name
+        // what the message said.
+        let source = match err {
+            glommio::GlommioError::EnhancedIoError { source, .. } => source,
+            glommio::GlommioError::IoError(source) => source,
+            other => other.into(),
+        };
         WalError::Io {
             op,
             path: path.to_path_buf(),
-            source: err.into(),
+            source,
         }
     }
 
@@ -82,6 +98,11 @@ impl fmt::Display for WalError {
             }
             WalError::Poisoned => write!(f, "wal: poisoned by an earlier I/O error"),
             WalError::Closed => write!(f, "wal: closed"),
+            WalError::StorageFull { path, needed, free } => write!(
+                f,
+                "wal: no room on the disk of {}: {needed} bytes needed, {free} bytes free",
+                path.display()
+            ),
             WalError::TooLarge { len, max } => {
                 write!(
                     f,

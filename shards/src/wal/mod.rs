@@ -23,6 +23,7 @@ mod segment;
 mod shared;
 mod snapshot;
 mod snapshot_writer;
+mod space;
 mod spare;
 mod stats;
 mod waiters;
@@ -45,6 +46,7 @@ pub use snapshot::{
     SnapshotHeader, SnapshotStream, SNAPSHOT_VERSION, SNAPSHOT_VERSIONS_READ, SNAPSHOT_VERSION_JSON,
 };
 pub use snapshot_writer::SnapshotWriter;
+pub use space::free_bytes;
 pub use stats::{Histogram, WalStats, BATCH_BOUNDS_ENTRIES, DURATION_BOUNDS_SECONDS};
 
 use limits::SNAPSHOTS_KEPT;
@@ -89,10 +91,14 @@ impl Wal {
     /// (`glommio::spawn_local(..).detach()`); `close` stops it and waits for it.
     ///
     /// Must run inside a glommio executor. Blocks the executor briefly for directory listings.
+    /// Fails with `StorageFull`, before it creates anything, when the disk has no room for the
+    /// log's next segment and its spare (a new log: its first segment and the spare).
     pub async fn open(
         cfg: WalConfig,
         on: &mut dyn FnMut(Recovered<'_>) -> Result<(), String>,
     ) -> Result<Rc<Wal>, WalError> {
+        cfg.validate()?;
+        space::check_room_at_open(&cfg)?;
         let handle = LogHandle::new(&cfg);
         Wal::open_with(cfg, handle, on).await
     }
@@ -131,7 +137,11 @@ impl Wal {
             Some(t) => SegmentWriter::resume(&shared, t.path, t.first, t.pos).await?,
             None => {
                 // A brand-new log: zero its first segment now, like every later one.
-                let spare = spare::Spare::new(&shared.wal_dir, shared.cfg.segment_bytes);
+                let spare = spare::Spare::new(
+                    &shared.wal_dir,
+                    shared.cfg.segment_bytes,
+                    shared.space.clone(),
+                );
                 let file = spare.prepare_now().await?;
                 SegmentWriter::create(&shared, out.head + 1, Some((file, spare.path()))).await?
             }
@@ -162,6 +172,13 @@ impl Wal {
         }
         if s.closing.get() {
             return Err(WalError::Closed);
+        }
+        if s.space.full() {
+            return Err(WalError::StorageFull {
+                path: s.cfg.dir.clone(),
+                needed: s.cfg.segment_bytes,
+                free: 0,
+            });
         }
         if payload.len() > s.payload_max {
             return Err(WalError::TooLarge {
@@ -239,6 +256,12 @@ impl Wal {
         self.shared.poisoned.get()
     }
 
+    /// Whether the log refuses appends because the disk has no room for its next segment or
+    /// its spare (`StorageFull`; it takes them again by itself once there is).
+    pub fn is_storage_full(&self) -> bool {
+        self.shared.space.full()
+    }
+
     /// Largest payload `append` accepts (depends on `segment_bytes`).
     pub fn max_payload(&self) -> usize {
         self.shared.payload_max
@@ -267,6 +290,7 @@ impl Wal {
             fsync_seconds: c.fsync_seconds,
             batch_entries: c.batch_entries,
             poisoned: s.poisoned.get(),
+            storage_full: s.space.full(),
         }
     }
 
@@ -323,7 +347,7 @@ impl Wal {
         }
         let path = snapshot::snapshot_path(&s.snap_dir, offset);
         let tmp = std::path::PathBuf::from(format!("{}{}", path.display(), segment::TMP_SUFFIX));
-        SnapshotWriter::create(tmp, s.cfg.shard, offset, version).await
+        SnapshotWriter::create(tmp, s.cfg.shard, offset, version, s.cfg.reserve()).await
     }
 
     /// Makes a snapshot written through `begin_snapshot` part of the log: waits until its

@@ -114,7 +114,8 @@ impl Wal {
         }
         let s = &*self.shared;
         let name = format!("{offset:020}.{}{INCOMING_SUFFIX}", snapshot::SNAPSHOT_EXT);
-        SnapshotWriter::create(s.snap_dir.join(name), s.cfg.shard, offset, version).await
+        // An install replaces the log and its files: it is not held to the reserve.
+        SnapshotWriter::create(s.snap_dir.join(name), s.cfg.shard, offset, version, 0).await
     }
 
     /// Replaces the whole log with the snapshot written into `w` and closes it: every segment

@@ -15,6 +15,7 @@ use super::error::WalError;
 use super::files;
 use super::handle::LogHandle;
 use super::limits::{INDEX_STRIDE_BYTES, SEGMENT_HEADER_BYTES};
+use super::space::SpaceFlags;
 use super::stats::Counters;
 use super::waiters::{wake_all, Doorbell, Waiters};
 
@@ -101,6 +102,8 @@ pub(crate) struct Faults {
     pub fail_next_fsync: Cell<bool>,
     pub write_attempts: Cell<u64>,
     pub fsync_attempts: Cell<u64>,
+    /// This many segment creations fail with ENOSPC, as on a full disk.
+    pub segment_enospc: Cell<u32>,
 }
 
 pub(crate) struct Shared {
@@ -115,6 +118,8 @@ pub(crate) struct Shared {
     pub synced: Cell<u64>,
     pub pending: RefCell<Batch>,
     pub poisoned: Cell<bool>,
+    /// Allocations failing for lack of space (`space.rs`): appends are refused meanwhile.
+    pub space: Rc<SpaceFlags>,
     /// `close` was called or the handle dropped: `append` refuses, the committer drains and
     /// stops.
     pub closing: Cell<bool>,
@@ -147,6 +152,7 @@ impl Shared {
         handle: LogHandle,
     ) -> Shared {
         let payload_max = super::limits::record_payload_max(cfg.segment_bytes);
+        let space = SpaceFlags::new(cfg.shard);
         Shared {
             wal_dir: cfg.wal_dir(),
             snap_dir: cfg.snapshot_dir(),
@@ -158,6 +164,7 @@ impl Shared {
             synced: Cell::new(head),
             pending: RefCell::new(Batch::default()),
             poisoned: Cell::new(false),
+            space,
             closing: Cell::new(false),
             stopped: Cell::new(false),
             rewound: Cell::new(false),

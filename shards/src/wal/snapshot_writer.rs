@@ -14,6 +14,7 @@ use super::error::WalError;
 use super::files::{self, align_up};
 use super::limits::{SNAPSHOT_HEADER_BYTES, SNAPSHOT_WRITE_BYTES};
 use super::snapshot::{encode_header, payload_max, SnapshotHeader};
+use super::space::free_bytes;
 
 pub struct SnapshotWriter {
     file: Option<DmaFile>,
@@ -23,15 +24,19 @@ pub struct SnapshotWriter {
     staged: Vec<u8>,
     /// File position of `staged[0]`.
     pos: u64,
+    /// Bytes each write must leave free on the filesystem (`WalConfig::reserve`; 0: none).
+    reserve: u64,
 }
 
 impl SnapshotWriter {
     /// Creates `tmp` for the snapshot of `shard` as of `offset` with a payload of `version`.
+    /// Every write leaves `reserve` bytes free on the filesystem or fails with `StorageFull`.
     pub(crate) async fn create(
         tmp: PathBuf,
         shard: u32,
         offset: u64,
         version: u32,
+        reserve: u64,
     ) -> Result<SnapshotWriter, WalError> {
         let file = files::create_rw(&tmp).await?;
         Ok(SnapshotWriter {
@@ -46,6 +51,7 @@ impl SnapshotWriter {
             },
             staged: Vec::with_capacity(SNAPSHOT_WRITE_BYTES),
             pos: SNAPSHOT_HEADER_BYTES,
+            reserve,
         })
     }
 
@@ -101,6 +107,7 @@ impl SnapshotWriter {
         }
         let file = self.file.as_ref().ok_or(WalError::Closed)?;
         let len = align_up(self.staged.len() as u64) as usize;
+        self.check_reserve(len as u64)?;
         let staged = &self.staged;
         files::write_block_at(file, &self.tmp, self.pos, len, |b| {
             b[..staged.len()].copy_from_slice(staged);
@@ -109,6 +116,23 @@ impl SnapshotWriter {
         .await?;
         self.pos += self.staged.len() as u64;
         self.staged.clear();
+        Ok(())
+    }
+
+    /// Refuses a write of `len` bytes that would leave less than the reserve free.
+    fn check_reserve(&self, len: u64) -> Result<(), WalError> {
+        if self.reserve == 0 {
+            return Ok(());
+        }
+        let free = free_bytes(&self.tmp).map_err(|e| WalError::std_io("statvfs", &self.tmp, e))?;
+        let needed = self.reserve.saturating_add(len);
+        if free < needed {
+            return Err(WalError::StorageFull {
+                path: self.tmp.clone(),
+                needed,
+                free,
+            });
+        }
         Ok(())
     }
 

@@ -8,7 +8,9 @@
 //! is not ready yet, the committer creates a merely preallocated segment instead.
 //!
 //! Costs one extra segment of disk per shard. A leftover spare is deleted on open like any
-//! `*.tmp` file. Failures here never poison the log: the committer falls back.
+//! `*.tmp` file. Failures here never poison the log: the committer falls back. A failure for
+//! lack of space (`space.rs`) deletes the partial file, marks the disk full (appends are
+//! refused) and is retried every `SPACE_RETRY_INTERVAL` until it succeeds or the log closes.
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -20,6 +22,7 @@ use glommio::Task;
 use super::error::WalError;
 use super::files;
 use super::limits::WRITE_BYTES_MAX;
+use super::space::{is_out_of_space, Alloc, SpaceFlags, SPACE_RETRY_INTERVAL};
 use super::writer::preallocate;
 
 pub(crate) const SPARE_NAME: &str = "spare.seg.tmp";
@@ -40,15 +43,20 @@ pub(crate) struct Spare {
     bytes: u64,
     task: Option<Task<Result<DmaFile, WalError>>>,
     finished: Rc<Cell<bool>>,
+    /// Set by `discard`: a preparation waiting for space gives up.
+    cancel: Rc<Cell<bool>>,
+    space: Rc<SpaceFlags>,
 }
 
 impl Spare {
-    pub fn new(wal_dir: &Path, bytes: u64) -> Spare {
+    pub fn new(wal_dir: &Path, bytes: u64, space: Rc<SpaceFlags>) -> Spare {
         Spare {
             path: wal_dir.join(SPARE_NAME),
             bytes,
             task: None,
             finished: Rc::new(Cell::new(false)),
+            cancel: Rc::new(Cell::new(false)),
+            space,
         }
     }
 
@@ -62,13 +70,23 @@ impl Spare {
             return;
         }
         self.finished.set(false);
-        let fut = prepare(self.path.clone(), self.bytes, self.finished.clone());
+        let fut = prepare(
+            self.path.clone(),
+            self.bytes,
+            self.finished.clone(),
+            self.cancel.clone(),
+            self.space.clone(),
+        );
         self.task = Some(glommio::spawn_local(fut));
     }
 
     /// Prepares a spare now and returns it (used for a brand-new log's first segment).
     pub async fn prepare_now(&self) -> Result<DmaFile, WalError> {
-        zeroed_file(&self.path, self.bytes, None).await
+        let res = zeroed_file(&self.path, self.bytes, None).await;
+        if res.is_err() {
+            remove_quietly(&self.path).await;
+        }
+        res
     }
 
     /// The prepared spare, if it is ready (without waiting).
@@ -87,21 +105,51 @@ impl Spare {
 
     /// Waits for a preparation in progress, then deletes the spare file.
     pub async fn discard(&mut self) {
+        self.cancel.set(true);
         if let Some(task) = self.task.take() {
             if let Ok(file) = task.await {
                 let _ = files::close(file, &self.path).await;
             }
         }
-        if self.path.exists() {
-            if let Err(e) = files::remove(&self.path).await {
-                log::warn!("wal: removing {}: {e}", self.path.display());
-            }
+        remove_quietly(&self.path).await;
+    }
+}
+
+/// Deletes `path` if it exists; a failure is only logged (open deletes leftovers anyway).
+async fn remove_quietly(path: &Path) {
+    if path.exists() {
+        if let Err(e) = files::remove(path).await {
+            log::warn!("wal: removing {}: {e}", path.display());
         }
     }
 }
 
-async fn prepare(path: PathBuf, bytes: u64, finished: Rc<Cell<bool>>) -> Result<DmaFile, WalError> {
-    let res = zeroed_file(&path, bytes, Some(ZERO_PACE)).await;
+/// Prepares the spare in the background; while the disk has no room for it, deletes the
+/// partial file, marks the disk full and tries again every `SPACE_RETRY_INTERVAL`.
+async fn prepare(
+    path: PathBuf,
+    bytes: u64,
+    finished: Rc<Cell<bool>>,
+    cancel: Rc<Cell<bool>>,
+    space: Rc<SpaceFlags>,
+) -> Result<DmaFile, WalError> {
+    let res = loop {
+        match zeroed_file(&path, bytes, Some(ZERO_PACE)).await {
+            Ok(file) => {
+                space.succeeded(Alloc::Spare);
+                break Ok(file);
+            }
+            Err(e) if is_out_of_space(&e) => {
+                remove_quietly(&path).await;
+                space.failed(Alloc::Spare, &e);
+                glommio::timer::sleep(SPACE_RETRY_INTERVAL).await;
+                if cancel.get() {
+                    break Err(e);
+                }
+            }
+            Err(e) => break Err(e),
+        }
+    };
     finished.set(true);
     res
 }

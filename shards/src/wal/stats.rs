@@ -95,6 +95,9 @@ pub struct WalStats {
     pub fsync_seconds: Histogram,
     pub batch_entries: Histogram,
     pub poisoned: bool,
+    /// The disk has no room for the next segment or the spare: appends are refused until it
+    /// has (`WalError::StorageFull`).
+    pub storage_full: bool,
 }
 
 /// The mutable counters behind `WalStats`.

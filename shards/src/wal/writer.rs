@@ -188,6 +188,15 @@ async fn create_segment_file(
         first_offset: first,
     };
     let made = async {
+        #[cfg(test)]
+        {
+            let left = shared.faults.segment_enospc.get();
+            if left > 0 {
+                shared.faults.segment_enospc.set(left - 1);
+                let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+                return Err(WalError::std_io("fallocate", &tmp, full));
+            }
+        }
         files::write_block_at(&file, &tmp, 0, SEGMENT_HEADER_BYTES as usize, |b| {
             encode_header(header, b)
         })
@@ -203,6 +212,12 @@ async fn create_segment_file(
     .await;
     if let Err(e) = made {
         let _ = files::close(file, &tmp).await;
+        if fresh && tmp.exists() {
+            // A partial file must not stay behind (on a full disk it holds what space there was).
+            if let Err(rm) = files::remove(&tmp).await {
+                log::warn!("wal: removing {}: {rm}", tmp.display());
+            }
+        }
         return Err(e);
     }
     files::sync_dir(&shared.wal_dir).await?;

@@ -35,6 +35,7 @@ pub fn cfg(dir: &Path, segment_bytes: u64) -> WalConfig {
         fsync: FsyncPolicy::Always,
         retain_bytes: 0,
         sync_writes: true,
+        reserve_bytes: None,
     }
 }
 

@@ -7,4 +7,5 @@ mod reader;
 mod recovery;
 mod rewind;
 mod snapshots;
+mod space;
 mod speed;
