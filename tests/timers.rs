@@ -281,7 +281,6 @@ fn create_many(c: &mut Client, machine: &str, ids: &[String]) {
 }
 
 #[test]
-#[ignore = "open defect, quarantined: about 1 run in 5 of this file a request stays in a shard's channel until the next one (docs/glommio.md, \"A request held in a shard's channel\"); reproduce with `cargo test --test timers -- --include-ignored` in a loop"]
 fn timers_due_while_the_server_is_down_fire_exactly_once_after_sigkill() {
     let (mut s, _d) = Server::start("[shards]\ncount = 2");
     let mut c = s.client();
@@ -327,7 +326,6 @@ fn timers_due_while_the_server_is_down_fire_exactly_once_after_sigkill() {
 }
 
 #[test]
-#[ignore = "open defect, quarantined: about 1 run in 5 of this file a request stays in a shard's channel until the next one (docs/glommio.md, \"A request held in a shard's channel\"); reproduce with `cargo test --test timers -- --include-ignored` in a loop"]
 fn a_client_event_racing_a_due_timer_never_makes_two_transitions() {
     let (s, _d) = Server::start("[shards]\ncount = 2\n[storage]\nfsync = \"never\"");
     let mut c = s.client();
