@@ -300,7 +300,7 @@ fn a_pipelined_burst_of_ten_thousand_answers_in_order() {
 }
 
 /// A server on a fixed port (so a restart comes back at the same address).
-fn fixed_port_server() -> (Server, tempfile::TempDir) {
+fn fixed_port_server() -> (Server, common::TestDir) {
     let port = free_port();
     Server::start(&format!("[network]\nbind_addr = \"127.0.0.1:{port}\"\n"))
 }

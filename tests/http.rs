@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 const HTTP: &str = "[http]\nenabled = true";
 
-fn server() -> (Server, tempfile::TempDir) {
+fn server() -> (Server, common::TestDir) {
     Server::start(HTTP)
 }
 

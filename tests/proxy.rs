@@ -15,7 +15,7 @@ use smdb::proxy::encode_v2;
 const PROXIED: &str =
     "[network]\nproxy_protocol = true\n[logging]\nformat = \"json\"\nlevel = \"debug\"";
 
-fn start() -> (Server, tempfile::TempDir) {
+fn start() -> (Server, common::TestDir) {
     // RUST_LOG from the test environment would override logging.level.
     Server::start_with_env(PROXIED, &[("RUST_LOG", "")])
 }

@@ -31,7 +31,7 @@ fn free_port() -> u16 {
 }
 
 /// A primary on a fixed port (so a restart keeps its address).
-fn primary(extra: &str) -> (Server, tempfile::TempDir) {
+fn primary(extra: &str) -> (Server, common::TestDir) {
     let port = free_port();
     let cfg = format!(
         "[network]\nbind_addr = \"127.0.0.1:{port}\"\n[replication]\nrole = \"primary\"\n\
@@ -47,17 +47,17 @@ fn replica_config(upstream: &str, id: &str, extra: &str) -> String {
     )
 }
 
-fn replica_of(p: &Server, id: &str, extra: &str) -> (Server, tempfile::TempDir) {
+fn replica_of(p: &Server, id: &str, extra: &str) -> (Server, common::TestDir) {
     Server::start(&replica_config(&p.addr.to_string(), id, extra))
 }
 
 /// A replica whose data dir already exists (one shard, empty), so it starts without asking the
 /// primary for its shard count: for replicas that will fail to follow.
-fn replica_with_data(p: &Server, id: &str, extra: &str) -> (Server, tempfile::TempDir) {
+fn replica_with_data(p: &Server, id: &str, extra: &str) -> (Server, common::TestDir) {
     let dir = temp_dir();
     drop(Server::start_in(dir.path(), "[shards]\ncount = 1").unwrap());
     let cfg = replica_config(&p.addr.to_string(), id, extra);
-    (Server::start_in(dir.path(), &cfg).unwrap(), dir)
+    Server::start_owning(dir, &cfg, &[])
 }
 
 fn status(s: &Server) -> Value {

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -37,6 +37,12 @@ pub fn bench_bin() -> PathBuf {
 /// -p PACKAGE --bin NAME` once per test process (cargo holds no lock while tests run; after
 /// `cargo test --workspace` it is up to date and returns at once): a test never runs a stale
 /// CLI against a fresh server.
+/// The server binary the tests start: this build's, or `SMDB_TEST_SERVER_BIN` (to run a test
+/// binary against another build of the server, e.g. when bisecting a defect).
+pub fn server_bin() -> PathBuf {
+    std::env::var_os("SMDB_TEST_SERVER_BIN").map_or_else(|| BIN.into(), PathBuf::from)
+}
+
 fn workspace_bin(package: &str, name: &str) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
@@ -74,6 +80,9 @@ fn workspace_bin(package: &str, name: &str) -> PathBuf {
     path
 }
 
+/// A test's temp dir, shared by the test and the `Server` started in it.
+pub type TestDir = Arc<tempfile::TempDir>;
+
 pub struct Server {
     child: Option<Child>,
     pub addr: SocketAddr,
@@ -86,6 +95,10 @@ pub struct Server {
     config: String,
     /// Extra environment variables for the server process (kept across restarts).
     env: Vec<(String, String)>,
+    /// The temp dir `start` created, shared with the caller's guard: whichever of the two is
+    /// dropped last deletes it, so a failing test's `Drop` still finds the server log (a
+    /// `let (s, _d)` pattern drops `_d` first).
+    owned_dir: Option<TestDir>,
 }
 
 /// A fresh temp directory under /tmp (a real filesystem: tmpfs would hide O_DIRECT bugs).
@@ -162,10 +175,8 @@ fn merge_sections(base: &str, extra: &str) -> String {
 impl Server {
     /// Starts a server in a new temp dir with `extra` config. The dir lives as long as the
     /// returned guard.
-    pub fn start(extra: &str) -> (Server, tempfile::TempDir) {
-        let dir = temp_dir();
-        let s = Server::start_in(dir.path(), extra).unwrap_or_else(|e| panic!("start: {e}"));
-        (s, dir)
+    pub fn start(extra: &str) -> (Server, TestDir) {
+        Server::start_with_env(extra, &[])
     }
 
     /// Starts a server using (and keeping) `dir` for config, data and logs.
@@ -175,10 +186,20 @@ impl Server {
 
     /// `start`, with extra environment variables for the server process (e.g. `RUST_LOG`); an
     /// empty value removes the variable from the inherited environment.
-    pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> (Server, tempfile::TempDir) {
-        let dir = temp_dir();
-        let s = Server::start_in_with_env(dir.path(), extra, env)
+    pub fn start_with_env(extra: &str, env: &[(&str, &str)]) -> (Server, TestDir) {
+        Server::start_owning(temp_dir(), extra, env)
+    }
+
+    /// `start_in_with_env` in `dir`, which the server then shares with the returned guard.
+    pub fn start_owning(
+        dir: tempfile::TempDir,
+        extra: &str,
+        env: &[(&str, &str)],
+    ) -> (Server, TestDir) {
+        let dir = Arc::new(dir);
+        let mut s = Server::start_in_with_env(dir.path(), extra, env)
             .unwrap_or_else(|e| panic!("start: {e}"));
+        s.owned_dir = Some(dir.clone());
         (s, dir)
     }
 
@@ -200,6 +221,7 @@ impl Server {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            owned_dir: None,
         };
         s.launch()?;
         Ok(s)
@@ -213,7 +235,7 @@ impl Server {
             .append(true)
             .open(self.dir.join("server.log"))
             .map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(server_bin());
         for (k, v) in &self.env {
             match v.is_empty() {
                 true => cmd.env_remove(k),
@@ -434,7 +456,7 @@ pub fn wait_timeout(c: &mut Child, t: Duration) -> Option<ExitStatus> {
 
 /// Runs the binary with `args` expecting it to exit by itself; returns (code, stderr).
 pub fn run_to_exit(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
+    let out = Command::new(server_bin())
         .args(args)
         .output()
         .expect("run smdb-server");

@@ -1820,34 +1820,16 @@ impl Reactor {
         //
         // But if we will sleep, there might be a timer registered that needs
         // to be removed otherwise we'll wake up when it expires.
-        //
-        // smdb patch: when we will not sleep (a preempt timer is wanted) and the latency
-        // preemption timer armed by an earlier call has not fired yet, it stays armed instead
-        // of being cancelled and re-armed: each call used to cost a cancellation and a new
-        // timeout, and an `io_uring_enter` for each, on every turn of the executor loop. The
-        // kept timer fires at most one preempt period after it was armed, so a task queue may
-        // be asked to yield earlier than a full period, never later. The throughput timer
-        // (fires after `ring_depth` completions) is likewise kept until it fires.
-        let pending = |src: &Option<Source>| src.as_ref().is_some_and(|s| s.result().is_none());
-        let latency = self.latency_preemption_timeout_src.take();
-        let kept_latency_timer = preempt_timer().is_some() && pending(&latency);
-        if kept_latency_timer {
-            self.latency_preemption_timeout_src.set(latency);
-        } else {
-            drop(latency);
-        }
+        drop(self.latency_preemption_timeout_src.take());
 
         // Schedule the throughput-based timeout immediately: it won't matter if we end
         // up sleeping.
-        let throughput = self.throughput_preemption_timeout_src.take();
-        let throughput = match pending(&throughput) {
-            true => throughput,
-            false => Some(main_ring.prepare_throughput_preemption_timer(
+        self.throughput_preemption_timeout_src.replace(Some(
+            main_ring.prepare_throughput_preemption_timer(
                 self.ring_depth() as u32,
                 self.eventfd_src.raw(),
-            )),
-        };
-        self.throughput_preemption_timeout_src.set(throughput);
+            ),
+        ));
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
@@ -1900,7 +1882,7 @@ impl Reactor {
             }
         }
 
-        if let Some(preempt) = preempt_timer().filter(|_| !kept_latency_timer) {
+        if let Some(preempt) = preempt_timer() {
             self.latency_preemption_timeout_src
                 .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
             flush_rings!(lat_ring, main_ring)?;
