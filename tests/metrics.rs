@@ -550,7 +550,16 @@ fn synthetic_expositions() -> Vec<String> {
         Some(ReplicationStats::Primary(primary)),
         Some(ReplicationStats::Replica(ReplicaStats::default())),
     ];
-    for role in roles {
+    for (i, role) in roles.into_iter().enumerate() {
+        // The primary's scrape also carries the failover families (ha.enabled).
+        let ha = (i == 1).then(|| smdb::metrics::ha::HaFigures {
+            is_primary: true,
+            epoch: 3,
+            lease_remaining_seconds: 2.5,
+            failovers: 1,
+            demotions: vec![("lease_expired", 0)],
+            etcd_errors: 2,
+        });
         let scrape = Scrape {
             fronts: FrontTotals::sum(std::slice::from_ref(&f)),
             shards: vec![shard.clone()],
@@ -561,7 +570,7 @@ fn synthetic_expositions() -> Vec<String> {
             events_broadcast: 0,
             pushes_queued: vec![0],
             replication: role,
-            ha: None,
+            ha,
         };
         out.push(encode(&registry(&scrape), Format::Prometheus).unwrap());
     }
@@ -608,6 +617,26 @@ fn dashboard_and_alerts_query_only_exposed_metrics() {
             );
         }
     }
+}
+
+/// The alert rules' own unit tests (failover alerts firing, pending and clearing on the series a
+/// failover leaves) pass under promtool.
+#[test]
+fn alert_rules_pass_their_promtool_unit_tests() {
+    let tests = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/monitoring/alerts.test.yml"
+    );
+    let out = Command::new(promtool())
+        .args(["test", "rules", tests])
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Each dashboard query, with Grafana's variables filled in, parses as PromQL (promtool checks
