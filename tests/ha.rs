@@ -487,3 +487,235 @@ fn a_primary_paused_past_its_lease_acknowledges_nothing_the_new_primary_lacks() 
     converge(&members[second], &members[first]);
     assert_acked_present_once(&members[first], &acked);
 }
+
+/// A demoted primary answers what it had read and then closes the client connections it had
+/// open, so that clients behind a balancer reconnect (to the new primary); a member that was not
+/// demoted keeps its connections, and the old primary accepts new ones as a follower.
+#[test]
+fn a_demoted_primary_closes_its_client_connections() {
+    let _serial = serial();
+    let etcd = Etcd::start(3);
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let members: Vec<Server> = (0..3)
+        .map(|i| {
+            let cfg = member_config(&etcd, "close", &format!("n{i}"), "async");
+            Server::start_in(dirs[i].path(), &cfg).unwrap()
+        })
+        .collect();
+    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let follower = (first + 1) % 3;
+    let mut to_primary = members[first].client();
+    to_primary.call("PING", json!({})).unwrap();
+    let mut to_follower = members[follower].client();
+    to_follower.call("PING", json!({})).unwrap();
+
+    members[first].signal(libc::SIGSTOP);
+    let paused_at = Instant::now();
+    let alive: Vec<&Server> = (0..3)
+        .filter(|&i| i != first)
+        .map(|i| &members[i])
+        .collect();
+    one_primary(&alive, Duration::from_secs(30));
+    let past = Duration::from_millis(TTL_MS + 1000).saturating_sub(paused_at.elapsed());
+    std::thread::sleep(past);
+    members[first].signal(libc::SIGCONT);
+
+    // Requests on the old connection are answered until the member notices its demotion
+    // (within a few hundred ms of waking); then the connection ends.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut answered = 0;
+    let ended = loop {
+        match to_primary.call("PING", json!({})) {
+            Ok(_) => answered += 1,
+            Err(e) if e.code().is_some() => panic!("PING refused rather than closed: {e:?}"),
+            Err(e) => break e,
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demoted primary kept its client connection open ({answered} PINGs answered)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("old connection ended after {answered} PING(s): {ended:?}");
+    // A member that was not demoted keeps its connection; the old primary serves new ones.
+    to_follower.call("PING", json!({})).unwrap();
+    members[first].client().call("PING", json!({})).unwrap();
+}
+
+/// Waits until exactly one of `members` answers `/health/primary` 200; returns its index.
+fn primary_by_health(members: &[&Server], limit: Duration) -> usize {
+    let deadline = Instant::now() + limit;
+    loop {
+        let up: Vec<usize> = (0..members.len())
+            .filter(|&i| health(members[i], "/health/primary") == 200)
+            .collect();
+        if up.len() == 1 {
+            return up[0];
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no single healthy primary within {limit:?}: {up:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// HAProxy with tuning/haproxy-ha.cfg in front of `members` (PROXY v2 on); stops on drop.
+struct Balancer {
+    child: std::process::Child,
+    writes: String,
+}
+
+impl Balancer {
+    fn start(members: &[&Server], log: &std::path::Path) -> Balancer {
+        let free = || {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        let cfg = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning/haproxy-ha.cfg");
+        let writes = free();
+        let mut cmd = std::process::Command::new(common::tools::haproxy());
+        cmd.arg("-db").arg("-f").arg(cfg);
+        cmd.env("SMDB_LB_WRITES", &writes)
+            .env("SMDB_LB_READS", free());
+        for (i, m) in members.iter().enumerate() {
+            cmd.env(format!("SMDB{}_ADDR", i + 1), m.addr.to_string());
+            let port = metrics_addr(m).port().to_string();
+            cmd.env(format!("SMDB{}_METRICS_PORT", i + 1), port);
+        }
+        let child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        Balancer { child, writes }
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// tuning/haproxy-ha.cfg against a real failover cluster: three members (sync mode, PROXY v2)
+/// behind HAProxy, creates through its write frontend (with idempotency keys, so the client may
+/// resend one whose connection broke), SIGKILL of the primary. Writes resume through the same
+/// address on the new primary, no create fails for good, and every acknowledged one is there.
+#[test]
+fn writes_through_haproxy_follow_the_primary_across_a_sigkill() {
+    use smdb_client::ops::CreateOptions;
+    use smdb_client::{ConnectOptions, RetryPolicy};
+    let _serial = serial();
+    let etcd = Etcd::start(3);
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let mut members: Vec<Server> = (0..3)
+        .map(|i| {
+            let cfg = member_config(&etcd, "lb", &format!("n{i}"), "sync")
+                + "[network]\nproxy_protocol = true\n";
+            Server::start_in(dirs[i].path(), &cfg).unwrap()
+        })
+        .collect();
+    let first = primary_by_health(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    put_order_machine(&mut members[first].proxied_client());
+    let lb = Balancer::start(
+        &members.iter().collect::<Vec<_>>(),
+        &dirs[0].path().join("haproxy.log"),
+    );
+    // HAProxy 2.6 starts with every server up until its checks say otherwise: `fall 2` at
+    // 500 ms marks the followers down within 1 s (tuning/haproxy-ha.cfg says so).
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let acked = Arc::new(Mutex::new(Vec::<(String, Instant)>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..3)
+        .map(|t| {
+            let (addr, acked, stop) = (lb.writes.clone(), acked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let opts = ConnectOptions {
+                    client_name: format!("ha-lb-{t}"),
+                    timeout: Some(Duration::from_secs(10)),
+                    // Rides out a failover: lease, election and HAProxy's checks, ~5 s.
+                    retry: RetryPolicy {
+                        attempts: 100,
+                        initial_backoff: Duration::from_millis(20),
+                        max_backoff: Duration::from_millis(200),
+                    },
+                    ..ConnectOptions::default()
+                };
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let mut c = loop {
+                    match Client::connect_with(&addr, &opts) {
+                        Ok(c) => break c,
+                        Err(e) if Instant::now() < deadline => {
+                            eprintln!("thread {t}: connect through haproxy: {e}");
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
+                        Err(e) => panic!("thread {t}: no connection through haproxy: {e}"),
+                    }
+                };
+                let mut failures = Vec::new();
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let id = format!("lb{t}-{n}");
+                    n += 1;
+                    let opts = CreateOptions {
+                        idempotency_key: Some(id.clone()),
+                    };
+                    match c.create_instance_with("order", 1, &id, &json!({"total": 1}), &opts) {
+                        Ok(_) => acked.lock().unwrap().push((id, Instant::now())),
+                        Err(e) => failures.push(format!("{id}: {e}")),
+                    }
+                }
+                (failures, c.connects())
+            })
+        })
+        .collect();
+
+    let count = || acked.lock().unwrap().len();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while count() < 50 {
+        assert!(Instant::now() < deadline, "writes flow through haproxy");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    members[first].kill();
+    let killed_at = Instant::now();
+    let before = count();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count() < before + 50 {
+        assert!(
+            Instant::now() < deadline,
+            "writes did not resume through haproxy after the primary's SIGKILL"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let acked = acked.lock().unwrap().clone();
+    let gap = acked
+        .iter()
+        .filter(|(_, at)| *at > killed_at)
+        .map(|(_, at)| at.duration_since(killed_at))
+        .min()
+        .unwrap_or_default();
+    let connects: u64 = results.iter().map(|r| r.1).sum();
+    eprintln!(
+        "haproxy failover: {} creates acknowledged, first one after the SIGKILL {gap:?} later, {connects} connections",
+        acked.len()
+    );
+    let failures: Vec<&String> = results.iter().flat_map(|r| &r.0).collect();
+    assert!(failures.is_empty(), "creates failed: {failures:?}");
+    assert!(connects > 3, "the clients reconnected through haproxy");
+
+    let alive: Vec<&Server> = (0..3)
+        .filter(|&i| i != first)
+        .map(|i| &members[i])
+        .collect();
+    let second = alive[primary_by_health(&alive, Duration::from_secs(10))];
+    let mut c = second.proxied_client();
+    for (id, _) in &acked {
+        c.call("GET_INSTANCE", json!({ "id": id }))
+            .unwrap_or_else(|e| panic!("acknowledged {id} is missing on the new primary: {e:?}"));
+    }
+}

@@ -56,18 +56,8 @@ impl Drop for Haproxy {
     }
 }
 
-/// A client straight to a server that wants PROXY headers: a v2 LOCAL header (as a balancer's
-/// own connection), then HELLO.
 fn direct(s: &Server) -> Client {
-    use std::io::Write;
-    let mut tcp = std::net::TcpStream::connect(s.addr).unwrap();
-    let mut local = smdb::proxy::V2_SIGNATURE.to_vec();
-    local.extend_from_slice(&[0x20, 0x00, 0, 0]);
-    tcp.write_all(&local).unwrap();
-    let mut c = Client::from_stream(tcp).unwrap();
-    c.set_timeout(Some(Duration::from_secs(10))).unwrap();
-    c.hello("lb-test").unwrap();
-    c
+    s.proxied_client()
 }
 
 fn free_addr() -> String {

@@ -19,6 +19,19 @@ pub use read::{read_header, ReadError, HEADER_READ_TIMEOUT};
 pub const V2_SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
 /// v2 fixed part: signature, version/command, family/protocol, 2-byte length.
 pub const V2_FIXED_BYTES: usize = 16;
+/// A whole v2 `LOCAL` header (no address): what a member sends first on its own connections
+/// to another member that expects PROXY headers (`network.proxy_protocol`), as a balancer's
+/// health check does, so that replication reaches a primary behind the same setting.
+pub const V2_LOCAL_HEADER: [u8; V2_FIXED_BYTES] = {
+    let mut h = [0u8; V2_FIXED_BYTES];
+    let mut i = 0;
+    while i < V2_SIGNATURE.len() {
+        h[i] = V2_SIGNATURE[i];
+        i += 1;
+    }
+    h[12] = 0x20; // version 2, command LOCAL
+    h
+};
 /// Largest v2 address block (addresses plus TLVs) accepted. Balancers send 12 (IPv4) or 36
 /// (IPv6) bytes plus a few TLVs; 216 for UNIX sockets.
 pub const V2_BODY_BYTES_MAX: usize = 2048;
@@ -246,6 +259,14 @@ mod tests {
 
     fn addr(s: &str) -> Option<SocketAddr> {
         Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn a_members_own_local_header_parses_as_local() {
+        let mut raw = V2_LOCAL_HEADER.to_vec();
+        raw.extend_from_slice(b"RCP1");
+        let (h, used) = parse(&raw).unwrap();
+        assert_eq!((h.version, h.source, used), (2, None, V2_FIXED_BYTES));
     }
 
     #[test]

@@ -42,6 +42,11 @@ fn ask(cfg: &Settings) -> Result<u32, String> {
         .map_err(|e| e.to_string())?;
     tcp.set_write_timeout(Some(IO_TIMEOUT))
         .map_err(|e| e.to_string())?;
+    if cfg.proxy_local {
+        (&tcp)
+            .write_all(&crate::proxy::V2_LOCAL_HEADER)
+            .map_err(|e| format!("PROXY header: {e}"))?;
+    }
     match &cfg.tls {
         None => talk(tcp),
         Some(tls) => {

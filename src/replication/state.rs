@@ -27,6 +27,9 @@ pub struct ReplState {
     lease_until: AtomicU64,
     /// Where the primary is, as the HA module last saw it (refusals name it).
     primary: Mutex<Option<String>>,
+    /// Times this member stepped down from primary (failover): the fronts close the client
+    /// connections they had open when it moves (`server::demotion`).
+    demotions: AtomicU64,
     pub stats: ReplStats,
 }
 
@@ -42,6 +45,7 @@ impl ReplState {
             epoch: AtomicU64::new(0),
             lease_until: AtomicU64::new(NO_LEASE_CHECK),
             primary: Mutex::new(None),
+            demotions: AtomicU64::new(0),
             stats: ReplStats::default(),
         }
     }
@@ -81,7 +85,14 @@ impl ReplState {
 
     /// Demotion: refuse writes from now on.
     pub fn become_follower(&self) {
-        self.role.store(REPLICA, Relaxed);
+        if self.role.swap(REPLICA, Relaxed) == PRIMARY {
+            self.demotions.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// How many times this member has stepped down from primary.
+    pub fn demotions(&self) -> u64 {
+        self.demotions.load(Relaxed)
     }
 
     /// The primary's client address, when known (failover on).

@@ -115,6 +115,20 @@ impl Front {
     pub fn untrack(&self, id: u64) {
         self.open.borrow_mut().remove(&id);
     }
+
+    /// Ends the reading of every open connection (`demotion`): each answers what it had
+    /// received, then closes. Returns how many there were.
+    pub fn shutdown_reads(&self) -> usize {
+        let open = self.open.borrow();
+        for fd in open.values() {
+            // SAFETY: fd belongs to a live connection on this executor (removed from `open`
+            // before its stream is dropped); shutdown(2) does not close it.
+            unsafe {
+                libc::shutdown(*fd, libc::SHUT_RD);
+            }
+        }
+        open.len()
+    }
 }
 
 pub async fn run(setup: FrontSetup) {
@@ -144,6 +158,7 @@ pub async fn run(setup: FrontSetup) {
         next_conn: Cell::new(0),
     });
     let gate = Gate::new();
+    glommio::spawn_local(super::demotion::watch(front.clone())).detach();
     if let Some(http) = &setup.http {
         let accept = crate::http::listen::run(front.clone(), http.listener_fd, gate.clone());
         glommio::spawn_local(accept).detach();

@@ -8,6 +8,7 @@
 mod batch;
 pub mod connection;
 pub mod control;
+mod demotion;
 pub mod drain;
 pub mod fanout;
 pub mod front;

@@ -328,6 +328,18 @@ impl Server {
         c
     }
 
+    /// A client straight to a server that wants PROXY headers (`network.proxy_protocol`): a v2
+    /// LOCAL header (as a balancer's own connection), then HELLO.
+    pub fn proxied_client(&self) -> Client {
+        use std::io::Write;
+        let mut tcp = std::net::TcpStream::connect(self.addr).expect("connect");
+        tcp.write_all(&smdb::proxy::V2_LOCAL_HEADER).unwrap();
+        let mut c = Client::from_stream(tcp).unwrap();
+        c.set_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.hello("smdb-tests").unwrap();
+        c
+    }
+
     /// A connected client without HELLO.
     pub fn raw_client(&self) -> Client {
         let c = Client::connect(self.addr).expect("connect");

@@ -40,6 +40,9 @@ pub struct Settings {
     pub server_name: String,
     pub heartbeat: Duration,
     pub reconnect_max: Duration,
+    /// `network.proxy_protocol`: the members expect PROXY headers, so a connection to the
+    /// primary starts with a v2 `LOCAL` header.
+    pub proxy_local: bool,
 }
 
 impl Settings {
@@ -90,6 +93,7 @@ impl Settings {
             server_name: r.tls_server_name.clone().unwrap_or(host),
             heartbeat: Duration::from_millis(r.heartbeat_ms.max(1)),
             reconnect_max: Duration::from_millis(r.reconnect_max_ms.max(100)),
+            proxy_local: c.network.proxy_protocol,
         })
     }
 }
@@ -140,13 +144,18 @@ fn set_connected(hub: &Hub, connected: bool) {
 }
 
 async fn session(hub: &Rc<Hub>, cfg: &Settings) -> Result<(), String> {
-    let tcp = glommio::timer::timeout(CONNECT_TIMEOUT, async {
+    let mut tcp = glommio::timer::timeout(CONNECT_TIMEOUT, async {
         Ok(TcpStream::connect(cfg.upstream.as_str()).await)
     })
     .await
     .map_err(|e| format!("connect: {e}"))?
     .map_err(|e| format!("connect: {e}"))?;
     let _ = tcp.set_nodelay(true);
+    if cfg.proxy_local {
+        use futures_lite::AsyncWriteExt;
+        (tcp.write_all(&crate::proxy::V2_LOCAL_HEADER).await)
+            .map_err(|e| format!("PROXY header: {e}"))?;
+    }
     match &cfg.tls {
         None => follow(hub, cfg, tcp).await,
         Some(tls) => {
