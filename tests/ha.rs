@@ -719,3 +719,56 @@ fn writes_through_haproxy_follow_the_primary_across_a_sigkill() {
             .unwrap_or_else(|e| panic!("acknowledged {id} is missing on the new primary: {e:?}"));
     }
 }
+
+/// HA_PAUSE stops automatic failover cluster-wide: with the primary killed, nobody takes over,
+/// and every member says why; HA_RESUME on a survivor restarts it and one is elected.
+/// Without failover the ops are refused.
+#[test]
+fn ha_pause_holds_the_election_until_ha_resume() {
+    let _serial = serial();
+    let etcd = Etcd::start(3);
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let mut members: Vec<Server> = (0..3)
+        .map(|i| {
+            let cfg = member_config(&etcd, "pause-ops", &format!("n{i}"), "async");
+            Server::start_in(dirs[i].path(), &cfg).unwrap()
+        })
+        .collect();
+    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let r = members[first].client().call("HA_PAUSE", json!({})).unwrap();
+    assert_eq!(r, json!({"paused": true}));
+    // Every member sees the pause (the key is read at each poll).
+    for m in &members {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while status(m.addr).unwrap()["ha"]["paused"] != true {
+            assert!(
+                Instant::now() < deadline,
+                "{} does not show the pause",
+                m.addr
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    members[first].kill();
+    let alive: Vec<usize> = (0..3).filter(|&i| i != first).collect();
+    // Well past the lease and an election's time: still nobody.
+    std::thread::sleep(Duration::from_millis(3 * TTL_MS));
+    for &i in &alive {
+        let st = status(members[i].addr).unwrap();
+        assert_ne!(st["role"], "primary", "paused: no election ({st})");
+        let why = st["ha"]["blocked_reason"].as_str().unwrap_or("");
+        assert!(why.contains("paused"), "the reason names the pause: {st}");
+    }
+    let r = members[alive[0]]
+        .client()
+        .call("HA_RESUME", json!({}))
+        .unwrap();
+    assert_eq!(r, json!({"paused": false}));
+    let survivors: Vec<&Server> = alive.iter().map(|&i| &members[i]).collect();
+    one_primary(&survivors, Duration::from_secs(20));
+
+    // Failover off: refused, naming the setting.
+    let (plain, _d) = Server::start("");
+    let e = plain.client().call("HA_PAUSE", json!({})).unwrap_err();
+    assert_eq!(e.code(), Some("BAD_REQUEST"), "{e:?}");
+}

@@ -394,6 +394,20 @@ op_table! {
         follower: Follower::Serve, fenced: false,
         http: &[],
     },
+    /// Stops automatic failover cluster-wide (failover on; docs/ha.md, "Maintenance").
+    HaPause = "HA_PAUSE" {
+        need: Need::Scope(Scope::Admin), before_hello: false,
+        effect: Effect::Control, batch: false, route: Route::Control,
+        follower: Follower::Serve, fenced: false,
+        http: &[],
+    },
+    /// Restarts automatic failover after `HA_PAUSE`.
+    HaResume = "HA_RESUME" {
+        need: Need::Scope(Scope::Admin), before_hello: false,
+        effect: Effect::Control, batch: false, route: Route::Control,
+        follower: Follower::Serve, fenced: false,
+        http: &[],
+    },
     /// Label: an error before a request could be read.
     Frame = "FRAME" {
         need: Need::Nothing, before_hello: false,
@@ -486,6 +500,8 @@ mod tests {
                 refuse, false),
             (Op::ReplicationStatus, read, Effect::Read, false, Route::Control, serve, false),
             (Op::Promote, admin, Effect::Control, false, Route::Control, serve, false),
+            (Op::HaPause, admin, Effect::Control, false, Route::Control, serve, false),
+            (Op::HaResume, admin, Effect::Control, false, Route::Control, serve, false),
             (Op::Frame, None, Effect::Session, false, Route::Label, serve, false),
             (Op::Unknown, None, Effect::Session, false, Route::Label, serve, false),
         ];

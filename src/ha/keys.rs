@@ -31,6 +31,11 @@ impl Keys {
         format!("{}epoch", self.prefix)
     }
 
+    /// Present while automatic failover is paused (`HA_PAUSE`; no lease: it outlives members).
+    pub fn paused(&self) -> String {
+        format!("{}paused", self.prefix)
+    }
+
     /// One per live member, on its lease.
     pub fn member(&self, node_id: &str) -> String {
         format!("{}members/{node_id}", self.prefix)

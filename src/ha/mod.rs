@@ -19,6 +19,7 @@ pub mod driver;
 pub mod elect;
 pub mod fence;
 pub mod keys;
+pub mod pause;
 mod session;
 pub mod shared;
 pub mod status;

@@ -44,6 +44,8 @@ pub struct Snapshot {
     pub epoch: (u64, i64),
     /// Member keys: value and mod revision.
     pub members: Vec<(Member, i64)>,
+    /// The paused key exists (`HA_PAUSE`): nobody campaigns.
+    pub paused: bool,
 }
 
 /// A connected session: the client, its lease and the lease's keep-alive stream.
@@ -104,9 +106,11 @@ impl Session {
             leader: None,
             epoch: (0, 0),
             members: Vec::new(),
+            paused: false,
         };
         let leader_key = ctx.keys.leader();
         let epoch_key = ctx.keys.epoch();
+        let paused_key = ctx.keys.paused();
         for kv in resp.kvs() {
             let key = kv.key_str().unwrap_or("");
             if key == leader_key {
@@ -119,6 +123,8 @@ impl Session {
                     .and_then(|s| s.parse().ok())
                     .unwrap_or(0);
                 snap.epoch = (v, kv.mod_revision());
+            } else if key == paused_key {
+                snap.paused = true;
             } else if ctx.keys.member_of(key).is_some() {
                 if let Ok(m) = serde_json::from_slice(kv.value()) {
                     snap.members.push((m, kv.mod_revision()));
@@ -245,6 +251,7 @@ async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String
                 Err(e) => note_error(ctx, term, e)?,
             }
         }
+        super::pause::carry_out(ctx, s).await;
         match s.read(ctx).await {
             Ok(snap) => term.decide(ctx, s, snap).await?,
             Err(e) => note_error(ctx, term, e)?,

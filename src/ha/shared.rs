@@ -49,6 +49,8 @@ pub struct View {
     /// Live members, the primary included.
     pub members: Vec<MemberView>,
     pub etcd_reachable: bool,
+    /// The paused key exists (`HA_PAUSE`).
+    pub paused: bool,
 }
 
 /// Why a primary stepped down: the `reason` label of `svc_ha_demotions_total`.
@@ -101,6 +103,8 @@ pub struct Shared {
     want: Mutex<(u64, Option<Want>)>,
     report: Mutex<Report>,
     view: Mutex<View>,
+    /// `HA_PAUSE` / `HA_RESUME` asked of the HA thread (`pause`).
+    pub pause: super::pause::Requests,
 }
 
 impl Shared {

@@ -37,7 +37,7 @@ pub fn json(shared: &Shared, state: &ReplState) -> Value {
         "primary": view.primary,
         "primary_addr": view.primary_addr,
         "lease_remaining_ms": remaining_ms,
-        "paused": false,
+        "paused": view.paused,
         "sync_set": sync_set,
         "blocked_reason": view.blocked_reason,
         "etcd_reachable": view.etcd_reachable,

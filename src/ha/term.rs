@@ -183,6 +183,10 @@ impl Term {
             })
             .collect();
         let heads = primary_heads(&snap.members, &me.positions);
+        if snap.paused {
+            self.block("automatic failover is paused (HA_PAUSE; HA_RESUME restarts it)".into());
+            return Ok(());
+        }
         match elect::may_campaign(&me, &others, &heads, ctx.rules) {
             Ok(()) => self.campaign(ctx, s, &snap).await,
             Err(why) => {
@@ -277,6 +281,7 @@ impl Term {
             v.blocked_reason = blocked;
             v.members = members;
             v.etcd_reachable = true;
+            v.paused = snap.paused;
         });
     }
 }

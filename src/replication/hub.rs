@@ -383,6 +383,9 @@ impl Hub {
         let v = match op {
             Op::ReplicationStatus => self.status().await?,
             Op::Promote => promote::promote(self).await?,
+            Op::HaPause | Op::HaResume => {
+                crate::ha::pause::op(self.ha.as_deref(), op == Op::HaPause).await?
+            }
             _ => return Err(internal("not a replication op")),
         };
         serde_json::to_vec(&v).map_err(|e| internal(&e.to_string()))

@@ -85,7 +85,7 @@ pub async fn start(
             Ok(router.start(fanout::DEFINITIONS_SHARD, call).await)
         }
         (Route::AllShards, _) => all_shards(op, owned(), front),
-        (Route::Control, Op::ReplicationStatus | Op::Promote) => {
+        (Route::Control, Op::ReplicationStatus | Op::Promote | Op::HaPause | Op::HaResume) => {
             Ok(control(op, params, front).await)
         }
         _ => Err(no_dispatcher()),
