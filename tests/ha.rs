@@ -772,3 +772,44 @@ fn ha_pause_holds_the_election_until_ha_resume() {
     let e = plain.client().call("HA_PAUSE", json!({})).unwrap_err();
     assert_eq!(e.code(), Some("BAD_REQUEST"), "{e:?}");
 }
+
+/// PROMOTE {force: true} under failover: refused while a member holds the leader key; with
+/// failover paused and the primary dead (so nobody is elected by itself), it makes the member it
+/// is sent to the primary of a new epoch; a plain PROMOTE stays refused.
+#[test]
+fn promote_force_takes_the_key_only_when_nobody_holds_it() {
+    let _serial = serial();
+    let etcd = Etcd::start(3);
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let mut members: Vec<Server> = (0..3)
+        .map(|i| {
+            let cfg = member_config(&etcd, "force", &format!("n{i}"), "async");
+            Server::start_in(dirs[i].path(), &cfg).unwrap()
+        })
+        .collect();
+    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let chosen = (first + 1) % 3;
+    let old_epoch = status(members[first].addr).unwrap()["epoch"]
+        .as_u64()
+        .unwrap();
+    let mut c = members[chosen].client();
+    let e = c.call("PROMOTE", json!({})).unwrap_err();
+    assert_eq!(e.code(), Some("BAD_REQUEST"), "{e:?}");
+    let e = c.call("PROMOTE", json!({"force": true})).unwrap_err();
+    assert_eq!(e.code(), Some("BAD_REQUEST"), "{e:?}");
+    assert!(format!("{e:?}").contains("holds the leader key"), "{e:?}");
+
+    c.call("HA_PAUSE", json!({})).unwrap();
+    members[first].kill();
+    std::thread::sleep(Duration::from_millis(2 * TTL_MS));
+    let r = c.call("PROMOTE", json!({"force": true})).unwrap();
+    assert_eq!(r["role"], "primary", "{r}");
+    assert!(r["epoch"].as_u64().unwrap() > old_epoch, "{r}");
+    let alive: Vec<usize> = (0..3).filter(|&i| i != first).collect();
+    let survivors: Vec<&Server> = alive.iter().map(|&i| &members[i]).collect();
+    let p = one_primary(&survivors, Duration::from_secs(10));
+    assert_eq!(alive[p], chosen, "the forced member is the primary");
+    // It takes writes.
+    put_order_machine(&mut c);
+    c.call("HA_RESUME", json!({})).unwrap();
+}

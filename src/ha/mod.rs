@@ -13,13 +13,13 @@
 //!   campaign (pure); `session`: one etcd session; `term`: the decisions; `shared`: the thread
 //!   ↔ executor exchange; `driver`: the executor's side; `clock`: CLOCK_BOOTTIME.
 
+pub mod admin;
 pub mod clock;
 pub mod config;
 pub mod driver;
 pub mod elect;
 pub mod fence;
 pub mod keys;
-pub mod pause;
 mod session;
 pub mod shared;
 pub mod status;

@@ -251,7 +251,7 @@ async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String
                 Err(e) => note_error(ctx, term, e)?,
             }
         }
-        super::pause::carry_out(ctx, s).await;
+        super::admin::carry_out_pauses(ctx, s).await;
         match s.read(ctx).await {
             Ok(snap) => term.decide(ctx, s, snap).await?,
             Err(e) => note_error(ctx, term, e)?,

@@ -103,8 +103,8 @@ pub struct Shared {
     want: Mutex<(u64, Option<Want>)>,
     report: Mutex<Report>,
     view: Mutex<View>,
-    /// `HA_PAUSE` / `HA_RESUME` asked of the HA thread (`pause`).
-    pub pause: super::pause::Requests,
+    /// `HA_PAUSE`, `HA_RESUME` and `PROMOTE {force}` asked of the HA thread (`admin`).
+    pub admin: super::admin::Requests,
 }
 
 impl Shared {

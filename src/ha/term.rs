@@ -25,6 +25,8 @@ pub struct Term {
     absent_since: Option<i64>,
     /// Why this member does not campaign now.
     blocked: Option<String>,
+    /// Tickets of `PROMOTE {force: true}` waiting for this member to campaign (`admin`).
+    forcing: Vec<u64>,
 }
 
 impl Term {
@@ -35,6 +37,7 @@ impl Term {
             lease_deadline: 0,
             absent_since: None,
             blocked: None,
+            forcing: Vec::new(),
         }
     }
 
@@ -88,6 +91,12 @@ impl Term {
         snap: Snapshot,
     ) -> Result<(), String> {
         self.publish_view(ctx, &snap);
+        let asked = ctx.shared.admin.take(true);
+        self.forcing
+            .extend(asked.into_iter().map(|(ticket, _)| ticket));
+        if let Some((leader, _, _)) = &snap.leader {
+            self.refuse_forcing(ctx, leader);
+        }
         if self.leading && boottime_ns() >= self.lease_deadline {
             self.step_down(
                 ctx,
@@ -183,6 +192,10 @@ impl Term {
             })
             .collect();
         let heads = primary_heads(&snap.members, &me.positions);
+        if !self.forcing.is_empty() {
+            log::warn!("ha: PROMOTE {{force: true}}: campaigning without the eligibility rules");
+            return self.campaign(ctx, s, &snap).await;
+        }
         if snap.paused {
             self.block("automatic failover is paused (HA_PAUSE; HA_RESUME restarts it)".into());
             return Ok(());
@@ -257,7 +270,26 @@ impl Term {
         ctx.shared.stats.failovers.fetch_add(1, Relaxed);
         ctx.shared.decide(Want::Lead { epoch });
         log::info!("ha: won the election: epoch {epoch}");
+        for ticket in self.forcing.drain(..) {
+            ctx.shared.admin.finish(ticket, Ok(epoch));
+        }
         Ok(())
+    }
+
+    /// A member holds the leader key: forced promotions waiting here are answered (this
+    /// member's own key: done; another's: refused, a forced promotion never takes a held key).
+    fn refuse_forcing(&mut self, ctx: &Ctx, leader: &Leader) {
+        for ticket in self.forcing.drain(..) {
+            let outcome = match leader.node_id == ctx.node_id && self.leading {
+                true => Ok(leader.epoch),
+                false => Err(format!(
+                    "{} holds the leader key (epoch {}); a forced promotion takes it only when \
+                     no member does",
+                    leader.node_id, leader.epoch
+                )),
+            };
+            ctx.shared.admin.finish(ticket, outcome);
+        }
     }
 
     fn publish_view(&self, ctx: &Ctx, snap: &Snapshot) {

@@ -379,12 +379,12 @@ impl Hub {
         link
     }
 
-    async fn call(self: &Rc<Self>, op: Op) -> Result<Vec<u8>, Rejection> {
+    async fn call(self: &Rc<Self>, op: Op, params: Option<Vec<u8>>) -> Result<Vec<u8>, Rejection> {
         let v = match op {
             Op::ReplicationStatus => self.status().await?,
-            Op::Promote => promote::promote(self).await?,
+            Op::Promote => promote::promote(self, params.as_deref()).await?,
             Op::HaPause | Op::HaResume => {
-                crate::ha::pause::op(self.ha.as_deref(), op == Op::HaPause).await?
+                crate::ha::admin::pause_op(self.ha.as_deref(), op == Op::HaPause).await?
             }
             _ => return Err(internal("not a replication op")),
         };
@@ -427,11 +427,11 @@ async fn serve_front(hub: std::rc::Weak<Hub>, front: usize, rx: ConnectedReceive
             }
             Up::Frame { link, payload } => hub.on_ack(link, &payload).await,
             Up::Closed { link } => hub.remove_link(link),
-            Up::Call { token, op, .. } => {
+            Up::Call { token, op, params } => {
                 // PROMOTE can take a while (epoch records): answer from a task of its own.
                 let hub2 = hub.clone();
                 glommio::spawn_local(async move {
-                    let result = hub2.call(op).await;
+                    let result = hub2.call(op, params).await;
                     hub2.down(front, Down::Answer { token, result }).await;
                 })
                 .detach();

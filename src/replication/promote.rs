@@ -16,13 +16,20 @@ use crate::shard::{ReplyBody, ShardCall};
 /// How long PROMOTE waits for the follower to stop.
 const FOLLOWER_STOP_WAIT: Duration = Duration::from_secs(10);
 
-pub async fn promote(hub: &Rc<Hub>) -> Result<Value, Rejection> {
+pub async fn promote(hub: &Rc<Hub>, params: Option<&[u8]>) -> Result<Value, Rejection> {
     if hub.state.ha() {
-        return Err(Rejection::new(
-            ErrorCode::BadRequest,
-            "PROMOTE is refused with ha.enabled: etcd elects the primary (docs/ha.md); \
-             PROMOTE {force:true} is not built yet",
-        ));
+        let force = params
+            .and_then(|p| serde_json::from_slice::<Value>(p).ok())
+            .is_some_and(|p| p["force"] == true);
+        return match (force, hub.ha.as_deref()) {
+            (true, Some(shared)) => crate::ha::admin::force_op(shared, &hub.state).await,
+            _ => Err(Rejection::new(
+                ErrorCode::BadRequest,
+                "PROMOTE is refused with ha.enabled: etcd elects the primary (docs/ha.md); \
+                 PROMOTE {force: true} takes the leader key when no member holds it, skipping \
+                 the eligibility rules",
+            )),
+        };
     }
     match hub.state.role() {
         Some(Role::Replica) => {}
