@@ -228,3 +228,43 @@ fn tuning_files_match_the_drain_timing() {
         "TimeoutStopSec={stop} s must exceed network.drain_timeout_ms = {drain} ms"
     );
 }
+
+/// The failover cluster's balancer files: HAProxy accepts tuning/haproxy-ha.cfg (tests/ha.rs
+/// runs it through a failover), and both it and the Envoy file (not runnable here) check the
+/// role endpoints and send PROXY v2.
+#[test]
+fn the_failover_balancer_files_check_the_role_endpoints() {
+    let tuning = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tuning");
+    let out = Command::new(tools::haproxy())
+        .arg("-c")
+        .arg("-f")
+        .arg(tuning.join("haproxy-ha.cfg"))
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "haproxy -c: {text}");
+    let haproxy = std::fs::read_to_string(tuning.join("haproxy-ha.cfg")).unwrap();
+    let envoy = std::fs::read_to_string(tuning.join("envoy-ha.yaml")).unwrap();
+    for (name, text, primary, replica) in [
+        (
+            "haproxy-ha.cfg",
+            &haproxy,
+            "uri /health/primary",
+            "uri /health/replica",
+        ),
+        (
+            "envoy-ha.yaml",
+            &envoy,
+            "path: /health/primary",
+            "path: /health/replica",
+        ),
+    ] {
+        assert!(text.contains(primary), "{name} checks /health/primary");
+        assert!(text.contains(replica), "{name} checks /health/replica");
+    }
+    assert!(haproxy.contains("on-marked-down shutdown-sessions"));
+    assert!(haproxy.contains("send-proxy-v2"));
+    assert!(envoy.contains("close_connections_on_host_health_failure: true"));
+    assert!(envoy.contains("version: V2"));
+}
