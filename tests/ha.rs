@@ -812,4 +812,32 @@ fn promote_force_takes_the_key_only_when_nobody_holds_it() {
     // It takes writes.
     put_order_machine(&mut c);
     c.call("HA_RESUME", json!({})).unwrap();
+    // The epoch history names both terms, the new one with its start offsets once written.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let st = status(members[chosen].addr).unwrap();
+        let history = st["ha"]["history"].as_array().cloned().unwrap_or_default();
+        let terms: Vec<(u64, String, usize)> = (history.iter())
+            .map(|h| {
+                let offsets = h["start_offsets"].as_array().map_or(0, Vec::len);
+                (
+                    h["epoch"].as_u64().unwrap(),
+                    h["node_id"].as_str().unwrap().to_string(),
+                    offsets,
+                )
+            })
+            .collect();
+        let want_last = (r["epoch"].as_u64().unwrap(), format!("n{chosen}"), 1);
+        if terms.last() == Some(&want_last) {
+            assert!(
+                terms
+                    .iter()
+                    .any(|t| t.0 == old_epoch && t.1 == format!("n{first}")),
+                "the first term is in the history: {terms:?}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "history: {terms:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -36,6 +36,18 @@ impl Keys {
         format!("{}paused", self.prefix)
     }
 
+    /// One per term: who led it, from when and from which offsets (`History`). One key per
+    /// election, kept (a few hundred bytes each).
+    pub fn history(&self, epoch: u64) -> String {
+        format!("{}history/{epoch:020}", self.prefix)
+    }
+
+    /// Whether `key` is a history key.
+    pub fn is_history(&self, key: &str) -> bool {
+        key.strip_prefix(&self.prefix)
+            .is_some_and(|k| k.starts_with("history/"))
+    }
+
     /// One per live member, on its lease.
     pub fn member(&self, node_id: &str) -> String {
         format!("{}members/{node_id}", self.prefix)
@@ -45,6 +57,19 @@ impl Keys {
     pub fn member_of<'a>(&self, key: &'a str) -> Option<&'a str> {
         key.strip_prefix(&self.prefix)?.strip_prefix("members/")
     }
+}
+
+/// A history key's value: the term of `epoch`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct History {
+    pub epoch: u64,
+    pub node_id: String,
+    /// Wall clock when the campaign transaction committed.
+    pub started_at_ms: u64,
+    /// Per shard, the durable head once the term's epoch records were written (empty until the
+    /// new primary has them).
+    #[serde(default)]
+    pub start_offsets: Vec<u64>,
 }
 
 /// The leader key's value.

@@ -46,6 +46,8 @@ pub struct Snapshot {
     pub members: Vec<(Member, i64)>,
     /// The paused key exists (`HA_PAUSE`): nobody campaigns.
     pub paused: bool,
+    /// The terms' history keys, oldest first.
+    pub history: Vec<super::keys::History>,
 }
 
 /// A connected session: the client, its lease and the lease's keep-alive stream.
@@ -107,6 +109,7 @@ impl Session {
             epoch: (0, 0),
             members: Vec::new(),
             paused: false,
+            history: Vec::new(),
         };
         let leader_key = ctx.keys.leader();
         let epoch_key = ctx.keys.epoch();
@@ -125,6 +128,10 @@ impl Session {
                 snap.epoch = (v, kv.mod_revision());
             } else if key == paused_key {
                 snap.paused = true;
+            } else if ctx.keys.is_history(key) {
+                if let Ok(h) = serde_json::from_slice(kv.value()) {
+                    snap.history.push(h); // keys sort by their zero-padded epoch
+                }
             } else if ctx.keys.member_of(key).is_some() {
                 if let Ok(m) = serde_json::from_slice(kv.value()) {
                     snap.members.push((m, kv.mod_revision()));

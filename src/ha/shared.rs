@@ -51,7 +51,12 @@ pub struct View {
     pub etcd_reachable: bool,
     /// The paused key exists (`HA_PAUSE`).
     pub paused: bool,
+    /// The newest terms (at most `HISTORY_SHOWN`), oldest first.
+    pub history: Vec<super::keys::History>,
 }
+
+/// How many terms `REPLICATION_STATUS.ha.history` shows.
+pub const HISTORY_SHOWN: usize = 20;
 
 /// Why a primary stepped down: the `reason` label of `svc_ha_demotions_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -45,5 +45,6 @@ pub fn json(shared: &Shared, state: &ReplState) -> Value {
         "failovers": shared.stats.failovers.load(Relaxed),
         "demotions": demotions,
         "etcd_errors": shared.stats.etcd_errors.load(Relaxed),
+        "history": view.history,
     })
 }

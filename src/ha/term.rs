@@ -9,7 +9,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 use super::clock::boottime_ns;
 use super::elect::{self, Seen};
-use super::keys::{Leader, Member};
+use super::keys::{History, Leader, Member};
 use super::session::{call, Session, Snapshot};
 use super::shared::{Demotion, MemberView, Want};
 use super::Ctx;
@@ -27,6 +27,10 @@ pub struct Term {
     blocked: Option<String>,
     /// Tickets of `PROMOTE {force: true}` waiting for this member to campaign (`admin`).
     forcing: Vec<u64>,
+    /// This term's history key has its start offsets.
+    history_done: bool,
+    /// When this member's current term began (wall clock, ms).
+    started_at_ms: u64,
 }
 
 impl Term {
@@ -38,6 +42,8 @@ impl Term {
             absent_since: None,
             blocked: None,
             forcing: Vec::new(),
+            history_done: false,
+            started_at_ms: 0,
         }
     }
 
@@ -145,6 +151,22 @@ impl Term {
     async fn keep_leading(&mut self, ctx: &Ctx, s: &mut Session, rev: i64) -> Result<(), String> {
         let gen = ctx.shared.decide(Want::Lead { epoch: self.epoch });
         let report = ctx.shared.report();
+        if report.done == gen && report.leading && !report.lead_failed && !self.history_done {
+            // The epoch records are durable: the term's start offsets go into its history key.
+            let history = History {
+                epoch: self.epoch,
+                node_id: ctx.node_id.clone(),
+                started_at_ms: self.started_at_ms,
+                start_offsets: report.positions.clone(),
+            };
+            let value = serde_json::to_vec(&history).map_err(|e| e.to_string())?;
+            call(
+                "put history",
+                s.client.put(ctx.keys.history(self.epoch), value, None),
+            )
+            .await?;
+            self.history_done = true;
+        }
         if report.done == gen && report.lead_failed {
             self.step_down(
                 ctx,
@@ -246,6 +268,14 @@ impl Term {
             epoch,
         };
         let value = serde_json::to_vec(&leader).map_err(|e| e.to_string())?;
+        let started_at_ms = crate::util::time::now_ms();
+        let history = History {
+            epoch,
+            node_id: ctx.node_id.clone(),
+            started_at_ms,
+            start_offsets: Vec::new(),
+        };
+        let history = serde_json::to_vec(&history).map_err(|e| e.to_string())?;
         let txn = Txn::new()
             .when([
                 Compare::create_revision(ctx.keys.leader(), CompareOp::Equal, 0),
@@ -258,12 +288,15 @@ impl Term {
                     Some(PutOptions::new().with_lease(s.lease)),
                 ),
                 TxnOp::put(ctx.keys.epoch(), epoch.to_string(), None),
+                TxnOp::put(ctx.keys.history(epoch), history, None),
             ]);
         if !call("campaign txn", s.client.txn(txn)).await?.succeeded() {
             return Ok(()); // someone else moved first: the next read shows who
         }
         self.leading = true;
         self.epoch = epoch;
+        self.started_at_ms = started_at_ms;
+        self.history_done = false;
         self.blocked = None;
         ctx.state.set_lease_until(self.lease_deadline);
         ctx.state.set_primary(Some(ctx.addr.clone()));
@@ -314,6 +347,11 @@ impl Term {
             v.members = members;
             v.etcd_reachable = true;
             v.paused = snap.paused;
+            let skip = snap
+                .history
+                .len()
+                .saturating_sub(super::shared::HISTORY_SHOWN);
+            v.history = snap.history[skip..].to_vec();
         });
     }
 }
