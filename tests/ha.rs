@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
+use common::replicas::wait_converged;
 use common::scrape::{http_get, metrics_addr, scrape};
 use common::*;
 use serde_json::{json, Value};
@@ -232,25 +233,12 @@ fn assert_acked_present_once(s: &Server, acked: &[(String, u64, Instant)]) {
     }
 }
 
-/// Waits until `r` holds `p`'s log heads.
+/// Waits until `r` holds `p`'s log heads (at most 30 s).
 fn converge(p: &Server, r: &Server) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (ps, rs) = (status(p.addr), status(r.addr));
-        let same = ps
-            .as_ref()
-            .zip(rs.as_ref())
-            .is_some_and(|(a, b)| a["positions"] == b["positions"]);
-        if same {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no convergence: {ps:?} / {rs:?}\n{}",
-            r.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let statuses = || (status(p.addr), status(r.addr));
+    let same = |a: &Value, b: &Value| a["positions"] == b["positions"];
+    let (limit, every) = (Duration::from_secs(30), Duration::from_millis(100));
+    wait_converged(r, limit, every, statuses, same);
 }
 
 #[test]

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::replicas::wait_converged;
 use common::scrape::scrape;
 use common::*;
 use serde_json::{json, Value};
@@ -64,21 +65,12 @@ fn status(s: &Server) -> Value {
     s.client().call("REPLICATION_STATUS", json!({})).unwrap()
 }
 
-/// Waits until the replica's log heads equal the primary's (at most 30 s).
+/// Waits until the replica's log heads equal the primary's and it is connected (at most 30 s).
 fn converge(p: &Server, r: &Server) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (ps, rs) = (status(p), status(r));
-        if ps["positions"] == rs["positions"] && rs["connected"] == true {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no convergence:\nprimary {ps}\nreplica {rs}\nreplica log:\n{}",
-            r.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let statuses = || (Some(status(p)), Some(status(r)));
+    let same = |p: &Value, r: &Value| p["positions"] == r["positions"] && r["connected"] == true;
+    let (limit, every) = (Duration::from_secs(30), Duration::from_millis(50));
+    wait_converged(r, limit, every, statuses, same);
 }
 
 fn put_machine(c: &mut Client) {

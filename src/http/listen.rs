@@ -4,9 +4,8 @@
 //! `tls.enabled` (the client port's certificate), then serves the connection. Connections are
 //! tracked with the front's RCP1 ones, so the drain and the stop-now path cover both.
 
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::FromRawFd;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_lite::AsyncWriteExt;
@@ -15,8 +14,7 @@ use glommio::sync::Gate;
 use shards::ErrorCode;
 
 use super::response::plain;
-use crate::server::front::Front;
-use crate::server::peer;
+use crate::server::front::{ConnLimit, Front};
 use crate::tls::ServerTls;
 
 /// How long a refused connection gets to receive its 503.
@@ -48,31 +46,12 @@ fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
     let Some(http) = front.http.clone() else {
         return;
     };
-    let _ = stream.set_nodelay(true);
-    let now = http.active.fetch_add(1, Ordering::Relaxed) + 1;
-    if now > http.max_connections {
-        http.active.fetch_sub(1, Ordering::Relaxed);
-        front.stats.connection_rejected();
-        let tls = front.tls_for_new_connection();
-        glommio::spawn_local(reject(stream, http.max_connections, tls)).detach();
-        return;
-    }
-    front.stats.connection_opened();
-    let id = front.track(stream.as_raw_fd());
-    let f = front.clone();
-    let spawned = gate.spawn(async move {
-        let mut stream = stream;
-        if let Some(client) = peer::identify(&mut stream, &f).await {
-            serve(stream, f.clone(), client.addr).await;
-        }
-        f.untrack(id);
-        http.active.fetch_sub(1, Ordering::Relaxed);
-        f.stats.connection_closed();
-    });
-    match spawned {
-        Ok(task) => drop(task.detach()),
-        Err(e) => log::warn!("http: cannot serve a connection during shutdown: {e}"),
-    }
+    let limit = ConnLimit {
+        active: &http.active,
+        max: http.max_connections,
+    };
+    let refused = "http: cannot serve a connection during shutdown";
+    crate::server::front::admit(front, gate, stream, limit, serve, reject, refused);
 }
 
 /// With TLS on, the handshake first (bounded); a failed one closes this connection only.

@@ -56,7 +56,7 @@ pub struct Settings {
     /// `http.max_connections`, across fronts.
     pub max_connections: u64,
     /// HTTP connections open now, across fronts.
-    pub active: AtomicU64,
+    pub active: Arc<AtomicU64>,
 }
 
 impl Settings {
@@ -66,7 +66,7 @@ impl Settings {
             hosts: guard::Hosts::new(bound, &config.allowed_hosts),
             console: config.console,
             max_connections: u64::from(config.max_connections),
-            active: AtomicU64::new(0),
+            active: Arc::new(AtomicU64::new(0)),
         })
     }
 }

@@ -11,6 +11,7 @@ use smdb_protocol::op::HttpReply;
 
 use super::call::{self, Call};
 use super::conn::{answer, Conn, Flow, Pending};
+use super::console;
 use super::guard;
 use super::parse::Head;
 use super::response::{plain, Response};
@@ -57,41 +58,41 @@ pub(super) async fn handle(
     let close = head.close;
     let fail = |op: Op, resp: Response| {
         answer(conn, front, op, started, resp, close);
-        if close {
-            Flow::Close
-        } else {
-            Flow::Continue
-        }
+        flow(close)
     };
-    let Some(http) = front.http.clone() else {
-        return fail(
-            Op::Unknown,
-            plain(404, ErrorCode::NotFound, "HTTP is not enabled"),
-        );
+    let (target, op, reply, path) = match route(&head, conn, front) {
+        Ok((target, Routed::Op { op, reply, params })) => (target, op, reply, params),
+        Ok((_, Routed::Asset(asset))) => return console_file(asset, &head, conn),
+        Err(resp) => return fail(Op::Unknown, resp),
     };
-    if let Err(resp) = guard::check(&head, &http.hosts, conn.tls) {
-        return fail(Op::Unknown, resp);
+    let op = call::op_for(op, reply, &target);
+    match start(op, reply, &path, &target, body, &head, conn, front).await {
+        Ok(s) => queue(s, reply, started, close, conn),
+        Err(resp) => fail(op, resp),
     }
-    let target = match parse_target(&head.target) {
-        Ok(t) => t,
-        Err(why) => return fail(Op::Unknown, plain(400, ErrorCode::BadRequest, why)),
+}
+
+/// The reader's next step after a response: `close` ends the connection after it.
+fn flow(close: bool) -> Flow {
+    if close {
+        Flow::Close
+    } else {
+        Flow::Continue
+    }
+}
+
+/// The request's checks (HTTP on, `Host`/`Origin`, a valid target) and its route; `Err` is the
+/// response that refuses it.
+fn route(head: &Head, conn: &Conn, front: &Front) -> Result<(Target, Routed), Response> {
+    let Some(http) = front.http.as_ref() else {
+        return Err(plain(404, ErrorCode::NotFound, "HTTP is not enabled"));
     };
-    let (op, reply, path) = match router::route(&head.method, &target.segments, http.console) {
-        Ok(Routed::Op { op, reply, params }) => (op, reply, params),
-        Ok(Routed::Asset(asset)) => {
-            // Console files are not ops: not counted as requests.
-            let mut resp = Response::json(200, asset.body.as_bytes().to_vec());
-            resp.content_type = asset.content_type;
-            resp.console = true;
-            resp.head_only = head.method == "HEAD";
-            let mut bytes = Vec::new();
-            resp.encode(&mut bytes, close);
-            conn.push(Pending::Ready { bytes, close });
-            return if close { Flow::Close } else { Flow::Continue };
-        }
-        Err(RouteError::NotFound) => {
-            return fail(Op::Unknown, plain(404, ErrorCode::NotFound, "no such path"));
-        }
+    guard::check(head, &http.hosts, conn.tls)?;
+    let target =
+        parse_target(&head.target).map_err(|why| plain(400, ErrorCode::BadRequest, why))?;
+    match router::route(&head.method, &target.segments, http.console) {
+        Ok(routed) => Ok((target, routed)),
+        Err(RouteError::NotFound) => Err(plain(404, ErrorCode::NotFound, "no such path")),
         Err(RouteError::MethodNotAllowed(allow)) => {
             let msg = format!(
                 "{} is not allowed here; use {}",
@@ -99,39 +100,46 @@ pub(super) async fn handle(
                 allow.join(", ")
             );
             let resp = plain(405, ErrorCode::MethodNotAllowed, msg).with("Allow", allow.join(", "));
-            return fail(Op::Unknown, resp);
+            Err(resp)
         }
-    };
-    let op = call::op_for(op, reply, &target);
-    match start(op, reply, &path, &target, body, &head, conn, front).await {
-        Ok(s) => {
-            let waiting = Box::new(Waiting {
-                op: s.call.op,
-                slot: s.slot,
-                started,
-                instance_id: s.instance_id,
-                if_match: s.call.if_match,
-                diagram: s.call.diagram,
-                close: close || reply == HttpReply::Stream,
-                stream_token: s.digest,
-                scopes: (s.call.op == Op::Info).then_some(s.scopes),
-            });
-            match reply {
-                HttpReply::Stream => {
-                    conn.push(Pending::Stream(waiting));
-                    Flow::Stream
-                }
-                _ => {
-                    conn.push(Pending::Reply(waiting));
-                    if close {
-                        Flow::Close
-                    } else {
-                        Flow::Continue
-                    }
-                }
-            }
+    }
+}
+
+/// A console file. Console files are not ops: not counted as requests.
+fn console_file(asset: &console::Asset, head: &Head, conn: &Conn) -> Flow {
+    let close = head.close;
+    let mut resp = Response::json(200, asset.body.as_bytes().to_vec());
+    resp.content_type = asset.content_type;
+    resp.console = true;
+    resp.head_only = head.method == "HEAD";
+    let mut bytes = Vec::new();
+    resp.encode(&mut bytes, close);
+    conn.push(Pending::Ready { bytes, close });
+    flow(close)
+}
+
+/// Queues a started op, whose reply becomes the response (or starts the event stream).
+fn queue(s: Started, reply: HttpReply, started: Instant, close: bool, conn: &Conn) -> Flow {
+    let waiting = Box::new(Waiting {
+        op: s.call.op,
+        slot: s.slot,
+        started,
+        instance_id: s.instance_id,
+        if_match: s.call.if_match,
+        diagram: s.call.diagram,
+        close: close || reply == HttpReply::Stream,
+        stream_token: s.digest,
+        scopes: (s.call.op == Op::Info).then_some(s.scopes),
+    });
+    match reply {
+        HttpReply::Stream => {
+            conn.push(Pending::Stream(waiting));
+            Flow::Stream
         }
-        Err(resp) => fail(op, resp),
+        _ => {
+            conn.push(Pending::Reply(waiting));
+            flow(close)
+        }
     }
 }
 

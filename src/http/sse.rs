@@ -40,6 +40,21 @@ pub(super) async fn run<W: AsyncWrite + Unpin>(
     conn: &Conn,
     front: &Front,
 ) {
+    let Some((result, subscription)) = watched(w, &start, front).await else {
+        return;
+    };
+    let out = head(&result);
+    front.router.subs.announce(subscription);
+    pump(w, out, conn, front, start.stream_token).await;
+}
+
+/// The WATCH's reply, counted as completed: its result and subscription; a refusal is
+/// written as the response (`None`: the stream never starts).
+async fn watched<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    start: &Waiting,
+    front: &Front,
+) -> Option<(Vec<u8>, u64)> {
     let reply = start.slot.wait().await;
     let (result, subscription) = match reply {
         Ok(ReplyBody::Watch {
@@ -62,7 +77,7 @@ pub(super) async fn run<W: AsyncWrite + Unpin>(
             let mut out = Vec::new();
             resp.encode(&mut out, true);
             let _ = w.write_all(&out).await;
-            return;
+            return None;
         }
     };
     completed(
@@ -72,8 +87,19 @@ pub(super) async fn run<W: AsyncWrite + Unpin>(
         start.started,
         None,
     );
-    let mut out = head(&result);
-    front.router.subs.announce(subscription);
+    Some((result, subscription))
+}
+
+/// Writes the stream: `out` (the head) first, then the subscription's events and the
+/// keep-alives, until the subscription or the client ends, the drain, or a reload that takes
+/// `token`'s read scope away.
+async fn pump<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    mut out: Vec<u8>,
+    conn: &Conn,
+    front: &Front,
+    token: Option<Digest>,
+) {
     let generation = front.live.generation();
     let mut keepalive = Instant::now() + STREAM_KEEPALIVE;
     // One timer at a time, kept across wake-ups (a timer made and dropped per event would
@@ -92,7 +118,7 @@ pub(super) async fn run<W: AsyncWrite + Unpin>(
         if conn.subs.is_empty() || conn.reader_done.get() || front.drain.stopping() {
             return;
         }
-        if front.live.generation() != generation && !still_allowed(front, start.stream_token) {
+        if front.live.generation() != generation && !still_allowed(front, token) {
             log::info!("event stream ended: its token was removed or lost the read scope");
             conn.subs.end_all(&front.router.subs);
             return;

@@ -299,6 +299,35 @@ async fn send_parts(
     shard: usize,
     oldest: u64,
 ) -> Result<u64, String> {
+    usable(hub, link, snap, shard, oldest).await?;
+    let offset = snap.offset();
+    log::info!(
+        "replica {}: shard {shard}: sending the snapshot at offset {offset} ({} bytes, format {}): its position was compacted away",
+        link.replica_id,
+        snap.len(),
+        snap.version()
+    );
+    let info = wire::SnapshotInfo {
+        shard: shard as u32,
+        epoch: hub.state.epoch(),
+        offset,
+        version: snap.version(),
+        bytes: snap.len(),
+        crc: snap.crc(),
+    };
+    send_part_frames(hub, link, snap, &info, shard).await?;
+    Ok(offset)
+}
+
+/// Refuses a snapshot the replica cannot start from: older than the oldest entry kept, or in
+/// a format it does not read (an `error` frame tells the replica).
+async fn usable(
+    hub: &Hub,
+    link: &Link,
+    snap: &SnapshotStream,
+    shard: usize,
+    oldest: u64,
+) -> Result<(), String> {
     let offset = snap.offset();
     if offset + 1 < oldest {
         return Err(format!(
@@ -314,30 +343,20 @@ async fn send_parts(
         );
         let mut out = Vec::new();
         wire::error_frame(&mut out, hub.state.epoch(), &why);
-        hub.down(
-            link.front,
-            Down::Frames {
-                link: link.id,
-                bytes: out,
-            },
-        )
-        .await;
+        let _ = send(hub, link, out).await;
         return Err(why);
     }
-    log::info!(
-        "replica {}: shard {shard}: sending the snapshot at offset {offset} ({} bytes, format {}): its position was compacted away",
-        link.replica_id,
-        snap.len(),
-        snap.version()
-    );
-    let info = wire::SnapshotInfo {
-        shard: shard as u32,
-        epoch: hub.state.epoch(),
-        offset,
-        version: snap.version(),
-        bytes: snap.len(),
-        crc: snap.crc(),
-    };
+    Ok(())
+}
+
+/// The snapshot's bytes in `SNAPSHOT_PART_BYTES` parts, one frame each, the last one marked.
+async fn send_part_frames(
+    hub: &Hub,
+    link: &Link,
+    snap: &mut SnapshotStream,
+    info: &wire::SnapshotInfo,
+    shard: usize,
+) -> Result<(), String> {
     let read = |e| format!("shard {shard}: reading the snapshot: {e}");
     let mut next = snap
         .next_part(wire::SNAPSHOT_PART_BYTES)
@@ -355,22 +374,11 @@ async fn send_parts(
         };
         let last = next.is_none();
         let mut out = Vec::new();
-        wire::snapshot_frame(&mut out, &info, part, last, &data);
-        if !hub
-            .down(
-                link.front,
-                Down::Frames {
-                    link: link.id,
-                    bytes: out,
-                },
-            )
-            .await
-        {
-            return Err("front gone".into());
-        }
+        wire::snapshot_frame(&mut out, info, part, last, &data);
+        send(hub, link, out).await?;
         link.last_ack.set(Instant::now());
         if last {
-            return Ok(offset);
+            return Ok(());
         }
         part += 1;
     }

@@ -3,6 +3,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -173,7 +175,14 @@ pub async fn run(setup: FrontSetup) {
         .await;
         match accepted {
             Err(byte) => break byte,
-            Ok(Ok(stream)) => admit(&front, &gate, stream),
+            Ok(Ok(stream)) => {
+                let limit = ConnLimit {
+                    active: &front.active,
+                    max: front.limits.max_connections,
+                };
+                let refused = "cannot serve connection during shutdown";
+                admit(&front, &gate, stream, limit, serve_stream, reject, refused);
+            }
             Ok(Err(e)) => {
                 log::warn!("front {}: accept failed: {e}", setup.index);
                 glommio::timer::sleep(Duration::from_millis(10)).await;
@@ -208,38 +217,63 @@ pub async fn run(setup: FrontSetup) {
     log::debug!("front {} stopped", setup.index);
 }
 
-fn admit(front: &Rc<Front>, gate: &Gate, stream: TcpStream) {
+/// One listener's connection limit: the count of its open connections (across fronts) and
+/// the most it may reach.
+pub(crate) struct ConnLimit<'a> {
+    pub active: &'a Arc<AtomicU64>,
+    pub max: u64,
+}
+
+/// Admits one accepted connection (RCP1 or HTTP): over `limit`, counts a rejection and sends
+/// `reject`'s refusal; otherwise counts it open, tracks it for the drain, and serves it in the
+/// gate (`serve` after `peer::identify`), counting it closed when it ends. `refused` is the
+/// warning logged when the gate is closed (shutdown).
+pub(crate) fn admit<S, SF, R, RF>(
+    front: &Rc<Front>,
+    gate: &Gate,
+    stream: TcpStream,
+    limit: ConnLimit<'_>,
+    serve: S,
+    reject: R,
+    refused: &'static str,
+) where
+    S: FnOnce(TcpStream, Rc<Front>, SocketAddr) -> SF + 'static,
+    SF: Future<Output = ()>,
+    R: FnOnce(TcpStream, u64, Option<ServerTls>) -> RF,
+    RF: Future<Output = ()> + 'static,
+{
     let _ = stream.set_nodelay(true);
-    let now = front.active.fetch_add(1, Ordering::Relaxed) + 1;
-    if now > front.limits.max_connections {
-        front.active.fetch_sub(1, Ordering::Relaxed);
+    let now = limit.active.fetch_add(1, Ordering::Relaxed) + 1;
+    if now > limit.max {
+        limit.active.fetch_sub(1, Ordering::Relaxed);
         front.stats.connection_rejected();
         let tls = front.tls_for_new_connection();
-        glommio::spawn_local(reject(stream, front.limits.max_connections, tls)).detach();
+        glommio::spawn_local(reject(stream, limit.max, tls)).detach();
         return;
     }
     front.stats.connection_opened();
     let id = front.track(stream.as_raw_fd());
     let f = front.clone();
+    let active = limit.active.clone();
     let spawned = gate.spawn(async move {
         let mut stream = stream;
         if let Some(client) = peer::identify(&mut stream, &f).await {
-            serve_stream(stream, f.clone(), client.addr).await;
+            serve(stream, f.clone(), client.addr).await;
         }
         f.untrack(id);
-        f.active.fetch_sub(1, Ordering::Relaxed);
+        active.fetch_sub(1, Ordering::Relaxed);
         f.stats.connection_closed();
     });
     match spawned {
         Ok(task) => drop(task.detach()),
-        Err(e) => log::warn!("cannot serve connection during shutdown: {e}"),
+        Err(e) => log::warn!("{refused}: {e}"),
     }
 }
 
 /// Serves one accepted connection: with TLS on, the handshake first (in this connection's
 /// task, bounded by the handshake timeout); a failed handshake closes this connection only.
 /// `client` is the connection's client (from the PROXY header when there is one).
-async fn serve_stream(stream: TcpStream, front: Rc<Front>, client: std::net::SocketAddr) {
+async fn serve_stream(stream: TcpStream, front: Rc<Front>, client: SocketAddr) {
     let Some(tls) = front.tls_for_new_connection() else {
         return connection::serve(stream, front).await;
     };

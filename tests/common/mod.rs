@@ -5,6 +5,7 @@
 pub mod cdp;
 pub mod etcd;
 pub mod http;
+pub mod replicas;
 pub mod scrape;
 pub mod tools;
 

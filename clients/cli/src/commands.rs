@@ -85,13 +85,17 @@ fn read_file(path: &str, what: &str) -> Result<String, CliError> {
 /// Runs `cmd`, printing its result to `out`.
 pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), CliError> {
     match cmd {
-        Command::Ping => {
-            let r = s.value(|c| c.ping())?;
-            out.result("PING", &r)
-        }
-        Command::Info => {
-            let r = s.value(|c| c.info())?;
-            out.result("INFO", &r)
+        Command::Ping
+        | Command::Info
+        | Command::GetMachine { .. }
+        | Command::ListMachines
+        | Command::Get { .. }
+        | Command::Delete { .. }
+        | Command::History { .. }
+        | Command::Replication { .. }
+        | Command::Promote => {
+            let (op, r) = one_call(cmd, s)?;
+            out.result(op, &r)
         }
         Command::PutMachine {
             file,
@@ -102,86 +106,17 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
             let r = s.value(|c| c.put_machine(&m, v, &def))?;
             out.result("PUT_MACHINE", &r)
         }
-        Command::GetMachine {
-            machine,
-            machine_version,
-        } => {
-            let r = s.value(|c| c.get_machine(machine, *machine_version))?;
-            out.result("GET_MACHINE", &r)
-        }
         Command::Diagram {
             machine,
             machine_version,
             format,
-        } => {
-            let m = s.run(|c| c.get_machine(machine, *machine_version))?;
-            let format = smdb_diagram::Format::parse(format)
-                .ok_or_else(|| CliError::usage(format!("unknown format {format}")))?;
-            let text = smdb_diagram::render(&m.machine, &m.definition, format)
-                .map_err(|e| CliError::usage(format!("cannot draw {}: {e}", m.machine)))?;
-            // The drawing ends with its own newline: printed as the server sends it.
-            match out
-                .out
-                .write_all(text.as_bytes())
-                .and_then(|()| out.out.flush())
-            {
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
-                other => other.map_err(|e| CliError::usage(format!("cannot write: {e}"))),
-            }
-        }
-        Command::ListMachines => {
-            let r = s.value(|c| c.list_machines())?;
-            out.result("LIST_MACHINES", &r)
-        }
+        } => diagram(machine, *machine_version, format, s, out),
         Command::Create { .. } => create(cmd, s, out),
-        Command::Get { id } => {
-            let r = s.value(|c| c.get_instance(id))?;
-            out.result("GET_INSTANCE", &r)
-        }
         Command::List { .. } => list(cmd, s, out),
-        Command::Delete { id } => {
-            let r = s.value(|c| c.delete_instance(id))?;
-            out.result("DELETE_INSTANCE", &r)
-        }
         Command::Apply { .. } => apply(cmd, s, out),
-        Command::History { id, from, limit } => {
-            let r = s.value(|c| c.history(id, *from, *limit))?;
-            out.result("GET_HISTORY", &r)
-        }
         Command::Watch(args) => watch::run(args, s, out),
-        Command::Replication {
-            command: ReplicationCommand::Status,
-        } => {
-            let r = s.value(|c| c.replication_status())?;
-            out.result("REPLICATION_STATUS", &r)
-        }
-        Command::Promote => {
-            let r = s.value(|c| c.promote())?;
-            out.result("PROMOTE", &r)
-        }
-        Command::Batch { ops, best_effort } => {
-            let ops = json_arg(ops, "OPS")?;
-            if !ops.is_array() {
-                return Err(CliError::usage(format!(
-                    "OPS must be a JSON array, got {ops}"
-                )));
-            }
-            let mode = if *best_effort {
-                "best_effort"
-            } else {
-                "atomic"
-            };
-            let r = s.run(|c| c.call("BATCH", json!({"mode": mode, "ops": ops})))?;
-            out.result("BATCH", &r)
-        }
-        Command::Raw { op, params } => {
-            let p = match params {
-                Some(p) => object_arg(p, "params")?,
-                None => Value::Null,
-            };
-            let r = s.run(|c| c.call(op, p.clone()))?;
-            out.raw(&r)
-        }
+        Command::Batch { ops, best_effort } => batch(ops, *best_effort, s, out),
+        Command::Raw { op, params } => raw(op, params.as_deref(), s, out),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(*shell, &mut cmd, "smdb-cli", out.out);
@@ -191,6 +126,89 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
         Command::HashToken => hash_token(out),
         Command::Backup { verify } => verify_backup(verify, out),
     }
+}
+
+/// The subcommands that are one typed call, printed as that op's result: the op and the reply.
+fn one_call(cmd: &Command, s: &mut Session) -> Result<(&'static str, Value), CliError> {
+    Ok(match cmd {
+        Command::Ping => ("PING", s.value(|c| c.ping())?),
+        Command::Info => ("INFO", s.value(|c| c.info())?),
+        Command::GetMachine {
+            machine,
+            machine_version,
+        } => (
+            "GET_MACHINE",
+            s.value(|c| c.get_machine(machine, *machine_version))?,
+        ),
+        Command::ListMachines => ("LIST_MACHINES", s.value(|c| c.list_machines())?),
+        Command::Get { id } => ("GET_INSTANCE", s.value(|c| c.get_instance(id))?),
+        Command::Delete { id } => ("DELETE_INSTANCE", s.value(|c| c.delete_instance(id))?),
+        Command::History { id, from, limit } => {
+            ("GET_HISTORY", s.value(|c| c.history(id, *from, *limit))?)
+        }
+        Command::Replication {
+            command: ReplicationCommand::Status,
+        } => ("REPLICATION_STATUS", s.value(|c| c.replication_status())?),
+        Command::Promote => ("PROMOTE", s.value(|c| c.promote())?),
+        _ => return Err(CliError::usage("not a one-call command")),
+    })
+}
+
+/// `diagram`: the machine drawn locally from GET_MACHINE's definition.
+fn diagram(
+    machine: &str,
+    machine_version: Option<u64>,
+    format: &str,
+    s: &mut Session,
+    out: &mut Output<'_>,
+) -> Result<(), CliError> {
+    let m = s.run(|c| c.get_machine(machine, machine_version))?;
+    let format = smdb_diagram::Format::parse(format)
+        .ok_or_else(|| CliError::usage(format!("unknown format {format}")))?;
+    let text = smdb_diagram::render(&m.machine, &m.definition, format)
+        .map_err(|e| CliError::usage(format!("cannot draw {}: {e}", m.machine)))?;
+    // The drawing ends with its own newline: printed as the server sends it.
+    match out
+        .out
+        .write_all(text.as_bytes())
+        .and_then(|()| out.out.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => other.map_err(|e| CliError::usage(format!("cannot write: {e}"))),
+    }
+}
+
+/// `batch OPS [--best-effort]`: one BATCH call.
+fn batch(
+    ops: &str,
+    best_effort: bool,
+    s: &mut Session,
+    out: &mut Output<'_>,
+) -> Result<(), CliError> {
+    let ops = json_arg(ops, "OPS")?;
+    if !ops.is_array() {
+        return Err(CliError::usage(format!(
+            "OPS must be a JSON array, got {ops}"
+        )));
+    }
+    let mode = if best_effort { "best_effort" } else { "atomic" };
+    let r = s.run(|c| c.call("BATCH", json!({"mode": mode, "ops": ops})))?;
+    out.result("BATCH", &r)
+}
+
+/// `raw OP [PARAMS]`: any op, its reply printed as JSON.
+fn raw(
+    op: &str,
+    params: Option<&str>,
+    s: &mut Session,
+    out: &mut Output<'_>,
+) -> Result<(), CliError> {
+    let p = match params {
+        Some(p) => object_arg(p, "params")?,
+        None => Value::Null,
+    };
+    let r = s.run(|c| c.call(op, p.clone()))?;
+    out.raw(&r)
 }
 
 /// `backup --verify DIR`: 0 and a summary when every file holds, else exit 1 naming the first
