@@ -165,8 +165,24 @@ pub async fn run(setup: FrontSetup) {
         let accept = crate::http::listen::run(front.clone(), http.listener_fd, gate.clone());
         glommio::spawn_local(accept).detach();
     }
-    // Accept until main writes a stop byte on the shutdown socket.
-    let mut stop = loop {
+    let stop = accept(&front, &gate, listener, &mut shutdown, setup.index).await;
+    front.drain.begin();
+    drain_connections(&front, &gate, &mut shutdown, stop).await;
+    let _ = setup.drained.send(());
+    front.router.close();
+    log::debug!("front {} stopped", setup.index);
+}
+
+/// Accepts and admits RCP1 connections until main writes a stop byte on the shutdown
+/// socket; returns that byte. The listener is closed on return.
+async fn accept(
+    front: &Rc<Front>,
+    gate: &Gate,
+    listener: TcpListener,
+    shutdown: &mut UnixStream,
+    index: u32,
+) -> u8 {
+    let stop = loop {
         let accepted = futures_lite::future::or(async { Ok(listener.accept().await) }, async {
             let mut b = [drain::STOP_NOW; 1];
             let _ = shutdown.read(&mut b).await;
@@ -181,16 +197,22 @@ pub async fn run(setup: FrontSetup) {
                     max: front.limits.max_connections,
                 };
                 let refused = "cannot serve connection during shutdown";
-                admit(&front, &gate, stream, limit, serve_stream, reject, refused);
+                admit(front, gate, stream, limit, serve_stream, reject, refused);
             }
             Ok(Err(e)) => {
-                log::warn!("front {}: accept failed: {e}", setup.index);
+                log::warn!("front {index}: accept failed: {e}");
                 glommio::timer::sleep(Duration::from_millis(10)).await;
             }
         }
     };
     drop(listener);
-    front.drain.begin();
+    stop
+}
+
+/// After accepting stopped: unless `stop` is `drain::STOP_NOW`, waits until every connection
+/// closed or main says stop now; then closes the gate (shutting every socket down first when
+/// stopping now).
+async fn drain_connections(front: &Front, gate: &Gate, shutdown: &mut UnixStream, mut stop: u8) {
     if stop != drain::STOP_NOW {
         // Drain until every connection closed, or until main says stop now.
         // (Polls the open set: a `gate.close()` future must not be dropped while tasks run.)
@@ -208,13 +230,10 @@ pub async fn run(setup: FrontSetup) {
         stop = if now.await { drain::STOP_NOW } else { stop };
     }
     if stop == drain::STOP_NOW {
-        close_all(&front, &gate).await;
+        close_all(front, gate).await;
     } else {
         let _ = gate.close().await;
     }
-    let _ = setup.drained.send(());
-    front.router.close();
-    log::debug!("front {} stopped", setup.index);
 }
 
 /// One listener's connection limit: the count of its open connections (across fronts) and
