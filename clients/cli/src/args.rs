@@ -34,7 +34,8 @@ pub struct Cli {
 /// Options that apply to every command.
 #[derive(Args, Debug, Clone)]
 pub struct GlobalOpts {
-    /// Server address (host:port).
+    /// Server address (host:port), or several separated by commas (the members of a failover
+    /// cluster: writes follow the primary).
     #[arg(long, short = 'a', env = "SMDB_ADDR", default_value = DEFAULT_ADDR, global = true, help_heading = GLOBAL)]
     pub addr: String,
 

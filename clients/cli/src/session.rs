@@ -2,6 +2,13 @@
 //! each reuse and dropped when it breaks, so the REPL survives a server restart by reconnecting
 //! on the next command. A request is never resent: a connection that breaks mid-request
 //! reports the error, because a write may have been applied before the server went away.
+//!
+//! `--addr a:7401,b:7401` lists the members of a failover cluster (docs/ha.md): the session
+//! connects to the first that answers, and the client follows a follower's `READ_ONLY_MODE`
+//! to the primary it names. With several addresses the client also retries, with backoff and
+//! on the next address, what the server surely did not execute (`NO_PRIMARY`,
+//! `SHUTTING_DOWN`, a connection refused before sending) and, only for reads and writes with
+//! an idempotency key, a connection lost after sending.
 
 use std::time::Duration;
 
@@ -45,9 +52,13 @@ impl Session {
                 timeout: secs(g.timeout)?,
                 token: g.token.clone(),
                 tls: g.tls_options(),
-                // The session has its own policy: SHUTTING_DOWN is retried below, a lost
-                // connection is reported and the next command reconnects.
-                retry: smdb_client::RetryPolicy::none(),
+                // One address: the session has its own policy (SHUTTING_DOWN is retried below,
+                // a lost connection is reported and the next command reconnects). Several: the
+                // client's own, which moves between them (see the module's documentation).
+                retry: match smdb_client::blocking::parse_addrs(&g.addr).len() {
+                    0 | 1 => smdb_client::RetryPolicy::none(),
+                    _ => smdb_client::RetryPolicy::default(),
+                },
             },
             client: None,
         })

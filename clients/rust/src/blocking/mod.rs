@@ -2,6 +2,15 @@
 //! typed calls with retries, pipelining, and pushes kept apart from responses. It runs no
 //! async runtime, so it fits scripts, CLIs and threads of any service.
 //!
+//! Several addresses (`Client::connect_with("a:7401,b:7401", ..)` or `Client::connect_any`):
+//! the client connects to the first that answers and, on typed calls, follows the cluster
+//! (docs/ha.md): a follower's `READ_ONLY_MODE` naming the primary sends the request there;
+//! `NO_PRIMARY` (not maybe committed), `SHUTTING_DOWN` and a connection lost or refused before
+//! the request was written move on to the next address after a backoff, as the `RetryPolicy`
+//! allows (`RetryPolicy::failover()` rides out an election); a request that may have executed
+//! is resent only when safe (reads, writes with an idempotency key). Reads go to whichever
+//! address the client is connected to. See `retry::next_step`.
+//!
 //! Reads go through an internal buffer, so a read timeout never loses half a frame: the next
 //! read picks up where the last one stopped.
 
@@ -23,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::frame::{decode_frame, encode_frame, HEADER_LEN};
 use crate::message::{check_id, encode_request, into_result, Incoming};
 use crate::ops::{self, Request};
-use crate::retry::RetryPolicy;
+use crate::retry::{next_step, Next, RetryPolicy, Stage};
 use crate::tls::{client_config, server_name, ClientTlsOptions};
 use crate::CLIENT_FRAME_BYTES_MAX;
 
@@ -32,6 +41,38 @@ const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// Requests `pipeline` keeps in flight: hides the round trip, stays well under the server's
 /// `network.max_inflight_per_connection` (1024), so neither side ever blocks on a full socket.
 pub const PIPELINE_WINDOW: usize = 256;
+/// Redirects (`READ_ONLY_MODE` naming a primary) one typed call follows beyond its policy's
+/// tries: a follower's pointer is followed even by a client that never retries.
+const EXTRA_REDIRECTS: u32 = 2;
+
+/// The addresses of a comma-separated list (`"a:7401, b:7401"`), blanks dropped.
+pub fn parse_addrs(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Where and how a client made by `connect_with` / `connect_any` connects again.
+#[derive(Debug, Clone)]
+struct Recipe {
+    /// Never empty: `connect_any` refuses an empty list.
+    addrs: Vec<String>,
+    /// The index in `addrs` of the connection in use.
+    at: usize,
+    opts: ConnectOptions,
+}
+
+/// Where a typed call reconnects before sending.
+enum Target {
+    /// The address in use first, then the others.
+    Same,
+    /// The next address first, then the others (the one in use last).
+    Next,
+    /// This address only (a primary a follower named).
+    Addr(String),
+}
 
 /// How `Client::connect_with` connects (and reconnects).
 #[derive(Debug, Clone)]
@@ -80,7 +121,7 @@ pub struct Client {
     hello: Option<Value>,
     /// Where and how to connect again (clients made by `connect_with`); `None`: a lost
     /// connection is final and typed calls are not retried.
-    recipe: Option<(String, ConnectOptions)>,
+    recipe: Option<Recipe>,
     /// A call found the connection lost (or timed out): the next typed call reconnects first.
     broken: bool,
     /// Requests sent again by `run` after a retryable failure.
@@ -161,20 +202,56 @@ impl Client {
     /// is given, AUTH. Retries per `opts.retry` while the server is unreachable or answers a
     /// retryable refusal (`CONNECTION_LIMIT`, `SHUTTING_DOWN`). The client remembers `addr`
     /// and `opts` to reconnect when a safe call finds the connection lost.
+    ///
+    /// `addr` may list several addresses separated by commas (`"a:7401,b:7401"`): see
+    /// `connect_any`.
     pub fn connect_with(addr: &str, opts: &ConnectOptions) -> Result<Client> {
+        Client::connect_any(&parse_addrs(addr), opts)
+    }
+
+    /// `connect_with` over several addresses (the members of a failover cluster): each round
+    /// tries them in order and keeps the first that answers; rounds are retried per
+    /// `opts.retry`. Typed calls then follow the primary (see the module's documentation).
+    pub fn connect_any<S: AsRef<str>>(addrs: &[S], opts: &ConnectOptions) -> Result<Client> {
+        let addrs: Vec<String> = addrs.iter().flat_map(|a| parse_addrs(a.as_ref())).collect();
+        if addrs.is_empty() {
+            return Err(Error::Config("no server address given".into()));
+        }
+        let (mut c, at) = Client::connect_from(&addrs, 0, opts, opts.retry)?;
+        c.recipe = Some(Recipe {
+            addrs,
+            at,
+            opts: opts.clone(),
+        });
+        Ok(c)
+    }
+
+    /// Tries `addrs` from index `start` on, wrapping around, in rounds retried per `rounds`;
+    /// returns the client and the index of the address it reached.
+    fn connect_from(
+        addrs: &[String],
+        start: usize,
+        opts: &ConnectOptions,
+        rounds: RetryPolicy,
+    ) -> Result<(Client, usize)> {
         let mut attempt = 1;
         loop {
-            match Client::connect_once(addr, opts) {
-                Ok(mut c) => {
-                    c.recipe = Some((addr.to_string(), opts.clone()));
-                    return Ok(c);
+            let mut last = Error::Config("no server address given".into());
+            for k in 0..addrs.len() {
+                let at = (start + k) % addrs.len();
+                match Client::connect_once(&addrs[at], opts) {
+                    Ok(c) => return Ok((c, at)),
+                    Err(e) if next_step(&e, ops::Retry::Safe, Stage::BeforeSend) == Next::Fail => {
+                        return Err(e)
+                    }
+                    Err(e) => last = e,
                 }
-                Err(e) if opts.retry.should_retry(&e, ops::Retry::Safe, attempt) => {
-                    std::thread::sleep(opts.retry.backoff(attempt));
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
             }
+            if addrs.is_empty() || !rounds.should_retry(&last, ops::Retry::Safe, attempt) {
+                return Err(last);
+            }
+            std::thread::sleep(rounds.backoff(attempt));
+            attempt += 1;
         }
     }
 
@@ -192,17 +269,50 @@ impl Client {
         Ok(c)
     }
 
-    /// Replaces the connection by a new one to the same server (HELLO, AUTH again). Only for
+    /// Replaces the connection by a new one to the same server (HELLO, AUTH again), or, when
+    /// it does not answer and several addresses were given, to the next that does. Only for
     /// clients made by `connect_with`. Pushes and responses not yet taken are dropped.
     pub fn reconnect(&mut self) -> Result<()> {
-        let Some((addr, opts)) = self.recipe.clone() else {
+        let policy = self.retry_policy();
+        self.reopen(Target::Same, policy)
+    }
+
+    /// The address the client is connected to, as given (clients made by `connect_with`).
+    pub fn address(&self) -> Option<&str> {
+        self.recipe
+            .as_ref()
+            .and_then(|r| r.addrs.get(r.at))
+            .map(String::as_str)
+    }
+
+    /// Reconnects to `target`, connection rounds retried per `rounds`.
+    fn reopen(&mut self, target: Target, rounds: RetryPolicy) -> Result<()> {
+        let Some(mut recipe) = self.recipe.clone() else {
             return Err(Error::Config(
                 "this client was not made by connect_with: it cannot reconnect".into(),
             ));
         };
-        let fresh = Client::connect_with(&addr, &opts)?;
+        let n = recipe.addrs.len();
+        let (fresh, at) = match target {
+            Target::Same => Client::connect_from(&recipe.addrs, recipe.at, &recipe.opts, rounds)?,
+            Target::Next => {
+                Client::connect_from(&recipe.addrs, (recipe.at + 1) % n, &recipe.opts, rounds)?
+            }
+            Target::Addr(a) => {
+                let at = match recipe.addrs.iter().position(|x| *x == a) {
+                    Some(i) => i,
+                    None => {
+                        recipe.addrs.push(a.clone());
+                        recipe.addrs.len() - 1
+                    }
+                };
+                (Client::connect_once(&a, &recipe.opts)?, at)
+            }
+        };
+        recipe.at = at;
         let (next_id, retries, connects) = (self.next_id, self.retries, self.connects);
         *self = fresh;
+        self.recipe = Some(recipe);
         self.next_id = next_id;
         self.retries = retries;
         self.connects = connects + 1;
@@ -223,7 +333,7 @@ impl Client {
     pub fn retry_policy(&self) -> RetryPolicy {
         self.recipe
             .as_ref()
-            .map_or_else(RetryPolicy::none, |(_, o)| o.retry)
+            .map_or_else(RetryPolicy::none, |r| r.opts.retry)
     }
 
     /// Sends HELLO (protocol version 1) and keeps its result (see `hello_result`).
@@ -247,31 +357,69 @@ impl Client {
     }
 
     /// Sends one typed request and decodes its result, retrying per the client's policy where
-    /// that is safe (see `retry`), on a new connection when the old one was lost.
+    /// that is safe (see `retry::next_step`), on a new connection when the old one was lost,
+    /// at the primary a follower names, at the next address when this one has no primary.
     pub fn run<T: serde::de::DeserializeOwned>(&mut self, req: Request<T>) -> Result<T> {
         let policy = self.retry_policy();
-        let mut attempt = 1;
+        let (mut attempt, mut redirects) = (1, 0);
+        let mut target = None;
         loop {
-            let sent = match self.broken && self.recipe.is_some() {
-                // The connection was lost earlier: a new one first (nothing was sent yet, so
-                // any request may go on it).
-                true => self.reconnect(),
-                false => Ok(()),
-            };
-            let e = match sent.and_then(|()| self.call(req.op, req.params.clone())) {
-                Ok(v) => return req.decode(v),
-                Err(e) => e,
+            let (e, stage) = match self.prepare(req.retry, target.take()) {
+                Err(e) => (e, Stage::BeforeSend),
+                Ok(()) => match self.call(req.op, req.params.clone()) {
+                    Ok(v) => return req.decode(v),
+                    Err(e) => (e, Stage::Sent),
+                },
             };
             if e.is_connection_lost() || e.is_timeout() || e.is_shutting_down() {
                 self.broken = true;
             }
-            if !policy.should_retry(&e, req.retry, attempt) {
+            if self.recipe.is_none() {
                 return Err(e);
             }
-            std::thread::sleep(policy.backoff(attempt));
-            attempt += 1;
+            match next_step(&e, req.retry, stage) {
+                Next::Fail => return Err(e),
+                Next::Redirect(primary) => {
+                    if redirects >= policy.attempts + EXTRA_REDIRECTS {
+                        return Err(e);
+                    }
+                    if redirects > 0 {
+                        // Followers pointing at each other, or at a primary just lost.
+                        std::thread::sleep(policy.backoff(redirects));
+                    }
+                    redirects += 1;
+                    target = Some(Target::Addr(primary));
+                }
+                next @ (Next::Again | Next::Elsewhere) => {
+                    if attempt >= policy.attempts {
+                        return Err(e);
+                    }
+                    std::thread::sleep(policy.backoff(attempt));
+                    attempt += 1;
+                    if next == Next::Elsewhere {
+                        target = Some(Target::Next);
+                    }
+                }
+            }
             self.retries += 1;
         }
+    }
+
+    /// Before a typed call sends: reconnects to `target`, or to the address in use when the
+    /// connection broke, or elsewhere when a request that must not be resent would go into a
+    /// connection the server has closed (found now, it was surely not executed). One round
+    /// over the addresses: `run` paces the retries.
+    fn prepare(&mut self, retry: ops::Retry, target: Option<Target>) -> Result<()> {
+        if self.recipe.is_none() {
+            return Ok(());
+        }
+        let target = match target {
+            Some(t) => t,
+            None if self.broken => Target::Same,
+            None if retry == ops::Retry::Unsafe && !self.is_alive() => Target::Next,
+            None => return Ok(()),
+        };
+        self.reopen(target, RetryPolicy::none())
     }
 
     /// Sends one request and returns its `result` (raw JSON), or the server's error. No retry.

@@ -1,0 +1,359 @@
+//! The clients against a failover cluster (CONTRACT §12, docs/ha.md "Clients"): a three-member
+//! etcd on loopback and three smdb members. A Rust client given every member's address, a
+//! follower's first, writes on the primary; after SIGKILL of the primary under its write load
+//! it goes on by itself, every acknowledged create is on the new primary, and writes without
+//! an idempotency key whose connection broke are reported, never resent. `smdb-cli --addr
+//! <follower>,<primary>` writes.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::etcd::Etcd;
+use common::*;
+use serde_json::{json, Value};
+use smdb_client::{ApplyOptions, ConnectOptions, CreateOptions, RetryPolicy};
+
+/// The etcd lease of a member (whole seconds; etcd's minimum here is 1 s).
+const TTL_MS: u64 = 2000;
+/// Every test here starts etcd and three members: on a 2-core machine they run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn member_config(etcd: &Etcd, cluster: &str, node: &str, mode: &str) -> String {
+    format!(
+        "[shards]\ncount = 1\n[storage]\nsegment_bytes = 1048576\n\
+         [metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"\n\
+         [replication]\nmode = \"{mode}\"\nheartbeat_ms = 200\nreconnect_max_ms = 500\n\
+         [ha]\nenabled = true\nnode_id = \"{node}\"\ncluster = \"{cluster}\"\n\
+         etcd_endpoints = {}\nttl_ms = {TTL_MS}\nsafety_margin_ms = 500\n",
+        etcd.toml_endpoints()
+    )
+}
+
+fn status(addr: SocketAddr) -> Option<Value> {
+    let mut c = Client::connect_hello(addr, "ha-test").ok()?;
+    c.set_timeout(Some(Duration::from_secs(5))).ok()?;
+    c.call("REPLICATION_STATUS", json!({})).ok()
+}
+
+/// Waits until exactly one of `members` is primary; returns its index.
+fn one_primary(members: &[&Server], limit: Duration) -> usize {
+    let deadline = Instant::now() + limit;
+    loop {
+        let roles: Vec<String> = members
+            .iter()
+            .map(|m| {
+                status(m.addr).map_or("down".into(), |s| s["role"].as_str().unwrap_or("").into())
+            })
+            .collect();
+        let primaries: Vec<usize> = (0..roles.len())
+            .filter(|&i| roles[i] == "primary")
+            .collect();
+        if primaries.len() == 1 {
+            return primaries[0];
+        }
+        assert!(primaries.len() <= 1, "two primaries at once: {roles:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no single primary within {limit:?}: {roles:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Three members under one etcd, and the index of the primary once there is one.
+fn cluster(name: &str) -> (Etcd, Vec<tempfile::TempDir>, Vec<Server>, usize) {
+    let etcd = Etcd::start(3);
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let members: Vec<Server> = (0..3)
+        .map(|i| {
+            let cfg = member_config(&etcd, name, &format!("n{i}"), "sync");
+            Server::start_in(dirs[i].path(), &cfg).unwrap()
+        })
+        .collect();
+    let p = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    (etcd, dirs, members, p)
+}
+
+/// The members' addresses, a follower's first: "f:port,p:port,o:port".
+fn follower_first(members: &[Server], primary: usize) -> (usize, String) {
+    let f = (primary + 1) % 3;
+    let o = (primary + 2) % 3;
+    let list = [f, primary, o]
+        .iter()
+        .map(|&i| members[i].addr.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    (f, list)
+}
+
+fn failover_opts() -> ConnectOptions {
+    ConnectOptions {
+        client_name: "ha-clients".into(),
+        timeout: Some(Duration::from_secs(10)),
+        retry: RetryPolicy::failover(),
+        ..ConnectOptions::default()
+    }
+}
+
+fn keyed(key: &str) -> CreateOptions {
+    CreateOptions {
+        idempotency_key: Some(key.into()),
+    }
+}
+
+fn exists(s: &Server, id: &str) -> bool {
+    s.client()
+        .call("GET_INSTANCE", json!({"id": id}))
+        .is_ok_and(|r| r["id"] == id)
+}
+
+#[test]
+fn a_client_given_every_member_writes_on_the_primary_and_so_does_the_cli() {
+    let _serial = serial();
+    let (_etcd, _dirs, members, p) = cluster("route");
+    let (f, list) = follower_first(&members, p);
+
+    let mut c = Client::connect_with(&list, &failover_opts()).unwrap();
+    assert_eq!(
+        c.address(),
+        Some(members[f].addr.to_string().as_str()),
+        "the first address answers"
+    );
+    c.put_machine("order", 1, &order_definition()).unwrap();
+    for i in 0..10 {
+        let id = format!("r-{i}");
+        let r = c
+            .create_instance_with("order", 1, &id, &json!({"total": 1}), &keyed(&id))
+            .unwrap();
+        assert_eq!(r.id, id);
+    }
+    assert_eq!(
+        c.address(),
+        Some(members[p].addr.to_string().as_str()),
+        "the follower's READ_ONLY_MODE sent the client to the primary"
+    );
+    for i in 0..10 {
+        assert!(
+            exists(&members[p], &format!("r-{i}")),
+            "r-{i} on the primary"
+        );
+    }
+    // A read may stay where it is; a write without a key follows the pointer too (a
+    // READ_ONLY_MODE refusal was not executed).
+    let mut only_f = Client::connect_any(&[members[f].addr.to_string()], &failover_opts()).unwrap();
+    only_f.get_machine("order", Some(1)).unwrap();
+    assert_eq!(only_f.connects(), 1, "a read is served by the follower");
+    only_f
+        .create_instance("order", 1, "r-unkeyed", &json!({"total": 1}))
+        .unwrap();
+    assert!(exists(&members[p], "r-unkeyed"));
+
+    // The CLI: the follower first, then the primary.
+    let cli_list = format!("{},{}", members[f].addr, members[p].addr);
+    let out = std::process::Command::new(cli_bin())
+        .args(["--addr", &cli_list, "--json", "create", "order", "cli-1"])
+        .args(["--version", "1", "--context", "{\"total\": 1}"])
+        .env_remove("SMDB_ADDR")
+        .env_remove("SMDB_TOKEN")
+        .output()
+        .expect("run smdb-cli");
+    assert!(
+        out.status.success(),
+        "smdb-cli: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        exists(&members[p], "cli-1"),
+        "the CLI's create on the primary"
+    );
+    // A dead first address is skipped too.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let out = std::process::Command::new(cli_bin())
+        .args(["--addr", &format!("{dead},{}", members[f].addr), "--json"])
+        .args(["create", "order", "cli-2", "--version", "1"])
+        .args(["--idempotency-key", "cli-2"])
+        .env_remove("SMDB_ADDR")
+        .env_remove("SMDB_TOKEN")
+        .output()
+        .expect("run smdb-cli");
+    assert!(
+        out.status.success(),
+        "smdb-cli: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(exists(&members[p], "cli-2"));
+}
+
+/// What a writer saw: acknowledged items and errors (text), and its client at the end.
+struct Seen {
+    acked: Vec<(u64, Instant)>,
+    errors: Vec<String>,
+    lost: usize,
+    client: Client,
+}
+
+/// Runs `write(client, i)` for i = 0, 1, ... until `stop`, on one client that is never
+/// replaced by the test.
+fn writer(
+    mut c: Client,
+    stop: Arc<AtomicBool>,
+    write: impl Fn(&mut Client, u64) -> smdb_client::Result<()> + Send + 'static,
+) -> std::thread::JoinHandle<Seen> {
+    std::thread::spawn(move || {
+        let (mut acked, mut errors, mut lost) = (Vec::new(), Vec::new(), 0);
+        let mut i = 0;
+        while !stop.load(Ordering::Relaxed) {
+            match write(&mut c, i) {
+                Ok(()) => acked.push((i, Instant::now())),
+                Err(e) => {
+                    let maybe = e.details()["maybe_committed"] == true;
+                    if e.is_connection_lost() || e.is_timeout() || maybe {
+                        lost += 1;
+                    }
+                    errors.push(format!("{i}: {e}"));
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            i += 1;
+        }
+        Seen {
+            acked,
+            errors,
+            lost,
+            client: c,
+        }
+    })
+}
+
+#[test]
+fn sigkill_of_the_primary_under_a_clients_writes_loses_no_acknowledged_create() {
+    let _serial = serial();
+    let (_etcd, _dirs, mut members, p) = cluster("follow");
+    let (_f, list) = follower_first(&members, p);
+    let mut setup = Client::connect_with(&list, &failover_opts()).unwrap();
+    setup.put_machine("order", 1, &order_definition()).unwrap();
+    let touched: Vec<String> = (0..8).map(|i| format!("t-{i}")).collect();
+    for id in &touched {
+        setup
+            .create_instance_with("order", 1, id, &json!({"total": 1}), &keyed(id))
+            .unwrap();
+        let pay = ApplyOptions {
+            idempotency_key: Some(format!("pay-{id}")),
+            ..ApplyOptions::default()
+        };
+        setup
+            .apply_event_with(id, "pay", Some(&json!({"amount": 1})), &pay)
+            .unwrap();
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    // Creates with idempotency keys: resent whenever the client sees fit.
+    let creates = writer(
+        Client::connect_with(&list, &failover_opts()).unwrap(),
+        stop.clone(),
+        |c, i| {
+            let id = format!("c-{i}");
+            c.create_instance_with("order", 1, &id, &json!({"total": 1}), &keyed(&id))
+                .map(drop)
+        },
+    );
+    // Touches without a key: never resent once written.
+    let ids = touched.clone();
+    let touches = writer(
+        Client::connect_with(&list, &failover_opts()).unwrap(),
+        stop.clone(),
+        move |c, i| {
+            let id = &ids[i as usize % ids.len()];
+            c.apply_event(id, "touch", Some(&json!({"i": i}))).map(drop)
+        },
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed_at = Instant::now();
+    members[p].kill();
+    let alive: Vec<usize> = (0..3).filter(|&i| i != p).collect();
+    let second = alive[one_primary(
+        &alive.iter().map(|&i| &members[i]).collect::<Vec<_>>(),
+        Duration::from_secs(20),
+    )];
+    eprintln!("new primary after {:?}", killed_at.elapsed());
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    let creates = creates.join().unwrap();
+    let touches = touches.join().unwrap();
+    eprintln!(
+        "creates: {} acknowledged, {} errors {:?}; touches: {} acknowledged, {} errors {:?}",
+        creates.acked.len(),
+        creates.errors.len(),
+        creates.errors,
+        touches.acked.len(),
+        touches.errors.len(),
+        touches.errors
+    );
+
+    // The keyed writer went on by itself onto the new primary.
+    let new_addr = members[second].addr.to_string();
+    assert_eq!(creates.client.address(), Some(new_addr.as_str()));
+    assert!(creates.client.connects() >= 2, "it reconnected");
+    let mut check = members[second].client();
+    let after = creates.acked.iter().filter(|a| a.1 > killed_at).count();
+    assert!(
+        creates.acked.len() > after + 20 && after > 20,
+        "creates acknowledged before and after the kill: {after} of {}",
+        creates.acked.len()
+    );
+    let on_new = |c: &mut Client, id: &str| {
+        c.call("GET_INSTANCE", json!({"id": id}))
+            .is_ok_and(|r| r["id"] == id)
+    };
+    for (i, _) in &creates.acked {
+        assert!(
+            on_new(&mut check, &format!("c-{i}")),
+            "acknowledged c-{i} lost"
+        );
+    }
+    let st = status(members[second].addr).unwrap();
+    assert!(st["ha"]["epoch"].as_u64().unwrap() >= 2, "{st}");
+
+    // Unkeyed touches: each acknowledged one present exactly once, none twice (a silent
+    // resend of a write that had executed would show twice), and the broken ones reported.
+    assert!(
+        touches.lost >= 1,
+        "the touch in flight at the kill is reported: {:?}",
+        touches.errors
+    );
+    assert_eq!(touches.client.address(), Some(new_addr.as_str()));
+    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+    for id in &touched {
+        let h = check
+            .call("GET_HISTORY", json!({"instance_id": id, "limit": 1000}))
+            .unwrap();
+        for e in h["events"].as_array().unwrap() {
+            if e["event"] == "touch" {
+                *seen.entry(e["payload"]["i"].as_u64().unwrap()).or_default() += 1;
+            }
+        }
+    }
+    for (i, n) in &seen {
+        assert_eq!(*n, 1, "touch {i} applied {n} times");
+    }
+    for (i, _) in &touches.acked {
+        assert_eq!(seen.get(i), Some(&1), "acknowledged touch {i} lost");
+    }
+    assert!(
+        touches.acked.iter().any(|a| a.1 > killed_at),
+        "touches went on after the kill"
+    );
+}
