@@ -8,66 +8,15 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
+use common::ha::{member_config, one_primary, serial, status};
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use smdb_client::{ApplyOptions, ConnectOptions, CreateOptions, RetryPolicy};
-
-/// The etcd lease of a member (whole seconds; etcd's minimum here is 1 s).
-const TTL_MS: u64 = 2000;
-/// Every test here starts etcd and three members: on a 2-core machine they run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn member_config(etcd: &Etcd, cluster: &str, node: &str, mode: &str) -> String {
-    format!(
-        "[shards]\ncount = 1\n[storage]\nsegment_bytes = 1048576\n\
-         [metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"\n\
-         [replication]\nmode = \"{mode}\"\nheartbeat_ms = 200\nreconnect_max_ms = 500\n\
-         [ha]\nenabled = true\nnode_id = \"{node}\"\ncluster = \"{cluster}\"\n\
-         etcd_endpoints = {}\nttl_ms = {TTL_MS}\nsafety_margin_ms = 500\n",
-        etcd.toml_endpoints()
-    )
-}
-
-fn status(addr: SocketAddr) -> Option<Value> {
-    let mut c = Client::connect_hello(addr, "ha-test").ok()?;
-    c.set_timeout(Some(Duration::from_secs(5))).ok()?;
-    c.call("REPLICATION_STATUS", json!({})).ok()
-}
-
-/// Waits until exactly one of `members` is primary; returns its index.
-fn one_primary(members: &[&Server], limit: Duration) -> usize {
-    let deadline = Instant::now() + limit;
-    loop {
-        let roles: Vec<String> = members
-            .iter()
-            .map(|m| {
-                status(m.addr).map_or("down".into(), |s| s["role"].as_str().unwrap_or("").into())
-            })
-            .collect();
-        let primaries: Vec<usize> = (0..roles.len())
-            .filter(|&i| roles[i] == "primary")
-            .collect();
-        if primaries.len() == 1 {
-            return primaries[0];
-        }
-        assert!(primaries.len() <= 1, "two primaries at once: {roles:?}");
-        assert!(
-            Instant::now() < deadline,
-            "no single primary within {limit:?}: {roles:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// Three members under one etcd, and the index of the primary once there is one.
 fn cluster(name: &str) -> (Etcd, Vec<tempfile::TempDir>, Vec<Server>, usize) {

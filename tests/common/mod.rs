@@ -4,6 +4,7 @@
 
 pub mod cdp;
 pub mod etcd;
+pub mod ha;
 pub mod http;
 pub mod replicas;
 pub mod scrape;
