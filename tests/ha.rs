@@ -16,17 +16,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::balancer::{health, primary_by_health, Balancer};
 use common::etcd::Etcd;
 use common::ha::{member_config, one_primary, serial, status, TTL_MS};
 use common::replicas::wait_converged;
 use common::scrape::{http_get, metrics_addr, scrape};
 use common::*;
 use serde_json::{json, Value};
-
-/// The HTTP status of `GET path` on `s`'s metrics listener.
-fn health(s: &Server, path: &str) -> u16 {
-    http_get(metrics_addr(s), path, &[]).status
-}
 
 /// Waits until `GET path` on `s` answers `want`.
 fn wait_health(s: &Server, path: &str, want: u16) {
@@ -475,62 +471,6 @@ fn a_demoted_primary_closes_its_client_connections() {
 }
 
 /// Waits until exactly one of `members` answers `/health/primary` 200; returns its index.
-fn primary_by_health(members: &[&Server], limit: Duration) -> usize {
-    let deadline = Instant::now() + limit;
-    loop {
-        let up: Vec<usize> = (0..members.len())
-            .filter(|&i| health(members[i], "/health/primary") == 200)
-            .collect();
-        if up.len() == 1 {
-            return up[0];
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no single healthy primary within {limit:?}: {up:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// HAProxy with tuning/haproxy-ha.cfg in front of `members` (PROXY v2 on); stops on drop.
-struct Balancer {
-    child: std::process::Child,
-    writes: String,
-}
-
-impl Balancer {
-    fn start(members: &[&Server], log: &std::path::Path) -> Balancer {
-        let free = || {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().to_string()
-        };
-        let cfg = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning/haproxy-ha.cfg");
-        let writes = free();
-        let mut cmd = std::process::Command::new(common::tools::haproxy());
-        cmd.arg("-db").arg("-f").arg(cfg);
-        cmd.env("SMDB_LB_WRITES", &writes)
-            .env("SMDB_LB_READS", free());
-        for (i, m) in members.iter().enumerate() {
-            cmd.env(format!("SMDB{}_ADDR", i + 1), m.addr.to_string());
-            let port = metrics_addr(m).port().to_string();
-            cmd.env(format!("SMDB{}_METRICS_PORT", i + 1), port);
-        }
-        let child = cmd
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap();
-        Balancer { child, writes }
-    }
-}
-
-impl Drop for Balancer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// tuning/haproxy-ha.cfg against a real failover cluster: three members (sync mode, PROXY v2)
 /// behind HAProxy, creates through its write frontend (with idempotency keys, so the client may
 /// resend one whose connection broke), SIGKILL of the primary. Writes resume through the same

@@ -2,6 +2,7 @@
 //! speaks the wire protocol through the project's client, kills and restarts it.
 #![allow(dead_code)]
 
+pub mod balancer;
 pub mod cdp;
 pub mod etcd;
 pub mod ha;
