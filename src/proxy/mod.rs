@@ -114,7 +114,20 @@ fn parse_v2(buf: &[u8]) -> Result<(Header, usize), ParseError> {
     if !matches!(transport, 0 | 1) {
         return Err(ParseError::Invalid("v2: not a stream protocol"));
     }
-    let (src, dst) = match family {
+    let (src, dst) = v2_addresses(family, body)?;
+    if family != 0 && transport == 0 {
+        return Err(ParseError::Invalid("v2: address without a protocol"));
+    }
+    Ok((header(src, dst), total))
+}
+
+/// A header's source and destination.
+type Addresses = (Option<SocketAddr>, Option<SocketAddr>);
+
+/// The addresses of a v2 PROXY (not LOCAL) header's address block, by family: unspecified,
+/// IPv4, IPv6, or UNIX (its paths are not addresses a client has here).
+fn v2_addresses(family: u8, body: &[u8]) -> Result<Addresses, ParseError> {
+    Ok(match family {
         0 => (None, None),
         1 => {
             let a = body
@@ -149,11 +162,7 @@ fn parse_v2(buf: &[u8]) -> Result<(Header, usize), ParseError> {
             (None, None)
         }
         _ => return Err(ParseError::Invalid("v2: unknown address family")),
-    };
-    if family != 0 && transport == 0 {
-        return Err(ParseError::Invalid("v2: address without a protocol"));
-    }
-    Ok((header(src, dst), total))
+    })
 }
 
 fn parse_v1(buf: &[u8]) -> Result<(Header, usize), ParseError> {
