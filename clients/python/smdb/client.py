@@ -29,6 +29,29 @@ class RetryPolicy:
     def backoff(self, attempt: int) -> float:
         return min(self.initial_backoff * (2 ** (attempt - 1)), self.max_backoff)
 
+    @classmethod
+    def failover(cls) -> "RetryPolicy":
+        """Enough tries to ride out an automatic failover (docs/ha.md: a lease of a few
+        seconds, then an election): 16 tries, waits of 50 ms doubling up to 1 s, about 11.5 s
+        in all. The Rust client's ``RetryPolicy::failover()``."""
+        return cls(attempts=16, initial_backoff=0.05, max_backoff=1.0)
+
+
+def parse_addresses(text: str, default_port: int = 7401) -> List[Tuple[str, int]]:
+    """``"a:7401,b:7401"`` (the members of a failover cluster) as ``[(host, port), ...]``; a
+    name without a port gets ``default_port``."""
+    out: List[Tuple[str, int]] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        host, sep, port = part.rpartition(":")
+        if sep and port.isdigit():
+            out.append((host.strip("[]"), int(port)))
+        else:
+            out.append((part, default_port))
+    return out
+
 
 @dataclass
 class Request:
@@ -60,11 +83,14 @@ class ConnectOptions:
 
 
 class Client:
-    """The asyncio client. Make one with ``await Client.connect(host, port, ...)``."""
+    """The asyncio client. Make one with ``await Client.connect(host, port, ...)``, or with
+    every member of a failover cluster: ``await Client.connect("a:7401,b:7401,c:7401")``."""
 
     def __init__(self, host: str, port: int, options: ConnectOptions) -> None:
-        self.host = host
-        self.port = port
+        #: The addresses this client may use; the one in use is ``(host, port)``. With more
+        #: than one, writes follow the primary (``_follow``, docs/ha.md "Clients").
+        self.addresses = parse_addresses(host, port) if "," in host else [(host, port)]
+        self.host, self.port = self.addresses[0]
         self.options = options
         self._conn: Optional[_Conn] = None
         self._connecting: Optional[asyncio.Lock] = None
@@ -84,7 +110,8 @@ class Client:
     ) -> "Client":
         """Connects, sends HELLO and (with ``token``) AUTH, retrying while the server is
         unreachable or refuses for a retryable reason. Keyword arguments set
-        ``ConnectOptions`` fields."""
+        ``ConnectOptions`` fields. ``host`` may list several ``host:port`` addresses separated
+        by commas: each try takes the next, and requests follow the primary."""
         opts = options or ConnectOptions(**kw)
         c = cls(host, port, opts)
         await c._connection()
@@ -154,8 +181,42 @@ class Client:
                 except SmdbError as e:
                     if attempt >= policy.attempts or not may_resend(e, True):
                         raise
+                    self._next_address()
                     await asyncio.sleep(policy.backoff(attempt))
                     attempt += 1
+
+    def _next_address(self) -> None:
+        """The next address in the list (a member that did not answer, or is not primary)."""
+        if len(self.addresses) > 1:
+            i = self.addresses.index((self.host, self.port)) if (self.host, self.port) in self.addresses else -1
+            self.host, self.port = self.addresses[(i + 1) % len(self.addresses)]
+
+    def _follow(self, error: SmdbError) -> bool:
+        """After ``error``, whether to go on elsewhere (several addresses only): to the primary
+        a follower's ``READ_ONLY_MODE`` names (the request was not executed), or to the next
+        member after ``NO_PRIMARY``, ``SHUTTING_DOWN`` or a lost connection. Closes the
+        connection it leaves."""
+        if len(self.addresses) < 2:
+            return False
+        if isinstance(error, ServerError):
+            primary = error.details.get("primary")
+            if error.code == "READ_ONLY_MODE" and isinstance(primary, str) and primary:
+                host, port = parse_addresses(primary)[0]
+                if (host, port) not in self.addresses:
+                    self.addresses.append((host, port))
+                self.host, self.port = host, port
+            elif error.code in ("NO_PRIMARY", "SHUTTING_DOWN"):
+                self._next_address()
+            else:
+                return False
+        elif isinstance(error, ConnectionLost):
+            self._next_address()
+        else:
+            return False
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        return True
 
     async def _wait(self, fut: "asyncio.Future[JSON]", op: str) -> JSON:
         # The answer timeout (``options.timeout``) is the connection's: it fails ``fut`` with
@@ -198,10 +259,18 @@ class Client:
         while True:
             if error is not None:
                 policy = self.options.retry
-                if attempt >= policy.attempts or not may_resend(error, safe):
+                # A follower's READ_ONLY_MODE was not executed: any request may go on to the
+                # primary it names.
+                redirect = isinstance(error, ServerError) and error.code == "READ_ONLY_MODE"
+                if attempt >= policy.attempts or not (may_resend(error, safe) or redirect):
                     raise error
-                if isinstance(error, ServerError) and error.code == "SHUTTING_DOWN" and self._conn:
-                    self._conn.close()
+                if not self._follow(error):
+                    if redirect:
+                        raise error
+                    if isinstance(error, ServerError) and error.code == "SHUTTING_DOWN" and self._conn:
+                        self._conn.close()
+                # Backoff even on a redirect: during an election a follower may still name a
+                # primary that is gone.
                 await asyncio.sleep(policy.backoff(attempt))
                 attempt += 1
                 self.retries += 1
