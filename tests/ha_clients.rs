@@ -306,3 +306,59 @@ fn sigkill_of_the_primary_under_a_clients_writes_loses_no_acknowledged_create() 
         "touches went on after the kill"
     );
 }
+
+/// The async client (tokio) given every member, a follower's first: its first write goes on to
+/// the primary the follower names; after a SIGKILL of the primary under its keyed creates it
+/// goes on by itself on the new primary, and every create it saw acknowledged is there.
+#[test]
+fn the_async_client_follows_the_primary_across_a_sigkill() {
+    use smdb_client::asyncio::Client as AsyncClient;
+    let _serial = serial();
+    let (_etcd, _dirs, mut members, p) = cluster("async");
+    let (f, list) = follower_first(&members, p);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let c = rt
+        .block_on(AsyncClient::connect(&list, failover_opts()))
+        .unwrap();
+    assert_eq!(c.address(), members[f].addr.to_string());
+    rt.block_on(c.put_machine("order", 1, &order_definition()))
+        .unwrap();
+    assert_eq!(
+        c.address(),
+        members[p].addr.to_string(),
+        "the follower's READ_ONLY_MODE sent the client to the primary"
+    );
+    let mut acked = Vec::new();
+    let mut killed_at = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for i in 0.. {
+        assert!(Instant::now() < deadline, "writes did not resume");
+        let id = format!("a-{i}");
+        let opts = keyed(&id);
+        let ctx = json!({"total": 1});
+        rt.block_on(c.create_instance("order", 1, &id, &ctx, &opts))
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
+        acked.push(id);
+        if acked.len() == 30 {
+            members[p].kill();
+            killed_at = Some(Instant::now());
+        }
+        if acked.len() == 60 {
+            break;
+        }
+    }
+    let gap = killed_at.unwrap().elapsed();
+    let alive: Vec<&Server> = (0..3).filter(|&i| i != p).map(|i| &members[i]).collect();
+    let second = alive[one_primary(&alive, Duration::from_secs(20))];
+    assert_eq!(c.address(), second.addr.to_string(), "on the new primary");
+    for id in &acked {
+        assert!(
+            exists(second, id),
+            "acknowledged {id} is on the new primary"
+        );
+    }
+    eprintln!("async client: 30 creates after the SIGKILL within {gap:?}");
+}

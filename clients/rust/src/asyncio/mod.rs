@@ -2,6 +2,13 @@
 //! between tasks: every call is pipelined on one connection (answers matched by id), so eight
 //! tasks calling at once keep eight requests in flight. A lost connection is replaced on the
 //! next call; calls that are safe to repeat are retried with capped backoff (see `retry`).
+//!
+//! Given every member of a failover cluster (`Client::connect("a:7401,b:7401,c:7401", ..)`),
+//! typed calls follow the primary as the blocking client's do (docs/ha.md, "Clients";
+//! `retry::next_step`): a follower's `READ_ONLY_MODE` sends the request to the primary it names,
+//! `NO_PRIMARY` (not maybe committed), `SHUTTING_DOWN` and a lost or refused connection move to
+//! the next address after a backoff, and a request that may have executed is resent only when
+//! it is safe.
 
 mod call;
 mod conn;
@@ -25,9 +32,14 @@ use serde_json::Value;
 pub use crate::blocking::ConnectOptions;
 use crate::error::{Error, Result};
 use crate::ops::{self, *};
+use crate::retry::{next_step, Next, Stage};
 use conn::Conn;
 use reader::{Answer, Expect};
 use write::Params;
+
+/// Redirects (`READ_ONLY_MODE` naming a primary) one typed call follows beyond its policy's
+/// tries, as the blocking client's.
+const EXTRA_REDIRECTS: u32 = 2;
 
 #[derive(Clone)]
 pub struct Client {
@@ -35,7 +47,10 @@ pub struct Client {
 }
 
 struct Inner {
-    addr: String,
+    /// Never empty (`connect` refuses an empty list).
+    addrs: Mutex<Vec<String>>,
+    /// The index in `addrs` of the address connections go to.
+    at: Mutex<usize>,
     opts: ConnectOptions,
     conn: Mutex<Option<Arc<Conn>>>,
     /// One reconnect at a time; the others wait for its connection.
@@ -45,11 +60,17 @@ struct Inner {
 
 impl Client {
     /// Connects, sends HELLO and, with a token, AUTH; retries per `opts.retry` while the server
-    /// is unreachable or refuses for a retryable reason.
+    /// is unreachable or refuses for a retryable reason. `addr` may list several addresses
+    /// separated by commas (the members of a failover cluster): each try takes the next.
     pub async fn connect(addr: &str, opts: ConnectOptions) -> Result<Client> {
+        let addrs = crate::blocking::parse_addrs(addr);
+        if addrs.is_empty() {
+            return Err(Error::Config("no server address given".into()));
+        }
         let c = Client {
             inner: Arc::new(Inner {
-                addr: addr.to_string(),
+                addrs: Mutex::new(addrs),
+                at: Mutex::new(0),
                 opts,
                 conn: Mutex::new(None),
                 reconnecting: tokio::sync::Mutex::new(()),
@@ -58,6 +79,32 @@ impl Client {
         };
         c.connection().await?;
         Ok(c)
+    }
+
+    /// The address connections go to now.
+    pub fn address(&self) -> String {
+        let at = *lock(&self.inner.at);
+        lock(&self.inner.addrs)[at].clone()
+    }
+
+    /// Connections go to the next address from now on (one address: no change).
+    fn next_address(&self) {
+        let n = lock(&self.inner.addrs).len();
+        let mut at = lock(&self.inner.at);
+        *at = (*at + 1) % n;
+    }
+
+    /// Connections go to `addr` (a primary a follower named) from now on.
+    fn go_to(&self, addr: String) {
+        let mut addrs = lock(&self.inner.addrs);
+        let i = match addrs.iter().position(|a| *a == addr) {
+            Some(i) => i,
+            None => {
+                addrs.push(addr);
+                addrs.len() - 1
+            }
+        };
+        *lock(&self.inner.at) = i;
     }
 
     /// The HELLO result of the current connection.
@@ -87,6 +134,7 @@ impl Client {
                     return Ok(c);
                 }
                 Err(e) if policy.should_retry(&e, Retry::Safe, attempt) => {
+                    self.next_address();
                     tokio::time::sleep(policy.backoff(attempt)).await;
                     attempt += 1;
                 }
@@ -97,7 +145,7 @@ impl Client {
 
     async fn open(&self) -> Result<Arc<Conn>> {
         let o = &self.inner.opts;
-        let conn = Conn::open(&self.inner.addr, o).await?;
+        let conn = Conn::open(&self.address(), o).await?;
         let hello = ops::hello(&o.client_name);
         let h = call_on(&conn, hello.op.into(), params_of(&hello.params), None).await?;
         *lock(&self.inner.hello) = Some(hello.decode_raw(&h)?);
@@ -135,22 +183,46 @@ impl Client {
         decode: fn(&'static str, Answer) -> Result<T>,
     ) -> Result<T> {
         let policy = self.inner.opts.retry;
-        let mut attempt = 1;
+        let (mut attempt, mut redirects) = (1, 0);
         loop {
-            let r = match self.connection().await {
-                Ok(conn) => conn.call(op.into(), params, None, expect).await,
-                Err(e) => Err(e),
+            let (r, stage) = match self.connection().await {
+                Ok(conn) => (
+                    conn.call(op.into(), params, None, expect).await,
+                    Stage::Sent,
+                ),
+                Err(e) => (Err(e), Stage::BeforeSend),
             };
-            match r {
+            let e = match r {
                 Ok(answer) => return decode(op, answer),
-                Err(e) if policy.should_retry(&e, retry, attempt) => {
-                    if e.is_shutting_down() {
+                Err(e) => e,
+            };
+            match next_step(&e, retry, stage) {
+                Next::Fail => return Err(e),
+                Next::Redirect(primary) => {
+                    if redirects >= policy.attempts + EXTRA_REDIRECTS {
+                        return Err(e);
+                    }
+                    if redirects > 0 {
+                        // Followers pointing at each other, or at a primary just lost.
+                        tokio::time::sleep(policy.backoff(redirects)).await;
+                    }
+                    redirects += 1;
+                    self.drop_connection();
+                    self.go_to(primary);
+                }
+                next @ (Next::Again | Next::Elsewhere) => {
+                    if attempt >= policy.attempts {
+                        return Err(e);
+                    }
+                    if e.is_shutting_down() || next == Next::Elsewhere {
                         self.drop_connection();
+                    }
+                    if next == Next::Elsewhere {
+                        self.next_address();
                     }
                     tokio::time::sleep(policy.backoff(attempt)).await;
                     attempt += 1;
                 }
-                Err(e) => return Err(e),
             }
         }
     }
