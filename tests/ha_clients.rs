@@ -3,7 +3,8 @@
 //! follower's first, writes on the primary; after SIGKILL of the primary under its write load
 //! it goes on by itself, every acknowledged create is on the new primary, and writes without
 //! an idempotency key whose connection broke are reported, never resent. `smdb-cli --addr
-//! <follower>,<primary>` writes.
+//! <follower>,<primary>` writes. The async client follows the primary the same way, and a
+//! subscription moves to another member and resumes from its cursor.
 
 mod common;
 
@@ -361,4 +362,59 @@ fn the_async_client_follows_the_primary_across_a_sigkill() {
         );
     }
     eprintln!("async client: 30 creates after the SIGKILL within {gap:?}");
+}
+
+/// A subscription opened through a client given every member moves when its member dies: it
+/// reconnects to another member and resumes from its cursor. Events acknowledged before the
+/// SIGKILL (replicated: sync mode) and after it on the new primary arrive once each, in order.
+#[test]
+fn a_subscription_moves_to_another_member_and_resumes_from_its_cursor() {
+    use smdb_client::WatchAllFilter;
+    let _serial = serial();
+    let (_etcd, _dirs, mut members, p) = cluster("subs");
+    let mut w = Client::connect_with(&follower_first(&members, p).1, &failover_opts()).unwrap();
+    w.put_machine("order", 1, &order_definition()).unwrap();
+    let ctx = json!({"total": 1});
+    w.create_instance_with("order", 1, "s-1", &ctx, &keyed("s-1"))
+        .unwrap();
+    // The subscriber starts on the primary, the others after it.
+    let list = [p, (p + 1) % 3, (p + 2) % 3]
+        .iter()
+        .map(|&i| members[i].addr.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let sub_client = Client::connect_with(&list, &failover_opts()).unwrap();
+    let mut sub = sub_client.subscribe_all(WatchAllFilter::default()).unwrap();
+    let touch = |w: &mut Client, i: u64| {
+        let opts = ApplyOptions {
+            idempotency_key: Some(format!("touch-{i}")),
+            ..ApplyOptions::default()
+        };
+        let event = if i == 0 { "pay" } else { "touch" };
+        w.apply_event_with("s-1", event, Some(&json!({"amount": 1, "i": i})), &opts)
+            .unwrap_or_else(|e| panic!("event {i}: {e}"));
+    };
+    for i in 0..10 {
+        touch(&mut w, i);
+    }
+    let mut seen = Vec::new();
+    let next = |sub: &mut smdb_client::Subscription, seen: &mut Vec<u64>| {
+        let ev = sub
+            .next_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("after {seen:?}: {e}"))
+            .unwrap_or_else(|| panic!("no event within 30 s after {seen:?}"));
+        seen.push(ev.payload["i"].as_u64().unwrap());
+    };
+    while seen.len() < 10 {
+        next(&mut sub, &mut seen);
+    }
+    members[p].kill();
+    for i in 10..20 {
+        touch(&mut w, i);
+    }
+    while seen.len() < 20 {
+        next(&mut sub, &mut seen);
+    }
+    assert_eq!(seen, (0..20).collect::<Vec<u64>>(), "once each, in order");
+    assert!(sub.reconnects >= 1, "the subscription moved");
 }
