@@ -172,6 +172,7 @@ mod tests {
     use super::*;
     use smdb_format::record::{encode, KIND_ENTRY};
     use smdb_format::segment::{encode_header, SegmentHeader};
+    use std::collections::BTreeMap;
 
     /// A backup directory holding one segment with entries 1..=3 and a manifest listing it.
     fn backup() -> tempfile::TempDir {
