@@ -2,6 +2,7 @@
 //! runtime: the shard's WAL (on glommio) and offline tools (backup, verify, restore) read and
 //! write the same files through them. docs/wal.md describes every layout.
 //!
+//! * [`archive`]: the WAL archive's names and per-epoch history files;
 //! * [`limits`]: the sizes that define the layout;
 //! * [`manifest`]: a backup's `backup.json`;
 //! * [`record`]: one log record (`len | crc | offset | kind | payload`) and sync markers;
@@ -9,6 +10,7 @@
 //! * [`snapshot`]: snapshot file names, the header block, and a whole-file check;
 //! * [`snapshot_items`]: the payload of a version-2 snapshot: framed items and their fields.
 
+pub mod archive;
 pub mod limits;
 pub mod manifest;
 pub mod record;
