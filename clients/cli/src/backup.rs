@@ -5,40 +5,13 @@
 //!
 //! Taking a backup (`BACKUP`, `backup --out`) is not built yet; this is the half that checks one.
 
-use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
-/// The manifest's name, at the top of a backup directory.
-pub const MANIFEST: &str = "backup.json";
+pub use smdb_format::manifest::{FileEntry, Manifest, MANIFEST};
 
 /// Bytes read at a time while checksumming a file.
 const READ_CHUNK_BYTES: usize = 1 << 20;
-
-/// `backup.json`, exactly the fields §14 names.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Manifest {
-    pub created_at: String,
-    pub server_version: String,
-    pub epoch: u64,
-    pub shards: u32,
-    /// Per shard (its number as a string), the offset the backup holds the log up to.
-    pub positions: BTreeMap<String, u64>,
-    pub files: Vec<FileEntry>,
-}
-
-/// One file of a backup: `path` relative to the backup directory (`/`-separated), its size
-/// and its CRC32C as 8 lowercase hex digits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileEntry {
-    pub path: String,
-    pub bytes: u64,
-    pub crc32c: String,
-}
 
 /// Why a backup fails `--verify`: the first problem found, naming its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,6 +172,7 @@ mod tests {
     use super::*;
     use smdb_format::record::{encode, KIND_ENTRY};
     use smdb_format::segment::{encode_header, SegmentHeader};
+    use std::collections::BTreeMap;
 
     /// A backup directory holding one segment with entries 1..=3 and a manifest listing it.
     fn backup() -> tempfile::TempDir {

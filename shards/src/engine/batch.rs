@@ -198,6 +198,7 @@ impl Engine {
         offset: u64,
         mut record: BatchRecord,
     ) -> Result<DecidedBatch, BatchAbort> {
+        let now_ms = self.entry_time(now_ms);
         record.clear();
         let mut overlay = Overlay {
             engine: self,

@@ -18,6 +18,7 @@ pub use command::{Command, EventCommand};
 pub use entry::{batch_records, utf8, BatchRecord, DecodeError, Entry, EventRef, Record};
 
 mod catalog;
+mod clock;
 mod context;
 pub mod definition;
 mod divergence;
@@ -41,6 +42,7 @@ mod state;
 mod stats;
 mod timers;
 
+pub use clock::entry_time_of;
 pub use context::{Context, Fields};
 pub use definition::{CompiledMachine, Definition};
 pub use divergence::Divergence;

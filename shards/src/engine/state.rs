@@ -62,6 +62,8 @@ pub struct Engine {
     pub(super) walk: Option<Box<super::snapshot::Walk>>,
     /// Walks begun: the id of the last one.
     pub(super) walks: u64,
+    /// The highest entry time applied (`engine::clock`): new entries are stamped no earlier.
+    pub(super) last_at_ms: u64,
 }
 
 impl Engine {
@@ -70,8 +72,10 @@ impl Engine {
     }
 
     /// Reads state and returns what to log, an answer that needs no log write, or a rejection.
-    /// Never mutates; `now_ms` becomes the entry's timestamp.
+    /// Never mutates; `now_ms`, or the last applied entry's time if later (`engine::clock`),
+    /// becomes the entry's timestamp.
     pub fn decide(&self, cmd: &Command, now_ms: u64) -> Result<Decision, Rejection> {
+        let now_ms = self.entry_time(now_ms);
         match cmd {
             Command::PutMachine { .. } => self.decide_put_machine(cmd, now_ms),
             Command::CreateInstance { id, .. } => self.decide_create(self.view(id), cmd, now_ms),
@@ -92,6 +96,7 @@ impl Engine {
     /// `want_result`. An entry that does not fit the current state is skipped, returns None
     /// and is recorded as the engine's divergence (`engine::divergence`).
     pub fn apply(&mut self, entry: Entry, offset: u64, want_result: bool) -> Option<Value> {
+        self.note_entry_time(&entry);
         let result = match entry {
             Entry::PutMachine { .. } => self.apply_put_machine(entry, offset),
             Entry::Create { .. } => self.apply_create(entry, offset, want_result),

@@ -133,6 +133,7 @@ impl Engine {
         now_ms: u64,
         record: &mut Vec<u8>,
     ) -> Result<Option<Value>, Rejection> {
+        let now_ms = self.entry_time(now_ms);
         let current = self.view(&cmd.instance_id);
         Ok(self
             .decide_event(current, cmd, now_ms, |ev| ev.encode(record))?
@@ -270,6 +271,7 @@ impl Engine {
         ev: &EventRef<'_>,
         offset: u64,
     ) -> Option<(&mut InstanceRecord, crate::engine::names::Name)> {
+        self.note_time(ev.at_ms);
         if self.walk.is_some() && self.fits(ev) {
             self.before_change(ev.instance_id);
         }

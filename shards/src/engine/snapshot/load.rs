@@ -82,10 +82,12 @@ impl SnapshotLoader {
 
     /// The payload is over: the engine it holds.
     pub fn finish(self) -> Result<Engine, String> {
-        match self.inner {
-            Inner::Json(bytes) => Engine::restore(&bytes),
-            Inner::Items(items) => items.finish(),
-        }
+        let mut engine = match self.inner {
+            Inner::Json(bytes) => Engine::restore(&bytes)?,
+            Inner::Items(items) => items.finish()?,
+        };
+        engine.recompute_last_time();
+        Ok(engine)
     }
 }
 

@@ -35,9 +35,11 @@ fn apply_event_moves_state_and_merges_payload() {
 fn apply_entry_carries_from_to_and_payload() {
     let mut shard = Shard::with_order();
     shard.ok(create("o1", 1));
+    // A time after the shard's entries (an earlier one would be raised to the last entry's).
+    let at = shard.now_ms + 77;
     let decision = shard
         .engine
-        .decide(&event("o1", "pay", Some(json!({"amount": 1}))), 77);
+        .decide(&event("o1", "pay", Some(json!({"amount": 1}))), at);
     let expected = Entry::Apply {
         instance_id: "o1".into(),
         event: "pay".into(),
@@ -47,7 +49,7 @@ fn apply_entry_carries_from_to_and_payload() {
             json!({"amount": 1}),
         ))),
         idempotency_key: None,
-        at_ms: 77,
+        at_ms: at,
         machine: Some("order".into()),
         version: Some(1),
         timer: false,

@@ -2,6 +2,7 @@
 //! property tests against a reference model.
 
 mod batch;
+mod clock;
 mod divergence;
 mod epochs;
 mod events;
