@@ -10,19 +10,19 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::balancer::{health, primary_by_health, Balancer};
 use common::etcd::Etcd;
-use common::ha::{member_config, one_primary, serial, status, TTL_MS};
-use common::replicas::wait_converged;
+use common::ha::{
+    assert_acked_present_once, converge, member_config, one_primary, serial, start_members, status,
+    Load, TTL_MS,
+};
 use common::scrape::{http_get, metrics_addr, scrape};
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Waits until `GET path` on `s` answers `want`.
 fn wait_health(s: &Server, path: &str, want: u16) {
@@ -77,121 +77,11 @@ fn check_health_and_metrics(primary: &Server, follower: &Server, node: &str) {
     assert!(st["ha"]["members"].as_array().unwrap().len() >= 2, "{st}");
 }
 
-/// A writer that sends `touch` events to whichever member accepts them, recording each one
-/// acknowledged `ok` and the time of each `ok`.
-struct Load {
-    stop: Arc<AtomicBool>,
-    acked: Arc<Mutex<Vec<(String, u64, Instant)>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Load {
-    fn start(addrs: Vec<SocketAddr>, ids: Vec<String>) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let acked = Arc::new(Mutex::new(Vec::new()));
-        let (s2, a2) = (stop.clone(), acked.clone());
-        let thread = std::thread::spawn(move || {
-            let (mut i, mut at) = (0u64, 0usize);
-            let mut c: Option<Client> = None;
-            while !s2.load(Ordering::Relaxed) {
-                let Some(client) = c.as_mut() else {
-                    at = (at + 1) % addrs.len();
-                    c = Client::connect_hello(addrs[at], "load").ok();
-                    if let Some(c) = c.as_mut() {
-                        let _ = c.set_timeout(Some(Duration::from_secs(10)));
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                    continue;
-                };
-                let id = &ids[i as usize % ids.len()];
-                let r = client.call(
-                    "APPLY_EVENT",
-                    json!({"instance_id": id, "event": "touch", "payload": {"i": i}}),
-                );
-                match r {
-                    Ok(_) => a2.lock().unwrap().push((id.clone(), i, Instant::now())),
-                    Err(_) => c = None, // not acknowledged: try the next member
-                }
-                i += 1;
-            }
-        });
-        Load {
-            stop,
-            acked,
-            thread: Some(thread),
-        }
-    }
-
-    fn acked(&self) -> Vec<(String, u64, Instant)> {
-        self.acked.lock().unwrap().clone()
-    }
-
-    fn finish(mut self) -> Vec<(String, u64, Instant)> {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-        self.acked()
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Every acknowledged touch is in `s`'s histories exactly once.
-fn assert_acked_present_once(s: &Server, acked: &[(String, u64, Instant)]) {
-    let mut by_id: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for (id, i, _) in acked {
-        by_id.entry(id).or_default().push(*i);
-    }
-    let mut c = s.client();
-    for (id, want) in by_id {
-        assert!(
-            want.len() < 900,
-            "{id}: spread the load over more instances"
-        );
-        let h = c
-            .call("GET_HISTORY", json!({"instance_id": id, "limit": 1000}))
-            .unwrap();
-        let got: Vec<u64> = h["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["event"] == "touch")
-            .map(|e| e["payload"]["i"].as_u64().unwrap())
-            .collect();
-        for i in &want {
-            let n = got.iter().filter(|g| *g == i).count();
-            assert_eq!(
-                n, 1,
-                "{id}: acknowledged touch {i} must be there once: {got:?}"
-            );
-        }
-    }
-}
-
-/// Waits until `r` holds `p`'s log heads (at most 30 s).
-fn converge(p: &Server, r: &Server) {
-    let statuses = || (status(p.addr), status(r.addr));
-    let same = |a: &Value, b: &Value| a["positions"] == b["positions"];
-    let (limit, every) = (Duration::from_secs(30), Duration::from_millis(100));
-    wait_converged(r, limit, every, statuses, same);
-}
-
 #[test]
 fn sigkill_of_the_primary_elects_another_and_keeps_every_sync_acknowledged_write() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
-    let mut members: Vec<Server> = (0..3)
-        .map(|i| {
-            let cfg = member_config(&etcd, "kill", &format!("n{i}"), "sync");
-            Server::start_in(dirs[i].path(), &cfg).unwrap()
-        })
-        .collect();
+    let (_dirs, mut members) = start_members(&etcd, "kill", "sync", "");
     let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
     let mut w = members[first].client();
     put_order_machine(&mut w);
@@ -358,13 +248,7 @@ fn a_bad_ha_section_exits_78_naming_the_key() {
 fn a_primary_paused_past_its_lease_acknowledges_nothing_the_new_primary_lacks() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
-    let members: Vec<Server> = (0..3)
-        .map(|i| {
-            let cfg = member_config(&etcd, "pause", &format!("n{i}"), "sync");
-            Server::start_in(dirs[i].path(), &cfg).unwrap()
-        })
-        .collect();
+    let (_dirs, members) = start_members(&etcd, "pause", "sync", "");
     let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
     let mut w = members[first].client();
     put_order_machine(&mut w);
@@ -423,13 +307,7 @@ fn a_primary_paused_past_its_lease_acknowledges_nothing_the_new_primary_lacks() 
 fn a_demoted_primary_closes_its_client_connections() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
-    let members: Vec<Server> = (0..3)
-        .map(|i| {
-            let cfg = member_config(&etcd, "close", &format!("n{i}"), "async");
-            Server::start_in(dirs[i].path(), &cfg).unwrap()
-        })
-        .collect();
+    let (_dirs, members) = start_members(&etcd, "close", "async", "");
     let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
     let follower = (first + 1) % 3;
     let mut to_primary = members[first].client();
@@ -481,14 +359,8 @@ fn writes_through_haproxy_follow_the_primary_across_a_sigkill() {
     use smdb_client::{ConnectOptions, RetryPolicy};
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
-    let mut members: Vec<Server> = (0..3)
-        .map(|i| {
-            let cfg = member_config(&etcd, "lb", &format!("n{i}"), "sync")
-                + "[network]\nproxy_protocol = true\n";
-            Server::start_in(dirs[i].path(), &cfg).unwrap()
-        })
-        .collect();
+    let (dirs, mut members) =
+        start_members(&etcd, "lb", "sync", "[network]\nproxy_protocol = true\n");
     let first = primary_by_health(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
     put_order_machine(&mut members[first].proxied_client());
     let lb = Balancer::start(
@@ -592,59 +464,6 @@ fn writes_through_haproxy_follow_the_primary_across_a_sigkill() {
     }
 }
 
-/// HA_PAUSE stops automatic failover cluster-wide: with the primary killed, nobody takes over,
-/// and every member says why; HA_RESUME on a survivor restarts it and one is elected.
-/// Without failover the ops are refused.
-#[test]
-fn ha_pause_holds_the_election_until_ha_resume() {
-    let _serial = serial();
-    let etcd = Etcd::start(3);
-    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
-    let mut members: Vec<Server> = (0..3)
-        .map(|i| {
-            let cfg = member_config(&etcd, "pause-ops", &format!("n{i}"), "async");
-            Server::start_in(dirs[i].path(), &cfg).unwrap()
-        })
-        .collect();
-    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
-    let r = members[first].client().call("HA_PAUSE", json!({})).unwrap();
-    assert_eq!(r, json!({"paused": true}));
-    // Every member sees the pause (the key is read at each poll).
-    for m in &members {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while status(m.addr).unwrap()["ha"]["paused"] != true {
-            assert!(
-                Instant::now() < deadline,
-                "{} does not show the pause",
-                m.addr
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    members[first].kill();
-    let alive: Vec<usize> = (0..3).filter(|&i| i != first).collect();
-    // Well past the lease and an election's time: still nobody.
-    std::thread::sleep(Duration::from_millis(3 * TTL_MS));
-    for &i in &alive {
-        let st = status(members[i].addr).unwrap();
-        assert_ne!(st["role"], "primary", "paused: no election ({st})");
-        let why = st["ha"]["blocked_reason"].as_str().unwrap_or("");
-        assert!(why.contains("paused"), "the reason names the pause: {st}");
-    }
-    let r = members[alive[0]]
-        .client()
-        .call("HA_RESUME", json!({}))
-        .unwrap();
-    assert_eq!(r, json!({"paused": false}));
-    let survivors: Vec<&Server> = alive.iter().map(|&i| &members[i]).collect();
-    one_primary(&survivors, Duration::from_secs(20));
-
-    // Failover off: refused, naming the setting.
-    let (plain, _d) = Server::start("");
-    let e = plain.client().call("HA_PAUSE", json!({})).unwrap_err();
-    assert_eq!(e.code(), Some("BAD_REQUEST"), "{e:?}");
-}
-
 /// PROMOTE {force: true} under failover: refused while a member holds the leader key; with
 /// failover paused and the primary dead (so nobody is elected by itself), it makes the member it
 /// is sent to the primary of a new epoch; a plain PROMOTE stays refused.
@@ -652,13 +471,7 @@ fn ha_pause_holds_the_election_until_ha_resume() {
 fn promote_force_takes_the_key_only_when_nobody_holds_it() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
-    let mut members: Vec<Server> = (0..3)
-        .map(|i| {
-            let cfg = member_config(&etcd, "force", &format!("n{i}"), "async");
-            Server::start_in(dirs[i].path(), &cfg).unwrap()
-        })
-        .collect();
+    let (_dirs, mut members) = start_members(&etcd, "force", "async", "");
     let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
     let chosen = (first + 1) % 3;
     let old_epoch = status(members[first].addr).unwrap()["epoch"]

@@ -408,6 +408,13 @@ op_table! {
         follower: Follower::Serve, fenced: false,
         http: &[],
     },
+    /// Planned handover of the primary role (failover on; docs/ha.md, "Switchover").
+    Switchover = "SWITCHOVER" {
+        need: Need::Scope(Scope::Admin), before_hello: false,
+        effect: Effect::Control, batch: false, route: Route::Control,
+        follower: Follower::Refuse, fenced: false,
+        http: &[http!(Post, "/switchover")],
+    },
     /// Label: an error before a request could be read.
     Frame = "FRAME" {
         need: Need::Nothing, before_hello: false,
@@ -502,6 +509,7 @@ mod tests {
             (Op::Promote, admin, Effect::Control, false, Route::Control, serve, false),
             (Op::HaPause, admin, Effect::Control, false, Route::Control, serve, false),
             (Op::HaResume, admin, Effect::Control, false, Route::Control, serve, false),
+            (Op::Switchover, admin, Effect::Control, false, Route::Control, refuse, false),
             (Op::Frame, None, Effect::Session, false, Route::Label, serve, false),
             (Op::Unknown, None, Effect::Session, false, Route::Label, serve, false),
         ];

@@ -1,5 +1,6 @@
 //! The operator's requests to the HA thread (docs/ha.md, "Maintenance" and "Forcing a
-//! primary"): `HA_PAUSE {}` / `HA_RESUME {}` and `PROMOTE {force: true}`.
+//! primary"): `HA_PAUSE {}` / `HA_RESUME {}`, `PROMOTE {force: true}` and the steps of
+//! `SWITCHOVER` (`ha::switchover`).
 //!
 //! - Pausing writes the key `/smdb/<cluster>/paused` (no lease: it outlives the member that
 //!   wrote it); while it exists no member campaigns by itself, so a primary that dies is not
@@ -38,14 +39,44 @@ const LEAD_WAIT: Duration = Duration::from_secs(10);
 const LOOK_EVERY: Duration = Duration::from_millis(20);
 
 /// What the operator asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ask {
     Pause(bool),
     Force,
+    /// A step of `SWITCHOVER` (`ha::switchover`, `ha::handover`).
+    Switchover(Step),
 }
 
-/// An outcome: the epoch won (a forced promotion; 0 for a pause), or why not.
-type Outcome = Result<u64, String>;
+/// The steps of a switchover the primary's HA thread takes (`ha::handover`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Check the target (or pick one), write the switchover key, stop taking writes.
+    Begin(Option<String>),
+    /// The target has the head: delete the leader key and mark the handover caught up.
+    Resign,
+    /// Give up (why): delete the switchover key and take writes again.
+    Abort(String),
+}
+
+/// What the HA thread answers: an epoch (the one won by a forced promotion, the primary's
+/// own for a switchover step, 0 for a pause) and a node id (a switchover's target).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Done {
+    pub epoch: u64,
+    pub node: String,
+}
+
+impl Done {
+    pub fn epoch(epoch: u64) -> Done {
+        Done {
+            epoch,
+            node: String::new(),
+        }
+    }
+}
+
+/// An outcome: what was done, or why not.
+pub type Outcome = Result<Done, String>;
 
 #[derive(Debug, Default)]
 pub struct Requests {
@@ -79,15 +110,12 @@ impl Requests {
         i.done.remove(at).map(|(_, r)| r)
     }
 
-    /// Takes the waiting requests of one kind (`force`: forced promotions, else pauses).
-    pub(super) fn take(&self, force: bool) -> Vec<(u64, Ask)> {
+    /// Takes the waiting requests `pick` chooses (one kind), in order.
+    pub(super) fn take(&self, pick: fn(&Ask) -> bool) -> Vec<(u64, Ask)> {
         let Ok(mut i) = self.inner.lock() else {
             return Vec::new();
         };
-        let (taken, kept) = i
-            .pending
-            .drain(..)
-            .partition(|(_, a)| (*a == Ask::Force) == force);
+        let (taken, kept) = i.pending.drain(..).partition(|(_, a)| pick(a));
         i.pending = kept;
         taken.into()
     }
@@ -104,18 +132,18 @@ impl Requests {
 
 /// HA thread: writes or deletes the paused key for every queued pause request.
 pub(super) async fn carry_out_pauses(ctx: &Ctx, s: &mut Session) {
-    for (ticket, ask) in ctx.shared.admin.take(false) {
+    for (ticket, ask) in ctx.shared.admin.take(|a| matches!(a, Ask::Pause(_))) {
         let pause = ask == Ask::Pause(true);
         let key = ctx.keys.paused();
         let outcome = if pause {
             let value = json!({"by": ctx.node_id, "at_ms": crate::util::time::now_ms()});
             call("put paused", s.client.put(key, value.to_string(), None))
                 .await
-                .map(|_| 0)
+                .map(|_| Done::default())
         } else {
             call("delete paused", s.client.delete(key, None))
                 .await
-                .map(|_| 0)
+                .map(|_| Done::default())
         };
         match &outcome {
             Ok(_) if pause => log::warn!("ha: automatic failover paused (HA_PAUSE)"),
@@ -141,7 +169,9 @@ pub async fn pause_op(shared: Option<&Shared>, pause: bool) -> Result<Value, Rej
 /// `PROMOTE {force: true}` with failover on: answers `{role, epoch}` once this member holds the
 /// leader key and its epoch records are durable (the role flips last, `ha::driver`).
 pub async fn force_op(shared: &Shared, state: &ReplState) -> Result<Value, Rejection> {
-    let epoch = wait_outcome(shared, Ask::Force, "PROMOTE {force: true}").await?;
+    let epoch = wait_outcome(shared, Ask::Force, "PROMOTE {force: true}")
+        .await?
+        .epoch;
     let deadline = Instant::now() + LEAD_WAIT;
     while state.role() != Some(Role::Primary) || state.epoch() < epoch {
         if Instant::now() >= deadline {
@@ -157,15 +187,15 @@ pub async fn force_op(shared: &Shared, state: &ReplState) -> Result<Value, Rejec
     Ok(json!({"role": "primary", "epoch": epoch, "forced": true}))
 }
 
-/// Queues `ask` and waits for the HA thread's outcome: the epoch won, or a rejection (a refusal
+/// Queues `ask` and waits for the HA thread's outcome: what it did, or a rejection (a refusal
 /// the thread gave is `BAD_REQUEST`; no answer in time is `INTERNAL_ERROR`).
-async fn wait_outcome(shared: &Shared, ask: Ask, name: &str) -> Result<u64, Rejection> {
+pub async fn wait_outcome(shared: &Shared, ask: Ask, name: &str) -> Result<Done, Rejection> {
     let ticket = (shared.admin.ask(ask))
         .map_err(|e| Rejection::new(ErrorCode::InternalError, format!("{name}: {e}")))?;
     let deadline = Instant::now() + WAIT;
     loop {
         match shared.admin.outcome(ticket) {
-            Some(Ok(epoch)) => return Ok(epoch),
+            Some(Ok(done)) => return Ok(done),
             Some(Err(e)) => {
                 return Err(Rejection::new(
                     ErrorCode::BadRequest,
@@ -194,10 +224,13 @@ mod tests {
             .map(|_| r.ask(Ask::Pause(true)).unwrap())
             .collect();
         assert!(r.ask(Ask::Pause(false)).is_err(), "the queue is bounded");
-        assert_eq!(r.take(false).len(), PENDING_MAX - 1);
-        assert_eq!(r.take(true), vec![(force, Ask::Force)]);
-        r.finish(tickets[0], Ok(0));
-        assert_eq!(r.outcome(tickets[0]), Some(Ok(0)));
+        assert_eq!(
+            r.take(|a| matches!(a, Ask::Pause(_))).len(),
+            PENDING_MAX - 1
+        );
+        assert_eq!(r.take(|a| *a == Ask::Force), vec![(force, Ask::Force)]);
+        r.finish(tickets[0], Ok(Done::epoch(0)));
+        assert_eq!(r.outcome(tickets[0]), Some(Ok(Done::epoch(0))));
         assert_eq!(r.outcome(tickets[0]), None, "taken once");
         for t in 0..(OUTCOMES_MAX as u64 + 5) {
             r.finish(1000 + t, Err("x".into()));

@@ -148,7 +148,11 @@ async fn demote(hub: &Rc<Hub>, force: bool) {
     }
     hub.stop_links();
     hub.reset_quorum();
-    log::warn!(epoch = hub.state.epoch(), role = "follower", reason = "lost the lease or the leader key"; "ha: demoted: writes are refused, replica streams closed");
+    let reason = match hub.ha.as_deref().and_then(|s| s.demoted_for.lock().ok()) {
+        Some(why) if !why.is_empty() => *why,
+        _ => "lost the lease or the leader key",
+    };
+    log::warn!(epoch = hub.state.epoch(), role = "follower", reason = reason; "ha: demoted ({reason}): writes are refused, replica streams closed");
 }
 
 /// Reports the durable heads. `following` is read first: positions read after the stream had

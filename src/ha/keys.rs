@@ -36,6 +36,12 @@ impl Keys {
         format!("{}paused", self.prefix)
     }
 
+    /// Present during a `SWITCHOVER` (`Switchover`; on a lease of its own, so it goes by
+    /// itself at its deadline): only its target may campaign.
+    pub fn switchover(&self) -> String {
+        format!("{}switchover", self.prefix)
+    }
+
     /// One per term: who led it, from when and from which offsets (`History`). One key per
     /// election, kept (a few hundred bytes each).
     pub fn history(&self, epoch: u64) -> String {
@@ -70,6 +76,20 @@ pub struct History {
     /// new primary has them).
     #[serde(default)]
     pub start_offsets: Vec<u64>,
+}
+
+/// The switchover key's value (`ha::handover`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Switchover {
+    /// The primary handing over, and the member it hands over to (node ids).
+    pub from: String,
+    pub to: String,
+    /// Wall clock (ms) when the key's lease runs out; shown to people, never compared.
+    pub deadline_ms: u64,
+    /// Written by the primary's resignation: `to` has acknowledged the primary's head after
+    /// writes stopped, so it holds every acknowledged write and may campaign without the
+    /// eligibility rules. Before that `to` campaigns only if the rules allow.
+    pub caught_up: bool,
 }
 
 /// The leader key's value.
@@ -126,6 +146,7 @@ mod tests {
         assert_eq!(k.leader(), "/smdb/c1/leader");
         assert_eq!(k.epoch(), "/smdb/c1/epoch");
         assert_eq!(k.member("n1"), "/smdb/c1/members/n1");
+        assert_eq!(k.switchover(), "/smdb/c1/switchover");
         assert_eq!(k.member_of("/smdb/c1/members/n1"), Some("n1"));
         assert_eq!(k.member_of("/smdb/c1/leader"), None);
         let (a, b) = (instance_id(), instance_id());

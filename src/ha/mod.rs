@@ -11,7 +11,9 @@
 //!
 //! - `config`: the `[ha]` section; `keys`: etcd key names and values; `elect`: who may
 //!   campaign (pure); `session`: one etcd session; `term`: the decisions; `shared`: the thread
-//!   ↔ executor exchange; `driver`: the executor's side; `clock`: CLOCK_BOOTTIME.
+//!   ↔ executor exchange; `driver`: the executor's side; `clock`: CLOCK_BOOTTIME;
+//!   `admin`: the operator's requests to the thread; `switchover` (the op) and `handover`
+//!   (its etcd steps): a planned handover.
 
 pub mod admin;
 pub mod clock;
@@ -19,10 +21,12 @@ pub mod config;
 pub mod driver;
 pub mod elect;
 pub mod fence;
+mod handover;
 pub mod keys;
 mod session;
 pub mod shared;
 pub mod status;
+pub mod switchover;
 mod term;
 mod tls;
 

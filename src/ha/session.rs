@@ -48,6 +48,8 @@ pub struct Snapshot {
     pub paused: bool,
     /// The terms' history keys, oldest first.
     pub history: Vec<super::keys::History>,
+    /// The switchover key (`SWITCHOVER` under way) and its mod revision.
+    pub switchover: Option<(super::keys::Switchover, i64)>,
 }
 
 /// A connected session: the client, its lease and the lease's keep-alive stream.
@@ -110,10 +112,12 @@ impl Session {
             members: Vec::new(),
             paused: false,
             history: Vec::new(),
+            switchover: None,
         };
         let leader_key = ctx.keys.leader();
         let epoch_key = ctx.keys.epoch();
         let paused_key = ctx.keys.paused();
+        let switchover_key = ctx.keys.switchover();
         for kv in resp.kvs() {
             let key = kv.key_str().unwrap_or("");
             if key == leader_key {
@@ -128,6 +132,9 @@ impl Session {
                 snap.epoch = (v, kv.mod_revision());
             } else if key == paused_key {
                 snap.paused = true;
+            } else if key == switchover_key {
+                let value = serde_json::from_slice(kv.value()).ok();
+                snap.switchover = value.map(|v| (v, kv.mod_revision()));
             } else if ctx.keys.is_history(key) {
                 if let Ok(h) = serde_json::from_slice(kv.value()) {
                     snap.history.push(h); // keys sort by their zero-padded epoch

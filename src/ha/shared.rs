@@ -69,14 +69,17 @@ pub enum Demotion {
     EtcdSession = 2,
     /// The term's epoch records could not be written.
     LeadFailed = 3,
+    /// Handed over by `SWITCHOVER`.
+    Switchover = 4,
 }
 
 /// The `reason` label values, indexed by `Demotion as usize`.
-pub const DEMOTION_REASONS: [&str; 4] = [
+pub const DEMOTION_REASONS: [&str; 5] = [
     "lease_expired",
     "leader_key_lost",
     "etcd_session_ended",
     "lead_failed",
+    "switchover",
 ];
 
 /// One live member as the last read of etcd showed it.
@@ -108,8 +111,12 @@ pub struct Shared {
     want: Mutex<(u64, Option<Want>)>,
     report: Mutex<Report>,
     view: Mutex<View>,
-    /// `HA_PAUSE`, `HA_RESUME` and `PROMOTE {force}` asked of the HA thread (`admin`).
+    /// `HA_PAUSE`, `HA_RESUME`, `PROMOTE {force}` and `SWITCHOVER` asked of the HA thread
+    /// (`admin`).
     pub admin: super::admin::Requests,
+    /// Why this member last stepped down (a `DEMOTION_REASONS` value), for the driver's log
+    /// line.
+    pub demoted_for: Mutex<&'static str>,
 }
 
 impl Shared {

@@ -31,6 +31,8 @@ pub struct Term {
     history_done: bool,
     /// When this member's current term began (wall clock, ms).
     started_at_ms: u64,
+    /// A `SWITCHOVER` under way (writes stopped; `handover`).
+    pub(super) handover: Option<super::handover::Handover>,
 }
 
 impl Term {
@@ -44,6 +46,7 @@ impl Term {
             forcing: Vec::new(),
             history_done: false,
             started_at_ms: 0,
+            handover: None,
         }
     }
 
@@ -70,10 +73,11 @@ impl Term {
         }
     }
 
-    /// A renewal succeeded: the primary's deadline moves on.
+    /// A renewal succeeded: the primary's deadline moves on (not while a switchover keeps
+    /// writes stopped).
     pub fn renewed(&mut self, ctx: &Ctx, deadline: u64) {
         self.lease_deadline = deadline;
-        if self.leading {
+        if self.leading && self.handover.is_none() {
             ctx.state.set_lease_until(deadline);
         }
     }
@@ -81,9 +85,13 @@ impl Term {
     /// Leaves the primary role (if held): writes stop at once, the driver demotes.
     pub fn step_down(&mut self, ctx: &Ctx, kind: Demotion, reason: &str) {
         ctx.state.set_lease_until(0);
+        self.handover = None;
         if self.leading {
             self.leading = false;
             ctx.shared.stats.demotions[kind as usize].fetch_add(1, Relaxed);
+            if let Ok(mut why) = ctx.shared.demoted_for.lock() {
+                *why = super::shared::DEMOTION_REASONS[kind as usize];
+            }
             log::info!("ha: giving up the lease of epoch {}: {reason}", self.epoch);
         }
         ctx.shared.decide(Want::Fence);
@@ -97,7 +105,7 @@ impl Term {
         snap: Snapshot,
     ) -> Result<(), String> {
         self.publish_view(ctx, &snap);
-        let asked = ctx.shared.admin.take(true);
+        let asked = ctx.shared.admin.take(|a| *a == super::admin::Ask::Force);
         self.forcing
             .extend(asked.into_iter().map(|(ticket, _)| ticket));
         if let Some((leader, _, _)) = &snap.leader {
@@ -110,6 +118,7 @@ impl Term {
                 "the lease deadline passed without a renewal",
             );
         }
+        super::handover::carry_out(self, ctx, s, &snap).await;
         match snap.leader.clone() {
             Some((leader, lease, rev)) if leader.node_id == ctx.node_id => {
                 if leader.instance == ctx.instance && lease == s.lease && self.leading {
@@ -218,6 +227,23 @@ impl Term {
             log::warn!("ha: PROMOTE {{force: true}}: campaigning without the eligibility rules");
             return self.campaign(ctx, s, &snap).await;
         }
+        if let Some((sw, _)) = &snap.switchover {
+            match (sw.to == ctx.node_id, sw.caught_up) {
+                (true, true) => {
+                    log::warn!("ha: taking over from {} (SWITCHOVER)", sw.from);
+                    return self.campaign(ctx, s, &snap).await;
+                }
+                (true, false) => {} // its primary went before it resigned: the usual rules
+                (false, _) => {
+                    self.block(format!(
+                        "a switchover from {} to {} is under way: only {} may campaign until \
+                         its key expires",
+                        sw.from, sw.to, sw.to
+                    ));
+                    return Ok(());
+                }
+            }
+        }
         if snap.paused {
             self.block("automatic failover is paused (HA_PAUSE; HA_RESUME restarts it)".into());
             return Ok(());
@@ -289,6 +315,8 @@ impl Term {
                 ),
                 TxnOp::put(ctx.keys.epoch(), epoch.to_string(), None),
                 TxnOp::put(ctx.keys.history(epoch), history, None),
+                // A new term ends any switchover.
+                TxnOp::delete(ctx.keys.switchover(), None),
             ]);
         if !call("campaign txn", s.client.txn(txn)).await?.succeeded() {
             return Ok(()); // someone else moved first: the next read shows who
@@ -304,7 +332,9 @@ impl Term {
         ctx.shared.decide(Want::Lead { epoch });
         log::info!("ha: won the election: epoch {epoch}");
         for ticket in self.forcing.drain(..) {
-            ctx.shared.admin.finish(ticket, Ok(epoch));
+            ctx.shared
+                .admin
+                .finish(ticket, Ok(super::admin::Done::epoch(epoch)));
         }
         Ok(())
     }
@@ -314,7 +344,7 @@ impl Term {
     fn refuse_forcing(&mut self, ctx: &Ctx, leader: &Leader) {
         for ticket in self.forcing.drain(..) {
             let outcome = match leader.node_id == ctx.node_id && self.leading {
-                true => Ok(leader.epoch),
+                true => Ok(super::admin::Done::epoch(leader.epoch)),
                 false => Err(format!(
                     "{} holds the leader key (epoch {}); a forced promotion takes it only when \
                      no member does",

@@ -242,6 +242,8 @@ fn with_body(mut obj: Obj, op: Op, body: Option<&[u8]>) -> Result<Vec<u8>, Rejec
         Op::PutMachine | Op::CreateInstance | Op::ApplyEvent | Op::Batch
     );
     let raw = match (takes, body) {
+        // SWITCHOVER's body (`{to}`) is optional.
+        (false, Some(b)) if op == Op::Switchover => object(b)?,
         (false, None) => return Ok(obj.finish()),
         (false, Some(_)) => return Err(bad("this path takes no request body".into())),
         (true, None) => return Err(bad("this path needs a JSON object body".into())),

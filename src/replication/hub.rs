@@ -88,7 +88,7 @@ pub struct Hub {
     /// A follower runs while this is the generation it started with (`stop_follower`).
     pub follow_gen: Cell<u64>,
     /// Failover (docs/ha.md): what the HA thread shows in REPLICATION_STATUS.ha.
-    pub(super) ha: Option<Arc<crate::ha::shared::Shared>>,
+    pub(crate) ha: Option<Arc<crate::ha::shared::Shared>>,
 }
 
 impl Hub {
@@ -385,6 +385,9 @@ impl Hub {
             Op::Promote => promote::promote(self, params.as_deref()).await?,
             Op::HaPause | Op::HaResume => {
                 crate::ha::admin::pause_op(self.ha.as_deref(), op == Op::HaPause).await?
+            }
+            Op::Switchover => {
+                crate::ha::switchover::op(self, self.ha.as_deref(), params.as_deref()).await?
             }
             _ => return Err(internal("not a replication op")),
         };

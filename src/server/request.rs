@@ -85,9 +85,10 @@ pub async fn start(
             Ok(router.start(fanout::DEFINITIONS_SHARD, call).await)
         }
         (Route::AllShards, _) => all_shards(op, owned(), front),
-        (Route::Control, Op::ReplicationStatus | Op::Promote | Op::HaPause | Op::HaResume) => {
-            Ok(control(op, params, front).await)
-        }
+        (
+            Route::Control,
+            Op::ReplicationStatus | Op::Promote | Op::HaPause | Op::HaResume | Op::Switchover,
+        ) => Ok(control(op, params, front).await),
         _ => Err(no_dispatcher()),
     }
 }
@@ -109,8 +110,8 @@ fn all_shards(op: Op, params: Option<Vec<u8>>, front: &Rc<Front>) -> Result<Repl
     })
 }
 
-/// REPLICATION_STATUS and PROMOTE: relayed to the control executor. Without a replication
-/// role: REPLICATION_STATUS says so, PROMOTE is refused.
+/// REPLICATION_STATUS, PROMOTE, HA_PAUSE, HA_RESUME and SWITCHOVER: relayed to the control
+/// executor. Without a replication role: REPLICATION_STATUS says so, the others are refused.
 async fn control(op: Op, params: Option<&[u8]>, front: &Front) -> ReplySlot {
     match &front.relay {
         Some(relay) => relay.call(op, params).await,

@@ -241,6 +241,23 @@ pub enum Command {
     /// Turn a replica into a primary: it stops following and accepts writes (PROMOTE).
     Promote,
 
+    /// Automatic failover (ha.enabled): `ha status` shows role, epoch, primary, members, lag
+    /// and why no member is elected; `ha history` the terms; `ha pause` / `ha resume` stop and
+    /// restart automatic failover cluster-wide (HA_PAUSE / HA_RESUME).
+    Ha {
+        #[command(subcommand)]
+        command: HaCommand,
+    },
+
+    /// Planned handover of the primary role with no acknowledged write lost (SWITCHOVER):
+    /// the primary stops taking writes, waits until the target has its log, and resigns so
+    /// only the target takes over. Give every member with --addr a,b,c.
+    Switchover {
+        /// The member (node id) to hand over to; default: the most advanced eligible one.
+        #[arg(long, value_name = "NODE")]
+        to: Option<String>,
+    },
+
     /// Run several ops as one BATCH: atomic (all or nothing, one shard) unless --best-effort.
     ///
     /// OPS is a JSON array of {"op": NAME, "params": {...}} (CREATE_INSTANCE, APPLY_EVENT,
@@ -371,6 +388,20 @@ mod tests {
             }
         ));
     }
+}
+
+/// `smdb-cli ha ...`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum HaCommand {
+    /// Role, epoch, primary, lease, members with lag, and why no member is elected
+    /// (REPLICATION_STATUS.ha; --json prints that object).
+    Status,
+    /// The terms: epoch, who led, when, from which offsets (REPLICATION_STATUS.ha.history).
+    History,
+    /// Stop automatic failover cluster-wide for maintenance (HA_PAUSE).
+    Pause,
+    /// Restart automatic failover (HA_RESUME).
+    Resume,
 }
 
 /// `smdb-cli replication ...`.

@@ -10,7 +10,7 @@ use smdb_client::{ApplyOptions, CreateOptions, ListFilter};
 use super::args::{Cli, Command, ReplicationCommand};
 use super::error::CliError;
 use super::session::Session;
-use super::{backup, render, watch};
+use super::{backup, ha, render, watch};
 
 /// Where results go and how they look.
 pub struct Output<'a> {
@@ -125,6 +125,8 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
         Command::Man { dir } => man(dir.as_deref(), out),
         Command::HashToken => hash_token(out),
         Command::Backup { verify } => verify_backup(verify, out),
+        Command::Ha { command } => ha::run(command, s, out),
+        Command::Switchover { to } => ha::switchover(to.as_deref(), s, out),
     }
 }
 

@@ -6,12 +6,14 @@
 //! * `render`: human-readable tables; `--json` prints results as they came.
 //! * `session`: the connection, reconnected when it broke.
 //! * `backup`: the backup manifest and `backup --verify` (offline).
+//! * `ha`: `ha status|history|pause|resume` and `switchover` (automatic failover).
 //! * `repl`, `watch`, `interrupt`, `error`.
 
 mod args;
 mod backup;
 mod commands;
 mod error;
+mod ha;
 mod interrupt;
 mod render;
 mod repl;
