@@ -45,6 +45,20 @@ fn cli_ok(members: &[Server], args: &[&str]) -> String {
     out
 }
 
+/// Polls `f` every 100 ms until it yields a value or `within` passes.
+fn eventually<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A machine and `n` instances on `primary`, each paid once; their ids.
 fn seed(primary: &Server, n: usize) -> Vec<String> {
     let mut w = primary.client();
@@ -67,6 +81,8 @@ fn seed(primary: &Server, n: usize) -> Vec<String> {
 /// follows and converges, and its demotion is counted under `reason="switchover"`.
 fn switchover_under_load(mode: &str) {
     let _serial = serial();
+    // Built (when stale) before the cluster starts, not under the load.
+    let _ = cli_bin();
     let etcd = Etcd::start(3);
     let cluster = format!("switch-{mode}");
     let (_dirs, members) = start_members(&etcd, &cluster, mode, "[http]\n");
@@ -97,9 +113,13 @@ fn switchover_under_load(mode: &str) {
         target,
         "the named target leads"
     );
-    let st = status(members[target].addr).unwrap();
+    // The role flips at the win; the published `ha.primary` follows at the next poll.
+    let st = eventually(Duration::from_secs(5), || {
+        let st = status(members[target].addr).unwrap();
+        (st["ha"]["primary"] == format!("n{target}")).then_some(st)
+    })
+    .unwrap_or_else(|| panic!("n{target} never names itself primary"));
     assert!(st["ha"]["epoch"].as_u64().unwrap() > old_epoch, "{st}");
-    assert_eq!(st["ha"]["primary"], format!("n{target}"), "{st}");
 
     // Writes go on, on the new primary.
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -116,8 +136,11 @@ fn switchover_under_load(mode: &str) {
     // The old primary follows the new one and holds the same writes.
     converge(&members[target], &members[first]);
     assert_acked_present_once(&members[first], &acked);
-    let old = status(members[first].addr).unwrap();
-    assert_eq!(old["ha"]["primary"], format!("n{target}"), "{old}");
+    let old = eventually(Duration::from_secs(5), || {
+        let st = status(members[first].addr).unwrap();
+        (st["ha"]["primary"] == format!("n{target}")).then_some(st)
+    });
+    assert!(old.is_some(), "n{first} never names n{target} primary");
     let m = scrape(&members[first]);
     let demoted = m.value("svc_ha_demotions_total", &[("reason", "switchover")]);
     assert_eq!(demoted, Some(1.0), "{}", m.text);
@@ -215,7 +238,13 @@ fn ha_pause_holds_the_election_until_ha_resume() {
     );
     let survivors: Vec<&Server> = alive.iter().map(|&i| &members[i]).collect();
     let second = alive[one_primary(&survivors, Duration::from_secs(20))];
-    let history = one(alive[0], &["ha", "history"]);
+    // The new term's row is written at the win; a member's history is read from etcd.
+    let history = eventually(Duration::from_secs(10), || {
+        let text = one(alive[0], &["ha", "history"]);
+        let last = text.lines().last().unwrap_or("").to_string();
+        last.contains(&format!("n{second}")).then_some(text)
+    })
+    .unwrap_or_else(|| one(alive[0], &["ha", "history"]));
     let rows: Vec<&str> = history.lines().skip(1).collect();
     assert!(rows.len() >= 2, "both terms: {history}");
     assert!(

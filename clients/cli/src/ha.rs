@@ -4,6 +4,7 @@
 //! `HA_RESUME`; `switchover` sends `SWITCHOVER`. With `--json` each prints the raw object.
 
 use serde_json::{json, Value};
+use smdb_client::ops::{Request, Retry};
 
 use super::args::HaCommand;
 use super::commands::Output;
@@ -33,7 +34,7 @@ pub fn run(cmd: &HaCommand, s: &mut Session, out: &mut Output<'_>) -> Result<(),
                 HaCommand::Pause => "HA_PAUSE",
                 _ => "HA_RESUME",
             };
-            let r = s.run(|c| c.call(op, json!({})))?;
+            let r = s.run(|c| c.run(admin(op, json!({}))))?;
             match out.json {
                 true => out.line(&r.to_string()),
                 false if r["paused"] == true => out.line("automatic failover paused"),
@@ -43,13 +44,19 @@ pub fn run(cmd: &HaCommand, s: &mut Session, out: &mut Output<'_>) -> Result<(),
     }
 }
 
+/// A failover admin op as a typed request: with several `--addr`, the client follows a
+/// follower's `READ_ONLY_MODE` to the primary it names. Never resent once sent (it acts).
+fn admin(op: &'static str, params: Value) -> Request<Value> {
+    Request::new(op, params, Retry::Unsafe)
+}
+
 /// `switchover [--to NODE]`.
 pub fn switchover(to: Option<&str>, s: &mut Session, out: &mut Output<'_>) -> Result<(), CliError> {
     let params = match to {
         Some(to) => json!({ "to": to }),
         None => json!({}),
     };
-    let r = s.run(|c| c.call("SWITCHOVER", params.clone()))?;
+    let r = s.run(|c| c.run(admin("SWITCHOVER", params.clone())))?;
     match out.json {
         true => out.line(&r.to_string()),
         false => out.line(&format!(

@@ -240,7 +240,10 @@ fn rotation_uses_the_prepared_spare_segment() {
             }
             glommio::timer::sleep(Duration::from_millis(10)).await;
         }
-        assert!(spare.exists(), "no spare is being prepared after a rotation");
+        assert!(
+            spare.exists(),
+            "no spare is being prepared after a rotation"
+        );
         wal.close().await.expect("close");
     });
     assert!(
