@@ -117,6 +117,9 @@ impl Session {
                 .replicate(req.params, conn, front)
                 .await
                 .map(|slot| (slot, None)),
+            Route::Control if op == Op::Backup => crate::backup::open(front, conn, req.params)
+                .await
+                .map(|slot| (slot, None)),
             Route::Subscriptions => {
                 crate::subscriptions::dispatch(op, req.params, &conn.subs, front)
                     .map(|slot| (slot, None))

@@ -6,10 +6,12 @@
 //! * `render`: human-readable tables; `--json` prints results as they came.
 //! * `session`: the connection, reconnected when it broke.
 //! * `backup`: the backup manifest and `backup --verify` (offline).
+//! * `backup_take`: `backup --out DIR`, the online backup through `BACKUP`.
 //! * `repl`, `watch`, `interrupt`, `error`.
 
 mod args;
 mod backup;
+mod backup_take;
 mod commands;
 mod error;
 mod interrupt;
