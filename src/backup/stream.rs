@@ -83,13 +83,19 @@ async fn snapshot_parts(
         crc: snap.crc(),
     };
     let read = |e| format!("reading the snapshot: {e}");
-    let mut next = snap.next_part(wire::SNAPSHOT_PART_BYTES).await.map_err(read)?;
+    let mut next = snap
+        .next_part(wire::SNAPSHOT_PART_BYTES)
+        .await
+        .map_err(read)?;
     let (mut part, mut bytes) = (0u32, 0u64);
     loop {
         let data = next.take().unwrap_or_default();
         next = match data.is_empty() {
             true => None,
-            false => snap.next_part(wire::SNAPSHOT_PART_BYTES).await.map_err(read)?,
+            false => snap
+                .next_part(wire::SNAPSHOT_PART_BYTES)
+                .await
+                .map_err(read)?,
         };
         let last = next.is_none();
         let mut out = Vec::new();

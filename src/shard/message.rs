@@ -172,7 +172,6 @@ pub enum ReplyBody {
     BackupCut(Box<super::pause::BackupCut>),
 }
 
-
 pub struct ShardResponse {
     pub token: u32,
     pub result: Result<ReplyBody, Rejection>,

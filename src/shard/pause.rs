@@ -69,7 +69,11 @@ impl Pause {
 impl Shard {
     /// `ShardCall::BackupPause`: pauses now, answers the head once durable (the reply's
     /// `needs`), resumes at `release` or after `timeout`.
-    pub(super) fn backup_pause(self: &Rc<Self>, release: Arc<BackupRelease>, timeout: Duration) -> Outcome {
+    pub(super) fn backup_pause(
+        self: &Rc<Self>,
+        release: Arc<BackupRelease>,
+        timeout: Duration,
+    ) -> Outcome {
         self.pause.paused.set(true);
         let head = self.log.head();
         let wal = self.log.wal();

@@ -49,7 +49,11 @@ pub struct Summary {
 
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pos: Vec<String> = self.positions.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+        let pos: Vec<String> = self
+            .positions
+            .iter()
+            .map(|(k, v)| format!("{k}:{v}"))
+            .collect();
         write!(
             f,
             "positions {}, {} files, {} bytes, {:.2} s",
@@ -196,7 +200,7 @@ impl Conn {
         self.next_id += 1;
         let mut out = Vec::new();
         let start = begin_frame(&mut out);
-        let req = json!({"id": id, "op": op, "params": params});
+        let req = json!({"type": "request", "id": id, "op": op, "params": params});
         out.extend_from_slice(req.to_string().as_bytes());
         finish_frame(&mut out, start);
         self.stream.write_all(&out).map_err(lost)?;
@@ -205,6 +209,9 @@ impl Conn {
             return Ok(resp["result"].clone());
         }
         let e = &resp["error"];
+        if !e.is_object() {
+            return Err(protocol(format!("unexpected answer to {op}: {resp}")));
+        }
         let mut err = CliError::new(
             Kind::Server,
             e["code"].as_str().unwrap_or("UNKNOWN"),
@@ -223,7 +230,9 @@ impl Conn {
             return Err(protocol(format!("a frame of {len} bytes")));
         }
         buf.resize(HEADER_LEN + len as usize, 0);
-        self.stream.read_exact(&mut buf[HEADER_LEN..]).map_err(lost)?;
+        self.stream
+            .read_exact(&mut buf[HEADER_LEN..])
+            .map_err(lost)?;
         match decode_frame(&buf, FRAME_BYTES_MAX) {
             Ok(Some((range, _))) => Ok(buf[range].to_vec()),
             Ok(None) => Err(protocol("a short frame")),

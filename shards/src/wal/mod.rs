@@ -402,7 +402,11 @@ impl Wal {
         let old: Vec<u64> = {
             let mut snaps = s.snapshots.borrow_mut();
             let surplus = snaps.len().saturating_sub(SNAPSHOTS_KEPT);
-            let n = snaps.iter().take(surplus).take_while(|o| **o < floor).count();
+            let n = snaps
+                .iter()
+                .take(surplus)
+                .take_while(|o| **o < floor)
+                .count();
             snaps.drain(..n).collect()
         };
         if old.is_empty() {
