@@ -16,6 +16,7 @@
 //! * `config`, `datadir`, `util`.
 
 pub mod auth;
+pub mod backup;
 pub mod config;
 pub mod datadir;
 pub mod ha;

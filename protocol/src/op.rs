@@ -381,6 +381,14 @@ op_table! {
         follower: Follower::Refuse, fenced: false,
         http: &[],
     },
+    /// Turns the connection into a backup stream: one cut for all shards, then per shard a
+    /// snapshot and the log up to the cut, then the end (docs/backup.md).
+    Backup = "BACKUP" {
+        need: Need::Scope(Scope::Replicate), before_hello: false,
+        effect: Effect::Control, batch: false, route: Route::Control,
+        follower: Follower::Refuse, fenced: false,
+        http: &[],
+    },
     ReplicationStatus = "REPLICATION_STATUS" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Route::Control,
@@ -504,6 +512,8 @@ mod tests {
             (Op::Unwatch, read, Effect::Read, false, Route::Subscriptions, serve, false),
             (Op::Batch, None, Effect::EachOp, false, Route::Batch, Follower::EachOp, false),
             (Op::Replicate, Some(Scope::Replicate), Effect::Control, false, Route::Control,
+                refuse, false),
+            (Op::Backup, Some(Scope::Replicate), Effect::Control, false, Route::Control,
                 refuse, false),
             (Op::ReplicationStatus, read, Effect::Read, false, Route::Control, serve, false),
             (Op::Promote, admin, Effect::Control, false, Route::Control, serve, false),

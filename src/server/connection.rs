@@ -65,6 +65,15 @@ impl Conn {
     fn len(&self) -> usize {
         self.queue.borrow().len()
     }
+
+    /// A stream produced on this executor (a backup): waits until fewer than `max` items are
+    /// queued. False once the writer has stopped (the client is gone).
+    pub async fn wait_room(&self, max: usize) -> bool {
+        while self.len() >= max && !self.writer_done.get() {
+            self.space.wait().await;
+        }
+        !self.writer_done.get()
+    }
 }
 
 /// Serves one connection until the peer leaves, BYE, a frame error, or shutdown.

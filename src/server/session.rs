@@ -117,6 +117,22 @@ impl Session {
                 .replicate(req.params, conn, front)
                 .await
                 .map(|slot| (slot, None)),
+            Route::Control if op == Op::Backup => {
+                match crate::backup::open(front, conn, req.params).await {
+                    Ok((slot, stream)) => {
+                        conn.push(Pending::Reply {
+                            id: req.id.into(),
+                            op,
+                            instance_id: None,
+                            started: req.started,
+                            slot,
+                        });
+                        glommio::spawn_local(stream).detach();
+                    }
+                    Err(rej) => respond_err(conn, front, Some(req.id), op, &rej, req.started),
+                }
+                return Flow::Continue;
+            }
             Route::Subscriptions => {
                 crate::subscriptions::dispatch(op, req.params, &conn.subs, front)
                     .map(|slot| (slot, None))

@@ -92,6 +92,13 @@ pub enum ShardCall {
     /// Sync replication, on a primary (`shard/sync.rs`): `sync_replicas` replicas hold this
     /// shard's log through `through` (monotonic). Answers `{}` at once.
     ReplicaAcked { through: u64 },
+    /// A backup's barrier (`shard/pause.rs`): stop executing requests, pin the log from the
+    /// newest snapshot, answer `BackupCut` once the head is durable, resume at `release` or
+    /// after `timeout`.
+    BackupPause {
+        release: std::sync::Arc<super::pause::BackupRelease>,
+        timeout: std::time::Duration,
+    },
 }
 
 /// One step of receiving a snapshot (`ShardCall::InstallSnapshot`).
@@ -161,6 +168,8 @@ pub enum ReplyBody {
         epochs: Vec<(u64, u64)>,
         handle: LogHandle,
     },
+    /// `BackupPause`: the shard's cut.
+    BackupCut(Box<super::pause::BackupCut>),
 }
 
 pub struct ShardResponse {

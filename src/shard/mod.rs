@@ -10,6 +10,7 @@ mod event;
 mod install;
 pub mod message;
 mod os_yield;
+pub mod pause;
 mod replica;
 pub mod runtime;
 pub mod snapshot;

@@ -75,6 +75,8 @@ pub struct Shard {
     os_yield: OsYield,
     /// Where a write's result JSON is built before its exact-size copy (`result_bytes`).
     result_buf: RefCell<Vec<u8>>,
+    /// A backup's barrier (`pause.rs`): requests wait while it holds.
+    pub(super) pause: super::pause::Pause,
 }
 
 /// Runs a shard until every client has hung up.
@@ -105,6 +107,7 @@ pub async fn run(setup: ShardSetup) {
         batch_record: RefCell::default(),
         os_yield: OsYield::default(),
         result_buf: RefCell::new(Vec::with_capacity(RESULT_BYTES_HINT)),
+        pause: super::pause::Pause::default(),
     });
     shard.timers.rebuild(&mut shard.engine.borrow_mut());
     let timer_task = glommio::spawn_local(Timers::run(shard.clone()));
@@ -165,15 +168,13 @@ async fn receive(
         let Some(call) = subs::intercept(shard, client, req.token, req.call, outbox) else {
             continue;
         };
-        let ((result, needs), gate) = match shard.sync {
-            None if shard.ha => sync_mode::run_call(shard, call).await,
-            None => match call {
-                call @ (ShardCall::Truncate { .. } | ShardCall::InstallSnapshot(_)) => {
-                    (shard.dispatch(call).await, None)
-                }
-                call => (shard.execute(call), None),
-            },
-            Some(_) => sync_mode::run_call(shard, call).await,
+        // A backup's barrier: nothing executes while it holds (`pause.rs`).
+        shard.pause.wait().await;
+        let ((result, needs), gate) = match call {
+            ShardCall::BackupPause { release, timeout } => {
+                (shard.backup_pause(release, timeout), None)
+            }
+            call => run_call(shard, call).await,
         };
         let resp = ShardResponse {
             token: req.token,
@@ -181,6 +182,20 @@ async fn receive(
         };
         outbox.push(needs, resp, gate);
         shard.maybe_snapshot();
+    }
+}
+
+/// One call, the way this shard's mode runs it.
+async fn run_call(shard: &Rc<Shard>, call: ShardCall) -> (Outcome, Option<Instant>) {
+    match shard.sync {
+        None if shard.ha => sync_mode::run_call(shard, call).await,
+        None => match call {
+            call @ (ShardCall::Truncate { .. } | ShardCall::InstallSnapshot(_)) => {
+                (shard.dispatch(call).await, None)
+            }
+            call => (shard.execute(call), None),
+        },
+        Some(_) => sync_mode::run_call(shard, call).await,
     }
 }
 
@@ -359,6 +374,7 @@ impl Shard {
             ShardCall::Truncate { .. } | ShardCall::InstallSnapshot(_) => {
                 (Err(internal("rewind call not awaited")), 0)
             }
+            ShardCall::BackupPause { .. } => (Err(internal("backup pause not intercepted")), 0),
         }
     }
 

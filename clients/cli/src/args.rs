@@ -281,15 +281,19 @@ pub enum Command {
         params: Option<String>,
     },
 
-    /// Check a backup directory offline (local; no server): every file against backup.json
-    /// (present, same size, same CRC32C), no file left unlisted, and each log segment and
-    /// snapshot against its own checksums. Exits 1 naming the first file that fails.
-    ///
-    /// Taking a backup (`backup --out`) is not built yet (docs/backup.md).
+    /// Take an online backup into a new directory (`--out DIR`: BACKUP, scope `replicate`;
+    /// DIR must not exist or be empty and becomes a data directory a server can start on), or
+    /// check one offline (`--verify DIR`, no server): every file against backup.json (present,
+    /// same size, same CRC32C), no file left unlisted, and each log segment and snapshot
+    /// against its own checksums. Exits 1 naming the first file that fails.
+    #[command(group(clap::ArgGroup::new("what").required(true).args(["out", "verify"])))]
     Backup {
+        /// Where to write the backup (must not exist or be empty).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
         /// The backup directory to check.
         #[arg(long, value_name = "DIR")]
-        verify: PathBuf,
+        verify: Option<PathBuf>,
     },
 
     /// Print the SHA-256 digest of a bearer token read from standard input (local; no server).

@@ -124,7 +124,11 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
         }
         Command::Man { dir } => man(dir.as_deref(), out),
         Command::HashToken => hash_token(out),
-        Command::Backup { verify } => verify_backup(verify, out),
+        Command::Backup {
+            verify: Some(dir), ..
+        } => verify_backup(dir, out),
+        Command::Backup { out: Some(dir), .. } => take_backup(dir, s, out),
+        Command::Backup { .. } => Err(CliError::usage("backup needs --out DIR or --verify DIR")),
         Command::Ha { command } => ha::run(command, s, out),
         Command::Switchover { to } => ha::switchover(to.as_deref(), s, out),
     }
@@ -224,6 +228,21 @@ fn verify_backup(dir: &std::path::Path, out: &mut Output<'_>) -> Result<(), CliE
             problem.to_string(),
         )),
     }
+}
+
+/// `backup --out DIR`: the backup, then its one-line summary.
+fn take_backup(
+    dir: &std::path::Path,
+    s: &mut Session,
+    out: &mut Output<'_>,
+) -> Result<(), CliError> {
+    if s.uses_tls() {
+        return Err(CliError::usage(
+            "backup --out does not speak TLS yet: run it against a plaintext listener",
+        ));
+    }
+    let summary = super::backup_take::take(&s.addr, s.token(), dir)?;
+    out.line(&format!("backup {}: {summary}", dir.display()))
 }
 
 /// `hash-token`: the SHA-256 hex of the token on standard input (one trailing newline dropped).

@@ -7,10 +7,12 @@
 //! * `session`: the connection, reconnected when it broke.
 //! * `backup`: the backup manifest and `backup --verify` (offline).
 //! * `ha`: `ha status|history|pause|resume` and `switchover` (automatic failover).
+//! * `backup_take`: `backup --out DIR`, the online backup through `BACKUP`.
 //! * `repl`, `watch`, `interrupt`, `error`.
 
 mod args;
 mod backup;
+mod backup_take;
 mod commands;
 mod error;
 mod ha;

@@ -64,6 +64,16 @@ impl Session {
         })
     }
 
+    /// The bearer token (`--token`).
+    pub fn token(&self) -> Option<&str> {
+        self.opts.token.as_deref()
+    }
+
+    /// Whether connections use TLS.
+    pub fn uses_tls(&self) -> bool {
+        self.opts.tls.is_some()
+    }
+
     /// The call timeout (`--timeout`).
     pub fn timeout(&self) -> Option<Duration> {
         self.opts.timeout

@@ -1,7 +1,7 @@
 //! Deciding which segments a snapshot makes unnecessary, and deleting them.
 //!
 //! A segment goes only when all three hold: it is not the newest; every offset in it is
-//! covered by the OLDEST retained snapshot (so falling back to that snapshot still finds the
+//! covered by the OLDEST retained snapshot and by every pin (`LogPin`) (so falling back to that snapshot still finds the
 //! log after it); and the segments after it hold at least `retain_bytes` for readers.
 //!
 //! Deleting a preallocated segment frees its extents in the filesystem's journal; the files
@@ -34,8 +34,13 @@ pub(crate) fn deletable(segs: &[(u64, u64)], covered_through: u64, retain_bytes:
 
 /// Deletes the segments the retained snapshots make unnecessary.
 pub(crate) async fn compact(shared: &Shared) -> Result<(), WalError> {
-    let Some(&covered) = shared.snapshots.borrow().first() else {
+    let Some(&oldest_snapshot) = shared.snapshots.borrow().first() else {
         return Ok(());
+    };
+    // A pin (a running backup: `LogPin`) keeps every segment after its snapshot.
+    let covered = match shared.handle.pinned_floor() {
+        Some(pin) => oldest_snapshot.min(pin),
+        None => oldest_snapshot,
     };
     let victims: Vec<_> = {
         let mut segs = shared.segments.borrow_mut();

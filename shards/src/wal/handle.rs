@@ -11,7 +11,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::config::WalConfig;
 use super::log_reader::LogReader;
@@ -22,6 +22,40 @@ pub(crate) struct Published {
     durable: AtomicU64,
     oldest: AtomicU64,
     generation: AtomicU64,
+    /// Pins against compaction (`LogPin`): `(id, offset)`. Bounded by the pins held at once,
+    /// one per shard per running backup.
+    pins: Mutex<Vec<(u64, u64)>>,
+    next_pin: AtomicU64,
+}
+
+/// Holds a shard's log from a snapshot on against compaction while it lives: the snapshot at
+/// `offset` (if any) is not pruned and no segment holding an offset after it is deleted.
+/// Dropping it releases the pin (a backup that ends or whose client disconnects). It knows
+/// offsets only, never payloads.
+#[derive(Debug)]
+pub struct LogPin {
+    published: Arc<Published>,
+    id: u64,
+    offset: u64,
+}
+
+impl LogPin {
+    /// The pinned snapshot offset (0: no snapshot; the whole log is pinned).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+impl Drop for LogPin {
+    fn drop(&mut self) {
+        let mut pins = lock_pins(&self.published.pins);
+        pins.retain(|(id, _)| *id != self.id);
+    }
+}
+
+/// The pin list even after a panic while it was held (it is a plain list, always consistent).
+fn lock_pins(m: &Mutex<Vec<(u64, u64)>>) -> std::sync::MutexGuard<'_, Vec<(u64, u64)>> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A cloneable, thread-safe view of one shard's log: its durable and oldest offsets, and
@@ -59,6 +93,23 @@ impl LogHandle {
 
     pub fn shard(&self) -> u32 {
         self.shard
+    }
+
+    /// Pins the log from the snapshot at `offset` on (0: from the start) until the returned
+    /// guard is dropped (`LogPin`). `compaction::compact` and snapshot pruning respect it.
+    pub fn pin(&self, offset: u64) -> LogPin {
+        let id = self.published.next_pin.fetch_add(1, Ordering::AcqRel);
+        lock_pins(&self.published.pins).push((id, offset));
+        LogPin {
+            published: self.published.clone(),
+            id,
+            offset,
+        }
+    }
+
+    /// The lowest pinned offset, if anything is pinned.
+    pub(crate) fn pinned_floor(&self) -> Option<u64> {
+        lock_pins(&self.published.pins).iter().map(|p| p.1).min()
     }
 
     pub(crate) fn generation(&self) -> u64 {

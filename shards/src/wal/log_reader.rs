@@ -223,6 +223,26 @@ impl LogReader {
         Ok(None)
     }
 
+    /// The snapshot at exactly `offset` (a pinned one: `LogHandle::pin`), opened for reading
+    /// in parts. `Ok(None)` when it is not on disk or fails its header check.
+    pub async fn snapshot_stream_at(
+        &mut self,
+        offset: u64,
+    ) -> Result<Option<SnapshotStream>, WalError> {
+        self.prepare().await?;
+        let path = snapshot::snapshot_path(&self.handle.snapshot_dir(), offset);
+        if !path.exists() {
+            return Ok(None);
+        }
+        match SnapshotFile::open(&path, self.handle.shard, offset, ReadSize::Reader).await? {
+            Opened::Valid(file) => Ok(Some(SnapshotStream::new(file))),
+            Opened::Invalid(reason) => {
+                log::warn!("wal: reader skips snapshot {}: {reason}", path.display());
+                Ok(None)
+            }
+        }
+    }
+
     /// The newest valid snapshot whole: `(offset, version, payload)` (tests and small
     /// tools; replication streams it with `newest_snapshot_stream`).
     pub async fn newest_snapshot(&mut self) -> Result<Option<(u64, u32, Vec<u8>)>, WalError> {

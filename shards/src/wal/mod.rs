@@ -40,7 +40,7 @@ use glommio::task::JoinHandle;
 
 pub use config::{FsyncPolicy, WalConfig};
 pub use error::WalError;
-pub use handle::LogHandle;
+pub use handle::{LogHandle, LogPin};
 pub use log_reader::LogReader;
 pub use snapshot::{
     SnapshotHeader, SnapshotStream, SNAPSHOT_VERSION, SNAPSHOT_VERSIONS_READ, SNAPSHOT_VERSION_JSON,
@@ -237,6 +237,11 @@ impl Wal {
         self.shared.handle.clone()
     }
 
+    /// The newest snapshot's offset (0: none on disk).
+    pub fn newest_snapshot_offset(&self) -> u64 {
+        self.shared.snapshots.borrow().last().copied().unwrap_or(0)
+    }
+
     /// Highest durable offset.
     pub fn durable_offset(&self) -> u64 {
         self.shared.durable.get()
@@ -391,9 +396,17 @@ impl Wal {
 
     async fn prune_snapshots(&self) -> Result<(), WalError> {
         let s = &*self.shared;
+        // A pinned snapshot (a running backup) and those after it stay; the next pruning
+        // after the pin is released deletes what is then surplus.
+        let floor = s.handle.pinned_floor().unwrap_or(u64::MAX);
         let old: Vec<u64> = {
             let mut snaps = s.snapshots.borrow_mut();
-            let n = snaps.len().saturating_sub(SNAPSHOTS_KEPT);
+            let surplus = snaps.len().saturating_sub(SNAPSHOTS_KEPT);
+            let n = snaps
+                .iter()
+                .take(surplus)
+                .take_while(|o| **o < floor)
+                .count();
             snaps.drain(..n).collect()
         };
         if old.is_empty() {

@@ -172,3 +172,48 @@ fn snapshot_under_never_policy_syncs_the_log_first() {
         wal.close().await.expect("close");
     });
 }
+
+/// A pin (a running backup, `LogHandle::pin`) keeps its snapshot and every segment after it
+/// through later snapshots and compactions; once dropped, the next snapshot's compaction
+/// deletes them.
+#[test]
+fn a_pin_keeps_its_snapshot_and_the_log_after_it_until_dropped() {
+    let dir = tmpdir();
+    let cfg = cfg(dir.path(), 32 << 10);
+    run(move || async move {
+        let (wal, _) = open_collect(cfg).await.expect("open");
+        append_range(&wal, 1, 500).await;
+        wal.write_snapshot(400, V, b"state@400")
+            .await
+            .expect("snapshot");
+        let pin = wal.handle().pin(400);
+        let mut next = 501;
+        for snap in [900, 1400, 1900, 2400] {
+            append_range(&wal, next, snap + 50).await;
+            next = snap + 51;
+            wal.write_snapshot(snap, V, b"later")
+                .await
+                .expect("snapshot");
+        }
+        assert!(wal.oldest_offset() <= 401, "oldest {}", wal.oldest_offset());
+        let mut reader = wal.handle().reader();
+        let snap = reader.snapshot_stream_at(400).await.expect("read");
+        let snap = snap.expect("the pinned snapshot is still there");
+        snap.close().await.expect("close");
+        let records = reader.read_from(401, 10, 1 << 20).await.expect("read");
+        assert_eq!(records.first().map(|r| r.0), Some(401));
+
+        drop(pin);
+        append_range(&wal, next, 2950).await;
+        wal.write_snapshot(2900, V, b"after")
+            .await
+            .expect("snapshot");
+        assert!(wal.oldest_offset() > 401, "oldest {}", wal.oldest_offset());
+        let gone = reader.snapshot_stream_at(400).await.expect("read");
+        assert!(
+            gone.is_none(),
+            "the snapshot at 400 is pruned once unpinned"
+        );
+        wal.close().await.expect("close");
+    });
+}

@@ -1,0 +1,158 @@
+//! A backup's stream (docs/backup.md): per shard in order, the pinned snapshot in `snapshot`
+//! frames (none when the shard has no snapshot), then the log records after it up to exactly
+//! the cut in `entries` frames (the replication stream's frames, `replication::wire`), then one
+//! `end` frame with the positions. An `error` frame says why a stream stops early. The pins
+//! go with the `BackupCut`s when this returns.
+
+use std::rc::Rc;
+
+use shards::wal::{LogReader, SnapshotStream};
+
+use super::send;
+use crate::replication::wire;
+use crate::server::connection::{Conn, Pending};
+use crate::shard::pause::BackupCut;
+use crate::util::time::now_ms;
+
+/// Frames queued on the connection before the stream waits for the client to read (each at
+/// most `wire::SNAPSHOT_PART_BYTES` of data as base64, or `ENTRY_BYTES_PER_FRAME_MAX`).
+pub const QUEUED_FRAMES_MAX: usize = 8;
+
+/// Streams every shard's part of the backup, then ends the connection.
+pub async fn run(conn: Rc<Conn>, cuts: Vec<BackupCut>, epoch: u64) {
+    let started = std::time::Instant::now();
+    let mut bytes = 0u64;
+    for (shard, cut) in cuts.iter().enumerate() {
+        match shard_part(&conn, cut, shard as u32, epoch).await {
+            Ok(n) => bytes += n,
+            Err(why) => {
+                log::warn!("backup: shard {shard}: {why}; the backup ends unfinished");
+                let mut out = Vec::new();
+                wire::error_frame(&mut out, epoch, &format!("shard {shard}: {why}"));
+                let _ = send(&conn, out).await;
+                conn.push(Pending::Close);
+                return;
+            }
+        }
+    }
+    let heads: Vec<u64> = cuts.iter().map(|c| c.head).collect();
+    let mut out = Vec::new();
+    end_frame(&mut out, epoch, &heads);
+    if send(&conn, out).await {
+        log::info!(
+            "backup: streamed to {heads:?} ({bytes} bytes of snapshot and log) in {} ms",
+            started.elapsed().as_millis()
+        );
+    }
+    conn.push(Pending::Close);
+}
+
+/// One shard: its snapshot, then its records up to the cut. Returns the bytes sent.
+async fn shard_part(conn: &Conn, cut: &BackupCut, shard: u32, epoch: u64) -> Result<u64, String> {
+    let mut reader = cut.handle.reader();
+    let from = cut.pin.offset();
+    let mut bytes = 0;
+    if from > 0 {
+        let snap = reader
+            .snapshot_stream_at(from)
+            .await
+            .map_err(|e| format!("reading the snapshot at {from}: {e}"))?;
+        let Some(mut snap) = snap else {
+            return Err(format!("the pinned snapshot at {from} is not readable"));
+        };
+        let sent = snapshot_parts(conn, &mut snap, shard, epoch).await;
+        let closed = snap.close().await.map_err(|e| e.to_string());
+        bytes += sent.and_then(|n| closed.map(|()| n))?;
+    }
+    bytes += records(conn, &mut reader, from + 1, cut.head, shard, epoch).await?;
+    Ok(bytes)
+}
+
+async fn snapshot_parts(
+    conn: &Conn,
+    snap: &mut SnapshotStream,
+    shard: u32,
+    epoch: u64,
+) -> Result<u64, String> {
+    let info = wire::SnapshotInfo {
+        shard,
+        epoch,
+        offset: snap.offset(),
+        version: snap.version(),
+        bytes: snap.len(),
+        crc: snap.crc(),
+    };
+    let read = |e| format!("reading the snapshot: {e}");
+    let mut next = snap
+        .next_part(wire::SNAPSHOT_PART_BYTES)
+        .await
+        .map_err(read)?;
+    let (mut part, mut bytes) = (0u32, 0u64);
+    loop {
+        let data = next.take().unwrap_or_default();
+        next = match data.is_empty() {
+            true => None,
+            false => snap
+                .next_part(wire::SNAPSHOT_PART_BYTES)
+                .await
+                .map_err(read)?,
+        };
+        let last = next.is_none();
+        let mut out = Vec::new();
+        wire::snapshot_frame(&mut out, &info, part, last, &data);
+        bytes += data.len() as u64;
+        if !send(conn, out).await {
+            return Err("the client went away".into());
+        }
+        if last {
+            return Ok(bytes);
+        }
+        part += 1;
+    }
+}
+
+/// Records `from..=to`, in `entries` frames.
+async fn records(
+    conn: &Conn,
+    reader: &mut LogReader,
+    mut from: u64,
+    to: u64,
+    shard: u32,
+    epoch: u64,
+) -> Result<u64, String> {
+    let mut bytes = 0;
+    while from <= to {
+        let want = ((to - from + 1) as usize).min(wire::ENTRIES_PER_FRAME_MAX);
+        let records = reader
+            .read_from(from, want, wire::ENTRY_BYTES_PER_FRAME_MAX)
+            .await
+            .map_err(|e| format!("reading the log at {from}: {e}"))?;
+        match records.first() {
+            Some((o, _)) if *o == from => {}
+            Some((o, _)) => return Err(format!("the log gave offset {o} for {from}")),
+            None => return Err(format!("the log ended before offset {from}")),
+        }
+        let bodies: Vec<Vec<u8>> = records.into_iter().map(|(_, b)| b).collect();
+        bytes += bodies.iter().map(|b| b.len() as u64).sum::<u64>();
+        let mut out = Vec::new();
+        wire::entries_frame(&mut out, shard, epoch, from, now_ms(), &bodies);
+        from += bodies.len() as u64;
+        if !send(conn, out).await {
+            return Err("the client went away".into());
+        }
+    }
+    Ok(bytes)
+}
+
+/// The last frame: the backup is complete up to `heads`.
+fn end_frame(out: &mut Vec<u8>, epoch: u64, heads: &[u64]) {
+    let start = crate::protocol::frame::begin_frame(out);
+    let body = serde_json::json!({
+        "type": "stream",
+        "kind": "end",
+        "epoch": epoch,
+        "positions": wire::positions_map(heads),
+    });
+    out.extend_from_slice(body.to_string().as_bytes());
+    crate::protocol::frame::finish_frame(out, start);
+}
