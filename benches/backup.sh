@@ -10,6 +10,9 @@
 #   SERVER=target/release/smdb-server  CLI=target/release/smdb-cli  BENCH=target/release/smdb-bench
 #   INSTANCES=1000000  EVERY=400000 (storage.snapshot_every_entries)  BEFORE=10  ROUNDS=1
 #   OUT=/tmp/smdb-backup-<time>   DATA_PARENT=/tmp (a real disk, never tmpfs)
+#   BACKUP_PARENT=$DATA_PARENT (where the backup is written: /dev/shm shows what the backup
+#   costs without its writes competing with the log's fsyncs on the same disk)
+#   CLI_NICE=0 (nice value of smdb-cli: on a small host the CLI shares the CPUs with the load)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SERVER=${SERVER:-target/release/smdb-server}
@@ -20,6 +23,8 @@ EVERY=${EVERY:-400000}
 BEFORE=${BEFORE:-10}
 ROUNDS=${ROUNDS:-1}
 DATA_PARENT=${DATA_PARENT:-/tmp}
+BACKUP_PARENT=${BACKUP_PARENT:-$DATA_PARENT}
+CLI_NICE=${CLI_NICE:-0}
 OUT=${OUT:-/tmp/smdb-backup-$(date +%H%M%S)}
 mkdir -p "$OUT"
 PIDS=()
@@ -74,10 +79,11 @@ CFG
     read -r o0 t0 < <(offset "$addr")
     sleep "$BEFORE"
     read -r o1 t1 < <(offset "$addr")
-    local out="$dir/backup"
+    local out
+    out="$(mktemp -d "$BACKUP_PARENT/smdb-backup-XXXXXX")/backup"
     local b0 b1
     b0=$(date +%s.%N)
-    "$CLI" --addr "$addr" backup --out "$out" >"$OUT/backup-$r.out" 2>&1
+    nice -n "$CLI_NICE" "$CLI" --addr "$addr" backup --out "$out" >"$OUT/backup-$r.out" 2>&1
     b1=$(date +%s.%N)
     read -r o2 t2 < <(offset "$addr")
     kill -9 "$bench" 2>/dev/null || true
@@ -107,7 +113,7 @@ print(f"backup {b1 - b0:.1f} s, {size / 1e6:.0f} MB; load before {before:,.0f} e
 PY
         tee -a "$OUT/summary"
     grep -h "backup:" "$OUT/server-$r.out.err" | sed 's/^/  /' | tee -a "$OUT/summary" || true
-    rm -rf "$dir"
+    rm -rf "$dir" "$(dirname "$out")"
 }
 
 for r in $(seq 1 "$ROUNDS"); do

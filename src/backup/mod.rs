@@ -70,6 +70,43 @@ pub async fn open(
     Ok((slot, stream::run(conn.clone(), cuts, epoch)))
 }
 
+/// CPU shares of a backup's stream on its front (the default queue, where the front decodes,
+/// routes and answers requests, has 1000): the stream's reads and encoding get what the
+/// requests leave, so a backup slows the load it runs beside as little as it can.
+const STREAM_SHARES: usize = 100;
+
+/// Runs a backup's stream (from `open`) in the front's backup task queue, made on first use.
+/// False if it could not be spawned (the stream is dropped; the caller closes the connection).
+pub fn spawn(stream: impl std::future::Future<Output = ()> + 'static) -> bool {
+    use glommio::{Latency, Shares};
+    thread_local! {
+        static QUEUE: std::cell::Cell<Option<glommio::TaskQueueHandle>> =
+            const { std::cell::Cell::new(None) };
+    }
+    let queue = QUEUE.with(|q| {
+        if let Some(queue) = q.get() {
+            return queue;
+        }
+        let queue = glommio::executor().create_task_queue(
+            Shares::Static(STREAM_SHARES),
+            Latency::NotImportant,
+            "backup",
+        );
+        q.set(Some(queue));
+        queue
+    });
+    match glommio::spawn_local_into(stream, queue) {
+        Ok(task) => {
+            task.detach();
+            true
+        }
+        Err(e) => {
+            log::warn!("backup: cannot start the stream: {e}");
+            false
+        }
+    }
+}
+
 /// Queues `bytes` on the connection once it has room for them; false when the client is gone.
 async fn send(conn: &Conn, bytes: Vec<u8>) -> bool {
     if !conn.wait_room(stream::QUEUED_FRAMES_MAX).await {

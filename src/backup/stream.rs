@@ -17,13 +17,40 @@ use crate::util::time::now_ms;
 /// Frames queued on the connection before the stream waits for the client to read (each at
 /// most `wire::SNAPSHOT_PART_BYTES` of data as base64, or `ENTRY_BYTES_PER_FRAME_MAX`).
 pub const QUEUED_FRAMES_MAX: usize = 8;
+/// The most a backup reads and sends per second (snapshot and log, before base64). Its reads
+/// bypass the page cache (O_DIRECT) and share the disk with the log's writes and fsyncs:
+/// unpaced, a 190 MB backup ran at 90 MB/s here and the load beside it fell to 0.3x.
+pub const BYTES_PER_SEC_MAX: u64 = 64 << 20;
+
+/// Paces a backup's frames to `BYTES_PER_SEC_MAX` on average since the stream began.
+struct Pace {
+    started: std::time::Instant,
+    bytes: std::cell::Cell<u64>,
+}
+
+impl Pace {
+    /// Sends `frame` (carrying `data` bytes of snapshot or log) once the pace allows it.
+    async fn send(&self, conn: &Conn, frame: Vec<u8>, data: u64) -> bool {
+        let sent = self.bytes.get() + data;
+        self.bytes.set(sent);
+        let due = std::time::Duration::from_secs_f64(sent as f64 / BYTES_PER_SEC_MAX as f64);
+        if let Some(wait) = due.checked_sub(self.started.elapsed()) {
+            glommio::timer::sleep(wait).await;
+        }
+        send(conn, frame).await
+    }
+}
 
 /// Streams every shard's part of the backup, then ends the connection.
 pub async fn run(conn: Rc<Conn>, cuts: Vec<BackupCut>, epoch: u64) {
     let started = std::time::Instant::now();
+    let pace = Pace {
+        started,
+        bytes: std::cell::Cell::new(0),
+    };
     let mut bytes = 0u64;
     for (shard, cut) in cuts.iter().enumerate() {
-        match shard_part(&conn, cut, shard as u32, epoch).await {
+        match shard_part(&conn, &pace, cut, shard as u32, epoch).await {
             Ok(n) => bytes += n,
             Err(why) => {
                 log::warn!("backup: shard {shard}: {why}; the backup ends unfinished");
@@ -48,7 +75,13 @@ pub async fn run(conn: Rc<Conn>, cuts: Vec<BackupCut>, epoch: u64) {
 }
 
 /// One shard: its snapshot, then its records up to the cut. Returns the bytes sent.
-async fn shard_part(conn: &Conn, cut: &BackupCut, shard: u32, epoch: u64) -> Result<u64, String> {
+async fn shard_part(
+    conn: &Conn,
+    pace: &Pace,
+    cut: &BackupCut,
+    shard: u32,
+    epoch: u64,
+) -> Result<u64, String> {
     let mut reader = cut.handle.reader();
     let from = cut.pin.offset();
     let mut bytes = 0;
@@ -60,16 +93,17 @@ async fn shard_part(conn: &Conn, cut: &BackupCut, shard: u32, epoch: u64) -> Res
         let Some(mut snap) = snap else {
             return Err(format!("the pinned snapshot at {from} is not readable"));
         };
-        let sent = snapshot_parts(conn, &mut snap, shard, epoch).await;
+        let sent = snapshot_parts(conn, pace, &mut snap, shard, epoch).await;
         let closed = snap.close().await.map_err(|e| e.to_string());
         bytes += sent.and_then(|n| closed.map(|()| n))?;
     }
-    bytes += records(conn, &mut reader, from + 1, cut.head, shard, epoch).await?;
+    bytes += records(conn, pace, &mut reader, from + 1, cut.head, shard, epoch).await?;
     Ok(bytes)
 }
 
 async fn snapshot_parts(
     conn: &Conn,
+    pace: &Pace,
     snap: &mut SnapshotStream,
     shard: u32,
     epoch: u64,
@@ -101,7 +135,7 @@ async fn snapshot_parts(
         let mut out = Vec::new();
         wire::snapshot_frame(&mut out, &info, part, last, &data);
         bytes += data.len() as u64;
-        if !send(conn, out).await {
+        if !pace.send(conn, out, data.len() as u64).await {
             return Err("the client went away".into());
         }
         if last {
@@ -114,6 +148,7 @@ async fn snapshot_parts(
 /// Records `from..=to`, in `entries` frames.
 async fn records(
     conn: &Conn,
+    pace: &Pace,
     reader: &mut LogReader,
     mut from: u64,
     to: u64,
@@ -133,11 +168,12 @@ async fn records(
             None => return Err(format!("the log ended before offset {from}")),
         }
         let bodies: Vec<Vec<u8>> = records.into_iter().map(|(_, b)| b).collect();
-        bytes += bodies.iter().map(|b| b.len() as u64).sum::<u64>();
+        let data = bodies.iter().map(|b| b.len() as u64).sum::<u64>();
+        bytes += data;
         let mut out = Vec::new();
         wire::entries_frame(&mut out, shard, epoch, from, now_ms(), &bodies);
         from += bodies.len() as u64;
-        if !send(conn, out).await {
+        if !pace.send(conn, out, data).await {
             return Err("the client went away".into());
         }
     }

@@ -127,7 +127,9 @@ impl Session {
                             started: req.started,
                             slot,
                         });
-                        glommio::spawn_local(stream).detach();
+                        if !crate::backup::spawn(stream) {
+                            conn.push(Pending::Close);
+                        }
                     }
                     Err(rej) => respond_err(conn, front, Some(req.id), op, &rej, req.started),
                 }
