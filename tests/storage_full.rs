@@ -228,3 +228,98 @@ fn start_up_without_room_for_a_segment_and_its_spare_exits_1_leaving_no_file() {
     }
     assert!(left.is_empty(), "start-up left files behind: {left:?}");
 }
+
+/// CONTRACT §14 with `ha.enabled`: a primary whose disk stays full for longer than `ttl_ms`
+/// hands over its lease (another member takes the writes), does not campaign while full, and
+/// once space returns follows the new primary holding every acknowledged write.
+#[test]
+fn a_primary_on_a_full_disk_hands_over_its_lease() {
+    let _serial = ha::serial();
+    let fs = LoopFs::new();
+    let etcd = common::etcd::Etcd::start(3);
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let start = |i: usize| {
+        let mut cfg = ha::member_config(&etcd, "full", &format!("n{i}"), "sync");
+        if i == 0 {
+            let data = format!(
+                "[storage]\ndata_dir = \"{}\"\n",
+                fs.mnt.join("data").display()
+            );
+            cfg = cfg.replacen("[storage]\n", &data, 1);
+        }
+        Server::start_in(dirs[i].path(), &cfg).unwrap_or_else(|e| panic!("start n{i}: {e}"))
+    };
+    // n0 (on the small disk) starts alone and leads; the others join as followers.
+    let mut members = vec![start(0)];
+    assert_eq!(ha::one_primary(&[&members[0]], Duration::from_secs(20)), 0);
+    members.push(start(1));
+    members.push(start(2));
+    fn all(m: &[Server]) -> Vec<&Server> {
+        m.iter().collect()
+    }
+    assert_eq!(ha::one_primary(&all(&members), Duration::from_secs(20)), 0);
+
+    let mut c = members[0].client();
+    put_order_machine(&mut c);
+    let filler = fs.fill_leaving(6 * SEGMENT_BYTES);
+    let pad = "x".repeat(CONTEXT_BYTES);
+    let mut acked = Vec::new();
+    let full = loop {
+        match create(&mut c, &format!("o-{}", acked.len()), &pad) {
+            Ok(_) => acked.push(format!("o-{}", acked.len())),
+            Err(e) => break e,
+        }
+        assert!(acked.len() < 10_000, "the disk never filled");
+    };
+    assert_eq!(full.code(), Some("STORAGE_FULL"), "{full}");
+    let full_at = Instant::now();
+
+    // Past ttl_ms another member leads; n0 counts the demotion and names the new primary.
+    let deadline = full_at + Duration::from_millis(ha::TTL_MS) + Duration::from_secs(20);
+    let second = loop {
+        let roles: Vec<String> = (members.iter())
+            .map(|m| ha::status(m.addr).map_or("down".into(), |s| s["role"].to_string()))
+            .collect();
+        if let Some(i) = (1..3).find(|&i| roles[i] == "\"primary\"") {
+            break i;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no hand-over: {roles:?}\n{}",
+            members[0].log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let handed_over = full_at.elapsed();
+    eprintln!("lease handed over {handed_over:?} after the first STORAGE_FULL");
+    assert!(
+        handed_over >= Duration::from_millis(ha::TTL_MS),
+        "handed over before ttl_ms: {handed_over:?}"
+    );
+    let m = scrape(&members[0]);
+    let demoted = m.value("svc_ha_demotions_total", &[("reason", "storage_full")]);
+    assert_eq!(demoted, Some(1.0), "{}", m.text);
+    assert!(members[0]
+        .log()
+        .contains("writes refused for lack of space"));
+
+    // Writes go on at the new primary.
+    let mut w = members[second].client();
+    for i in 0..20 {
+        let id = format!("new-{i}");
+        create(&mut w, &id, "small").unwrap_or_else(|e| panic!("write at n{second}: {e}"));
+        acked.push(id);
+    }
+    // n0 never campaigns while full; once space returns it follows and holds everything.
+    std::fs::remove_file(&filler).expect("free space");
+    ha::converge(&members[second], &members[0]);
+    assert_eq!(
+        ha::one_primary(&all(&members), Duration::from_secs(10)),
+        second
+    );
+    let mut r = members[0].client();
+    for id in &acked {
+        r.call("GET_INSTANCE", json!({"id": id}))
+            .unwrap_or_else(|e| panic!("acknowledged {id} missing on n0: {e}"));
+    }
+}

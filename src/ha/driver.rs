@@ -164,6 +164,8 @@ async fn report_positions(hub: &Hub, shared: &Shared, doing: &Doing) {
     };
     let positions: Vec<u64> = logs.iter().map(|l| l.durable).collect();
     let last_epoch = logs.iter().map(|l| l.last_epoch).max().unwrap_or(0);
+    let log_poisoned = logs.iter().any(|l| l.handle.is_poisoned());
+    let storage_full = logs.iter().any(|l| l.handle.is_storage_full());
     let leading = matches!(doing, Doing::Leading(_)) && hub.state.role() == Some(Role::Primary);
     shared.update_report(|r| {
         r.positions = positions;
@@ -171,5 +173,7 @@ async fn report_positions(hub: &Hub, shared: &Shared, doing: &Doing) {
         r.following = following;
         r.leading = leading;
         r.positions_fresh = true;
+        r.log_poisoned = log_poisoned;
+        r.storage_full = storage_full;
     });
 }

@@ -120,6 +120,10 @@ pub struct Member {
     /// Its follower stream runs (it acknowledges a primary).
     pub following: bool,
     pub nofailover: bool,
+    /// Its logs refuse writes (one poisoned, or refusing for lack of space): it does not
+    /// campaign, and the others do not wait for it as an equal that goes first.
+    #[serde(default)]
+    pub refuses_writes: bool,
 }
 
 /// A random instance id for this process (16 hex digits from the kernel's random source).

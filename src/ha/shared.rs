@@ -35,6 +35,10 @@ pub struct Report {
     pub last_epoch: u64,
     /// Whether `positions` were read after the decision `done` was carried out.
     pub positions_fresh: bool,
+    /// A shard's log is poisoned (an I/O error): this member cannot write until restarted.
+    pub log_poisoned: bool,
+    /// A shard's log refuses appends for lack of space (CONTRACT §14).
+    pub storage_full: bool,
 }
 
 /// The HA view REPLICATION_STATUS shows (`ha`).
@@ -71,15 +75,21 @@ pub enum Demotion {
     LeadFailed = 3,
     /// Handed over by `SWITCHOVER`.
     Switchover = 4,
+    /// A shard's log was poisoned by an I/O error: the lease goes at once (CONTRACT §14).
+    WalPoisoned = 5,
+    /// A shard refused writes for lack of space for longer than `ttl_ms` (CONTRACT §14).
+    StorageFull = 6,
 }
 
 /// The `reason` label values, indexed by `Demotion as usize`.
-pub const DEMOTION_REASONS: [&str; 5] = [
+pub const DEMOTION_REASONS: [&str; 7] = [
     "lease_expired",
     "leader_key_lost",
     "etcd_session_ended",
     "lead_failed",
     "switchover",
+    "wal_poisoned",
+    "storage_full",
 ];
 
 /// One live member as the last read of etcd showed it.

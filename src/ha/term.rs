@@ -4,6 +4,7 @@
 //! `Want` (`shared`); the lease deadline goes straight to `ReplState`, which shards read.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
@@ -33,6 +34,8 @@ pub struct Term {
     started_at_ms: u64,
     /// A `SWITCHOVER` under way (writes stopped; `handover`).
     pub(super) handover: Option<super::handover::Handover>,
+    /// Since when a shard's log has refused appends for lack of space (`log_health`).
+    full_since: Option<Instant>,
 }
 
 impl Term {
@@ -47,6 +50,7 @@ impl Term {
             history_done: false,
             started_at_ms: 0,
             handover: None,
+            full_since: None,
         }
     }
 
@@ -70,6 +74,7 @@ impl Term {
             primary_heads: heads,
             following: report.following,
             nofailover: ctx.cfg.nofailover,
+            refuses_writes: report.log_poisoned || report.storage_full,
         }
     }
 
@@ -118,6 +123,9 @@ impl Term {
                 "the lease deadline passed without a renewal",
             );
         }
+        if self.log_health(ctx, s, &snap).await? {
+            return Ok(()); // resigned: the next read shows the cluster without this member
+        }
         super::handover::carry_out(self, ctx, s, &snap).await;
         match snap.leader.clone() {
             Some((leader, lease, rev)) if leader.node_id == ctx.node_id => {
@@ -154,6 +162,49 @@ impl Term {
             }
             None => self.no_leader(ctx, s, snap).await,
         }
+    }
+
+    /// CONTRACT §14: a primary whose log is poisoned gives up its lease at once, one whose
+    /// log has refused appends for lack of space for longer than `ttl_ms` hands it over (the
+    /// leader key is deleted so another member campaigns at once). True when it resigned.
+    async fn log_health(
+        &mut self,
+        ctx: &Ctx,
+        s: &mut Session,
+        snap: &Snapshot,
+    ) -> Result<bool, String> {
+        let report = ctx.shared.report();
+        let full_for = match report.storage_full {
+            true => self.full_since.get_or_insert_with(Instant::now).elapsed(),
+            false => {
+                self.full_since = None;
+                Duration::ZERO
+            }
+        };
+        if !self.leading {
+            return Ok(false);
+        }
+        let (kind, why) = if report.log_poisoned {
+            (
+                Demotion::WalPoisoned,
+                "a shard's log is poisoned (an I/O error)".to_string(),
+            )
+        } else if full_for > Duration::from_millis(ctx.cfg.ttl_ms) {
+            let ms = full_for.as_millis();
+            (
+                Demotion::StorageFull,
+                format!("writes refused for lack of space for {ms} ms"),
+            )
+        } else {
+            return Ok(false);
+        };
+        self.step_down(ctx, kind, &why);
+        if let Some((leader, lease, rev)) = &snap.leader {
+            if leader.instance == ctx.instance && *lease == s.lease {
+                s.delete_if(ctx.keys.leader(), *rev).await?;
+            }
+        }
+        Ok(true)
     }
 
     /// Leading: the driver carries out `Lead`; if it failed, resign.
@@ -210,6 +261,55 @@ impl Term {
             s.put_member(ctx, &self.member(ctx)).await?;
             return Ok(()); // decide on the next read, which shows it
         }
+        if !self.forcing.is_empty() {
+            log::warn!("ha: PROMOTE {{force: true}}: campaigning without the eligibility rules");
+            return self.campaign(ctx, s, &snap).await;
+        }
+        match self.may_campaign(ctx, &snap, since, &report) {
+            Ok(()) => self.campaign(ctx, s, &snap).await,
+            Err(why) => {
+                self.block(why);
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether this member may campaign now, or why not (docs/ha.md, "Election").
+    fn may_campaign(
+        &self,
+        ctx: &Ctx,
+        snap: &Snapshot,
+        since: i64,
+        report: &super::shared::Report,
+    ) -> Result<(), String> {
+        if report.log_poisoned || report.storage_full {
+            return Err(format!(
+                "this member's log refuses writes ({})",
+                match report.log_poisoned {
+                    true => "poisoned by an I/O error: restart it",
+                    false => "the disk is full",
+                }
+            ));
+        }
+        if let Some((sw, _)) = &snap.switchover {
+            match (sw.to == ctx.node_id, sw.caught_up) {
+                (true, true) => {
+                    log::warn!("ha: taking over from {} (SWITCHOVER)", sw.from);
+                    return Ok(());
+                }
+                (true, false) => {} // its primary went before it resigned: the usual rules
+                (false, _) => {
+                    return Err(format!(
+                        "a switchover from {} to {} is under way: only {} may campaign until \
+                         its key expires",
+                        sw.from, sw.to, sw.to
+                    ))
+                }
+            }
+        }
+        if snap.paused {
+            return Err("automatic failover is paused (HA_PAUSE; HA_RESUME restarts it)".into());
+        }
         let me = self.seen_me(ctx);
         let others: Vec<Seen> = snap
             .members
@@ -219,42 +319,11 @@ impl Term {
                 node_id: m.node_id.clone(),
                 positions: m.positions.clone(),
                 fresh: *rev > since && !m.following,
-                nofailover: m.nofailover,
+                nofailover: m.nofailover || m.refuses_writes,
             })
             .collect();
         let heads = primary_heads(&snap.members, &me.positions);
-        if !self.forcing.is_empty() {
-            log::warn!("ha: PROMOTE {{force: true}}: campaigning without the eligibility rules");
-            return self.campaign(ctx, s, &snap).await;
-        }
-        if let Some((sw, _)) = &snap.switchover {
-            match (sw.to == ctx.node_id, sw.caught_up) {
-                (true, true) => {
-                    log::warn!("ha: taking over from {} (SWITCHOVER)", sw.from);
-                    return self.campaign(ctx, s, &snap).await;
-                }
-                (true, false) => {} // its primary went before it resigned: the usual rules
-                (false, _) => {
-                    self.block(format!(
-                        "a switchover from {} to {} is under way: only {} may campaign until \
-                         its key expires",
-                        sw.from, sw.to, sw.to
-                    ));
-                    return Ok(());
-                }
-            }
-        }
-        if snap.paused {
-            self.block("automatic failover is paused (HA_PAUSE; HA_RESUME restarts it)".into());
-            return Ok(());
-        }
-        match elect::may_campaign(&me, &others, &heads, ctx.rules) {
-            Ok(()) => self.campaign(ctx, s, &snap).await,
-            Err(why) => {
-                self.block(why);
-                Ok(())
-            }
-        }
+        elect::may_campaign(&me, &others, &heads, ctx.rules)
     }
 
     fn seen_me(&self, ctx: &Ctx) -> Seen {

@@ -1,16 +1,17 @@
 //! `LogHandle`: what another executor may know about a shard's log without touching it.
 //!
 //! The `Wal` lives on its shard's executor and is `!Send`. A `LogHandle` is `Send + Sync` and
-//! holds only the log's paths and three atomics the `Wal` publishes as they move: the durable
-//! offset, the oldest retained offset, and a generation that changes whenever the log is
-//! rewound or replaced (`truncate_after`, `install_snapshot`). Readers on any executor make a
+//! holds only the log's paths and the atomics the `Wal` publishes as they move: the durable
+//! offset, the oldest retained offset, a generation that changes whenever the log is
+//! rewound or replaced (`truncate_after`, `install_snapshot`), and whether the log is poisoned
+//! or refuses appends for lack of space (the HA thread gives up the lease on either). Readers on any executor make a
 //! `LogReader` from it, which opens its own read-only files (`log_reader.rs`).
 //!
 //! A handle survives the reopen that follows a rewind: the shard passes it to `Wal::open_with`,
 //! so one taken earlier keeps reporting the live log.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::config::WalConfig;
@@ -26,6 +27,10 @@ pub(crate) struct Published {
     /// one per shard per running backup.
     pins: Mutex<Vec<(u64, u64)>>,
     next_pin: AtomicU64,
+    /// The log is poisoned (`Shared::poison`): no write succeeds until a restart.
+    poisoned: AtomicBool,
+    /// An allocation is failing for lack of space (`SpaceFlags`): appends get STORAGE_FULL.
+    storage_full: AtomicBool,
 }
 
 /// Holds a shard's log from a snapshot on against compaction while it lives: the snapshot at
@@ -95,6 +100,16 @@ impl LogHandle {
         self.shard
     }
 
+    /// The log is poisoned: it takes no write until the process restarts.
+    pub fn is_poisoned(&self) -> bool {
+        self.published.poisoned.load(Ordering::Acquire)
+    }
+
+    /// The log refuses appends for lack of space (it takes them again by itself).
+    pub fn is_storage_full(&self) -> bool {
+        self.published.storage_full.load(Ordering::Acquire)
+    }
+
     /// Pins the log from the snapshot at `offset` on (0: from the start) until the returned
     /// guard is dropped (`LogPin`). `compaction::compact` and snapshot pruning respect it.
     pub fn pin(&self, offset: u64) -> LogPin {
@@ -132,6 +147,14 @@ impl Published {
 
     pub fn set_oldest(&self, offset: u64) {
         self.oldest.store(offset, Ordering::Release);
+    }
+
+    pub fn set_poisoned(&self, poisoned: bool) {
+        self.poisoned.store(poisoned, Ordering::Release);
+    }
+
+    pub fn set_storage_full(&self, full: bool) {
+        self.storage_full.store(full, Ordering::Release);
     }
 
     /// The log was rewound or replaced: readers drop what they cached.

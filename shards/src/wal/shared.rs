@@ -152,7 +152,8 @@ impl Shared {
         handle: LogHandle,
     ) -> Shared {
         let payload_max = super::limits::record_payload_max(cfg.segment_bytes);
-        let space = SpaceFlags::new(cfg.shard);
+        let space = SpaceFlags::new(cfg.shard, handle.published.clone());
+        handle.published.set_poisoned(false);
         Shared {
             wal_dir: cfg.wal_dir(),
             snap_dir: cfg.snapshot_dir(),
@@ -200,6 +201,7 @@ impl Shared {
         if self.poisoned.replace(true) {
             return;
         }
+        self.handle.published.set_poisoned(true);
         log::error!(
             "wal: shard {}: {cause}; log poisoned, no more writes until restart (durable: {})",
             self.cfg.shard,

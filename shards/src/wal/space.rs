@@ -10,10 +10,12 @@
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::WalConfig;
 use super::error::WalError;
+use super::handle::Published;
 
 /// How long a failed allocation waits before it is tried again. The contract wants writes back
 /// within 10 s of space returning; one second keeps that with room to spare and costs one
@@ -73,14 +75,18 @@ pub(crate) struct SpaceFlags {
     shard: u32,
     segment: Cell<bool>,
     spare: Cell<bool>,
+    /// Where `full()` is published for other threads (`LogHandle::is_storage_full`).
+    published: Arc<Published>,
 }
 
 impl SpaceFlags {
-    pub fn new(shard: u32) -> Rc<SpaceFlags> {
+    pub fn new(shard: u32, published: Arc<Published>) -> Rc<SpaceFlags> {
+        published.set_storage_full(false);
         Rc::new(SpaceFlags {
             shard,
             segment: Cell::new(false),
             spare: Cell::new(false),
+            published,
         })
     }
 
@@ -100,6 +106,7 @@ impl SpaceFlags {
     pub fn failed(&self, what: Alloc, cause: &WalError) {
         let was_full = self.full();
         self.flag(what).set(true);
+        self.published.set_storage_full(true);
         if !was_full {
             log::error!(
                 "wal: shard {}: the disk is full ({cause}); writes are refused with STORAGE_FULL \
@@ -112,7 +119,9 @@ impl SpaceFlags {
 
     /// `what` succeeded. Logs one line when that makes the log take appends again.
     pub fn succeeded(&self, what: Alloc) {
-        if self.flag(what).replace(false) && !self.full() {
+        let was = self.flag(what).replace(false);
+        self.published.set_storage_full(self.full());
+        if was && !self.full() {
             log::info!(
                 "wal: shard {}: space is back; writes are accepted again",
                 self.shard
