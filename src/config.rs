@@ -127,6 +127,11 @@ pub struct Storage {
     /// Bytes kept free on the data dir's filesystem for the log: snapshots stop short of them
     /// (CONTRACT §14). Unset: one segment plus its spare.
     pub reserve_bytes: Option<u64>,
+    /// Where every closed log segment is copied (CONTRACT §14, docs/backup.md "The archive").
+    /// Unset: no archive.
+    pub archive_dir: Option<PathBuf>,
+    /// Close a segment that has held entries this long, so it is archived (unset: off).
+    pub archive_timeout_ms: Option<u64>,
 }
 
 impl Default for Storage {
@@ -140,6 +145,8 @@ impl Default for Storage {
             definitions_dir: None,
             snapshot_every_entries: 1_000_000,
             reserve_bytes: None,
+            archive_dir: None,
+            archive_timeout_ms: None,
         }
     }
 }
@@ -512,6 +519,16 @@ impl Config {
         if self.storage.fsync == FsyncMode::Interval && self.storage.fsync_interval_ms == 0 {
             return Err(ConfigError("storage.fsync_interval_ms must be >= 1".into()));
         }
+        if self.storage.archive_timeout_ms == Some(0) {
+            return Err(ConfigError(
+                "storage.archive_timeout_ms must be >= 1".into(),
+            ));
+        }
+        if self.storage.archive_timeout_ms.is_some() && self.storage.archive_dir.is_none() {
+            return Err(ConfigError(
+                "storage.archive_timeout_ms needs storage.archive_dir".into(),
+            ));
+        }
         if self.storage.snapshot_every_entries == 0 {
             return Err(ConfigError(
                 "storage.snapshot_every_entries must be >= 1".into(),
@@ -565,6 +582,24 @@ mod tests {
         );
         let c = Config::from_toml("[replication]\nsync_timeout_ms = 9").unwrap();
         assert_eq!(c.sync_timeout_ms(), 9);
+    }
+
+    #[test]
+    fn archive_keys_parse_and_the_timeout_needs_a_dir() {
+        let c = Config::from_toml("").unwrap();
+        assert_eq!(
+            (c.storage.archive_dir, c.storage.archive_timeout_ms),
+            (None, None)
+        );
+        let c =
+            Config::from_toml("[storage]\narchive_dir = \"/a\"\narchive_timeout_ms = 500").unwrap();
+        assert_eq!(c.storage.archive_dir, Some(PathBuf::from("/a")));
+        assert_eq!(c.storage.archive_timeout_ms, Some(500));
+        let e = Config::from_toml("[storage]\narchive_timeout_ms = 500").unwrap_err();
+        assert!(e.0.contains("storage.archive_dir"), "{}", e.0);
+        let zero = "[storage]\narchive_dir = \"/a\"\narchive_timeout_ms = 0";
+        let e = Config::from_toml(zero).unwrap_err();
+        assert!(e.0.contains("storage.archive_timeout_ms"), "{}", e.0);
     }
 
     #[test]

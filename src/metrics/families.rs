@@ -318,6 +318,18 @@ fn wal(r: &mut Registry, shards: &[ShardStats]) {
         "1 while any shard refuses writes because the disk is full (STORAGE_FULL)",
         u64::from(full),
     );
+    counter(
+        r,
+        "svc_wal_archived_segments_total",
+        "Closed log segments copied into storage.archive_dir",
+        sum(|s| s.log.archived_segments_total),
+    );
+    counter(
+        r,
+        "svc_wal_archive_failures_total",
+        "Failed attempts to copy a closed log segment into storage.archive_dir (retried)",
+        sum(|s| s.log.archive_failures_total),
+    );
     let mut depth = Series::new(MetricType::Gauge);
     for s in shards {
         let shard = s.shard.to_string();

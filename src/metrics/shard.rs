@@ -68,6 +68,9 @@ pub struct LogStats {
     pub poisoned: bool,
     /// The disk has no room for the log to grow: writes get STORAGE_FULL, reads go on.
     pub storage_full: bool,
+    /// Closed segments copied into `storage.archive_dir`, and failed attempts.
+    pub archived_segments_total: u64,
+    pub archive_failures_total: u64,
 }
 
 impl Default for LogStats {
@@ -85,6 +88,8 @@ impl Default for LogStats {
             batch_size: HistogramSnapshot::empty(&BATCH_BOUNDS_ENTRIES),
             poisoned: false,
             storage_full: false,
+            archived_segments_total: 0,
+            archive_failures_total: 0,
         }
     }
 }
@@ -104,6 +109,8 @@ impl From<&WalStats> for LogStats {
             batch_size: snapshot(&w.batch_entries),
             poisoned: w.poisoned,
             storage_full: w.storage_full,
+            archived_segments_total: w.archived_segments_total,
+            archive_failures_total: w.archive_failures_total,
         }
     }
 }
@@ -149,6 +156,8 @@ mod tests {
             batch_entries: batch,
             poisoned: true,
             storage_full: false,
+            archived_segments_total: 3,
+            archive_failures_total: 1,
         };
         let l = LogStats::from(&w);
         assert_eq!(

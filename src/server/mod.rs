@@ -525,6 +525,8 @@ fn wal_config(config: &Config, dir: std::path::PathBuf, shard: u32) -> WalConfig
         retain_bytes: st.retain_bytes,
         sync_writes: true,
         reserve_bytes: st.reserve_bytes,
+        archive_dir: st.archive_dir.clone(),
+        archive_timeout: st.archive_timeout_ms.map(Duration::from_millis),
     }
 }
 

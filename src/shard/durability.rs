@@ -93,6 +93,11 @@ impl Durability {
         self.wal.borrow().append(payload).map_err(rejection)
     }
 
+    /// `append` of the entry that begins `epoch` (after `follows`): it starts a segment.
+    pub fn append_epoch(&self, payload: &[u8], epoch: u64, follows: u64) -> Result<u64, Rejection> {
+        (self.wal.borrow().append_epoch(payload, epoch, follows)).map_err(rejection)
+    }
+
     pub fn head(&self) -> u64 {
         self.wal.borrow().head_offset()
     }

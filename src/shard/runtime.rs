@@ -496,6 +496,11 @@ impl Shard {
             )
             .with("diverged_at", d.offset));
         }
+        // An epoch entry starts a segment of its own, labelled with its epoch (the archive).
+        if let Some(epoch) = shards::engine::Record::epoch_begun(record) {
+            let follows = self.engine.borrow().last_epoch();
+            return self.log.append_epoch(record, epoch, follows);
+        }
         self.log.append(record)
     }
 

@@ -2,7 +2,8 @@
 //!
 //! A segment is `wal/<first offset, 20 digits>.seg`. Its first 4096 bytes are the header:
 //! `magic "SMDBWAL1" | version u32 | shard u32 | first_offset u64 | crc32c u32` (little-endian,
-//! CRC over the 24 bytes before it), then zeros. Records follow from byte 4096.
+//! CRC over the 24 bytes before it), then the segment's epoch (`SegmentEpoch`, bytes 28..52),
+//! then zeros. Records follow from byte 4096.
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +31,51 @@ pub fn encode_header(h: SegmentHeader, block: &mut [u8]) {
     block[16..24].copy_from_slice(&h.first_offset.to_le_bytes());
     let crc = crc32c::crc32c(&block[..24]);
     block[24..28].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The epoch of a segment's entries, kept in header bytes 28..48 (zero in segments written
+/// before the archive existed, which read as epoch 0, not starting one): `epoch u64 |
+/// follows u64 | starts u8 | 3 zero bytes | crc32c u32 of bytes 28..48`. `starts`: the
+/// segment's first entry is the record that began `epoch`, which followed epoch `follows`.
+/// Readers that predate it ignore those bytes, as they ignore all of 28..4096.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SegmentEpoch {
+    pub epoch: u64,
+    pub follows: u64,
+    pub starts: bool,
+}
+
+/// Writes `e` into a header block `encode_header` filled (at least 52 bytes).
+pub fn encode_epoch(e: SegmentEpoch, block: &mut [u8]) {
+    block[28..36].copy_from_slice(&e.epoch.to_le_bytes());
+    block[36..44].copy_from_slice(&e.follows.to_le_bytes());
+    block[44..48].copy_from_slice(&[u8::from(e.starts), 0, 0, 0]);
+    let crc = crc32c::crc32c(&block[28..48]);
+    block[48..52].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Reads the epoch fields of a header block (`decode_header` checked it): all zero (an older
+/// segment) is epoch 0; anything else must carry its CRC.
+pub fn decode_epoch(block: &[u8]) -> Result<SegmentEpoch, String> {
+    let Some(field) = block.get(28..52) else {
+        return Err("header too short for its epoch".into());
+    };
+    if field.iter().all(|&b| b == 0) {
+        return Ok(SegmentEpoch::default());
+    }
+    let crc = u32::from_le_bytes([field[20], field[21], field[22], field[23]]);
+    if crc != crc32c::crc32c(&field[..20]) || field[16] > 1 || field[17..20] != [0, 0, 0] {
+        return Err("segment header epoch checksum mismatch".into());
+    }
+    let mut n = [0; 8];
+    n.copy_from_slice(&field[..8]);
+    let epoch = u64::from_le_bytes(n);
+    n.copy_from_slice(&field[8..16]);
+    Ok(SegmentEpoch {
+        epoch,
+        follows: u64::from_le_bytes(n),
+        starts: field[16] == 1,
+    })
 }
 
 /// Decodes and checks a header block.
@@ -127,6 +173,17 @@ mod tests {
         encode_header(h, &mut block);
         assert_eq!(decode_header(&block), Ok(h));
         assert!(block[28..].iter().all(|&b| b == 0));
+        assert_eq!(decode_epoch(&block), Ok(SegmentEpoch::default()));
+        let e = SegmentEpoch {
+            epoch: 7,
+            follows: 5,
+            starts: true,
+        };
+        encode_epoch(e, &mut block);
+        assert_eq!(decode_header(&block), Ok(h));
+        assert_eq!(decode_epoch(&block), Ok(e));
+        block[30] ^= 1;
+        assert!(decode_epoch(&block).is_err());
         block[17] ^= 4;
         assert!(decode_header(&block).is_err());
     }

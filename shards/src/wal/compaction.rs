@@ -2,7 +2,8 @@
 //!
 //! A segment goes only when all three hold: it is not the newest; every offset in it is
 //! covered by the OLDEST retained snapshot and by every pin (`LogPin`) (so falling back to that snapshot still finds the
-//! log after it); and the segments after it hold at least `retain_bytes` for readers.
+//! log after it); it has an archived copy when there is an archive (`archive.rs`); and the
+//! segments after it hold at least `retain_bytes` for readers.
 //!
 //! Deleting a preallocated segment frees its extents in the filesystem's journal; the files
 //! go one at a time with `DELETE_PACE` between them, so a compaction of many segments does
@@ -42,6 +43,8 @@ pub(crate) async fn compact(shared: &Shared) -> Result<(), WalError> {
         Some(pin) => oldest_snapshot.min(pin),
         None => oldest_snapshot,
     };
+    // The oldest segment without an archived copy stays, and so does every one after it.
+    let covered = covered.min(shared.archive_hold.get().saturating_sub(1));
     let victims: Vec<_> = {
         let mut segs = shared.segments.borrow_mut();
         let sizes: Vec<(u64, u64)> = segs.iter().map(|s| (s.first, s.end)).collect();

@@ -41,6 +41,12 @@ pub struct WalConfig {
     /// Bytes kept free on the log's filesystem for the log itself (`storage.reserve_bytes`):
     /// a snapshot stops rather than eat into them. `None`: one segment plus its spare.
     pub reserve_bytes: Option<u64>,
+    /// Where closed segments are copied (`storage.archive_dir`; `archive.rs`). `None`: no
+    /// archive, and compaction is not held back by one.
+    pub archive_dir: Option<PathBuf>,
+    /// A segment that has held entries this long is closed even though it is not full, so the
+    /// archive lags the head by at most about this (`storage.archive_timeout_ms`). `None`: off.
+    pub archive_timeout: Option<Duration>,
 }
 
 impl WalConfig {
@@ -55,6 +61,8 @@ impl WalConfig {
             retain_bytes: RETAIN_BYTES_DEFAULT,
             sync_writes: true,
             reserve_bytes: None,
+            archive_dir: None,
+            archive_timeout: None,
         }
     }
 
@@ -75,6 +83,9 @@ impl WalConfig {
                 "segment_bytes must be a multiple of {BLOCK_BYTES} between {SEGMENT_BYTES_MIN} \
                  and {SEGMENT_BYTES_MAX}, got {bytes}"
             )));
+        }
+        if self.archive_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(WalError::Config("archive timeout must be > 0".into()));
         }
         if let FsyncPolicy::Interval(d) = self.fsync {
             if d.is_zero() {

@@ -6,9 +6,11 @@
 //! `open` writes each batch with one fdatasync and then releases `wait_durable` callers.
 //! Format and recovery rules: `docs/wal.md`.
 
+mod archive;
 mod committer;
 mod compaction;
 mod config;
+mod epoch;
 mod error;
 mod files;
 mod handle;
@@ -79,6 +81,8 @@ pub enum Recovered<'a> {
 pub struct Wal {
     shared: Rc<Shared>,
     committer: RefCell<Option<JoinHandle<()>>>,
+    /// The archiver task (`archive.rs`), when the log has an archive.
+    archiver: RefCell<Option<JoinHandle<()>>>,
     /// Serialises `write_snapshot` calls.
     snapshot_lock: Semaphore,
 }
@@ -143,7 +147,9 @@ impl Wal {
                     shared.space.clone(),
                 );
                 let file = spare.prepare_now().await?;
-                SegmentWriter::create(&shared, out.head + 1, Some((file, spare.path()))).await?
+                let epoch = Default::default();
+                SegmentWriter::create(&shared, out.head + 1, epoch, Some((file, spare.path())))
+                    .await?
             }
         };
         shared.handle.published.set_durable(out.head);
@@ -155,9 +161,11 @@ impl Wal {
             shared.oldest()
         );
         let task = glommio::spawn_local(committer::run(shared.clone(), writer)).detach();
+        let archiver = archive::start(&shared);
         Ok(Rc::new(Wal {
             shared,
             committer: RefCell::new(Some(task)),
+            archiver: RefCell::new(archiver),
             snapshot_lock: Semaphore::new(1),
         }))
     }
@@ -296,6 +304,8 @@ impl Wal {
             batch_entries: c.batch_entries,
             poisoned: s.poisoned.get(),
             storage_full: s.space.full(),
+            archived_segments_total: c.archived_segments_total,
+            archive_failures_total: c.archive_failures_total,
         }
     }
 
@@ -424,8 +434,13 @@ impl Wal {
         let s = &*self.shared;
         s.closing.set(true);
         s.doorbell.ring();
+        s.archive_bell.ring();
         let task = self.committer.borrow_mut().take();
         if let Some(task) = task {
+            task.await;
+        }
+        let archiver = self.archiver.borrow_mut().take();
+        if let Some(task) = archiver {
             task.await;
         }
         if s.poisoned.get() {
@@ -434,7 +449,6 @@ impl Wal {
         Ok(())
     }
 
-    #[cfg(test)]
     pub(crate) fn shared(&self) -> &Shared {
         &self.shared
     }
@@ -445,6 +459,7 @@ impl Drop for Wal {
     fn drop(&mut self) {
         self.shared.closing.set(true);
         self.shared.doorbell.ring();
+        self.shared.archive_bell.ring();
     }
 }
 

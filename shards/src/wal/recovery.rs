@@ -20,7 +20,7 @@ use super::files::{self, align_down, align_up};
 use super::limits::{BLOCK_BYTES, SEGMENT_HEADER_BYTES};
 use super::record::KIND_ENTRY;
 use super::scan::{ReadSize, SegmentScan, Step};
-use super::segment::{decode_header, list_segments};
+use super::segment::{decode_epoch, decode_header, list_segments};
 use super::shared::SegmentMeta;
 use super::snapshot::{self, Opened, SnapshotFile};
 use super::Recovered;
@@ -74,6 +74,7 @@ pub(crate) async fn recover(cfg: &WalConfig, on: OnRecovered<'_>) -> Result<Outc
     let mut metas: Vec<SegmentMeta> = Vec::with_capacity(segs.len());
     for (i, s) in segs[..k].iter().enumerate() {
         let mut m = SegmentMeta::new(s.first, s.path.clone());
+        m.epoch = s.epoch;
         m.last = segs[i + 1].first - 1;
         m.end = s.size;
         metas.push(m);
@@ -211,6 +212,7 @@ struct SegmentFile {
     first: u64,
     path: PathBuf,
     size: u64,
+    epoch: super::shared::SegmentEpoch,
 }
 
 /// Lists the segments and checks each header: magic, checksum, shard, and first offset
@@ -227,14 +229,14 @@ async fn list_checked_segments(cfg: &WalConfig) -> Result<Vec<SegmentFile>, WalE
         let size = files::file_size(&file, &path).await?;
         let header = if size >= SEGMENT_HEADER_BYTES {
             let block = files::read_aligned(&file, &path, 0, SEGMENT_HEADER_BYTES as usize).await?;
-            decode_header(&block)
+            decode_header(&block).and_then(|h| Ok((h, decode_epoch(&block)?)))
         } else {
             Err(format!(
                 "file is {size} bytes, shorter than the segment header"
             ))
         };
         files::close(file, &path).await?;
-        let h = header.map_err(|reason| WalError::corrupt(&path, 0, reason))?;
+        let (h, epoch) = header.map_err(|reason| WalError::corrupt(&path, 0, reason))?;
         if h.shard != cfg.shard {
             let reason = format!("segment belongs to shard {}, not {}", h.shard, cfg.shard);
             return Err(WalError::corrupt(&path, 0, reason));
@@ -253,7 +255,12 @@ async fn list_checked_segments(cfg: &WalConfig) -> Result<Vec<SegmentFile>, WalE
             );
             return Err(WalError::corrupt(&path, 0, reason));
         }
-        out.push(SegmentFile { first, path, size });
+        out.push(SegmentFile {
+            first,
+            path,
+            size,
+            epoch,
+        });
     }
     Ok(out)
 }
@@ -268,6 +275,7 @@ async fn scan_segment(
     on: OnRecovered<'_>,
 ) -> Result<(SegmentMeta, u64), WalError> {
     let mut meta = SegmentMeta::new(s.first, s.path.clone());
+    meta.epoch = s.epoch;
     let mut scan = SegmentScan::open(&s.path, SEGMENT_HEADER_BYTES, ReadSize::Recovery).await?;
     let stop = loop {
         match scan.next().await? {

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use super::error::WalError;
 pub use smdb_format::segment::{
-    decode_header, encode_header, segment_path, Listing, SegmentHeader, SEGMENT_EXT, TMP_SUFFIX,
+    decode_epoch, decode_header, encode_epoch, encode_header, segment_path, Listing, SegmentHeader,
+    SEGMENT_EXT, TMP_SUFFIX,
 };
 
 /// Lists `<20 digits>.<ext>` files and `*.tmp` leftovers in `dir`; warns about anything else.

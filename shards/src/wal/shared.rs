@@ -18,6 +18,7 @@ use super::limits::{INDEX_STRIDE_BYTES, SEGMENT_HEADER_BYTES};
 use super::space::SpaceFlags;
 use super::stats::Counters;
 use super::waiters::{wake_all, Doorbell, Waiters};
+pub(crate) use smdb_format::segment::SegmentEpoch;
 
 /// What the log knows about one segment file.
 #[derive(Debug, Clone)]
@@ -30,6 +31,9 @@ pub(crate) struct SegmentMeta {
     pub end: u64,
     /// Sparse `(offset, byte position of its record)`, ascending; may be empty.
     pub index: Vec<(u64, u64)>,
+    /// The epoch of its entries and whether its first entry begins that epoch (`archive.rs`;
+    /// stored in the header block, `smdb_format::segment::SegmentEpoch`).
+    pub epoch: SegmentEpoch,
 }
 
 impl SegmentMeta {
@@ -40,6 +44,7 @@ impl SegmentMeta {
             last: first - 1,
             end: SEGMENT_HEADER_BYTES,
             index: Vec::new(),
+            epoch: SegmentEpoch::default(),
         }
     }
 
@@ -139,8 +144,24 @@ pub(crate) struct Shared {
     /// What other executors see (`LogHandle`): published by `publish_durable`,
     /// `publish_oldest`.
     pub handle: LogHandle,
+    /// First offset of the oldest segment not known to be archived (`archive.rs`): compaction
+    /// keeps it and every segment after it. `u64::MAX` without an archive.
+    pub archive_hold: Cell<u64>,
+    /// Rung at each rotation and at close: the archiver looks for a closed segment to copy.
+    pub archive_bell: Doorbell,
+    /// Epochs announced by `Wal::begin_epoch` whose entry is not written yet: the committer
+    /// starts a segment at each (`archive.rs`, docs/wal.md "Epoch segments").
+    pub epoch_breaks: RefCell<std::collections::VecDeque<EpochBreak>>,
     #[cfg(test)]
     pub faults: Faults,
+}
+
+/// The entry at `offset` begins epoch `epoch`, which follows `follows`: it starts a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EpochBreak {
+    pub offset: u64,
+    pub epoch: u64,
+    pub follows: u64,
 }
 
 impl Shared {
@@ -176,6 +197,9 @@ impl Shared {
             snapshots: RefCell::new(snaps),
             counters: RefCell::new(Counters::default()),
             handle,
+            archive_hold: Cell::new(u64::MAX),
+            archive_bell: Doorbell::default(),
+            epoch_breaks: RefCell::new(Default::default()),
             #[cfg(test)]
             faults: Faults::default(),
         }

@@ -98,6 +98,9 @@ pub struct WalStats {
     /// The disk has no room for the next segment or the spare: appends are refused until it
     /// has (`WalError::StorageFull`).
     pub storage_full: bool,
+    /// Closed segments copied into the archive, and failed attempts (`archive.rs`).
+    pub archived_segments_total: u64,
+    pub archive_failures_total: u64,
 }
 
 /// The mutable counters behind `WalStats`.
@@ -113,6 +116,8 @@ pub(crate) struct Counters {
     pub write_seconds: Histogram,
     pub fsync_seconds: Histogram,
     pub batch_entries: Histogram,
+    pub archived_segments_total: u64,
+    pub archive_failures_total: u64,
 }
 
 impl Default for Counters {
@@ -128,6 +133,8 @@ impl Default for Counters {
             write_seconds: Histogram::new(&DURATION_BOUNDS_SECONDS),
             fsync_seconds: Histogram::new(&DURATION_BOUNDS_SECONDS),
             batch_entries: Histogram::new(&BATCH_BOUNDS_ENTRIES),
+            archived_segments_total: 0,
+            archive_failures_total: 0,
         }
     }
 }

@@ -11,8 +11,8 @@ use glommio::io::DmaFile;
 use super::error::WalError;
 use super::files::{self, align_down, align_up};
 use super::limits::{BLOCK_BYTES, SEGMENT_HEADER_BYTES, WRITE_BYTES_MAX};
-use super::segment::{encode_header, segment_path, SegmentHeader, TMP_SUFFIX};
-use super::shared::{SegmentMeta, Shared};
+use super::segment::{encode_epoch, encode_header, segment_path, SegmentHeader, TMP_SUFFIX};
+use super::shared::{SegmentEpoch, SegmentMeta, Shared};
 
 pub(crate) struct SegmentWriter {
     pub file: Rc<DmaFile>,
@@ -49,25 +49,25 @@ impl Parts<'_> {
 }
 
 impl SegmentWriter {
-    /// Creates segment `first` durably (header, fdatasync, rename into place, directory
-    /// fsync), registers it and makes it the current one. Uses `spare` (a pre-zeroed file at
-    /// `spare_path`) if given, else a new preallocated file.
+    /// Creates segment `first` of `epoch` durably (header, fdatasync, rename into place,
+    /// directory fsync), registers it and makes it the current one. Uses `spare` (a pre-zeroed
+    /// file at `spare_path`) if given, else a new preallocated file.
     pub async fn create(
         shared: &Shared,
         first: u64,
+        epoch: SegmentEpoch,
         spare: Option<(DmaFile, &Path)>,
     ) -> Result<SegmentWriter, WalError> {
         let path = segment_path(&shared.wal_dir, first);
-        let mut file = create_segment_file(shared, &path, first, spare).await?;
+        let mut file = create_segment_file(shared, &path, (first, epoch), spare).await?;
         if shared.cfg.durable_writes() {
             // The file was made (and zeroed) with plain writes; appends go through O_DSYNC.
             files::close(file, &path).await?;
             file = files::open_rw_with(&path, true).await?;
         }
-        shared
-            .segments
-            .borrow_mut()
-            .push(SegmentMeta::new(first, path.clone()));
+        let mut meta = SegmentMeta::new(first, path.clone());
+        meta.epoch = epoch;
+        shared.segments.borrow_mut().push(meta);
         let w = SegmentWriter {
             file: Rc::new(file),
             path,
@@ -156,6 +156,38 @@ impl SegmentWriter {
         Ok(())
     }
 
+    /// Makes the current segment, which holds no entry yet, one of `epoch` (its first entry
+    /// will begin it): rewrites its header block (records start after it) and syncs it.
+    pub async fn set_epoch(&self, shared: &Shared, epoch: SegmentEpoch) -> Result<(), WalError> {
+        let header = SegmentHeader {
+            shard: shared.cfg.shard,
+            first_offset: self.first,
+        };
+        let len = SEGMENT_HEADER_BYTES as usize;
+        shared
+            .write_at(&self.file, &self.path, 0, len, |b| {
+                encode_header(header, b);
+                encode_epoch(epoch, b);
+            })
+            .await?;
+        self.sync(shared).await?;
+        if let Some(meta) = shared.segments.borrow_mut().last_mut() {
+            meta.epoch = epoch;
+        }
+        Ok(())
+    }
+
+    /// Gives back the preallocated space after the data of a segment closed before it was
+    /// full (a timed close or an epoch), so quiet hours do not keep many empty segments'
+    /// worth of disk. The data is synced already; losing the truncation in a crash only
+    /// leaves zeros, which every reader treats as the end of the data.
+    pub async fn trim(&self) -> Result<(), WalError> {
+        self.file
+            .truncate(align_up(self.pos))
+            .await
+            .map_err(|e| WalError::io("truncate", &self.path, e))
+    }
+
     pub async fn sync(&self, shared: &Shared) -> Result<(), WalError> {
         shared.fdatasync(&self.file, &self.path).await
     }
@@ -173,7 +205,7 @@ impl SegmentWriter {
 async fn create_segment_file(
     shared: &Shared,
     path: &Path,
-    first: u64,
+    (first, epoch): (u64, SegmentEpoch),
     spare: Option<(DmaFile, &Path)>,
 ) -> Result<DmaFile, WalError> {
     let (file, tmp, fresh) = match spare {
@@ -198,7 +230,8 @@ async fn create_segment_file(
             }
         }
         files::write_block_at(&file, &tmp, 0, SEGMENT_HEADER_BYTES as usize, |b| {
-            encode_header(header, b)
+            encode_header(header, b);
+            encode_epoch(epoch, b);
         })
         .await?;
         if fresh {

@@ -76,6 +76,19 @@ impl<'a> Record<'a> {
         Entry::decode(bytes).map(Record::Entry)
     }
 
+    /// The epoch an encoded record begins, when it is an epoch entry (binary format; other
+    /// records are told apart by their first byte, without decoding). The log starts a
+    /// segment at each (docs/wal.md "Epoch segments").
+    pub fn epoch_begun(bytes: &[u8]) -> Option<u64> {
+        if bytes.first() != Some(&KIND_EPOCH) {
+            return None;
+        }
+        match Entry::decode(bytes) {
+            Ok(Entry::Epoch { epoch }) => Some(epoch),
+            _ => None,
+        }
+    }
+
     /// The owned entry this record holds.
     pub fn into_entry(self) -> Entry {
         match self {

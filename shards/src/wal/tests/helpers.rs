@@ -36,6 +36,8 @@ pub fn cfg(dir: &Path, segment_bytes: u64) -> WalConfig {
         retain_bytes: 0,
         sync_writes: true,
         reserve_bytes: None,
+        archive_dir: None,
+        archive_timeout: None,
     }
 }
 

@@ -1,5 +1,6 @@
 //! Fixture tests of the WAL, each in a real glommio executor on ext4 under /tmp.
 
+mod archive;
 mod basic;
 mod helpers;
 mod poison;
