@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 pub const FORMAT_VERSION: u32 = 1;
 const META_FILE: &str = "smdb.meta";
 const LOCK_FILE: &str = "LOCK";
+/// A data dir holding this file (written by `smdb-server restore --pause-timers`, CONTRACT
+/// §14) starts with its timers paused: none fires until `TIMERS_RESUME` (`smdb-cli timers
+/// resume`) deletes it. Its content is informational text.
+pub const TIMERS_PAUSED_FILE: &str = "timers.paused";
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 struct Meta {

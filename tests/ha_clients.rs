@@ -100,7 +100,16 @@ fn a_client_given_every_member_writes_on_the_primary_and_so_does_the_cli() {
     // A read may stay where it is; a write without a key follows the pointer too (a
     // READ_ONLY_MODE refusal was not executed).
     let mut only_f = Client::connect_any(&[members[f].addr.to_string()], &failover_opts()).unwrap();
-    only_f.get_machine("order", Some(1)).unwrap();
+    // The follower may not be the member whose acknowledgement released the PUT_MACHINE:
+    // it serves the read once the stream has brought the definition.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while only_f.get_machine("order", Some(1)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the follower never received the definition"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert_eq!(only_f.connects(), 1, "a read is served by the follower");
     only_f
         .create_instance("order", 1, "r-unkeyed", &json!({"total": 1}))
