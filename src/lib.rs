@@ -13,6 +13,7 @@
 //! * `logging`: text or JSON log lines, request-completed lines.
 //! * `tls`: TLS (and mutual TLS) on the client port (the client side is in `smdb_protocol::tls`).
 //! * `limits`: the limits that must fit inside one another, checked together.
+//! * `restore`: `smdb-server restore`, offline: a backup plus the WAL archive into a data dir.
 //! * `config`, `datadir`, `util`.
 
 pub mod auth;
@@ -28,6 +29,7 @@ pub mod ops;
 pub mod protocol;
 pub mod proxy;
 pub mod replication;
+pub mod restore;
 pub mod security;
 pub mod server;
 pub mod shard;

@@ -351,6 +351,39 @@ fn the_cli_speaks_tls() {
 }
 
 #[test]
+fn a_backup_streams_over_tls_and_verifies() {
+    let pki = pki();
+    let (server, d) = Server::start(&tls_config(&pki, ""));
+    let mut c = connect(&server, trust(&pki)).unwrap();
+    put_order_machine(&mut c);
+    for i in 0..20 {
+        c.call(
+            "CREATE_INSTANCE",
+            json!({"machine": "order", "version": 1, "id": format!("t-{i}"), "context": {"total": 1}}),
+        )
+        .unwrap();
+    }
+    let addr = server.addr.to_string();
+    let ca = pki.ca.to_str().unwrap();
+    let out = d.path().join("backup");
+    let out = out.to_str().unwrap();
+    let (code, stdout, err) = cli(&["--addr", &addr, "--tls", "--ca", ca, "backup", "--out", out]);
+    assert_eq!(code, 0, "{stdout} {err}");
+    let (code, stdout, err) = cli(&["backup", "--verify", out]);
+    assert_eq!(code, 0, "{stdout} {err}");
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("backup/backup.json")).unwrap())
+            .unwrap();
+    let sum: u64 = m["positions"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(sum, 21, "every write is in the backup: {m}");
+}
+
+#[test]
 fn sighup_rotates_the_certificate_and_an_open_connection_survives() {
     let (old, new) = (pki(), pki());
     let dir = common::temp_dir();

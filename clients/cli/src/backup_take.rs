@@ -5,7 +5,7 @@
 //! then `backup.json` (`crate::backup::Manifest`), written last. Every file and directory is
 //! fsynced before the manifest, and the manifest before the summary is printed.
 //!
-//! The connection is plain TCP with HELLO and AUTH (`--token`); `--tls` is refused for now.
+//! The connection is TCP, or TLS with the global `--tls` flags, with HELLO and AUTH (`--token`).
 //! `SMDB_BACKUP_READ_DELAY_MS` (test-only, undocumented for operators) sleeps that long before
 //! reading each frame, so tests can keep a backup running while the server compacts.
 
@@ -20,6 +20,8 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use smdb_client::blocking::Transport;
+use smdb_client::ClientTlsOptions;
 use smdb_format::limits::{BLOCK_BYTES, SEGMENT_HEADER_BYTES};
 use smdb_format::record::{encode, KIND_ENTRY};
 use smdb_format::segment::{encode_header, segment_path, SegmentHeader};
@@ -102,10 +104,15 @@ struct StreamFrame {
 }
 
 /// Takes a backup from `addr` into `dir` (which must not exist or be empty).
-pub fn take(addr: &str, token: Option<&str>, dir: &Path) -> Result<Summary, CliError> {
+pub fn take(
+    addr: &str,
+    token: Option<&str>,
+    tls: Option<&ClientTlsOptions>,
+    dir: &Path,
+) -> Result<Summary, CliError> {
     let started = Instant::now();
     prepare_dir(dir)?;
-    let mut conn = Conn::open(addr, token)?;
+    let mut conn = Conn::open(addr, token, tls)?;
     let result = conn.call("BACKUP", json!({}))?;
     let cut: Cut = serde_json::from_value(result).map_err(protocol)?;
     let mut shards: Vec<ShardOut> = (0..cut.shards)
@@ -169,20 +176,33 @@ fn prepare_dir(dir: &Path) -> Result<(), CliError> {
 
 /// The RCP1 connection the backup streams on.
 struct Conn {
-    stream: TcpStream,
+    stream: Transport,
     next_id: u64,
 }
 
 impl Conn {
-    fn open(addr: &str, token: Option<&str>) -> Result<Conn, CliError> {
+    fn open(
+        addr: &str,
+        token: Option<&str>,
+        tls: Option<&ClientTlsOptions>,
+    ) -> Result<Conn, CliError> {
         let first = addr.split(',').next().unwrap_or(addr).trim();
-        let stream = TcpStream::connect(first).map_err(|e| {
+        let failed = |e: std::io::Error| {
             CliError::new(
                 Kind::Connection,
                 crate::error::CONNECT_FAILED,
                 format!("cannot connect to {first}: {e}"),
             )
-        })?;
+        };
+        let sock = TcpStream::connect(first).map_err(failed)?;
+        let stream = match tls {
+            None => Transport::Plain(sock),
+            Some(opts) => {
+                let config = smdb_protocol::tls::client_config(opts).map_err(CliError::usage)?;
+                let name = smdb_protocol::tls::server_name(opts, first);
+                Transport::tls(sock, config, &name).map_err(failed)?
+            }
+        };
         let mut c = Conn { stream, next_id: 1 };
         c.call(
             "HELLO",

@@ -236,12 +236,7 @@ fn take_backup(
     s: &mut Session,
     out: &mut Output<'_>,
 ) -> Result<(), CliError> {
-    if s.uses_tls() {
-        return Err(CliError::usage(
-            "backup --out does not speak TLS yet: run it against a plaintext listener",
-        ));
-    }
-    let summary = super::backup_take::take(&s.addr, s.token(), dir)?;
+    let summary = super::backup_take::take(&s.addr, s.token(), s.tls(), dir)?;
     out.line(&format!("backup {}: {summary}", dir.display()))
 }
 

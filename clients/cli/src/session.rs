@@ -69,9 +69,9 @@ impl Session {
         self.opts.token.as_deref()
     }
 
-    /// Whether connections use TLS.
-    pub fn uses_tls(&self) -> bool {
-        self.opts.tls.is_some()
+    /// The TLS options (`--tls`, `--ca`, `--cert`, `--key`, `--server-name`), if TLS is on.
+    pub fn tls(&self) -> Option<&smdb_client::ClientTlsOptions> {
+        self.opts.tls.as_ref()
     }
 
     /// The call timeout (`--timeout`).

@@ -8,7 +8,8 @@
 //! * [`record`]: one log record (`len | crc | offset | kind | payload`) and sync markers;
 //! * [`segment`]: segment file names, the header block, directory listings;
 //! * [`snapshot`]: snapshot file names, the header block, and a whole-file check;
-//! * [`snapshot_items`]: the payload of a version-2 snapshot: framed items and their fields.
+//! * [`snapshot_items`]: the payload of a version-2 snapshot: framed items and their fields;
+//! * [`verify`]: checking a backup directory against its manifest and its files' checksums.
 
 pub mod archive;
 pub mod limits;
@@ -17,3 +18,4 @@ pub mod record;
 pub mod segment;
 pub mod snapshot;
 pub mod snapshot_items;
+pub mod verify;
