@@ -13,6 +13,7 @@
 //! * `logging`: text or JSON log lines, request-completed lines.
 //! * `tls`: TLS (and mutual TLS) on the client port (the client side is in `smdb_protocol::tls`).
 //! * `limits`: the limits that must fit inside one another, checked together.
+//! * `timers_pause`: a data dir whose timers start paused (`timers.paused`, TIMERS_RESUME).
 //! * `config`, `datadir`, `util`.
 
 pub mod auth;
@@ -32,5 +33,6 @@ pub mod security;
 pub mod server;
 pub mod shard;
 pub mod subscriptions;
+pub mod timers_pause;
 pub mod tls;
 pub mod util;
