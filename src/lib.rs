@@ -14,6 +14,7 @@
 //! * `tls`: TLS (and mutual TLS) on the client port (the client side is in `smdb_protocol::tls`).
 //! * `limits`: the limits that must fit inside one another, checked together.
 //! * `restore`: `smdb-server restore`, offline: a backup plus the WAL archive into a data dir.
+//! * `timers_pause`: a data dir whose timers start paused (`timers.paused`, TIMERS_RESUME).
 //! * `config`, `datadir`, `util`.
 
 pub mod auth;
@@ -34,5 +35,6 @@ pub mod security;
 pub mod server;
 pub mod shard;
 pub mod subscriptions;
+pub mod timers_pause;
 pub mod tls;
 pub mod util;

@@ -310,6 +310,7 @@ fn help_is_complete_for_every_subcommand() {
         "completions",
         "man",
         "backup",
+        "timers",
     ];
     for sub in subs {
         assert!(

@@ -188,10 +188,21 @@ fn a_backup_and_the_archive_restore_to_the_end_and_to_offsets_and_a_gap_is_refus
     let mid = at_backup[0] + (end[0] - at_backup[0]) / 2;
     let to2 = dir.path().join("restored-offsets");
     let spec = format!("0:{mid},1:{}", at_backup[1]);
-    let (code, stdout, stderr) = restore(&out, Some(&archive), &to2, &["--until-offset", &spec]);
+    let (code, stdout, stderr) = restore(
+        &out,
+        Some(&archive),
+        &to2,
+        &["--until-offset", &spec, "--pause-timers"],
+    );
     assert_eq!(code, 0, "restore: {stdout}\n{stderr}");
+    assert!(
+        to2.join("timers.paused").exists(),
+        "--pause-timers marks the dir"
+    );
     let (r, _rd) = start_on(&to2, 2);
     assert_eq!(heads(&r), vec![mid, at_backup[1]]);
+    let info = r.client().call("INFO", json!({})).expect("INFO");
+    assert_eq!(info["timers_paused"], true, "{info}");
     drop(r);
 
     // A segment in the middle of shard 0's archive goes missing: refused, by shard and offset.

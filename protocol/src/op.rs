@@ -423,6 +423,14 @@ op_table! {
         follower: Follower::Refuse, fenced: false,
         http: &[http!(Post, "/switchover")],
     },
+    /// Lets the timers of a data dir marked `timers.paused` (`smdb-server restore
+    /// --pause-timers`) fire: deletes the marker, then every shard fires what is overdue.
+    TimersResume = "TIMERS_RESUME" {
+        need: Need::Scope(Scope::Admin), before_hello: false,
+        effect: Effect::Control, batch: false, route: Route::AllShards,
+        follower: Follower::Serve, fenced: false,
+        http: &[http!(Post, "/timers/resume")],
+    },
     /// Label: an error before a request could be read.
     Frame = "FRAME" {
         need: Need::Nothing, before_hello: false,
@@ -520,6 +528,7 @@ mod tests {
             (Op::HaPause, admin, Effect::Control, false, Route::Control, serve, false),
             (Op::HaResume, admin, Effect::Control, false, Route::Control, serve, false),
             (Op::Switchover, admin, Effect::Control, false, Route::Control, refuse, false),
+            (Op::TimersResume, admin, Effect::Control, false, Route::AllShards, serve, false),
             (Op::Frame, None, Effect::Session, false, Route::Label, serve, false),
             (Op::Unknown, None, Effect::Session, false, Route::Label, serve, false),
         ];

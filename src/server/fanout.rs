@@ -10,6 +10,7 @@ use super::router::{Reply, Router};
 use crate::ops::instances::{encode_cursor, list_query};
 use crate::protocol::Op;
 use crate::shard::{ReplyBody, ShardCall};
+use crate::timers_pause::TimersPause;
 
 /// The shard that decides machine definitions, so two concurrent PUT_MACHINEs of one version
 /// cannot be accepted in different orders on different shards.
@@ -117,6 +118,27 @@ pub async fn machine_stats(router: &Router, params: Option<Vec<u8>>) -> Reply {
         }
     }
     let body = json!({ "machine": machine, "states": states });
+    Ok(ReplyBody::Json(
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
+}
+
+/// TIMERS_RESUME: deletes the data dir's `timers.paused` marker (and fsyncs the dir), then
+/// resumes every shard's timers; `{"resumed": true, "was_paused": bool}`. Idempotent.
+pub async fn timers_resume(router: &Router, pause: &TimersPause) -> Reply {
+    let mut was_paused = pause
+        .resume()
+        .map_err(|e| Rejection::new(ErrorCode::InternalError, e))?;
+    for shard in 0..router.shard_count() {
+        match router.call(shard, ShardCall::TimersResume).await? {
+            ReplyBody::Value(v) => was_paused |= v["was_paused"] == true,
+            _ => return Err(unexpected()),
+        }
+    }
+    if was_paused {
+        log::info!("timers: resumed (TIMERS_RESUME)");
+    }
+    let body = json!({ "resumed": true, "was_paused": was_paused });
     Ok(ReplyBody::Json(
         serde_json::to_vec(&body).unwrap_or_default(),
     ))

@@ -47,6 +47,8 @@ pub struct ServerInfo {
     /// The replication role (a replica becomes a primary on PROMOTE) and epoch.
     pub replication: Arc<crate::replication::ReplState>,
     pub acceptor_cores: u32,
+    /// The data dir's `timers.paused` pause (INFO's `timers_paused`, TIMERS_RESUME).
+    pub timers_pause: Arc<crate::timers_pause::TimersPause>,
 }
 
 pub struct FrontSetup {

@@ -39,6 +39,7 @@ use crate::metrics::{FrontStats, SubsStats};
 use crate::security::Live;
 use crate::shard::runtime::{ClientChannels, ShardSetup};
 use crate::shard::SHARD_QUEUE_DEPTH_MAX;
+use crate::timers_pause::TimersPause;
 use front::{FrontSetup, Limits, ServerInfo};
 use router::RouterChannels;
 
@@ -89,6 +90,7 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     let place = placements(&config, cpus);
     let shard_count = place.shards.len() as u32;
     let data_dir = DataDir::open(&config.storage.data_dir, shard_count)?;
+    let timers_pause = timers_pause(&data_dir);
     let mut listeners = Listeners::bind(&config)?;
     let mut signals = Signals::install()?;
     let live = Live::new(&config, config_path)?;
@@ -105,6 +107,7 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
         live,
         started: Instant::now(),
         stats: FrontFigures::new(place.fronts.len(), shard_count),
+        timers_pause,
     };
     let (shard_ends, mut client_ends) = make_channels(shard_count as usize, place.fronts.len() + 1);
     let mut handles = Vec::new();
@@ -166,6 +169,20 @@ struct Shared {
     live: Arc<Live>,
     started: Instant,
     stats: FrontFigures,
+    /// The data dir's `timers.paused` marker (`crate::timers_pause`).
+    timers_pause: Arc<TimersPause>,
+}
+
+/// Whether the data dir starts with its timers paused; says so once when it does.
+fn timers_pause(data_dir: &DataDir) -> Arc<TimersPause> {
+    let pause = TimersPause::detect(&data_dir.path);
+    if pause.paused() {
+        log::warn!(
+            "timers: paused by {}; none fires until `smdb-cli timers resume`",
+            pause.marker().display()
+        );
+    }
+    Arc::new(pause)
 }
 
 /// Each front's counters, shared with the metrics scrape.
@@ -285,6 +302,7 @@ fn spawn_shards(
             // one re-arms them from state. Under failover every member starts as a follower
             // (docs/ha.md).
             fires_timers: config.replication.role != Some(Role::Replica) && !config.ha.enabled,
+            timers_paused: shared.timers_pause.paused(),
             sync: crate::shard::sync::SyncSetup::from_config(
                 &config.replication,
                 config.ha.enabled,
@@ -377,6 +395,7 @@ fn spawn_fronts(
         started: shared.started,
         replication: shared.repl.clone(),
         acceptor_cores: place.fronts.len() as u32,
+        timers_pause: shared.timers_pause.clone(),
     });
     let limits = front_limits(config);
     let active = Arc::new(AtomicU64::new(0));

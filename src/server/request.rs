@@ -106,6 +106,9 @@ fn all_shards(op: Op, params: Option<Vec<u8>>, front: &Rc<Front>) -> Result<Repl
             fanout::machine_stats(&f.router, p).await
         }),
         Op::Info => spawn_fanout(front, params, |f, _| async move { info(&f).await }),
+        Op::TimersResume => spawn_fanout(front, params, |f, _| async move {
+            fanout::timers_resume(&f.router, &f.info.timers_pause).await
+        }),
         _ => return Err(no_dispatcher()),
     })
 }
@@ -157,6 +160,7 @@ async fn info(front: &Front) -> Reply {
         "role": front.info.replication.role_name(),
         "shards": front.router.shard_count(),
         "acceptor_cores": front.info.acceptor_cores,
+        "timers_paused": front.info.timers_pause.paused(),
         "limits": {
             "max_connections": l.max_connections,
             "max_frame_bytes": l.max_frame_bytes,

@@ -79,6 +79,9 @@ pub enum ShardCall {
     /// Failover (docs/ha.md): the primary steps down. Timers stop firing, write replies held
     /// for replica acknowledgement answer `NO_PRIMARY` (`maybe_committed`). Answers `{}`.
     Demote,
+    /// TIMERS_RESUME: end a `timers.paused` pause; overdue timers fire on the timer task's
+    /// next turn. Answers `{"was_paused": bool}` (Value).
+    TimersResume,
     /// Replication, on a replica: drop every log entry after `after` (the primary's log
     /// diverged there), then rebuild the state from the log. Answered with `Truncated`.
     /// `BAD_REQUEST` (details `oldest`) when the retained log cannot keep that prefix.

@@ -40,6 +40,9 @@ pub struct ShardSetup {
     pub snapshot_every: u64,
     /// Fire durable timers (primary or standalone; a replica will set false).
     pub fires_timers: bool,
+    /// The data dir is marked `timers.paused` (`crate::timers_pause`): timers are armed and
+    /// queued but none fires until `ShardCall::TimersResume`.
+    pub timers_paused: bool,
     /// Sync replication (a primary in `replication.mode = "sync"`): write replies wait for
     /// replica acknowledgement (`shard/sync.rs`). None: they wait for the local log only.
     pub sync: Option<SyncSetup>,
@@ -98,7 +101,7 @@ pub async fn run(setup: ShardSetup) {
         incoming: RefCell::new(None),
         queued: Cell::new(0),
         subs: Registry::start(),
-        timers: Timers::new(setup.fires_timers),
+        timers: Timers::new(setup.fires_timers, setup.timers_paused),
         repl: ReplState::default(),
         ha: setup.member.ha(),
         member: setup.member,
@@ -365,6 +368,7 @@ impl Shard {
             ShardCall::BeginEpoch { epoch } => self.begin_epoch(epoch),
             ShardCall::Promote => self.promote(),
             ShardCall::Demote => self.demote(),
+            ShardCall::TimersResume => self.resume_timers(),
             ShardCall::ReplicaAcked { through } => self.replica_acked(through),
             ShardCall::Subscribe { .. }
             | ShardCall::Unsubscribe { .. }
@@ -729,6 +733,7 @@ impl Shard {
             "pushes_pending": self.subs.pending_pushes(),
             "timers_pending": engine.timers_armed(),
             "timers_queued": self.timers.queued(),
+            "timers_paused": self.timers.paused(),
         })
     }
 }

@@ -14,6 +14,11 @@
 //! Only a primary or standalone server fires timers (`fires_timers`). A replica arms timers in
 //! the engine (so reads and `timers_pending` show them) but queues and fires nothing; `promote`
 //! turns firing on and rebuilds the queue from state, so overdue timers fire at once.
+//!
+//! Paused (a data dir marked `timers.paused`, `crate::timers_pause`): the queue is built and
+//! armed exactly as when firing, but the task fires nothing until `resume`; then overdue
+//! timers fire on its next turn through the usual path. Pausing is independent of the role:
+//! a paused replica promoted later still fires nothing until resumed.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -43,6 +48,8 @@ pub static LATENESS_BOUNDS_SECONDS: [f64; 13] = [
 pub struct Timers {
     /// Off on a replica: timers are armed in the engine, never queued or fired.
     fires_timers: Cell<bool>,
+    /// The data dir was marked `timers.paused`: queued as usual, fired only after `resume`.
+    paused: Cell<bool>,
     queue: RefCell<TimerQueue>,
     /// Wakes the task when a timer earlier than the one it sleeps for is armed, or at stop.
     wake: Notify,
@@ -53,9 +60,10 @@ pub struct Timers {
 }
 
 impl Timers {
-    pub fn new(fires_timers: bool) -> Self {
+    pub fn new(fires_timers: bool, paused: bool) -> Self {
         Timers {
             fires_timers: Cell::new(fires_timers),
+            paused: Cell::new(paused),
             queue: RefCell::new(TimerQueue::default()),
             wake: Notify::default(),
             sleeping_until: Cell::new(u64::MAX),
@@ -67,6 +75,19 @@ impl Timers {
     /// Whether this shard fires timers (primary or standalone).
     pub fn fires(&self) -> bool {
         self.fires_timers.get()
+    }
+
+    /// Whether firing is paused (`timers.paused`).
+    pub fn paused(&self) -> bool {
+        self.paused.get()
+    }
+
+    /// Ends the pause (`ShardCall::TimersResume`): overdue timers fire on the task's next
+    /// turn. Returns whether it was paused; a no-op otherwise.
+    pub fn resume(&self) -> bool {
+        let was = self.paused.replace(false);
+        self.wake.notify();
+        was
     }
 
     /// Starts firing (a replica promoted to primary): the queue is rebuilt from state and
@@ -154,8 +175,9 @@ impl Timers {
     pub async fn run(shard: Rc<Shard>) {
         let timers = &shard.timers;
         while !timers.stopped.get() {
-            if !timers.fires_timers.get() {
-                timers.wake.wait().await; // a replica: until promoted or stopped
+            if !timers.fires_timers.get() || timers.paused.get() {
+                // A replica: until promoted or stopped; paused: until resumed or stopped.
+                timers.wake.wait().await;
                 continue;
             }
             let now = now_ms();
@@ -174,6 +196,15 @@ impl Timers {
                 }
             }
         }
+    }
+}
+
+impl Shard {
+    /// `ShardCall::TimersResume`: the pause ends; answers `{"was_paused": bool}`.
+    pub(super) fn resume_timers(&self) -> super::runtime::Outcome {
+        let was_paused = self.timers.resume();
+        let body = serde_json::json!({ "was_paused": was_paused });
+        (Ok(super::message::ReplyBody::Value(body)), 0)
     }
 }
 

@@ -258,6 +258,13 @@ pub enum Command {
         to: Option<String>,
     },
 
+    /// Durable timers: `timers resume` lets a data dir restored with `--pause-timers` fire
+    /// its timers (TIMERS_RESUME).
+    Timers {
+        #[command(subcommand)]
+        command: TimersCommand,
+    },
+
     /// Run several ops as one BATCH: atomic (all or nothing, one shard) unless --best-effort.
     ///
     /// OPS is a JSON array of {"op": NAME, "params": {...}} (CREATE_INSTANCE, APPLY_EVENT,
@@ -405,6 +412,14 @@ pub enum HaCommand {
     /// Stop automatic failover cluster-wide for maintenance (HA_PAUSE).
     Pause,
     /// Restart automatic failover (HA_RESUME).
+    Resume,
+}
+
+/// `smdb-cli timers ...`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum TimersCommand {
+    /// Let paused timers fire (TIMERS_RESUME): deletes the data dir's `timers.paused` marker
+    /// (`smdb-server restore --pause-timers`), then overdue timers fire. Idempotent.
     Resume,
 }
 

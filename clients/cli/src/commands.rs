@@ -7,7 +7,7 @@ use clap::CommandFactory;
 use serde_json::{json, Value};
 use smdb_client::{ApplyOptions, CreateOptions, ListFilter};
 
-use super::args::{Cli, Command, ReplicationCommand};
+use super::args::{Cli, Command, ReplicationCommand, TimersCommand};
 use super::error::CliError;
 use super::session::Session;
 use super::{backup, ha, render, watch};
@@ -131,6 +131,9 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
         Command::Backup { .. } => Err(CliError::usage("backup needs --out DIR or --verify DIR")),
         Command::Ha { command } => ha::run(command, s, out),
         Command::Switchover { to } => ha::switchover(to.as_deref(), s, out),
+        Command::Timers {
+            command: TimersCommand::Resume,
+        } => timers_resume(s, out),
     }
 }
 
@@ -158,6 +161,16 @@ fn one_call(cmd: &Command, s: &mut Session) -> Result<(&'static str, Value), Cli
         Command::Promote => ("PROMOTE", s.value(|c| c.promote())?),
         _ => return Err(CliError::usage("not a one-call command")),
     })
+}
+
+/// `timers resume`: TIMERS_RESUME (docs/backup.md, "Timers after a restore").
+fn timers_resume(s: &mut Session, out: &mut Output<'_>) -> Result<(), CliError> {
+    let r = s.run(|c| c.timers_resume())?;
+    match out.json {
+        true => out.line(&r.to_string()),
+        false if r["was_paused"] == true => out.line("timers resumed"),
+        false => out.line("timers were not paused"),
+    }
 }
 
 /// `diagram`: the machine drawn locally from GET_MACHINE's definition.

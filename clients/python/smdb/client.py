@@ -405,6 +405,10 @@ class Client:
     async def promote(self) -> JSON:
         return await self.request("PROMOTE", {}, safe=False)
 
+    async def timers_resume(self) -> JSON:
+        """TIMERS_RESUME: {"resumed": true, "was_paused": bool}."""
+        return await self.request("TIMERS_RESUME", {}, safe=False)
+
     async def unwatch(self, subscription_id: Any) -> JSON:
         return await self.call("UNWATCH", {"subscription_id": subscription_id})
 

@@ -116,6 +116,9 @@ class Client:
     def promote(self) -> JSON:
         return self._loop.run(self._client.promote())
 
+    def timers_resume(self) -> JSON:
+        return self._loop.run(self._client.timers_resume())
+
     def unwatch(self, subscription_id: Any) -> JSON:
         return self._loop.run(self._client.unwatch(subscription_id))
 

@@ -733,6 +733,12 @@ pub fn promote() -> Request<Value> {
     Request::new("PROMOTE", json!({}), Retry::Unsafe)
 }
 
+/// TIMERS_RESUME: `{"resumed": true, "was_paused": bool}`. Idempotent, but a resend after
+/// the first reply was lost would report `was_paused: false`, so it is not resent.
+pub fn timers_resume() -> Request<Value> {
+    Request::new("TIMERS_RESUME", json!({}), Retry::Unsafe)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@
 mod replica;
 mod snapshots;
 mod sync;
+mod timers;
 
 use std::future::Future;
 use std::path::Path;
@@ -48,6 +49,8 @@ pub struct TestShard {
 #[derive(Clone, Copy)]
 pub struct Options {
     pub fires_timers: bool,
+    /// The data dir's `timers.paused` marker was found.
+    pub timers_paused: bool,
     pub segment_bytes: u64,
     pub sync: Option<super::sync::SyncSetup>,
     /// The member's role (`None`: standalone).
@@ -60,6 +63,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             fires_timers: true,
+            timers_paused: false,
             segment_bytes: 64 << 10,
             sync: None,
             role: None,
@@ -83,6 +87,7 @@ impl TestShard {
             wal,
             snapshot_every: opts.snapshot_every,
             fires_timers: opts.fires_timers,
+            timers_paused: opts.timers_paused,
             sync: opts.sync,
             member: std::sync::Arc::new(crate::replication::ReplState::new(opts.role)),
             ready: ready_tx,

@@ -366,6 +366,11 @@ impl Client {
         self.run(ops::promote()).await
     }
 
+    /// TIMERS_RESUME: a data dir restored with paused timers fires them from now on.
+    pub async fn timers_resume(&self) -> Result<Value> {
+        self.run(ops::timers_resume()).await
+    }
+
     /// UNWATCH of a subscription id on the current connection.
     pub async fn unwatch(&self, subscription_id: &Value) -> Result<Unwatched> {
         self.run(ops::unwatch(subscription_id)).await

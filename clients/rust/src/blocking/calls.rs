@@ -144,6 +144,11 @@ impl Client {
         self.run(ops::promote())
     }
 
+    /// TIMERS_RESUME: a data dir restored with paused timers fires them from now on.
+    pub fn timers_resume(&mut self) -> Result<Value> {
+        self.run(ops::timers_resume())
+    }
+
     /// WATCH_ALL as an iterator of events that owns this connection and resumes from its
     /// cursor on a new connection when the old one is lost.
     pub fn subscribe_all(self, filter: WatchAllFilter) -> Result<Subscription> {
