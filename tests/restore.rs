@@ -186,7 +186,9 @@ fn a_backup_and_the_archive_restore_to_the_end_and_to_offsets_and_a_gap_is_refus
 
     // To per-shard offsets: shard 0 halfway, shard 1 at the backup.
     let mid = at_backup[0] + (end[0] - at_backup[0]) / 2;
+    // Into an existing empty directory (a fresh mount point, say).
     let to2 = dir.path().join("restored-offsets");
+    std::fs::create_dir(&to2).unwrap();
     let spec = format!("0:{mid},1:{}", at_backup[1]);
     let (code, stdout, stderr) = restore(
         &out,

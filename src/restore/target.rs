@@ -22,13 +22,18 @@ const WRITE_BUFFER_BYTES: usize = 1 << 20;
 pub struct Staging {
     dir: PathBuf,
     target: PathBuf,
+    /// The target existed (empty, perhaps a fresh mount): the staging directory is inside
+    /// it and its entries move up at the end; else the staging directory is renamed onto it.
+    inside: bool,
     committed: bool,
 }
 
 impl Staging {
-    /// Refuses a `target` that holds anything; creates `.<name>.restore-<pid>` beside it.
+    /// Refuses a `target` that holds anything. An absent target is built as
+    /// `.<name>.restore-<pid>` beside it; an empty one (which may be a mount point, where a
+    /// rename from outside would cross file systems) as `.restore-<pid>` inside it.
     pub fn create(target: &Path) -> Result<Staging, String> {
-        match std::fs::read_dir(target) {
+        let inside = match std::fs::read_dir(target) {
             Ok(mut entries) => {
                 if entries.next().is_some() {
                     return Err(format!(
@@ -37,24 +42,27 @@ impl Staging {
                         target.display()
                     ));
                 }
+                true
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => return Err(format!("{}: {e}", target.display())),
-        }
-        let name = target
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| format!("{}: not a directory name", target.display()))?;
-        let parent = match target.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
         };
-        std::fs::create_dir_all(&parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        let dir = parent.join(format!(".{name}.restore-{}", std::process::id()));
-        std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let dir = if inside {
+            target.join(format!(".restore-{}", std::process::id()))
+        } else {
+            let name = target
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(|| format!("{}: not a directory name", target.display()))?;
+            let parent = parent_of(target);
+            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+            parent.join(format!(".{name}.restore-{}", std::process::id()))
+        };
+        std::fs::create_dir(&dir).map_err(|e| io(&dir, e))?;
         Ok(Staging {
             dir,
             target: target.to_path_buf(),
+            inside,
             committed: false,
         })
     }
@@ -90,25 +98,38 @@ impl Staging {
             .map_err(|e| io(&path, e))
     }
 
-    /// Fsyncs every directory, then renames the staging directory onto the target (an empty
-    /// target directory is replaced) and fsyncs its parent.
+    /// Fsyncs every directory, then puts the result in place: renamed onto the absent target
+    /// (its parent fsynced), or its entries moved up into the empty target (the target
+    /// fsynced, the staging directory removed).
     pub fn commit(mut self) -> Result<(), String> {
         sync_tree(&self.dir)?;
-        std::fs::rename(&self.dir, &self.target).map_err(|e| {
-            format!(
-                "renaming {} to {}: {e}",
-                self.dir.display(),
-                self.target.display()
-            )
-        })?;
+        if !self.inside {
+            std::fs::rename(&self.dir, &self.target).map_err(|e| {
+                format!(
+                    "renaming {} to {}: {e}",
+                    self.dir.display(),
+                    self.target.display()
+                )
+            })?;
+            self.committed = true;
+            return sync_dir(parent_of(&self.target));
+        }
+        for e in std::fs::read_dir(&self.dir).map_err(|e| io(&self.dir, e))? {
+            let e = e.map_err(|e| io(&self.dir, e))?;
+            let to = self.target.join(e.file_name());
+            std::fs::rename(e.path(), &to).map_err(|err| io(&to, err))?;
+        }
+        sync_dir(&self.target)?;
+        std::fs::remove_dir(&self.dir).map_err(|e| io(&self.dir, e))?;
         self.committed = true;
-        let parent = self.target.parent().unwrap_or(Path::new("."));
-        let parent = if parent.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            parent
-        };
-        sync_dir(parent)
+        sync_dir(&self.target)
+    }
+}
+
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
     }
 }
 
