@@ -3,7 +3,8 @@
 //! the primary under sync-mode write load gives a new primary within seconds and keeps every
 //! acknowledged write (in the histories); the killed member comes back as a follower and
 //! converges; a primary paused (SIGSTOP) past its lease under sync-mode load answers no `ok`
-//! the new primary lacks and rejoins; a second process with a live `node_id` exits 1; a bad
+//! the new primary lacks and rejoins, also with 128 pipelined writes in flight (and, in async
+//! mode, the acknowledged writes lost are counted); a second process with a live `node_id` exits 1; a bad
 //! `[ha]` section exits 78.
 //! Along the way: `/health/primary` and `/health/replica` (what a load balancer checks), the
 //! `svc_ha_*` metrics and `REPLICATION_STATUS.ha`.
@@ -370,11 +371,14 @@ fn sigstop_under_a_pipeline(mode: &str, cluster: &str) -> Paused {
     eprintln!(
         "{mode}: sent {}, ok {} ({acked_at_pause} by the pause, {ok_after_cont} after SIGCONT), \
          errors {codes:?}, unanswered {}, in flight at the pause {in_flight_at_pause}, new \
-         primary after {elected_after:?}, lost {:?}",
+         primary after {elected_after:?}, lost {} (the first 20, with their `ok` times from \
+         the pause): {:?}",
         outcome.sent,
         outcome.ok.len(),
         outcome.unanswered.len(),
+        lost.len(),
         lost.iter()
+            .take(20)
             .map(|(id, i)| {
                 let at = outcome.ok.iter().find(|o| o.1 == *i).map(|o| o.2);
                 (id, i, at.map(|t| t.saturating_duration_since(paused_at)))
