@@ -398,6 +398,12 @@ fn sigstop_under_a_pipeline(mode: &str, cluster: &str) -> Paused {
     );
     converge(&members[second], &members[first]);
     assert_eq!(acked_missing(&members[first], &outcome.ok), lost);
+    eprintln!(
+        "{mode}: the old primary closed the pipeline's connection {:?} after SIGCONT",
+        outcome
+            .closed_at
+            .map(|t| t.saturating_duration_since(cont_at))
+    );
     eprintln!("{mode}: the test took {:?}", started.elapsed());
     Paused {
         outcome,

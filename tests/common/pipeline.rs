@@ -25,6 +25,7 @@ struct State {
     pending: BTreeMap<u64, String>,
     ok: Vec<(String, u64, Instant)>,
     errors: Vec<(String, u64, String)>,
+    closed_at: Option<Instant>,
 }
 
 struct Shared {
@@ -48,6 +49,8 @@ pub struct Outcome {
     pub ok: Vec<(String, u64, Instant)>,
     pub errors: Vec<(String, u64, String)>,
     pub unanswered: Vec<(String, u64)>,
+    /// When the server closed the connection (a failed write counts too), if it did.
+    pub closed_at: Option<Instant>,
 }
 
 pub struct Pipeline {
@@ -123,6 +126,7 @@ impl Pipeline {
             }
             drop(st);
             if out.write_all(&buf).is_err() {
+                sh.lock().closed_at.get_or_insert(Instant::now());
                 sh.closed.store(true, Ordering::SeqCst);
                 sh.cv.notify_all();
                 return;
@@ -153,6 +157,9 @@ impl Pipeline {
                 }
                 drop(st);
                 sh.cv.notify_all();
+            }
+            if !sh.stop.load(Ordering::SeqCst) {
+                sh.lock().closed_at.get_or_insert(Instant::now());
             }
             sh.closed.store(true, Ordering::SeqCst);
             sh.cv.notify_all();
@@ -219,6 +226,7 @@ impl Pipeline {
             sent: st.sent,
             ok: std::mem::take(&mut st.ok),
             errors: std::mem::take(&mut st.errors),
+            closed_at: st.closed_at,
             unanswered: std::mem::take(&mut st.pending)
                 .into_iter()
                 .map(|(i, id)| (id, i))
