@@ -193,3 +193,38 @@ pub fn converge(p: &Server, r: &Server) {
     let (limit, every) = (Duration::from_secs(30), Duration::from_millis(100));
     wait_converged(r, limit, every, statuses, same);
 }
+
+/// The acknowledged touches missing from `s`'s histories; each one that is there is there
+/// exactly once (a duplicate fails).
+pub fn acked_missing(s: &Server, acked: &[(String, u64, Instant)]) -> Vec<(String, u64)> {
+    let mut by_id: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for (id, i, _) in acked {
+        by_id.entry(id).or_default().push(*i);
+    }
+    let mut c = s.client();
+    let mut missing = Vec::new();
+    for (id, want) in by_id {
+        assert!(
+            want.len() < 900,
+            "{id}: spread the load over more instances"
+        );
+        let h = c
+            .call("GET_HISTORY", json!({"instance_id": id, "limit": 1000}))
+            .unwrap();
+        let got: Vec<u64> = h["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == "touch")
+            .map(|e| e["payload"]["i"].as_u64().unwrap())
+            .collect();
+        for i in want {
+            match got.iter().filter(|g| **g == i).count() {
+                0 => missing.push((id.to_string(), i)),
+                1 => {}
+                n => panic!("{id}: acknowledged touch {i} is there {n} times: {got:?}"),
+            }
+        }
+    }
+    missing
+}
