@@ -9,6 +9,7 @@
 # its spread, and keeps the raw JSON under $OUT.
 #
 # Environment: PAIRS=5 DURATION=15 WARMUP=2 FSYNC=always SEGMENT_BYTES=(server default)
+#              SKIP_BUILD=1 (use the release binaries as they are)
 #              OUT=target/bench-results/archive-<time>
 set -euo pipefail
 
@@ -22,8 +23,10 @@ OUT=${OUT:-$TARGET/bench-results/archive-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
-echo "building release binaries..." >&2
-cargo build --release --quiet -p smdb -p smdb-bench --bin smdb-server --bin smdb-bench
+if [ -z "${SKIP_BUILD:-}" ]; then
+    echo "building release binaries..." >&2
+    cargo build --release --quiet -p smdb -p smdb-bench --bin smdb-server --bin smdb-bench
+fi
 BENCH="$TARGET/release/smdb-bench"
 
 segment=""
