@@ -170,6 +170,7 @@ fn backup_under_writes(
     pad: usize,
     warm_pairs: usize,
     env: &[(&str, &str)],
+    until: impl Fn(&Server) -> bool,
 ) -> (Server, PathBuf, tempfile::TempDir) {
     let (s, _d) = Server::start(extra);
     let mut c = s.client();
@@ -202,6 +203,11 @@ fn backup_under_writes(
         r.stdout
     );
     std::thread::sleep(Duration::from_millis(200));
+    // The writers go on (at most 30 s) until what the caller waits for has happened.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !until(&s) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().expect("writer");
@@ -260,7 +266,7 @@ fn backup_under_writes(
 #[test]
 fn a_backup_under_cross_shard_writes_restores_a_consistent_prefix() {
     let extra = "[shards]\ncount = 2\n[storage]\nsnapshot_every_entries = 500";
-    let (s, out, _keep) = backup_under_writes(extra, 0, 0, &[]);
+    let (s, out, _keep) = backup_under_writes(extra, 0, 0, &[], |_| true);
     let m = manifest(&out);
     assert_eq!(m["shards"], 2);
     assert!(m["files"]
@@ -307,13 +313,14 @@ fn a_backup_under_cross_shard_writes_restores_a_consistent_prefix() {
 /// the stream's window depends on the machine's speed (the socket buffers hold megabytes), so
 /// the pin itself is proven deterministically in the WAL's unit tests
 /// (`a_pin_keeps_its_snapshot_and_the_log_after_it_until_dropped`); here, compaction must at
-/// least have run during the test.
+/// least have run during the test (the writers go on until it has, on a slow machine too).
 #[test]
 fn compaction_during_a_slow_backup_does_not_break_it() {
     let extra = "[shards]\ncount = 2\n[storage]\nsegment_bytes = 1048576\n\
                  snapshot_every_entries = 300\nretain_bytes = 0";
     let env = [("SMDB_BACKUP_READ_DELAY_MS", "100")];
-    let (s, _out, _keep) = backup_under_writes(extra, 2000, 400, &env);
+    let compacted = |s: &Server| s.log().contains("segment(s) covered by the snapshot");
+    let (s, _out, _keep) = backup_under_writes(extra, 2000, 400, &env, compacted);
     let log = s.log();
     assert!(log.contains("backup: cut at"), "the cut is logged: {log}");
     assert!(

@@ -2,11 +2,18 @@
 //! member keys say, so they are tested without etcd.
 //!
 //! Async mode: a member whose lag behind the primary's last known heads is at most
-//! `ha.maximum_lag_on_failover`. Sync mode: only after fresh final positions (published after
-//! the member stopped following) from |S| - k + 1 members of S, where S is every live member
-//! (this build keeps no sync-set key yet: every live member counts, which asks for at least
-//! as many as the sync set would) and k is `replication.sync_replicas`. In both modes no
-//! member with fresh positions may be ahead, and among equals the smallest node id goes first.
+//! `ha.maximum_lag_on_failover`. Sync mode: a member of the sync set S (the sync key, which
+//! the primary keeps), only after fresh final positions (published after the member stopped
+//! following) from |S| - k + 1 members of S, k = `replication.sync_replicas`; members outside
+//! S are not asked and do not count (they hold nothing answered `ok` that S lacks). Without a
+//! sync key (a cluster that never had a sync-mode primary of this build) S is every live
+//! member. In both modes no member that counts may be ahead, and among equals the smallest
+//! node id goes first.
+//!
+//! Why S keeps every `ok`: a write is answered `ok` once k members of S hold it; members join
+//! S only once they hold everything answered `ok` so far, and leave it only once every other
+//! member does. So any |S| - k + 1 members of S include one that holds every `ok`, and the
+//! candidate, with none of them ahead of it, holds it too.
 
 use crate::config::ReplicationMode;
 
@@ -40,16 +47,36 @@ fn sum(p: &[u64]) -> u64 {
 }
 
 /// Whether `me` may campaign now; Err names why not (`blocked_reason`). `others` are the other
-/// live members; `primary_heads` the primary's last known heads.
+/// live members; `primary_heads` the primary's last known heads; `sync_set` the sync key's
+/// members (sync mode; None when there is no key).
 pub fn may_campaign(
     me: &Seen,
     others: &[Seen],
     primary_heads: &[u64],
     rules: Rules,
+    sync_set: Option<&[String]>,
 ) -> Result<(), String> {
     if me.nofailover {
         return Err("ha.nofailover is set on this member".into());
     }
+    let set = sync_set.filter(|_| rules.mode == ReplicationMode::Sync);
+    let in_set: Vec<Seen>;
+    let others = match set {
+        Some(set) => {
+            if !set.contains(&me.node_id) {
+                return Err(format!(
+                    "sync mode: this member is not in the sync set {set:?}; an acknowledged \
+                     write could be missing from it"
+                ));
+            }
+            in_set = (others.iter())
+                .filter(|o| set.contains(&o.node_id))
+                .cloned()
+                .collect();
+            &in_set[..]
+        }
+        None => others,
+    };
     if let Some(o) = others.iter().find(|o| ahead(&o.positions, &me.positions)) {
         return Err(format!("member {} is ahead of this one", o.node_id));
     }
@@ -71,13 +98,17 @@ pub fn may_campaign(
             }
         }
         ReplicationMode::Sync => {
-            let s = others.len() + 1;
+            let s = set.map_or(others.len() + 1, |set| set.len());
             let k = rules.sync_replicas.max(1) as usize;
             let need = (s + 1).saturating_sub(k).max(1);
             let have = 1 + others.iter().filter(|o| o.fresh).count();
             if have < need {
+                let of = match set {
+                    Some(set) => format!("the sync set's {s} members {set:?}"),
+                    None => format!("{s} members"),
+                };
                 return Err(format!(
-                    "sync mode: final positions from {have} of {s} members, {need} needed \
+                    "sync mode: final positions from {have} of {of}, {need} needed \
                      (|S| - k + 1 with k = {k}); an acknowledged write could be missing"
                 ));
             }
@@ -113,8 +144,8 @@ mod tests {
     fn the_most_advanced_member_goes_first() {
         let b = m("b", &[10, 5], true);
         let c = m("c", &[10, 4], true);
-        assert!(may_campaign(&b, std::slice::from_ref(&c), &[], SYNC).is_ok());
-        assert!(may_campaign(&c, &[b], &[], SYNC)
+        assert!(may_campaign(&b, std::slice::from_ref(&c), &[], SYNC, None).is_ok());
+        assert!(may_campaign(&c, &[b], &[], SYNC, None)
             .unwrap_err()
             .contains("member b is ahead"));
     }
@@ -122,8 +153,8 @@ mod tests {
     #[test]
     fn equals_go_by_node_id() {
         let (a, b) = (m("a", &[3], true), m("b", &[3], true));
-        assert!(may_campaign(&a, std::slice::from_ref(&b), &[], SYNC).is_ok());
-        assert!(may_campaign(&b, &[a], &[], SYNC).is_err());
+        assert!(may_campaign(&a, std::slice::from_ref(&b), &[], SYNC, None).is_ok());
+        assert!(may_campaign(&b, &[a], &[], SYNC, None).is_err());
     }
 
     #[test]
@@ -131,25 +162,54 @@ mod tests {
         // S = {b, c}, k = 1: both final positions are needed.
         let b = m("b", &[10], true);
         let stale_c = m("c", &[9], false);
-        let why = may_campaign(&b, std::slice::from_ref(&stale_c), &[], SYNC).unwrap_err();
+        let why = may_campaign(&b, std::slice::from_ref(&stale_c), &[], SYNC, None).unwrap_err();
         assert!(why.contains("1 of 2 members, 2 needed"), "{why}");
         // k = 2: |S| - k + 1 = 1, this member's own positions are enough.
         let k2 = Rules {
             sync_replicas: 2,
             ..SYNC
         };
-        assert!(may_campaign(&b, &[stale_c], &[], k2).is_ok());
+        assert!(may_campaign(&b, &[stale_c], &[], k2, None).is_ok());
+    }
+
+    fn set(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn sync_mode_asks_only_the_sync_set() {
+        // S = {a, b}, k = 1: the primary and b are gone; a alone must not be elected, however
+        // far it is, since b may hold writes answered `ok` that a lacks.
+        let a = m("a", &[10], true);
+        let s = set(&["a", "b"]);
+        let why = may_campaign(&a, &[], &[], SYNC, Some(&s)).unwrap_err();
+        assert!(why.contains("1 of the sync set's 2 members"), "{why}");
+        // b back with its final positions: both may be asked, b is ahead and goes.
+        let b = m("b", &[12], true);
+        assert!(may_campaign(&b, std::slice::from_ref(&a), &[], SYNC, Some(&s)).is_ok());
+        assert!(may_campaign(&a, std::slice::from_ref(&b), &[], SYNC, Some(&s)).is_err());
+        // A member outside S never campaigns, and is not asked: c ahead does not block b.
+        let c = m("c", &[13], true);
+        let why = may_campaign(&c, &[a.clone(), b.clone()], &[], SYNC, Some(&s)).unwrap_err();
+        assert!(why.contains("not in the sync set"), "{why}");
+        assert!(may_campaign(&b, &[a, c], &[], SYNC, Some(&s)).is_ok());
+        // S = {b} alone: b's own positions are enough.
+        let only_b = set(&["b"]);
+        let b = m("b", &[12], true);
+        assert!(may_campaign(&b, &[], &[], SYNC, Some(&only_b)).is_ok());
+        // Async mode ignores the set.
+        assert!(may_campaign(&m("c", &[5], true), &[], &[5], ASYNC, Some(&only_b)).is_ok());
     }
 
     #[test]
     fn async_mode_bounds_the_lag() {
         let b = m("b", &[5], false);
-        assert!(may_campaign(&b, &[], &[15], ASYNC).is_ok());
-        assert!(may_campaign(&b, &[], &[16], ASYNC)
+        assert!(may_campaign(&b, &[], &[15], ASYNC, None).is_ok());
+        assert!(may_campaign(&b, &[], &[16], ASYNC, None)
             .unwrap_err()
             .contains("maximum_lag_on_failover"));
         let mut nf = b.clone();
         nf.nofailover = true;
-        assert!(may_campaign(&nf, &[], &[], ASYNC).is_err());
+        assert!(may_campaign(&nf, &[], &[], ASYNC, None).is_err());
     }
 }

@@ -54,6 +54,12 @@ impl Keys {
             .is_some_and(|k| k.starts_with("history/"))
     }
 
+    /// The sync set (`SyncSet`): in sync mode, the members whose acknowledgements count, kept
+    /// by the primary (every write guarded by its leader key). No lease: it outlives members.
+    pub fn sync(&self) -> String {
+        format!("{}sync", self.prefix)
+    }
+
     /// One per live member, on its lease.
     pub fn member(&self, node_id: &str) -> String {
         format!("{}members/{node_id}", self.prefix)
@@ -76,6 +82,17 @@ pub struct History {
     /// new primary has them).
     #[serde(default)]
     pub start_offsets: Vec<u64>,
+}
+
+/// The sync key's value (CONTRACT §12, docs/ha.md "The sync set"): in sync mode only the
+/// acknowledgements of `members` count toward `replication.sync_replicas`, and only a member of
+/// it may be elected, after final positions from |members| - k + 1 of them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct SyncSet {
+    /// The term that wrote it.
+    pub epoch: u64,
+    /// Node ids, sorted.
+    pub members: Vec<String>,
 }
 
 /// The switchover key's value (`ha::handover`).
@@ -151,6 +168,8 @@ mod tests {
         assert_eq!(k.epoch(), "/smdb/c1/epoch");
         assert_eq!(k.member("n1"), "/smdb/c1/members/n1");
         assert_eq!(k.switchover(), "/smdb/c1/switchover");
+        assert_eq!(k.sync(), "/smdb/c1/sync");
+        assert_eq!(k.member_of("/smdb/c1/sync"), None);
         assert_eq!(k.member_of("/smdb/c1/members/n1"), Some("n1"));
         assert_eq!(k.member_of("/smdb/c1/leader"), None);
         let (a, b) = (instance_id(), instance_id());

@@ -13,7 +13,7 @@
 //!   campaign (pure); `session`: one etcd session; `term`: the decisions; `shared`: the thread
 //!   ↔ executor exchange; `driver`: the executor's side; `clock`: CLOCK_BOOTTIME;
 //!   `admin`: the operator's requests to the thread; `switchover` (the op) and `handover`
-//!   (its etcd steps): a planned handover.
+//!   (its etcd steps): a planned handover; `syncset`: the sync set a sync-mode primary keeps.
 
 pub mod admin;
 pub mod clock;
@@ -27,6 +27,7 @@ mod session;
 pub mod shared;
 pub mod status;
 pub mod switchover;
+mod syncset;
 mod term;
 mod tls;
 

@@ -50,6 +50,8 @@ pub struct Snapshot {
     pub history: Vec<super::keys::History>,
     /// The switchover key (`SWITCHOVER` under way) and its mod revision.
     pub switchover: Option<(super::keys::Switchover, i64)>,
+    /// The sync key (sync mode) and its mod revision.
+    pub sync: Option<(super::keys::SyncSet, i64)>,
 }
 
 /// A connected session: the client, its lease and the lease's keep-alive stream.
@@ -113,11 +115,13 @@ impl Session {
             paused: false,
             history: Vec::new(),
             switchover: None,
+            sync: None,
         };
         let leader_key = ctx.keys.leader();
         let epoch_key = ctx.keys.epoch();
         let paused_key = ctx.keys.paused();
         let switchover_key = ctx.keys.switchover();
+        let sync_key = ctx.keys.sync();
         for kv in resp.kvs() {
             let key = kv.key_str().unwrap_or("");
             if key == leader_key {
@@ -135,6 +139,9 @@ impl Session {
             } else if key == switchover_key {
                 let value = serde_json::from_slice(kv.value()).ok();
                 snap.switchover = value.map(|v| (v, kv.mod_revision()));
+            } else if key == sync_key {
+                let value = serde_json::from_slice(kv.value()).ok();
+                snap.sync = value.map(|v| (v, kv.mod_revision()));
             } else if ctx.keys.is_history(key) {
                 if let Ok(h) = serde_json::from_slice(kv.value()) {
                     snap.history.push(h); // keys sort by their zero-padded epoch

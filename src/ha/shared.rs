@@ -4,6 +4,7 @@
 //! back (`Report`). Both sides poll: neither ever waits on the other, and shards never see
 //! this at all (they read the role and lease deadline in `replication::ReplState`).
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
@@ -41,6 +42,42 @@ pub struct Report {
     pub storage_full: bool,
 }
 
+/// Whose acknowledgements count toward `replication.sync_replicas` (sync mode with failover,
+/// docs/ha.md "The sync set"), shared by the HA thread, which keeps the sync key in etcd, and
+/// the control executor's hub, which counts acks. One lock for both sides, so that removing a
+/// member from `counting` and checking that the others hold everything answered `ok` is one
+/// step the hub's quorum count cannot fall between.
+///
+/// Invariant: `counting` is a subset of the sync key's members in etcd. A member is added to
+/// etcd first and to `counting` after; removed from `counting` first and from etcd after.
+#[derive(Debug, Default)]
+pub struct SyncCount {
+    /// `None`: every replica counts (no failover, or async mode). `Some`: only these node ids.
+    pub counting: Option<BTreeSet<String>>,
+    /// Grows whenever `counting` changes: the hub recounts the quorum then.
+    pub version: u64,
+    /// Per shard, the offset the hub last reported to the shard as sync-acknowledged: every
+    /// `ok` answered so far is at or below it.
+    pub synced: Vec<u64>,
+    /// Per connected replica (node id), its acknowledged positions in this term.
+    pub acked: HashMap<String, Vec<u64>>,
+}
+
+impl SyncCount {
+    /// Whether `node_id`'s acknowledgements count.
+    pub fn counts(&self, node_id: &str) -> bool {
+        self.counting.as_ref().is_none_or(|c| c.contains(node_id))
+    }
+
+    /// Sets `counting` (a new version when it changes).
+    pub fn set_counting(&mut self, counting: Option<BTreeSet<String>>) {
+        if self.counting != counting {
+            self.counting = counting;
+            self.version += 1;
+        }
+    }
+}
+
 /// The HA view REPLICATION_STATUS shows (`ha`).
 #[derive(Debug, Clone, Default)]
 pub struct View {
@@ -57,6 +94,8 @@ pub struct View {
     pub paused: bool,
     /// The newest terms (at most `HISTORY_SHOWN`), oldest first.
     pub history: Vec<super::keys::History>,
+    /// The sync key's members as last read (sync mode; empty otherwise).
+    pub sync_set: Vec<String>,
 }
 
 /// How many terms `REPLICATION_STATUS.ha.history` shows.
@@ -127,6 +166,8 @@ pub struct Shared {
     /// Why this member last stepped down (a `DEMOTION_REASONS` value), for the driver's log
     /// line.
     pub demoted_for: Mutex<&'static str>,
+    /// Whose acks count (sync mode): the HA thread and the hub (`SyncCount`).
+    pub sync: Mutex<SyncCount>,
 }
 
 impl Shared {
@@ -156,6 +197,11 @@ impl Shared {
         if let Ok(mut r) = self.report.lock() {
             f(&mut r);
         }
+    }
+
+    /// Runs `f` under the sync-count lock (None if it is poisoned).
+    pub fn with_sync<T>(&self, f: impl FnOnce(&mut SyncCount) -> T) -> Option<T> {
+        self.sync.lock().ok().map(|mut c| f(&mut c))
     }
 
     pub fn view(&self) -> View {

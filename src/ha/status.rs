@@ -23,12 +23,6 @@ pub fn json(shared: &Shared, state: &ReplState) -> Value {
             })
         })
         .collect();
-    // No sync-set key is kept yet (docs/ha.md, "Not built yet"): every live member other than
-    // the primary counts, which is what the election rule asks final positions from.
-    let sync_set: Vec<&str> = (view.members.iter())
-        .filter(|m| view.primary.as_deref() != Some(m.node_id.as_str()))
-        .map(|m| m.node_id.as_str())
-        .collect();
     let demotions: u64 = shared.stats.demotions.iter().map(|n| n.load(Relaxed)).sum();
     json!({
         "cluster": view.cluster,
@@ -38,7 +32,7 @@ pub fn json(shared: &Shared, state: &ReplState) -> Value {
         "primary_addr": view.primary_addr,
         "lease_remaining_ms": remaining_ms,
         "paused": view.paused,
-        "sync_set": sync_set,
+        "sync_set": view.sync_set,
         "blocked_reason": view.blocked_reason,
         "etcd_reachable": view.etcd_reachable,
         "members": members,

@@ -14,6 +14,7 @@ use super::keys::{History, Leader, Member};
 use super::session::{call, Session, Snapshot};
 use super::shared::{Demotion, MemberView, Want};
 use super::Ctx;
+use crate::config::ReplicationMode;
 
 /// This member's part in the current term.
 pub struct Term {
@@ -36,6 +37,8 @@ pub struct Term {
     pub(super) handover: Option<super::handover::Handover>,
     /// Since when a shard's log has refused appends for lack of space (`log_health`).
     full_since: Option<Instant>,
+    /// Sync mode, leading: this term's sync set (`syncset`).
+    sync: super::syncset::Kept,
 }
 
 impl Term {
@@ -51,6 +54,7 @@ impl Term {
             started_at_ms: 0,
             handover: None,
             full_since: None,
+            sync: Default::default(),
         }
     }
 
@@ -130,7 +134,7 @@ impl Term {
         match snap.leader.clone() {
             Some((leader, lease, rev)) if leader.node_id == ctx.node_id => {
                 if leader.instance == ctx.instance && lease == s.lease && self.leading {
-                    return self.keep_leading(ctx, s, rev).await;
+                    return self.keep_leading(ctx, s, &snap, rev).await;
                 }
                 // An earlier process (or session) of this node: never trusted, removed.
                 self.step_down(
@@ -208,7 +212,13 @@ impl Term {
     }
 
     /// Leading: the driver carries out `Lead`; if it failed, resign.
-    async fn keep_leading(&mut self, ctx: &Ctx, s: &mut Session, rev: i64) -> Result<(), String> {
+    async fn keep_leading(
+        &mut self,
+        ctx: &Ctx,
+        s: &mut Session,
+        snap: &Snapshot,
+        rev: i64,
+    ) -> Result<(), String> {
         let gen = ctx.shared.decide(Want::Lead { epoch: self.epoch });
         let report = ctx.shared.report();
         if report.done == gen && report.leading && !report.lead_failed && !self.history_done {
@@ -226,6 +236,10 @@ impl Term {
             )
             .await?;
             self.history_done = true;
+            self.sync.start.clone_from(&report.positions);
+        }
+        if self.history_done && ctx.rules.mode == ReplicationMode::Sync {
+            super::syncset::maintain(&mut self.sync, ctx, s, snap, self.epoch, rev).await?;
         }
         if report.done == gen && report.lead_failed {
             self.step_down(
@@ -318,12 +332,15 @@ impl Term {
             .map(|(m, rev)| Seen {
                 node_id: m.node_id.clone(),
                 positions: m.positions.clone(),
-                fresh: *rev > since && !m.following,
+                // Final positions: written after the leader key went, with its stream stopped,
+                // and known (a member just restarted publishes none until its shards report).
+                fresh: *rev > since && !m.following && !m.positions.is_empty(),
                 nofailover: m.nofailover || m.refuses_writes,
             })
             .collect();
         let heads = primary_heads(&snap.members, &me.positions);
-        elect::may_campaign(&me, &others, &heads, ctx.rules)
+        let sync_set = sync_set_in_force(snap);
+        elect::may_campaign(&me, &others, &heads, ctx.rules, sync_set)
     }
 
     fn seen_me(&self, ctx: &Ctx) -> Seen {
@@ -371,25 +388,42 @@ impl Term {
             start_offsets: Vec::new(),
         };
         let history = serde_json::to_vec(&history).map_err(|e| e.to_string())?;
+        let sync = ctx.rules.mode == ReplicationMode::Sync;
+        let first_set = super::syncset::first(ctx, epoch);
+        let first_set_bytes = serde_json::to_vec(&first_set).map_err(|e| e.to_string())?;
+        // Sync mode: the term starts with its primary alone in the sync set (`syncset`).
+        let sync_put = sync.then(|| TxnOp::put(ctx.keys.sync(), first_set_bytes, None));
         let txn = Txn::new()
             .when([
                 Compare::create_revision(ctx.keys.leader(), CompareOp::Equal, 0),
                 Compare::mod_revision(ctx.keys.epoch(), CompareOp::Equal, snap.epoch.1),
             ])
-            .and_then([
-                TxnOp::put(
-                    ctx.keys.leader(),
-                    value,
-                    Some(PutOptions::new().with_lease(s.lease)),
-                ),
-                TxnOp::put(ctx.keys.epoch(), epoch.to_string(), None),
-                TxnOp::put(ctx.keys.history(epoch), history, None),
-                // A new term ends any switchover.
-                TxnOp::delete(ctx.keys.switchover(), None),
-            ]);
+            .and_then(
+                [
+                    TxnOp::put(
+                        ctx.keys.leader(),
+                        value,
+                        Some(PutOptions::new().with_lease(s.lease)),
+                    ),
+                    TxnOp::put(ctx.keys.epoch(), epoch.to_string(), None),
+                    TxnOp::put(ctx.keys.history(epoch), history, None),
+                    // A new term ends any switchover.
+                    TxnOp::delete(ctx.keys.switchover(), None),
+                ]
+                .into_iter()
+                .chain(sync_put)
+                .collect::<Vec<_>>(),
+            );
         if !call("campaign txn", s.client.txn(txn)).await?.succeeded() {
             return Ok(()); // someone else moved first: the next read shows who
         }
+        // Until replicas join the set nobody's acknowledgements count (async: everybody's).
+        ctx.shared
+            .with_sync(|c| c.set_counting(sync.then(std::collections::BTreeSet::new)));
+        self.sync = super::syncset::Kept {
+            members: first_set.members,
+            start: Vec::new(),
+        };
         self.leading = true;
         self.epoch = epoch;
         self.started_at_ms = started_at_ms;
@@ -451,8 +485,20 @@ impl Term {
                 .len()
                 .saturating_sub(super::shared::HISTORY_SHOWN);
             v.history = snap.history[skip..].to_vec();
+            v.sync_set = (snap.sync.as_ref())
+                .filter(|_| ctx.rules.mode == ReplicationMode::Sync)
+                .map(|(set, _)| set.members.clone())
+                .unwrap_or_default();
         });
     }
+}
+
+/// The sync key's members when it belongs to the newest term (every sync-mode campaign writes
+/// it; a key of an older term means the newest one did not keep one, as in async mode).
+fn sync_set_in_force(snap: &Snapshot) -> Option<&[String]> {
+    (snap.sync.as_ref())
+        .filter(|(set, _)| set.epoch == snap.epoch.0)
+        .map(|(set, _)| &set.members[..])
 }
 
 /// The primary's heads as last known: the highest any member heard of, else `own`.

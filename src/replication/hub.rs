@@ -24,6 +24,11 @@ use crate::shard::{ReplyBody, ShardCall};
 use crate::util::notify::Notify;
 use crate::util::time::now_ms;
 
+/// How often the hub looks whether the sync set's counting members changed (failover, sync
+/// mode): a write waiting for its acknowledgement waits at most this much longer after its
+/// replica joined the set.
+const SYNC_SET_RECOUNT_EVERY: Duration = Duration::from_millis(20);
+
 /// The replication settings the control executor needs (from `replication.*`).
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -123,6 +128,9 @@ impl Hub {
         if let Some(cfg) = hub.settings.follower.clone() {
             hub.start_follower(cfg);
         }
+        if hub.ha.is_some() && hub.settings.mode == ReplicationMode::Sync {
+            glommio::spawn_local(Hub::recount_on_sync_set_change(Rc::downgrade(&hub))).detach();
+        }
         if let Some((shared, template)) = setup.ha {
             glommio::spawn_local(crate::ha::driver::run(hub.clone(), shared, template)).detach();
         }
@@ -155,6 +163,12 @@ impl Hub {
     /// A new term (promotion or demotion): acknowledgements of the last one no longer count.
     pub fn reset_quorum(&self) {
         self.synced.borrow_mut().iter_mut().for_each(|s| *s = 0);
+        if let Some(shared) = &self.ha {
+            shared.with_sync(|c| {
+                c.synced.iter_mut().for_each(|s| *s = 0);
+                c.acked.clear();
+            });
+        }
     }
 
     /// Sends `msg` to front `front` (waits for room: the front drains its channel without
@@ -248,13 +262,36 @@ impl Hub {
     }
 
     async fn report_quorum(&self) {
+        for (shard, through) in self.quorum_moves() {
+            // Fire and forget: the shard answers at once; nobody needs the reply.
+            drop(
+                self.router
+                    .start(shard, ShardCall::ReplicaAcked { through })
+                    .await,
+            );
+        }
+    }
+
+    /// Per shard, the offset `replication.sync_replicas` counting replicas have made durable,
+    /// where it moved. With failover only the sync set's members count (docs/ha.md, "The sync
+    /// set"): the count and its record in the shared `SyncCount` happen under that lock, so the
+    /// HA thread never removes a member between the two.
+    fn quorum_moves(&self) -> Vec<(u32, u64)> {
         let k = self.settings.sync_replicas as usize;
         let n = self.router.shard_count() as usize;
-        for shard in 0..n {
-            let mut acks: Vec<u64> = self
-                .links
-                .borrow()
-                .values()
+        let links = self.links.borrow();
+        let mut guard = match &self.ha {
+            Some(shared) => match shared.sync.lock() {
+                Ok(g) => Some(g),
+                Err(_) => return Vec::new(), // a panicked HA thread: count nothing
+            },
+            None => None,
+        };
+        let mut synced = self.synced.borrow_mut();
+        let mut moves = Vec::new();
+        for (shard, done) in synced.iter_mut().enumerate().take(n) {
+            let mut acks: Vec<u64> = (links.values())
+                .filter(|l| guard.as_ref().is_none_or(|c| c.counts(&l.replica_id)))
                 .map(|l| l.acked_at(shard))
                 .collect();
             if acks.len() < k {
@@ -262,14 +299,37 @@ impl Hub {
             }
             acks.sort_unstable_by(|a, b| b.cmp(a));
             let through = acks[k - 1];
-            if through > self.synced.borrow()[shard] {
-                self.synced.borrow_mut()[shard] = through;
-                // Fire and forget: the shard answers at once; nobody needs the reply.
-                drop(
-                    self.router
-                        .start(shard as u32, ShardCall::ReplicaAcked { through })
-                        .await,
-                );
+            if through > *done {
+                *done = through;
+                moves.push((shard as u32, through));
+            }
+        }
+        if let Some(c) = guard.as_mut() {
+            c.synced.clone_from(&synced);
+            c.acked.clear();
+            for l in links.values() {
+                let e = (c.acked.entry(l.replica_id.clone())).or_insert_with(|| vec![0; n]);
+                for (shard, a) in e.iter_mut().enumerate() {
+                    *a = (*a).max(l.acked_at(shard));
+                }
+            }
+        }
+        moves
+    }
+
+    /// Failover in sync mode: recounts the quorum whenever the sync set's counting members
+    /// change (an added member may already hold what waits for its acknowledgement).
+    async fn recount_on_sync_set_change(hub: std::rc::Weak<Hub>) {
+        let mut seen = 0;
+        loop {
+            glommio::timer::sleep(SYNC_SET_RECOUNT_EVERY).await;
+            let Some(hub) = hub.upgrade() else {
+                return;
+            };
+            let version = (hub.ha.as_ref()).and_then(|s| s.with_sync(|c| c.version));
+            if let Some(v) = version.filter(|v| *v != seen) {
+                seen = v;
+                hub.report_quorum().await;
             }
         }
     }

@@ -98,22 +98,32 @@ impl Etcd {
         format!("[{}]", quoted.join(", "))
     }
 
+    /// Waits until every member answers on its own endpoint (a write through the cluster
+    /// succeeds once two of three run; a member still starting then would make the members'
+    /// etcd clients fail calls on it, which the tests would read as an etcd outage).
     fn wait_healthy(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
-        loop {
-            let out = Command::new("etcdctl")
+        let answers = |endpoints: &str, args: &[&str]| {
+            Command::new("etcdctl")
                 .env("ETCDCTL_API", "3")
-                .args([
-                    "--endpoints",
-                    &self.endpoints.join(","),
-                    "--command-timeout=1s",
-                ])
-                .args(["put", "/smdb-test/ready", "1"])
-                .output();
-            if out.is_ok_and(|o| o.status.success()) {
+                .args(["--endpoints", endpoints, "--command-timeout=1s"])
+                .args(args)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        loop {
+            let written = answers(&self.endpoints.join(","), &["put", "/smdb-test/ready", "1"]);
+            let each = written
+                && (self.endpoints.iter())
+                    .all(|e| answers(e, &["get", "--consistency=l", "/smdb-test/ready"]));
+            if each {
                 return;
             }
-            assert!(Instant::now() < deadline, "etcd did not become healthy");
+            assert!(
+                Instant::now() < deadline,
+                "etcd did not become healthy on every member: {:?}",
+                self.endpoints
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
