@@ -77,7 +77,8 @@ def main():
     cfg = os.path.join(top, "smdb.toml")
     with open(cfg, "w") as f:
         f.write(f'[network]\nbind_addr = "{addr}"\n[storage]\ndata_dir = "{data}"\n'
-                f"snapshot_every_entries = {a.every}\n[metrics]\nenabled = false\n")
+                f"snapshot_every_entries = {a.every}\n[metrics]\nenabled = false\n"
+                "[http]\nenabled = false\n")
     log = os.path.join(top, "fill.err")
     p = start(a.server, cfg, log)
     wait_listening(p, log)

@@ -47,6 +47,8 @@ data_dir = "$dir/data"
 snapshot_every_entries = $every
 [metrics]
 enabled = false
+[http]
+enabled = false
 CFG
     local tag="$label-$mode-$round"
     "$bin" --config "$dir/smdb.toml" >"$OUT/$tag.out" 2>"$OUT/$tag.err" &

@@ -21,12 +21,19 @@ pub const TIMERS_PAUSED_FILE: &str = "timers.paused";
 struct Meta {
     format_version: u32,
     shard_count: u32,
+    /// The instance tables' hash key (32 hex digits; `shards::engine::set_index_key`): the
+    /// same in every process on this data dir, so a restart loads and replays in table order.
+    /// Added to a data dir that lacks it (older builds ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    index_key: Option<String>,
 }
 
 /// Holds the directory lock for the life of the process.
 #[derive(Debug)]
 pub struct DataDir {
     pub path: PathBuf,
+    /// The instance tables' hash key (`Meta::index_key`).
+    pub index_key: (u64, u64),
     _lock: File,
 }
 
@@ -40,9 +47,10 @@ impl DataDir {
         let path = &std::fs::canonicalize(path)
             .map_err(|e| format!("cannot resolve data dir {}: {e}", path.display()))?;
         let lock = lock(path)?;
-        check_meta(path, shard_count)?;
+        let index_key = check_meta(path, shard_count)?;
         Ok(DataDir {
             path: path.to_path_buf(),
+            index_key,
             _lock: lock,
         })
     }
@@ -78,9 +86,10 @@ fn lock(path: &Path) -> Result<File, String> {
     Ok(file)
 }
 
-fn check_meta(path: &Path, shard_count: u32) -> Result<(), String> {
+/// Checks (or writes) the meta file; returns the data dir's index key.
+fn check_meta(path: &Path, shard_count: u32) -> Result<(u64, u64), String> {
     let meta_path = path.join(META_FILE);
-    match std::fs::read(&meta_path) {
+    let mut meta = match std::fs::read(&meta_path) {
         Ok(bytes) => {
             let meta: Meta = serde_json::from_slice(&bytes)
                 .map_err(|e| format!("{} is unreadable: {e}", meta_path.display()))?;
@@ -100,16 +109,45 @@ fn check_meta(path: &Path, shard_count: u32) -> Result<(), String> {
                     meta.shard_count
                 ));
             }
-            Ok(())
+            meta
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_meta(
-            path,
-            &Meta {
-                format_version: FORMAT_VERSION,
-                shard_count,
-            },
-        ),
-        Err(e) => Err(format!("cannot read {}: {e}", meta_path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Meta {
+            format_version: FORMAT_VERSION,
+            shard_count,
+            index_key: None,
+        },
+        Err(e) => return Err(format!("cannot read {}: {e}", meta_path.display())),
+    };
+    if let Some(key) = meta.index_key.as_deref().and_then(parse_key) {
+        return Ok(key);
+    }
+    let key = (random_u64(), random_u64());
+    meta.index_key = Some(format!("{:016x}{:016x}", key.0, key.1));
+    write_meta(path, &meta)?;
+    Ok(key)
+}
+
+/// 32 hex digits as two words.
+fn parse_key(hex: &str) -> Option<(u64, u64)> {
+    let (a, b) = (hex.get(..16)?, hex.get(16..)?);
+    Some((
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    ))
+    .filter(|_| hex.len() == 32)
+}
+
+/// 64 bits from the kernel's random source (the std hasher's random keys if that fails).
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: `b` is a valid writable buffer of the given length.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    match n == b.len() as isize {
+        true => u64::from_le_bytes(b),
+        false => {
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+        }
     }
 }
 
@@ -148,6 +186,21 @@ mod tests {
         let d = DataDir::open(&rel, 1).unwrap();
         assert!(d.path.is_absolute() && !d.path.to_string_lossy().contains(".."));
         assert_eq!(d.path, dir.path().canonicalize().unwrap().join("data"));
+    }
+
+    #[test]
+    fn the_index_key_is_kept_across_opens_and_added_where_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = DataDir::open(dir.path(), 1).unwrap().index_key;
+        assert_eq!(DataDir::open(dir.path(), 1).unwrap().index_key, first);
+        // A meta file of an older build: a key is added, then kept.
+        let meta = dir.path().join(META_FILE);
+        std::fs::write(&meta, br#"{"format_version":1,"shard_count":1}"#).unwrap();
+        let added = DataDir::open(dir.path(), 1).unwrap().index_key;
+        assert_ne!(added, first);
+        assert_eq!(DataDir::open(dir.path(), 1).unwrap().index_key, added);
+        assert_eq!(parse_key("00000000000000010000000000000002"), Some((1, 2)));
+        assert_eq!(parse_key("0001"), None);
     }
 
     #[test]

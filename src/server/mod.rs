@@ -90,6 +90,11 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     let place = placements(&config, cpus);
     let shard_count = place.shards.len() as u32;
     let data_dir = DataDir::open(&config.storage.data_dir, shard_count)?;
+    // Before any shard builds an engine: every instance table of this process hashes with the
+    // data dir's key (restarts load and replay in table order, docs/wal.md "Recovery").
+    if !shards::engine::set_index_key(data_dir.index_key.0, data_dir.index_key.1) {
+        log::warn!("instance tables were built before the data dir's index key was read");
+    }
     let timers_pause = timers_pause(&data_dir);
     let mut listeners = Listeners::bind(&config)?;
     let mut signals = Signals::install()?;

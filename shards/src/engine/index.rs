@@ -16,8 +16,8 @@
 //! the walk ends (one rehash, the one the insert would have made). Removals and inserts into
 //! free buckets move nothing.
 
-use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::sync::OnceLock;
 
 use hashbrown::HashTable;
 
@@ -31,9 +31,53 @@ pub(crate) struct InstanceMap {
     overflow: HashTable<Box<InstanceRecord>>,
     /// A walk visits `table` by bucket index: its layout must not change (module doc).
     frozen: bool,
-    /// Ids come from clients: SipHash with a per-process key keeps them from choosing
-    /// collisions.
-    hasher: RandomState,
+    /// Ids come from clients: SipHash with a secret key keeps them from choosing collisions.
+    hasher: IndexHasher,
+}
+
+/// The instance table's hash: SipHash-2-4 under a secret 128-bit key. The key is the data
+/// dir's (`set_index_key`, from `smdb.meta`), the same in every process on that data dir, so a
+/// table rebuilt from a snapshot (written in bucket order, `snapshot::walk`) is filled in bucket
+/// order and a replay sorted by bucket (`replay`) reads it in order: sequential memory instead
+/// of a cache and TLB miss per instance. Without a data dir (tools, tests) a random key per
+/// process. Never shown to clients.
+#[derive(Clone, Copy, Debug)]
+pub struct IndexHasher {
+    k0: u64,
+    k1: u64,
+}
+
+impl BuildHasher for IndexHasher {
+    // std's keyed SipHash is deprecated in favour of RandomState, which cannot take a key;
+    // it stays in std (stable API), and its output never changes across Rust versions.
+    #[allow(deprecated)]
+    type Hasher = std::hash::SipHasher;
+
+    #[allow(deprecated)]
+    fn build_hasher(&self) -> Self::Hasher {
+        std::hash::SipHasher::new_with_keys(self.k0, self.k1)
+    }
+}
+
+impl Default for IndexHasher {
+    fn default() -> Self {
+        *INDEX_KEY.get_or_init(|| {
+            let random = std::collections::hash_map::RandomState::new();
+            IndexHasher {
+                k0: random.hash_one(0u64),
+                k1: random.hash_one(1u64),
+            }
+        })
+    }
+}
+
+/// The key every instance table of this process uses.
+static INDEX_KEY: OnceLock<IndexHasher> = OnceLock::new();
+
+/// Sets the instance tables' key for this process (the data dir's, before any shard builds
+/// an engine). False when a key was already in use (then tables keep that one).
+pub fn set_index_key(k0: u64, k1: u64) -> bool {
+    INDEX_KEY.set(IndexHasher { k0, k1 }).is_ok()
 }
 
 impl InstanceMap {
@@ -42,7 +86,7 @@ impl InstanceMap {
             table: HashTable::with_capacity(n),
             overflow: HashTable::new(),
             frozen: false,
-            hasher: RandomState::new(),
+            hasher: IndexHasher::default(),
         }
     }
 
@@ -159,6 +203,12 @@ impl InstanceMap {
         self.overflow = HashTable::new();
     }
 
+    /// The table's home bucket for `hash` (hashbrown probes from `hash & (buckets - 1)`): a
+    /// replay sorted by it reads the table, and records loaded from a snapshot, in order.
+    pub(crate) fn home_bucket(&self, hash: u64) -> u64 {
+        hash & (self.table.num_buckets() as u64).saturating_sub(1)
+    }
+
     /// Buckets of the table (a frozen table keeps this number); `bucket` takes `0..this`.
     pub(crate) fn buckets(&self) -> usize {
         self.table.num_buckets()
@@ -194,7 +244,7 @@ fn has_id(id: &str) -> impl Fn(&Box<InstanceRecord>) -> bool + Copy + '_ {
 
 /// The hash of an entry's id, for hashbrown's rehash.
 #[allow(clippy::borrowed_box)]
-fn hash_of(hasher: &RandomState, r: &Box<InstanceRecord>) -> u64 {
+fn hash_of(hasher: &IndexHasher, r: &Box<InstanceRecord>) -> u64 {
     hasher.hash_one(r.instance.id.as_str())
 }
 
@@ -222,6 +272,17 @@ pub(crate) fn prefetch<T>(p: *const T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_key_gives_one_hash_in_every_table() {
+        let a = InstanceMap::with_capacity(4);
+        let b = InstanceMap::with_capacity(1000);
+        assert_eq!(a.hash("order-1"), b.hash("order-1"));
+        assert_ne!(a.hash("order-1"), a.hash("order-2"));
+        // A second key is refused once tables use the first.
+        assert!(!set_index_key(1, 2) || a.hash("x") == InstanceMap::default().hash("x"));
+        assert!(b.home_bucket(a.hash("order-1")) < b.buckets() as u64);
+    }
 
     #[test]
     fn prefetch_of_any_address_is_harmless() {

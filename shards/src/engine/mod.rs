@@ -46,6 +46,7 @@ pub use clock::entry_time_of;
 pub use context::{Context, Fields};
 pub use definition::{CompiledMachine, Definition};
 pub use divergence::Divergence;
+pub use index::set_index_key;
 pub use instance::{HistoryItem, Instance};
 pub use json_text::JsonText;
 pub use json_write::write_u64;

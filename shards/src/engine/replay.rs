@@ -3,7 +3,8 @@
 //! Applying one entry mostly waits on memory: its instance record, the context's nodes and the
 //! history's tail are rarely in cache once there are many instances. Entries of different
 //! instances commute (each changes only its own instance, and the counters are sums), so
-//! replay collects a window of records, orders it by instance (log order within an instance)
+//! replay collects a window of records, orders it by instance (log order within an instance;
+//! instances in the order of their buckets in the table, `InstanceMap::home_bucket`)
 //! and applies each instance's entries back to back: an instance is loaded once per window
 //! instead of once per entry. While one instance is applied, the instances a few records
 //! ahead are prefetched in two steps (their records, then what the records point to).
@@ -13,7 +14,6 @@
 //! alone. A record that does not decode stops the replay, naming the first bad offset in log
 //! order, exactly as applying one record at a time would.
 
-use std::hash::Hasher;
 use std::hint::black_box;
 
 use serde_json::Value;
@@ -21,7 +21,6 @@ use serde_json::Value;
 use super::entry::record_instance_id;
 use super::index::prefetch;
 use super::instance::InstanceRecord;
-use super::names::NameHasher;
 use super::{Engine, Record};
 
 /// Records per window. The larger the window, the more entries of one instance it holds and
@@ -51,9 +50,6 @@ const CONTEXT_KEYS_PREFETCHED: usize = 4;
 /// Cache lines of an `InstanceRecord` prefetched (the instance fields, history and key store).
 const RECORD_LINES: usize = size_of::<InstanceRecord>().div_ceil(64);
 
-/// The low half of a sort key is the record's index in the window.
-const INDEX_BITS: u32 = 32;
-const _: () = assert!(WINDOW_RECORDS as u64 <= 1 << INDEX_BITS);
 const _: () = assert!(PREFETCH_BYTES_AHEAD > PREFETCH_RECORD_AHEAD);
 const _: () = assert!(PREFETCH_RECORD_AHEAD > PREFETCH_DATA_AHEAD);
 const _: () = assert!(WINDOW_BYTES < u32::MAX as usize / 2);
@@ -61,8 +57,9 @@ const _: () = assert!(WINDOW_BYTES < u32::MAX as usize / 2);
 /// One queued record.
 #[derive(Clone, Copy)]
 struct Pending {
-    /// A hash of the record's instance id (high half) and its index in the window (low half).
-    /// Sorted by this, the window groups each instance's records in log order.
+    /// The instance's home bucket in the table (high half) and the top of its hash (low half;
+    /// a collision of both only puts two instances in one group). Sorted by this and then the
+    /// offset, the window groups each instance's records in log order, in table order.
     key: u64,
     offset: u64,
     /// Where the record is in `Replay::bytes` (< `WINDOW_BYTES` + one record).
@@ -100,7 +97,11 @@ impl Replay {
             self.pending.reserve(WINDOW_RECORDS);
             self.bytes.reserve(WINDOW_BYTES);
         }
-        let key = u64::from(id_hash(id)) << INDEX_BITS | self.pending.len() as u64;
+        // The instance's home bucket in the table: sorted by it, a window reads the table (and
+        // the records a snapshot load allocated in bucket order) front to back.
+        let hash = engine.instances.hash(id);
+        let bucket = engine.instances.home_bucket(hash).min(u64::from(u32::MAX));
+        let key = bucket << 32 | hash >> 32;
         let start = self.bytes.len();
         self.bytes.extend_from_slice(payload);
         // The window is flushed once it holds `WINDOW_BYTES`, and a log record holds at most
@@ -123,7 +124,7 @@ impl Replay {
     /// Applies everything queued. Call before anything else changes `engine` (a snapshot
     /// load) and at the end.
     pub fn flush(&mut self, engine: &mut Engine) -> Result<(), String> {
-        self.pending.sort_unstable_by_key(|p| p.key);
+        self.pending.sort_unstable_by_key(|p| (p.key, p.offset));
         let result = self.apply_window(engine);
         self.pending.clear();
         self.bytes.clear();
@@ -144,7 +145,7 @@ impl Replay {
     fn group_start(&self, k: usize) -> Option<&str> {
         let p = self.pending.get(k)?;
         let prev = self.pending.get(k.checked_sub(1)?)?;
-        if p.key >> INDEX_BITS == prev.key >> INDEX_BITS {
+        if p.key == prev.key {
             return None;
         }
         record_instance_id(self.bytes_of(p))
@@ -196,13 +197,6 @@ impl Replay {
 
 fn bad(offset: u64, e: impl std::fmt::Display) -> String {
     format!("log entry at offset {offset}: {e}")
-}
-
-/// The grouping hash of an instance id. Collisions only put two instances in one group.
-fn id_hash(id: &str) -> u32 {
-    let mut h = NameHasher::default();
-    h.write(id.as_bytes());
-    (h.finish() >> 32) as u32
 }
 
 impl Engine {
