@@ -193,8 +193,9 @@ fn resolve(spec: &WatchSpec, logs: &Logs) -> Result<Plan, Rejection> {
             From::Oldest => oldest.saturating_sub(1).min(head),
             From::After(p) => match agreed(k as u32, p, log)? {
                 Some((epoch, offset)) => {
+                    // Starts where the logs agree; reaches as far as the cursor went.
                     plan.diverged.push((k as u32, epoch, offset));
-                    plan.shards[k] = Some((offset, offset));
+                    plan.shards[k] = Some((offset, p.offset));
                     continue;
                 }
                 None => p.offset,
