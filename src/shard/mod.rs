@@ -12,6 +12,7 @@ pub mod message;
 mod os_yield;
 pub mod pause;
 mod push_hold;
+mod replay;
 mod replica;
 pub mod runtime;
 pub mod snapshot;
