@@ -64,6 +64,8 @@ struct Inner {
     reach: Vec<u64>,
     /// The lag notice says `details.diverged` (the log no longer has what was delivered).
     diverged: bool,
+    /// Rewinds heard before set-up finished (`diverge`), applied once it has.
+    rewound: Vec<(u32, u64, u64)>,
     /// Per shard: live pushes held while the shard is set up or replayed (`None` once live).
     held: Vec<Option<VecDeque<Held>>>,
     watched: Vec<bool>,
@@ -112,6 +114,7 @@ impl Sub {
                 positions: vec![(0, 0); n],
                 reach: vec![0; n],
                 diverged: false,
+                rewound: Vec::new(),
                 held,
                 watched,
                 queue: VecDeque::new(),
@@ -238,6 +241,10 @@ impl Sub {
                 SubsStats::add(&self.stats.active, 1);
             }
         }
+        let rewound = std::mem::take(&mut self.inner.borrow_mut().rewound);
+        if !rewound.is_empty() {
+            self.diverge(&rewound);
+        }
     }
 
     /// The WATCH response has been written.
@@ -295,6 +302,12 @@ impl Sub {
     /// is left alone; false if none applied (the subscription goes on).
     pub fn diverge(&self, points: &[(u32, u64, u64)]) -> bool {
         if self.is_ended() {
+            return false;
+        }
+        if !self.setup_done.get() {
+            // Where it starts and what it replays are not known yet: `finish_setup` applies
+            // these once they are.
+            self.inner.borrow_mut().rewound.extend_from_slice(points);
             return false;
         }
         let mut hit = false;
@@ -601,6 +614,18 @@ mod tests {
             json!({"type": "subscription_lagged", "subscription_id": 7,
                    "resume_cursor": "c2-1.3-1.0", "details": {"diverged": true}})
         );
+    }
+
+    #[test]
+    fn a_rewind_heard_during_set_up_applies_once_it_is_known_where_it_starts() {
+        let s = sub(8);
+        assert!(!s.diverge(&[(0, 1, 3)]));
+        assert!(!s.is_ended());
+        s.finish_setup(vec![(1, 2), (1, 0)], &[9, 0]); // was to replay shard 0 through 9
+        assert_eq!(s.ended(), Some(End::Lagged));
+        let mut out = Vec::new();
+        s.take_frames(&mut out, usize::MAX);
+        assert_eq!(frames(&out)[0]["resume_cursor"], "c2-1.2-1.0");
     }
 
     #[test]

@@ -143,6 +143,8 @@ mod tests {
         });
         assert_eq!(p.request().params["from_cursor"], "c1-3-4");
         assert_eq!(cursor_max("c1-3-4"), Some(4));
+        assert_eq!(cursor_max("c2-1.3-2.4"), Some(4));
+        assert_eq!(cursor_max("c2-1-2"), None);
         assert_eq!(cursor_max("0"), None);
     }
 }
