@@ -5,6 +5,8 @@
 //! * a cursor past the point where an old primary's log was cut resumes, on the new primary
 //!   and on the old one after it rejoined and truncated, with a `diverged` lag notice naming
 //!   where the logs agree, and from there with no gap;
+//! * a follower that truncates its log (it followed a primary forced in without its last
+//!   entries) ends its subscriptions that went past the cut the same way;
 //! * HTTP `ETag`s carry the term's epoch, and `If-Match` with another epoch fails.
 
 mod common;
@@ -12,7 +14,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
-use common::ha::{converge, one_primary, serial, start_members, status};
+use common::ha::{converge, member_config, one_primary, serial, start_members, status};
 use common::http::Http;
 use common::*;
 use serde_json::{json, Value};
@@ -263,4 +265,64 @@ fn etags_carry_the_epoch_and_if_match_checks_it() {
     assert_eq!(ok.status, 200, "{}", ok.text());
     let new_tag = ok.header("etag").unwrap();
     assert!(new_tag.starts_with(&format!("\"{epoch}.")), "{new_tag}");
+}
+
+#[test]
+fn a_member_that_truncates_ends_its_subscriptions_that_went_past_the_cut() {
+    let _serial = serial();
+    let etcd = Etcd::start(1);
+    // n2 never campaigns: it is the follower that will be ahead of the forced new primary.
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let mut members: Vec<Server> = (0..3)
+        .map(|i| {
+            let mut cfg = member_config(&etcd, "truncate", &format!("n{i}"), "async");
+            if i == 2 {
+                cfg.push_str("nofailover = true\n"); // the [ha] section is the config's last
+            }
+            Server::start_in(dirs[i].path(), &cfg).unwrap()
+        })
+        .collect();
+    let p = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let (a, b) = (2, 1 - p);
+    let mut w = members[p].client();
+    put_order_machine(&mut w);
+    create_paid(&mut w, "t");
+    converge(&members[p], &members[a]);
+    converge(&members[p], &members[b]);
+    let mut sub = members[a].client();
+    let start = sub.call("WATCH_ALL", json!({})).unwrap();
+    let agreed = position(start["cursor"].as_str().unwrap());
+
+    // B stops; the primary writes five events that reach A (and A's subscriber) only.
+    members[b].signal(libc::SIGSTOP);
+    let mut cursor = String::new();
+    for _ in 0..5 {
+        touch(&mut w, "t", "touch");
+        let ev = push_within(&mut sub, Duration::from_secs(5)).expect("push on A");
+        cursor = ev["cursor"].as_str().unwrap().to_string();
+    }
+    // The primary stops past its lease; B loses what was in flight to it and comes back; A
+    // may not lead: B is forced to, without the five events.
+    members[p].signal(libc::SIGSTOP);
+    members[b].kill();
+    members[b].relaunch().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = members[b].client().call("PROMOTE", json!({"force": true}));
+        match r {
+            Ok(v) if v["role"] == "primary" => break,
+            other => {
+                assert!(Instant::now() < deadline, "B never led: {other:?}");
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }
+    }
+    // A follows B and truncates its tail: its subscriber hears where the logs agree.
+    let notice = push_within(&mut sub, Duration::from_secs(20)).expect("a notice from A");
+    members[p].signal(libc::SIGCONT);
+    assert_eq!(notice["type"], "subscription_lagged", "{notice}");
+    assert_eq!(notice["details"]["diverged"], true, "{notice}");
+    let resume = notice["resume_cursor"].as_str().unwrap().to_string();
+    eprintln!("A's subscriber at {cursor} resumes from {resume}");
+    assert_eq!(position(&resume), agreed, "the cut is where B stopped");
 }
