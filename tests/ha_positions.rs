@@ -139,7 +139,8 @@ fn a_push_in_sync_mode_leaves_only_once_its_entry_is_acknowledged() {
 fn a_cursor_past_a_truncated_tail_resumes_where_the_logs_agree() {
     let _serial = serial();
     let etcd = Etcd::start(1);
-    let (_dirs, mut members) = start_members(&etcd, "diverge", "async", "");
+    let http = "[http]\nenabled = true\n";
+    let (_dirs, mut members) = start_members(&etcd, "diverge", "async", http);
     let all: Vec<&Server> = members.iter().collect();
     let p = one_primary(&all, Duration::from_secs(20));
     let followers: Vec<usize> = (0..3).filter(|&i| i != p).collect();
@@ -203,6 +204,16 @@ fn a_cursor_past_a_truncated_tail_resumes_where_the_logs_agree() {
         agree, agreed.1,
         "the logs agree where the followers stopped"
     );
+    // The same over HTTP: an event stream resumed from the old cursor ends at once.
+    let h = Http::connect(members[q].http_addr.expect("http listener"));
+    let mut sse = h
+        .stream("/stream", &[("Last-Event-ID", &cursor)])
+        .unwrap_or_else(|r| panic!("stream refused: {}", r.text()));
+    assert_eq!(sse.next().expect("subscribed").event, "subscribed");
+    let lag = sse.next().expect("lagged");
+    assert_eq!(lag.event, "lagged", "{}", lag.data);
+    assert_eq!(lag.json()["details"]["diverged"], true, "{}", lag.data);
+    assert_eq!(lag.json()["resume_cursor"], resume.as_str());
     // From there: the new term's events, from the next offset on, no gap.
     c.call("WATCH_ALL", json!({ "from_cursor": resume }))
         .unwrap();
