@@ -227,7 +227,7 @@ fn stream_start(
     let shard = shards::routing::shard_for(id, shards) as usize;
     let from = match cursor::decode(cursor, shards)? {
         Start::Oldest => 1,
-        Start::After(positions) => positions[shard] + 1,
+        Start::After(positions) => positions[shard].offset + 1,
     };
     obj.num("from_offset", from);
     Ok(())

@@ -143,6 +143,7 @@ async fn pump(router: std::rc::Weak<Router>, rx: ConnectedReceiver<ShardMessage>
         match msg {
             ShardMessage::Reply(resp) => r.complete(resp),
             ShardMessage::Push(push) => r.subs.deliver(push),
+            ShardMessage::SubsEnded(m) => r.subs.ended(m),
         }
     }
 }

@@ -5,7 +5,7 @@ use shards::engine::{Entry, ListPage};
 use shards::wal::LogHandle;
 use shards::Rejection;
 
-use super::subs::{Filter, PushMsg};
+use super::subs::{Filter, PushMsg, SubsEnded};
 use crate::metrics::ShardStats;
 use crate::ops::batch::BatchOps;
 use crate::protocol::Op;
@@ -136,14 +136,17 @@ pub enum ReplyBody {
     Value(Value),
     Stats(Box<ShardStats>),
     /// `Subscribe`: pushes follow for offsets above `head`; `oldest` is the oldest offset a
-    /// replay can read.
+    /// replay can read; `epochs` the log's epoch history (`Engine::epochs`), which a resume
+    /// position is checked against (`subscriptions/agree.rs`).
     Watching {
         head: u64,
         oldest: u64,
+        epochs: Vec<(u64, u64)>,
     },
-    /// `ReadEvents`: (offset, push body) of the matching events; `next` is where to go on.
+    /// `ReadEvents`: (offset, epoch, push body) of the matching events; `next` is where to go
+    /// on.
     Events {
-        events: Vec<(u64, Vec<u8>)>,
+        events: Vec<(u64, u64, Vec<u8>)>,
         next: u64,
     },
     /// A WATCH result made on the front: once written, the subscription's pushes may follow.
@@ -184,4 +187,6 @@ pub struct ShardResponse {
 pub enum ShardMessage {
     Reply(ShardResponse),
     Push(PushMsg),
+    /// Subscriptions the shard ends (a rewind of its log, pushes it could not hold).
+    SubsEnded(SubsEnded),
 }

@@ -11,6 +11,8 @@ mod install;
 pub mod message;
 mod os_yield;
 pub mod pause;
+mod push_hold;
+mod replay;
 mod replica;
 pub mod runtime;
 pub mod snapshot;

@@ -12,7 +12,8 @@
 //!   what follows the point where it agrees with the primary's, or replace it with the
 //!   primary's snapshot, received as a stream: `install.rs`), then rebuild the engine from the
 //!   log exactly as at start-up.
-//!   Subscriptions stay registered; timers are re-armed from the rebuilt state.
+//!   Subscriptions stay registered, but each that went past the new head ends with a
+//!   `diverged` lag notice (`Registry::rewound`); timers are re-armed from the rebuilt state.
 //!
 //! A replica mirrors its primary's layout, so every record lands at the primary's offset on
 //! the same shard, and the epoch history (kept by the engine from epoch entries) is the same
@@ -132,7 +133,7 @@ impl Shard {
                 drop(engine);
                 if let Some(entry) = published {
                     let engine = self.engine.borrow();
-                    self.subs.publish(self.index, &entry, offset, &engine);
+                    (self.subs).publish_replicated(self.index, &entry, offset, &engine);
                 }
                 return;
             }
@@ -148,7 +149,7 @@ impl Shard {
             self.engine.borrow_mut().apply(entry, offset, false);
             if let Some(entry) = published {
                 let engine = self.engine.borrow();
-                self.subs.publish(self.index, &entry, offset, &engine);
+                (self.subs).publish_replicated(self.index, &entry, offset, &engine);
             }
         }
         (self.timers).arm_after(&mut self.engine.borrow_mut(), &touched, offset);
@@ -229,8 +230,12 @@ impl Shard {
         *self.engine.borrow_mut() = engine;
         self.snapshot_from(head);
         for outbox in self.subs.outboxes() {
-            outbox.clamp_needs(head);
+            for _ in 0..outbox.clamp_needs(head) {
+                self.subs.push_left();
+            }
         }
+        let epoch = self.engine.borrow().epoch_of(head);
+        self.subs.rewound(self.index, epoch, head);
         Ok(removed)
     }
 }

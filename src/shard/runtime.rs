@@ -100,7 +100,8 @@ pub async fn run(setup: ShardSetup) {
         snapshots: Snapshots::new(setup.snapshot_every, head),
         incoming: RefCell::new(None),
         queued: Cell::new(0),
-        subs: Registry::start(),
+        // Pushes wait for sync acknowledgement only with failover on in sync mode.
+        subs: Registry::start(setup.member.ha() && setup.sync.is_some()),
         timers: Timers::new(setup.fires_timers, setup.timers_paused),
         repl: ReplState::default(),
         ha: setup.member.ha(),
@@ -239,12 +240,20 @@ impl Outbox {
     }
 
     /// After a log rewind to `head`: what waits for a later offset waited on the old log,
-    /// which made everything it had durable when it closed, so it may leave now.
-    pub(super) fn clamp_needs(&self, head: u64) {
-        for (needs, _, _) in self.queue.borrow_mut().iter_mut() {
+    /// which made everything it had durable when it closed, so it may leave now; except the
+    /// pushes of entries the rewind removed, which are dropped (the log no longer has them;
+    /// their subscriptions end `diverged`, `Registry::rewound`). Returns how many.
+    pub(super) fn clamp_needs(&self, head: u64) -> u64 {
+        let mut q = self.queue.borrow_mut();
+        let before = q.len();
+        q.retain(|(needs, msg, _)| !(matches!(msg, ShardMessage::Push(_)) && *needs > head));
+        let dropped = (before - q.len()) as u64;
+        for (needs, _, _) in q.iter_mut() {
             *needs = (*needs).min(head);
         }
+        drop(q);
         self.wake.notify();
+        dropped
     }
 
     pub(super) async fn run(self: Rc<Self>, shard: Rc<Shard>, tx: ConnectedSender<ShardMessage>) {
@@ -290,6 +299,7 @@ impl Outbox {
                             continue; // never durable: the event did not happen
                         }
                     }
+                    ShardMessage::SubsEnded(_) => {}
                 }
                 if tx.send(msg).await.is_err() {
                     return; // the client executor is gone: nobody to answer
@@ -731,6 +741,7 @@ impl Shard {
             "wal_durable_offset": self.log.durable(),
             "subscriptions": self.subs.count(),
             "pushes_pending": self.subs.pending_pushes(),
+            "pushes_held": self.subs.held.get(),
             "timers_pending": engine.timers_armed(),
             "timers_queued": self.timers.queued(),
             "timers_paused": self.timers.paused(),

@@ -15,19 +15,16 @@ use glommio::{Latency, Shares, TaskQueueHandle};
 use serde::Serialize;
 use serde_json::{json, Map};
 use shards::engine::{Context, Engine, Entry, JsonText};
-use shards::wal::WalError;
 use shards::{ErrorCode, Rejection};
 
 use super::message::{ReplyBody, ShardCall, ShardMessage, ShardResponse};
+use super::replay::read_events;
+pub use super::replay::trimmed;
 use super::runtime::{Outbox, Shard};
 
 /// Records scanned by one `ReadEvents` call at most: bounds the reply and the CPU time of one
 /// replay step, so replay interleaves with writes.
 pub const REPLAY_CHUNK_RECORDS_MAX: usize = 1024;
-/// Payload bytes one `ReadEvents` call reads at most (the first record always comes back).
-const REPLAY_CHUNK_BYTES_MAX: usize = 4 * 1024 * 1024;
-/// Records decoded between two `yield_if_needed` checks during a replay read.
-const REPLAY_YIELD_EVERY: usize = 128;
 /// CPU shares of the replay task queue (the default queue, where writes run, has 1000): replay
 /// reads get what writes leave.
 const REPLAY_SHARES: usize = 100;
@@ -58,7 +55,23 @@ pub struct PushMsg {
     pub subs: Vec<u64>,
     pub shard: u32,
     pub offset: u64,
+    /// The epoch of the term that wrote the entry (the cursor carries it).
+    pub epoch: u64,
     pub body: Vec<u8>,
+    /// Leaves only once the entry is sync-acknowledged (`push_hold.rs`): an entry this member
+    /// decided as primary, with failover on in sync mode.
+    pub hold: bool,
+}
+
+/// A shard ends subscriptions of one client executor (`Table::ended` on the front).
+#[derive(Debug)]
+pub struct SubsEnded {
+    pub subs: Vec<u64>,
+    pub shard: u32,
+    /// The shard's log was rewound to this `(epoch, offset)`: a subscription that went past it
+    /// ends with `details.diverged`. `None`: its pushes could not be held for sync
+    /// acknowledgement; it ends lagged after what it delivered.
+    pub diverged_at: Option<(u64, u64)>,
 }
 
 /// The fields of an applied event, borrowed from its log entry.
@@ -149,6 +162,14 @@ impl Filter {
     }
 }
 
+/// Where one push is from, and whether it waits for sync acknowledgement.
+struct Push {
+    shard: u32,
+    offset: u64,
+    epoch: u64,
+    hold: bool,
+}
+
 /// The live subscriptions of one client channel (one front executor).
 struct ClientSubs {
     outbox: Rc<Outbox>,
@@ -169,11 +190,17 @@ pub struct Registry {
     pending: Cell<u64>,
     replay_queue: TaskQueueHandle,
     readers: Gate,
+    /// Pushes of entries this member decides wait for sync acknowledgement (failover on, sync
+    /// mode: `push_hold.rs`). Fixed at start-up.
+    hold_local: bool,
+    /// Push messages held for sync acknowledgement now (a gauge, INFO `pushes_held`).
+    pub(super) held: Cell<u64>,
 }
 
 impl Registry {
-    /// Must run on the shard's executor (creates the replay task queue there).
-    pub fn start() -> Registry {
+    /// Must run on the shard's executor (creates the replay task queue there). `hold_local`:
+    /// see the field.
+    pub fn start(hold_local: bool) -> Registry {
         let replay_queue = glommio::executor().create_task_queue(
             Shares::Static(REPLAY_SHARES),
             Latency::NotImportant,
@@ -185,6 +212,8 @@ impl Registry {
             pending: Cell::new(0),
             replay_queue,
             readers: Gate::new(),
+            hold_local,
+            held: Cell::new(0),
         }
     }
 
@@ -238,12 +267,28 @@ impl Registry {
         self.count.get() > 0 && matches!(entry, Entry::Apply { .. })
     }
 
-    /// Queues a push of the applied `entry` at `offset` for every matching subscription, on
-    /// its client's outbox, released once `offset` is durable. `engine` has applied the entry
-    /// (the context after the event comes from there).
+    /// Queues a push of the applied `entry` at `offset`, which this member decided, for every
+    /// matching subscription, on its client's outbox, released once `offset` is durable (and
+    /// sync-acknowledged, with `hold_local`). `engine` has applied the entry (the context
+    /// after the event comes from there).
     pub fn publish(&self, shard: u32, entry: &Entry, offset: u64, engine: &Engine) {
+        self.publish_as(shard, entry, offset, engine, self.hold_local);
+    }
+
+    /// `publish` for a record replicated from the primary: released once durable here.
+    pub fn publish_replicated(&self, shard: u32, entry: &Entry, offset: u64, engine: &Engine) {
+        self.publish_as(shard, entry, offset, engine, false);
+    }
+
+    fn publish_as(&self, shard: u32, entry: &Entry, offset: u64, engine: &Engine, hold: bool) {
         let Some(ev) = EventView::of(entry) else {
             return;
+        };
+        let at = Push {
+            shard,
+            offset,
+            epoch: engine.epoch_of(offset),
+            hold,
         };
         let mut plain: Option<Vec<u8>> = None;
         let mut with_context: Option<Vec<u8>> = None;
@@ -260,25 +305,48 @@ impl Registry {
                     let ctx = engine.instance(ev.instance_id).map(|i| &i.context);
                     ev.body(ctx, false)
                 });
-                self.send(client, shard, offset, ctx_subs, body.clone());
+                self.send(client, &at, ctx_subs, body.clone());
             }
             if !subs.is_empty() {
                 let body = plain.get_or_insert_with(|| ev.body(None, false));
-                self.send(client, shard, offset, subs, body.clone());
+                self.send(client, &at, subs, body.clone());
             }
         }
     }
 
-    /// One push message on `client`'s outbox, released once `offset` is durable.
-    fn send(&self, client: &ClientSubs, shard: u32, offset: u64, subs: Vec<u64>, body: Vec<u8>) {
+    /// One push message on `client`'s outbox, released once `at.offset` is durable.
+    fn send(&self, client: &ClientSubs, at: &Push, subs: Vec<u64>, body: Vec<u8>) {
         let push = PushMsg {
             subs,
-            shard,
-            offset,
+            shard: at.shard,
+            offset: at.offset,
+            epoch: at.epoch,
             body,
+            hold: at.hold,
         };
         self.pending.set(self.pending.get() + 1);
-        client.outbox.push_message(offset, ShardMessage::Push(push));
+        client
+            .outbox
+            .push_message(at.offset, ShardMessage::Push(push));
+    }
+
+    /// The log was rewound to `head` (of `epoch`): every client's subscriptions hear it after
+    /// what their outbox still holds, and each that went past `head` ends `diverged`
+    /// (CONTRACT §12: "a member that truncates ends its own subscriptions the same way").
+    pub(super) fn rewound(&self, shard: u32, epoch: u64, head: u64) {
+        for client in self.clients.borrow().iter().flatten() {
+            if client.subs.is_empty() {
+                continue;
+            }
+            let ended = SubsEnded {
+                subs: client.subs.iter().map(|(s, _)| *s).collect(),
+                shard,
+                diverged_at: Some((epoch, head)),
+            };
+            client
+                .outbox
+                .push_message(0, ShardMessage::SubsEnded(ended));
+        }
     }
 
     fn subscribe(&self, client: usize, sub: u64, filter: Filter) {
@@ -325,7 +393,13 @@ pub(super) fn intercept(
             shard.subs.subscribe(client, sub, filter);
             let head = shard.log.head();
             let oldest = shard.log.wal().oldest_offset();
-            outbox.push_message(0, reply(Ok(ReplyBody::Watching { head, oldest })));
+            let epochs = shard.engine.borrow().epochs().to_vec();
+            let watching = ReplyBody::Watching {
+                head,
+                oldest,
+                epochs,
+            };
+            outbox.push_message(0, reply(Ok(watching)));
             None
         }
         ShardCall::Unsubscribe { sub } => {
@@ -357,91 +431,6 @@ pub(super) fn intercept(
         }
         other => Some(other),
     }
-}
-
-/// Reads up to `max` log records from `from` (no further than `to`), once durable, and returns
-/// the events that pass `filter` as replayed push bodies, with the offset to continue from.
-async fn read_events(
-    shard: &Shard,
-    filter: &Filter,
-    from: u64,
-    to: u64,
-    max: usize,
-) -> Result<ReplyBody, Rejection> {
-    let from = from.max(1);
-    let max = max.clamp(1, REPLAY_CHUNK_RECORDS_MAX);
-    if from > to {
-        return Ok(ReplyBody::Events {
-            events: Vec::new(),
-            next: from,
-        });
-    }
-    let last = to.min(from + max as u64 - 1);
-    shard.log.wait_durable(last).await?;
-    let records = shard
-        .log
-        .wal()
-        .read_from(from, max, REPLAY_CHUNK_BYTES_MAX)
-        .await
-        .map_err(|e| read_failure(shard.index, e))?;
-    if records.is_empty() {
-        let msg = format!("no durable log records at offset {from} (durable through {last})");
-        return Err(Rejection::new(ErrorCode::InternalError, msg));
-    }
-    let mut events = Vec::new();
-    let mut next = from;
-    for (i, (offset, payload)) in records.iter().enumerate() {
-        if *offset > to {
-            break;
-        }
-        next = offset + 1;
-        if i % REPLAY_YIELD_EVERY == REPLAY_YIELD_EVERY - 1 {
-            glommio::yield_if_needed().await;
-        }
-        if !Entry::record_is_event(payload) && !Entry::record_is_batch(payload) {
-            continue;
-        }
-        let entry = Entry::decode(payload).map_err(|e| {
-            let msg = format!("log entry at offset {offset} does not decode: {e}");
-            Rejection::new(ErrorCode::InternalError, msg)
-        })?;
-        // An atomic batch's events all carry its one offset, in order.
-        let inner = match &entry {
-            Entry::Batch { entries } => entries.as_slice(),
-            single => std::slice::from_ref(single),
-        };
-        for e in inner {
-            if let Some(ev) = EventView::of(e).filter(|ev| filter.matches(ev)) {
-                events.push((*offset, ev.body(None, true)));
-            }
-        }
-    }
-    Ok(ReplyBody::Events { events, next })
-}
-
-/// How a failed replay read reaches the front. A trimmed offset names the oldest one left.
-fn read_failure(shard: u32, e: WalError) -> Rejection {
-    match e {
-        WalError::Trimmed { requested, oldest } => trimmed(shard, requested, oldest),
-        other => {
-            log::error!("shard {shard}: replay read failed: {other}");
-            Rejection::new(ErrorCode::InternalError, "reading the log failed")
-        }
-    }
-}
-
-/// The error for a replay that starts before the oldest retained log offset.
-pub fn trimmed(shard: u32, requested: u64, oldest: u64) -> Rejection {
-    Rejection::new(
-        ErrorCode::BadRequest,
-        format!(
-            "offset {requested} of shard {shard} is no longer retained; \
-             the oldest available offset of shard {shard} is {oldest}"
-        ),
-    )
-    .with("shard", shard)
-    .with("requested_offset", requested)
-    .with("oldest_offset", oldest)
 }
 
 #[cfg(test)]

@@ -6,10 +6,11 @@
 //! `sync_timeout_ms` has passed since it was queued: then it becomes `SYNC_TIMEOUT`
 //! (`committed: true`, not retryable: the write is in the log) and `sync_timeouts` counts it.
 //!
-//! Only replies to client writes (an op or BATCH that appended entries) wait. Reads, pushes
-//! and every other reply do not wait for replicas, but replies stay in order per outbox: a
-//! reply queued after a waiting write waits behind it, while pushes go out as soon as their
-//! entry is durable. Standalone and async primaries never come here: `serve_client` picks
+//! Only replies to client writes (an op or BATCH that appended entries) wait. Reads and every
+//! other reply do not wait for replicas, but replies stay in order per outbox: a reply queued
+//! after a waiting write waits behind it. Pushes go out as soon as their entry is durable,
+//! except with failover on, where a push of an entry this member decided waits for the same
+//! acknowledgement (`push_hold.rs`), without holding up replies. Standalone and async primaries never come here: `serve_client` picks
 //! `Outbox::run_sync` only when `ShardSetup::sync` is set, and `receive` checks the option
 //! once per request.
 
@@ -23,6 +24,7 @@ use glommio::channels::shared_channel::ConnectedSender;
 use shards::{ErrorCode, Rejection};
 
 use super::message::{ReplyBody, ShardCall, ShardMessage};
+use super::push_hold::PushHold;
 use super::runtime::{Outbox, Outcome, Shard};
 use crate::config::{Replication, ReplicationMode, Role};
 
@@ -131,6 +133,13 @@ type Held = VecDeque<(u64, ShardMessage, Option<Instant>)>;
 /// The client executor is gone: the pump ends.
 struct Gone;
 
+/// Where `release_durable` puts what must wait, and the channel for what leaves.
+struct Release<'a> {
+    held: &'a mut Held,
+    pushes: &'a mut PushHold,
+    tx: &'a ConnectedSender<ShardMessage>,
+}
+
 impl Outbox {
     /// The pump of a sync-mode shard: `Outbox::run`, plus a queue of replies held for replica
     /// acknowledgement (see the module docs).
@@ -143,6 +152,7 @@ impl Outbox {
             return self.run(shard.clone(), tx).await;
         };
         let mut held = Held::new();
+        let mut pushes = PushHold::default();
         let mut failure: Option<Rejection> = None;
         loop {
             if release_held(&shard, sync, &mut held, &tx).await.is_err() {
@@ -150,12 +160,22 @@ impl Outbox {
             }
             let durable = shard.log.durable();
             let failed = failure.take();
+            let mut out = Release {
+                held: &mut held,
+                pushes: &mut pushes,
+                tx: &tx,
+            };
             if self
-                .release_durable(&shard, durable, failed, &mut held, &tx)
+                .release_durable(&shard, durable, failed, &mut out)
                 .await
                 .is_err()
             {
                 return;
+            }
+            for msg in pushes.release(&shard, sync.acked.get()) {
+                if tx.send(msg).await.is_err() {
+                    return;
+                }
             }
             let waiting_for = self.queue.borrow().front().map(|(n, _, _)| *n);
             if waiting_for.is_none() && held.is_empty() && self.closed.get() {
@@ -173,15 +193,16 @@ impl Outbox {
     }
 
     /// Moves durable messages from the queue, as `run` releases them: a client write's reply
-    /// (and every reply behind a held one) joins `held`, the rest leave.
+    /// (and every reply behind a held one) joins `held`, a push that waits for
+    /// acknowledgement `pushes`, the rest leave.
     async fn release_durable(
         &self,
         shard: &Shard,
         durable: u64,
         failed: Option<Rejection>,
-        held: &mut Held,
-        tx: &ConnectedSender<ShardMessage>,
+        out: &mut Release<'_>,
     ) -> Result<(), Gone> {
+        let (held, tx) = (&mut *out.held, out.tx);
         loop {
             let next = {
                 let mut q = self.queue.borrow_mut();
@@ -212,7 +233,12 @@ impl Outbox {
                     if n > durable {
                         continue; // never durable: the event did not happen
                     }
+                    if let Some(now) = out.pushes.offer(shard, n, msg) {
+                        tx.send(now).await.map_err(|_| Gone)?;
+                    }
+                    continue;
                 }
+                ShardMessage::SubsEnded(_) => {}
             }
             tx.send(msg).await.map_err(|_| Gone)?;
         }

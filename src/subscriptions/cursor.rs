@@ -1,13 +1,30 @@
-//! Subscription cursors: the last delivered log offset in every shard, as an opaque string.
+//! Subscription cursors: the last delivered log position in every shard, as an opaque string.
 //!
-//! Format `c1-<o0>-<o1>-...`, one decimal offset per shard in shard order (version tag `c1`, so
-//! the format can change). A cursor names positions *after* which delivery resumes: resuming
-//! from it replays offsets `> o_k` of every shard `k`. `"0"` is shorthand for "from the oldest
-//! retained entry of every shard".
+//! Two forms, both still read:
+//! * `c1-<o0>-<o1>-...`: one decimal offset per shard in shard order. Issued when every
+//!   position is of epoch 0 (a server that never replicated: the cursors are those of earlier
+//!   builds, byte for byte). Read as positions *without* an epoch: a resume from one is not
+//!   checked against the log's epochs, exactly as before epochs were carried.
+//! * `c2-<e0>.<o0>-<e1>.<o1>-...`: each offset with the epoch of the term that wrote the entry
+//!   there (`Engine::epoch_of` on the member that delivered it). A resume checks that this
+//!   member's log still has that epoch at that offset (`agree.rs`).
+//!
+//! A cursor names positions *after* which delivery resumes: resuming from it replays offsets
+//! `> o_k` of every shard `k`. `"0"` is shorthand for "from the oldest retained entry of every
+//! shard".
 
 use shards::{ErrorCode, Rejection};
 
-const PREFIX: &str = "c1";
+const PREFIX_V1: &str = "c1";
+const PREFIX_V2: &str = "c2";
+
+/// One shard's position: the offset, and the epoch of its entry when the cursor said it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pos {
+    pub offset: u64,
+    /// `None` for a `c1` cursor: not checked against the log's epochs.
+    pub epoch: Option<u64>,
+}
 
 /// Where a WATCH_ALL starts, from its `from_cursor`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,16 +32,21 @@ pub enum Start {
     /// `"0"`: everything still retained.
     Oldest,
     /// After these positions, one per shard.
-    After(Vec<u64>),
+    After(Vec<Pos>),
 }
 
-/// Encodes positions (one per shard).
-pub fn encode(positions: &[u64]) -> String {
-    let mut s = String::with_capacity(PREFIX.len() + positions.len() * 8);
-    s.push_str(PREFIX);
-    for p in positions {
+/// Encodes `(epoch, offset)` positions (one per shard): `c1` when every epoch is 0, else `c2`.
+pub fn encode(positions: &[(u64, u64)]) -> String {
+    let v2 = positions.iter().any(|&(e, _)| e != 0);
+    let mut s = String::with_capacity(PREFIX_V2.len() + positions.len() * 12);
+    s.push_str(if v2 { PREFIX_V2 } else { PREFIX_V1 });
+    for (e, o) in positions {
         s.push('-');
-        s.push_str(&p.to_string());
+        if v2 {
+            s.push_str(&e.to_string());
+            s.push('.');
+        }
+        s.push_str(&o.to_string());
     }
     s
 }
@@ -44,11 +66,30 @@ pub fn decode(cursor: &str, shards: u32) -> Result<Start, Rejection> {
         )
     };
     let mut parts = cursor.split('-');
-    if parts.next() != Some(PREFIX) {
-        return Err(bad());
-    }
-    let positions: Vec<u64> = parts
-        .map(|p| p.parse::<u64>().map_err(|_| bad()))
+    let v2 = match parts.next() {
+        Some(PREFIX_V1) => false,
+        Some(PREFIX_V2) => true,
+        _ => return Err(bad()),
+    };
+    let num = |s: &str| match s.bytes().all(|b| b.is_ascii_digit()) {
+        true => s.parse::<u64>().ok(),
+        false => None,
+    };
+    let part = |p: &str| -> Option<Pos> {
+        if !v2 {
+            return Some(Pos {
+                offset: num(p)?,
+                epoch: None,
+            });
+        }
+        let (e, o) = p.split_once('.')?;
+        Some(Pos {
+            offset: num(o)?,
+            epoch: Some(num(e)?),
+        })
+    };
+    let positions: Vec<Pos> = parts
+        .map(|p| part(p).ok_or_else(bad))
         .collect::<Result<_, _>>()?;
     if positions.len() != shards as usize {
         return Err(Rejection::new(
@@ -67,17 +108,52 @@ pub fn decode(cursor: &str, shards: u32) -> Result<Start, Rejection> {
 mod tests {
     use super::*;
 
+    fn v1(offsets: &[u64]) -> Vec<Pos> {
+        let pos = |&offset| Pos {
+            offset,
+            epoch: None,
+        };
+        offsets.iter().map(pos).collect()
+    }
+
     #[test]
     fn round_trips_and_zero_means_oldest() {
-        let c = encode(&[0, 17, 123456789]);
-        assert_eq!(c, "c1-0-17-123456789");
-        assert_eq!(decode(&c, 3).unwrap(), Start::After(vec![0, 17, 123456789]));
+        let c = encode(&[(0, 0), (0, 17), (0, 123456789)]);
+        assert_eq!(c, "c1-0-17-123456789", "epoch 0 everywhere: the old form");
+        assert_eq!(
+            decode(&c, 3).unwrap(),
+            Start::After(v1(&[0, 17, 123456789]))
+        );
         assert_eq!(decode("0", 5).unwrap(), Start::Oldest);
     }
 
     #[test]
+    fn epochs_are_carried_with_the_offsets() {
+        let c = encode(&[(0, 0), (3, 17), (4, 90)]);
+        assert_eq!(c, "c2-0.0-3.17-4.90");
+        let at = |epoch, offset| Pos {
+            offset,
+            epoch: Some(epoch),
+        };
+        assert_eq!(
+            decode(&c, 3).unwrap(),
+            Start::After(vec![at(0, 0), at(3, 17), at(4, 90)])
+        );
+    }
+
+    #[test]
     fn refuses_other_shard_counts_and_garbage() {
-        for bad in ["c1-1-2", "c2-1-2-3", "c1-1-x-3", "", "c1", "c1-1-2-3-"] {
+        for bad in [
+            "c1-1-2",
+            "c3-1-2-3",
+            "c1-1-x-3",
+            "",
+            "c1",
+            "c1-1-2-3-",
+            "c2-1-2-3",
+            "c2-1.2-1.+3-1.4",
+            "c1-1.2-3-4",
+        ] {
             let e = decode(bad, 3).unwrap_err();
             assert_eq!(e.code, ErrorCode::BadRequest, "{bad}");
         }

@@ -20,6 +20,7 @@
 //!
 //! Must not: wait for a subscriber anywhere a shard reply or another connection could wait.
 
+pub mod agree;
 pub mod conn;
 pub mod cursor;
 pub mod params;

@@ -4,7 +4,7 @@ use serde::Deserialize;
 use shards::routing::shard_for;
 use shards::{ErrorCode, Rejection};
 
-use super::cursor::{self, Start};
+use super::cursor::{self, Pos, Start};
 use crate::ops::params::{check_id, parse};
 use crate::shard::subs::Filter;
 
@@ -19,8 +19,9 @@ pub enum From {
     Head,
     /// Everything the shard still retains.
     Oldest,
-    /// Offsets after this one (the last delivered).
-    After(u64),
+    /// Offsets after this position (the last delivered; a cursor's, with its epoch when
+    /// the cursor carries one).
+    After(Pos),
     /// Offsets from this one on, which must still be retained (WATCH_INSTANCE `from_offset`).
     At(u64),
 }
@@ -144,7 +145,13 @@ mod tests {
     #[test]
     fn watch_all_starts_from_the_cursor() {
         let spec = watch_all(Some(br#"{"from_cursor":"c1-3-4","events":["pay"]}"#), 2).unwrap();
-        assert_eq!(spec.from, vec![Some(From::After(3)), Some(From::After(4))]);
+        let at = |offset| {
+            Some(From::After(Pos {
+                offset,
+                epoch: None,
+            }))
+        };
+        assert_eq!(spec.from, vec![at(3), at(4)]);
         assert_eq!(spec.filter.events, vec!["pay".to_string()]);
         let spec = watch_all(Some(br#"{"from_cursor":"0"}"#), 2).unwrap();
         assert_eq!(spec.from, vec![Some(From::Oldest); 2]);

@@ -45,6 +45,7 @@ pub enum Framing {
 /// A live push held while its shard is set up or replayed.
 struct Held {
     shard: u32,
+    epoch: u64,
     offset: u64,
     body: Rc<[u8]>,
 }
@@ -56,8 +57,15 @@ struct Queued {
 }
 
 struct Inner {
-    /// Last delivered (or starting) offset per shard: the cursor.
-    positions: Vec<u64>,
+    /// Last delivered (or starting) `(epoch, offset)` per shard: the cursor.
+    positions: Vec<(u64, u64)>,
+    /// Per shard, the highest offset this subscription has delivered, holds or will replay
+    /// through: a rewind of the shard's log below it ends the subscription (`diverge`).
+    reach: Vec<u64>,
+    /// The lag notice says `details.diverged` (the log no longer has what was delivered).
+    diverged: bool,
+    /// Rewinds heard before set-up finished (`diverge`), applied once it has.
+    rewound: Vec<(u32, u64, u64)>,
     /// Per shard: live pushes held while the shard is set up or replayed (`None` once live).
     held: Vec<Option<VecDeque<Held>>>,
     watched: Vec<bool>,
@@ -103,7 +111,10 @@ impl Sub {
             stats,
             conn,
             inner: RefCell::new(Inner {
-                positions: vec![0; n],
+                positions: vec![(0, 0); n],
+                reach: vec![0; n],
+                diverged: false,
+                rewound: Vec::new(),
                 held,
                 watched,
                 queue: VecDeque::new(),
@@ -137,9 +148,9 @@ impl Sub {
         cursor::encode(&self.inner.borrow().positions)
     }
 
-    /// A live push (event `offset` of `shard`) from the pump: held while its shard is not
-    /// live yet, else queued.
-    pub fn deliver(&self, shard: u32, offset: u64, body: &Rc<[u8]>) {
+    /// A live push (event `offset` of `shard`, written in `epoch`) from the pump: held while
+    /// its shard is not live yet, else queued.
+    pub fn deliver(&self, shard: u32, epoch: u64, offset: u64, body: &Rc<[u8]>) {
         if self.is_ended() {
             return;
         }
@@ -153,9 +164,11 @@ impl Sub {
                 if held.len() < self.queue_max {
                     held.push_back(Held {
                         shard,
+                        epoch,
                         offset,
                         body: body.clone(),
                     });
+                    inner.reach[k] = inner.reach[k].max(offset);
                     return;
                 }
                 drop(inner);
@@ -163,19 +176,21 @@ impl Sub {
                 return;
             }
         }
-        self.enqueue(shard, offset, body);
+        self.enqueue(shard, epoch, offset, body);
     }
 
-    /// Queues the push of event `offset` of `shard`; false if the subscription ended (now or
-    /// before).
-    pub fn enqueue(&self, shard: u32, offset: u64, body: &[u8]) -> bool {
+    /// Queues the push of event `offset` of `shard` (of `epoch`); false if the subscription
+    /// ended (now or before).
+    pub fn enqueue(&self, shard: u32, epoch: u64, offset: u64, body: &[u8]) -> bool {
         if self.is_ended() {
             return false;
         }
         {
             let mut inner = self.inner.borrow_mut();
             if inner.queue.len() < self.queue_max {
-                inner.positions[shard as usize] = offset;
+                inner.positions[shard as usize] = (epoch, offset);
+                let k = shard as usize;
+                inner.reach[k] = inner.reach[k].max(offset);
                 let cursor = cursor::encode(&inner.positions);
                 let frame = match self.framing {
                     Framing::Rcp1 => push_frame(self.id, shard, offset, body, &cursor),
@@ -200,16 +215,23 @@ impl Sub {
     pub fn go_live(&self, shard: u32) -> bool {
         let held = self.inner.borrow_mut().held[shard as usize].take();
         for p in held.into_iter().flatten() {
-            if !self.enqueue(p.shard, p.offset, &p.body) {
+            if !self.enqueue(p.shard, p.epoch, p.offset, &p.body) {
                 return false;
             }
         }
         !self.is_ended()
     }
 
-    /// Set-up is over: `positions` are the starting cursor.
-    pub fn finish_setup(&self, positions: Vec<u64>) {
-        self.inner.borrow_mut().positions = positions;
+    /// Set-up is over: `positions` are the starting cursor, `heads` what replay goes through.
+    pub fn finish_setup(&self, positions: Vec<(u64, u64)>, heads: &[u64]) {
+        {
+            let mut inner = self.inner.borrow_mut();
+            for (k, reach) in inner.reach.iter_mut().enumerate() {
+                let start = positions.get(k).map_or(0, |p| p.1);
+                *reach = (*reach).max(start).max(heads.get(k).copied().unwrap_or(0));
+            }
+            inner.positions = positions;
+        }
         self.setup_done.set(true);
         match self.ended.get() {
             Some(End::Lagged) => self.queue_lag_notice(),
@@ -218,6 +240,10 @@ impl Sub {
                 self.counted.set(true);
                 SubsStats::add(&self.stats.active, 1);
             }
+        }
+        let rewound = std::mem::take(&mut self.inner.borrow_mut().rewound);
+        if !rewound.is_empty() {
+            self.diverge(&rewound);
         }
     }
 
@@ -270,13 +296,49 @@ impl Sub {
         self.wake_writer();
     }
 
+    /// The log of each `(shard, epoch, offset)` no longer agrees with what this subscription
+    /// delivered (or was to replay) past `offset`: it ends with a lag notice whose resume
+    /// cursor has those positions and `details.diverged: true`. A shard it has not gone past
+    /// is left alone; false if none applied (the subscription goes on).
+    pub fn diverge(&self, points: &[(u32, u64, u64)]) -> bool {
+        if self.is_ended() {
+            return false;
+        }
+        if !self.setup_done.get() {
+            // Where it starts and what it replays are not known yet: `finish_setup` applies
+            // these once they are.
+            self.inner.borrow_mut().rewound.extend_from_slice(points);
+            return false;
+        }
+        let mut hit = false;
+        {
+            let mut inner = self.inner.borrow_mut();
+            for &(shard, epoch, offset) in points {
+                let k = shard as usize;
+                let watched = inner.watched.get(k).copied().unwrap_or(false);
+                if !watched || inner.reach[k] <= offset {
+                    continue;
+                }
+                hit = true;
+                inner.diverged = true;
+                if inner.positions[k].1 > offset {
+                    inner.positions[k] = (epoch, offset);
+                }
+            }
+        }
+        if hit {
+            self.end(End::Lagged);
+        }
+        hit
+    }
+
     /// The last frame of a lagged subscription: resume after the last push queued.
     fn queue_lag_notice(&self) {
         let mut inner = self.inner.borrow_mut();
         let cursor = cursor::encode(&inner.positions);
         let frame = match self.framing {
-            Framing::Rcp1 => lagged_frame(self.id, &cursor),
-            Framing::Sse => sse_lagged(self.id, &cursor),
+            Framing::Rcp1 => lagged_frame(self.id, &cursor, inner.diverged),
+            Framing::Sse => sse_lagged(self.id, &cursor, inner.diverged),
         };
         inner.queue.push_back(Queued { shard: None, frame });
         drop(inner);
@@ -364,23 +426,35 @@ fn sse_push(sub: u64, shard: u32, offset: u64, body: &[u8], cursor: &str) -> Vec
 }
 
 /// The lag notice as the event `lagged`; the stream ends after it.
-fn sse_lagged(sub: u64, cursor: &str) -> Vec<u8> {
+fn sse_lagged(sub: u64, cursor: &str, diverged: bool) -> Vec<u8> {
     format!(
         "event: lagged\ndata: {{\"type\":\"subscription_lagged\",\"subscription_id\":{sub},\
-         \"resume_cursor\":\"{cursor}\"}}\n\n"
+         \"resume_cursor\":\"{cursor}\"{}}}\n\n",
+        diverged_member(diverged)
     )
     .into_bytes()
 }
 
-/// `{"type":"subscription_lagged","subscription_id":S,"resume_cursor":"C"}`.
-fn lagged_frame(sub: u64, cursor: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(96 + cursor.len());
+/// `,"details":{"diverged":true}` for a notice of a log that no longer agrees, else nothing.
+fn diverged_member(diverged: bool) -> &'static str {
+    match diverged {
+        true => r#","details":{"diverged":true}"#,
+        false => "",
+    }
+}
+
+/// `{"type":"subscription_lagged","subscription_id":S,"resume_cursor":"C"}`, with
+/// `"details":{"diverged":true}` when the log no longer agrees with what was delivered.
+fn lagged_frame(sub: u64, cursor: &str, diverged: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128 + cursor.len());
     let start = begin_frame(&mut out);
     out.extend_from_slice(br#"{"type":"subscription_lagged","subscription_id":"#);
     out.extend_from_slice(sub.to_string().as_bytes());
     out.extend_from_slice(br#","resume_cursor":""#);
     out.extend_from_slice(cursor.as_bytes());
-    out.extend_from_slice(b"\"}");
+    out.push(b'"');
+    out.extend_from_slice(diverged_member(diverged).as_bytes());
+    out.extend_from_slice(b"}");
     finish_frame(&mut out, start);
     out
 }
@@ -416,6 +490,11 @@ mod tests {
         (shard, offset, br#""instance_id":"a""#.to_vec().into())
     }
 
+    /// `finish_setup` with epoch-0 positions and no replay.
+    fn setup(s: &Sub, offsets: &[u64]) {
+        s.finish_setup(offsets.iter().map(|&o| (0, o)).collect(), &[]);
+    }
+
     /// `Sub::deliver` with a `push` tuple.
     trait Deliver {
         fn give(&self, p: (u32, u64, Rc<[u8]>));
@@ -423,16 +502,16 @@ mod tests {
 
     impl Deliver for Sub {
         fn give(&self, p: (u32, u64, Rc<[u8]>)) {
-            self.deliver(p.0, p.1, &p.2);
+            self.deliver(p.0, 0, p.1, &p.2);
         }
     }
 
     #[test]
     fn held_pushes_follow_replay_and_cursors_track_every_shard() {
         let s = sub(8);
-        s.finish_setup(vec![3, 10]);
+        setup(&s, &[3, 10]);
         s.give(push(0, 5)); // shard 0 is replaying: held
-        assert!(s.enqueue(0, 4, br#""instance_id":"r""#)); // replayed
+        assert!(s.enqueue(0, 0, 4, br#""instance_id":"r""#)); // replayed
         assert!(s.go_live(0));
         assert!(s.go_live(1));
         s.give(push(1, 11));
@@ -459,7 +538,7 @@ mod tests {
     #[test]
     fn a_full_queue_ends_with_a_lag_notice_naming_the_last_queued_push() {
         let s = sub(2);
-        s.finish_setup(vec![0, 0]);
+        setup(&s, &[0, 0]);
         assert!(s.go_live(0) && s.go_live(1));
         s.give(push(0, 1));
         s.give(push(1, 1));
@@ -480,10 +559,11 @@ mod tests {
     fn sse_framing_gives_one_event_per_push_with_the_cursor_as_id() {
         let stats = Arc::new(SubsStats::new(2));
         let s = Sub::new(3, vec![true, true], 2, Framing::Sse, stats, Weak::new());
-        s.finish_setup(vec![0, 0]);
+        setup(&s, &[0, 0]);
         assert!(s.go_live(0) && s.go_live(1));
         s.deliver(
             1,
+            0,
             9,
             &b"\"instance_id\":\"a\",\n\"payload\":{}".to_vec().into(),
         );
@@ -514,9 +594,44 @@ mod tests {
     }
 
     #[test]
+    fn a_rewind_below_what_was_delivered_ends_with_a_diverged_notice() {
+        let s = sub(8);
+        s.finish_setup(vec![(1, 0), (1, 0)], &[0, 4]);
+        assert!(s.go_live(0) && s.go_live(1));
+        s.deliver(0, 2, 5, &br#""instance_id":"a""#.to_vec().into());
+        // Shard 1 was rewound to 6: above everything this subscription reached there.
+        assert!(!s.diverge(&[(1, 1, 6)]));
+        assert!(!s.is_ended());
+        // Shard 0 was rewound to 3 (of epoch 1): it delivered 5.
+        assert!(s.diverge(&[(0, 1, 3)]));
+        assert_eq!(s.ended(), Some(End::Lagged));
+        let mut out = Vec::new();
+        s.take_frames(&mut out, usize::MAX);
+        let got = frames(&out);
+        assert_eq!(got[0]["cursor"], "c2-2.5-1.0");
+        assert_eq!(
+            got[1],
+            json!({"type": "subscription_lagged", "subscription_id": 7,
+                   "resume_cursor": "c2-1.3-1.0", "details": {"diverged": true}})
+        );
+    }
+
+    #[test]
+    fn a_rewind_heard_during_set_up_applies_once_it_is_known_where_it_starts() {
+        let s = sub(8);
+        assert!(!s.diverge(&[(0, 1, 3)]));
+        assert!(!s.is_ended());
+        s.finish_setup(vec![(1, 2), (1, 0)], &[9, 0]); // was to replay shard 0 through 9
+        assert_eq!(s.ended(), Some(End::Lagged));
+        let mut out = Vec::new();
+        s.take_frames(&mut out, usize::MAX);
+        assert_eq!(frames(&out)[0]["resume_cursor"], "c2-1.2-1.0");
+    }
+
+    #[test]
     fn unwatch_drops_what_is_queued() {
         let s = sub(4);
-        s.finish_setup(vec![0, 0]);
+        setup(&s, &[0, 0]);
         assert!(s.go_live(0));
         s.give(push(0, 1));
         s.end(End::Unwatched);

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::sub::Sub;
-use crate::shard::subs::PushMsg;
+use crate::shard::subs::{PushMsg, SubsEnded};
 
 /// Owned by the front's `Router`. A subscription is in here from its WATCH until the connection
 /// writer has written its last frame (or the connection closed).
@@ -40,7 +40,23 @@ impl Table {
         for id in &p.subs {
             let sub = self.subs.borrow().get(id).cloned();
             if let Some(sub) = sub {
-                sub.deliver(p.shard, p.offset, &body);
+                sub.deliver(p.shard, p.epoch, p.offset, &body);
+            }
+        }
+    }
+
+    /// A shard ends subscriptions it named: its log was rewound to `diverged_at` (each one
+    /// that went past it ends with a `diverged` lag notice, the others go on), or their pushes
+    /// could not be held for sync acknowledgement (each ends lagged after what it delivered).
+    pub fn ended(&self, m: SubsEnded) {
+        for id in &m.subs {
+            let sub = self.subs.borrow().get(id).cloned();
+            let Some(sub) = sub else { continue };
+            match m.diverged_at {
+                Some((epoch, offset)) => {
+                    sub.diverge(&[(m.shard, epoch, offset)]);
+                }
+                None => sub.end(super::sub::End::Lagged),
             }
         }
     }

@@ -6,6 +6,7 @@ use std::rc::Rc;
 use serde_json::json;
 use shards::{ErrorCode, Rejection};
 
+use super::agree::{self, Agreement};
 use super::conn::ConnSubs;
 use super::cursor;
 use super::params::{self, From, WatchSpec};
@@ -81,9 +82,9 @@ fn watch(spec: Result<WatchSpec, Rejection>, conn: &Rc<ConnSubs>, front: &Rc<Fro
 async fn drive(front: Rc<Front>, sub: Rc<Sub>, spec: WatchSpec, reply: ReplySlot) {
     let router = &front.router;
     let (subscribed, setup) = subscribe(router, &sub, &spec).await;
-    let starts = setup.and_then(|logs| resolve(&spec, &logs));
-    let plan = match starts {
-        Ok(plan) => plan,
+    let starts = setup.and_then(|logs| resolve(&spec, &logs).map(|plan| (plan, logs)));
+    let (plan, logs) = match starts {
+        Ok(ok) => ok,
         Err(rej) => {
             sub.end(End::Failed);
             reply.fill(Err(rej));
@@ -91,25 +92,43 @@ async fn drive(front: Rc<Front>, sub: Rc<Sub>, spec: WatchSpec, reply: ReplySlot
             return;
         }
     };
-    let positions: Vec<u64> = plan
+    let positions: Vec<(u64, u64)> = (plan.shards.iter().zip(&logs))
+        .map(|(p, log)| match (p, log) {
+            (Some((start, _)), Some(log)) => (agree::epoch_of(&log.epochs, *start), *start),
+            _ => (0, 0),
+        })
+        .collect();
+    let heads: Vec<u64> = plan
+        .shards
         .iter()
-        .map(|p| p.map_or(0, |(start, _)| start))
+        .map(|p| p.map_or(0, |(_, h)| h))
         .collect();
     let result = json!({ "subscription_id": sub.id, "cursor": cursor::encode(&positions) });
-    sub.finish_setup(positions);
+    sub.finish_setup(positions, &heads);
     reply.fill(Ok(ReplyBody::Watch {
         result: result.to_string().into_bytes(),
         subscription: sub.id,
     }));
-    replay(router, &sub, &spec.filter, &plan).await;
+    // A resume from a position this member's log no longer agrees with ends at once with a
+    // `diverged` lag notice naming where the logs agree (CONTRACT §12); nothing is replayed.
+    if plan.diverged.is_empty() || !sub.diverge(&plan.diverged) {
+        replay(router, &sub, &spec.filter, &plan.shards).await;
+    }
     while !sub.is_ended() {
         sub.space.wait().await;
     }
     unsubscribe(router, &sub, &subscribed).await;
 }
 
-/// (head, oldest) of each watched shard's log, as registered.
-type Logs = Vec<Option<(u64, u64)>>;
+/// A watched shard's log, as registered.
+struct Log {
+    head: u64,
+    oldest: u64,
+    epochs: Vec<(u64, u64)>,
+}
+
+/// Each watched shard's log.
+type Logs = Vec<Option<Log>>;
 
 /// Registers the subscription on every shard it watches. Returns the shards that registered
 /// it (to unregister later) and their log positions, or the first failure.
@@ -119,7 +138,7 @@ async fn subscribe(
     spec: &WatchSpec,
 ) -> (Vec<u32>, Result<Logs, Rejection>) {
     let mut subscribed = Vec::new();
-    let mut logs = vec![None; spec.from.len()];
+    let mut logs: Logs = spec.from.iter().map(|_| None).collect();
     for (k, from) in spec.from.iter().enumerate() {
         if from.is_none() {
             continue;
@@ -129,9 +148,17 @@ async fn subscribe(
             filter: spec.filter.clone(),
         };
         match router.call(k as u32, call).await {
-            Ok(ReplyBody::Watching { head, oldest }) => {
+            Ok(ReplyBody::Watching {
+                head,
+                oldest,
+                epochs,
+            }) => {
                 subscribed.push(k as u32);
-                logs[k] = Some((head, oldest));
+                logs[k] = Some(Log {
+                    head,
+                    oldest,
+                    epochs,
+                });
             }
             Ok(_) => return (subscribed, Err(unexpected())),
             Err(rej) => return (subscribed, Err(rej)),
@@ -141,19 +168,38 @@ async fn subscribe(
 }
 
 /// Per watched shard: (position to replay after, head to replay through).
-type Plan = Vec<Option<(u64, u64)>>;
+type Shards = Vec<Option<(u64, u64)>>;
+
+/// Where each watched shard starts, and the `(shard, epoch, offset)` where a log that no
+/// longer agrees with the cursor does (the subscription then ends at once).
+struct Plan {
+    shards: Shards,
+    diverged: Vec<(u32, u64, u64)>,
+}
 
 /// Where each watched shard starts, checked against what its log holds.
 fn resolve(spec: &WatchSpec, logs: &Logs) -> Result<Plan, Rejection> {
-    let mut plan = vec![None; spec.from.len()];
+    let mut plan = Plan {
+        shards: vec![None; spec.from.len()],
+        diverged: Vec::new(),
+    };
     for (k, (from, log)) in spec.from.iter().zip(logs).enumerate() {
-        let (Some(from), Some((head, oldest))) = (from, *log) else {
+        let (Some(from), Some(log)) = (from, log) else {
             continue;
         };
+        let (head, oldest) = (log.head, log.oldest);
         let after = match *from {
             From::Head => head,
             From::Oldest => oldest.saturating_sub(1).min(head),
-            From::After(p) => p,
+            From::After(p) => match agreed(k as u32, p, log)? {
+                Some((epoch, offset)) => {
+                    // Starts where the logs agree; reaches as far as the cursor went.
+                    plan.diverged.push((k as u32, epoch, offset));
+                    plan.shards[k] = Some((offset, p.offset));
+                    continue;
+                }
+                None => p.offset,
+            },
             From::At(o) => o.saturating_sub(1),
         };
         if after > head {
@@ -172,20 +218,47 @@ fn resolve(spec: &WatchSpec, logs: &Logs) -> Result<Plan, Rejection> {
                 logs,
             ));
         }
-        plan[k] = Some((after, head));
+        plan.shards[k] = Some((after, head));
     }
     Ok(plan)
+}
+
+/// A cursor's position against shard `k`'s log: `None` when they agree (or the cursor has no
+/// epochs: a `c1` cursor resumes as before), else where they do. A position of an epoch this
+/// log has not reached is refused: this member is behind the cursor.
+fn agreed(k: u32, p: cursor::Pos, log: &Log) -> Result<Option<(u64, u64)>, Rejection> {
+    let Some(epoch) = p.epoch else {
+        return Ok(None);
+    };
+    match agree::check(&log.epochs, log.head, epoch, p.offset) {
+        Agreement::Agrees => Ok(None),
+        Agreement::Diverged { epoch, offset } => Ok(Some((epoch, offset))),
+        Agreement::Behind { log_epoch } => {
+            let msg = format!(
+                "the cursor's position in shard {k} is of epoch {epoch}; this member's log \
+                 has reached epoch {log_epoch} only: it is behind (resume on the primary, or \
+                 here once it has caught up)"
+            );
+            Err(Rejection::new(ErrorCode::BadRequest, msg)
+                .with("shard", k)
+                .with("epoch", epoch)
+                .with("log_epoch", log_epoch))
+        }
+    }
 }
 
 /// A WATCH_ALL cursor that is retained everywhere: the requested positions, raised to just
 /// before each shard's oldest retained offset.
 fn with_oldest_cursor(rej: Rejection, spec: &WatchSpec, logs: &Logs) -> Rejection {
-    let raised: Option<Vec<u64>> = spec
+    let raised: Option<Vec<(u64, u64)>> = spec
         .from
         .iter()
         .zip(logs)
         .map(|(from, log)| match (from, log) {
-            (Some(From::After(p)), Some((_, oldest))) => Some((*p).max(oldest.saturating_sub(1))),
+            (Some(From::After(p)), Some(log)) => {
+                let offset = p.offset.max(log.oldest.saturating_sub(1));
+                Some((agree::epoch_of(&log.epochs, offset), offset))
+            }
             _ => None,
         })
         .collect();
@@ -198,7 +271,7 @@ fn with_oldest_cursor(rej: Rejection, spec: &WatchSpec, logs: &Logs) -> Rejectio
 /// Replays every watched shard from its start to its registration head, a chunk at a time
 /// and round-robin, queuing a chunk only when the subscription's queue is at most half full;
 /// each shard goes live once caught up.
-async fn replay(router: &Router, sub: &Sub, filter: &Filter, plan: &Plan) {
+async fn replay(router: &Router, sub: &Sub, filter: &Filter, plan: &Shards) {
     let mut todo: Vec<(u32, u64, u64)> = Vec::new();
     for (k, p) in plan.iter().enumerate() {
         match p {
@@ -230,8 +303,8 @@ async fn replay(router: &Router, sub: &Sub, filter: &Filter, plan: &Plan) {
             }
             let next = match reply {
                 Ok(ReplyBody::Events { events, next }) if next > from => {
-                    for (offset, body) in events {
-                        if !sub.enqueue(k, offset, &body) {
+                    for (offset, epoch, body) in events {
+                        if !sub.enqueue(k, epoch, offset, &body) {
                             return;
                         }
                     }

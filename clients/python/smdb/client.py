@@ -486,10 +486,15 @@ def apply_event(
 
 
 def _cursor_max(cursor: str) -> Optional[int]:
-    if not cursor.startswith("c1-"):
+    # `c1-<o0>-<o1>-...`, or `c2-<e0>.<o0>-...` (each offset with its epoch).
+    if cursor.startswith("c1-"):
+        parts = cursor[3:].split("-")
+    elif cursor.startswith("c2-"):
+        parts = [p.partition(".")[2] for p in cursor[3:].split("-")]
+    else:
         return None
     try:
-        return max(int(p) for p in cursor[3:].split("-"))
+        return max(int(p) for p in parts)
     except ValueError:
         return None
 

@@ -80,10 +80,13 @@ pub enum Incoming {
     Response { id: Option<String>, envelope: Value },
     /// A subscription push (`type: "event"`).
     Event(Value),
-    /// `subscription_lagged`: the subscription ended.
+    /// `subscription_lagged`: the subscription ended. `diverged` (`details.diverged`): the
+    /// member's log no longer has what was delivered past `resume_cursor` (a failover cut it;
+    /// CONTRACT §12): events after that point may not have happened.
     Lagged {
         subscription_id: Value,
         resume_cursor: String,
+        diverged: bool,
     },
     /// Any other message type (kept, not dropped, so a newer server is not misread).
     Other(Value),
@@ -108,6 +111,7 @@ impl Incoming {
             Some("subscription_lagged") => Incoming::Lagged {
                 subscription_id: v["subscription_id"].clone(),
                 resume_cursor: v["resume_cursor"].as_str().unwrap_or("0").to_string(),
+                diverged: v["details"]["diverged"].as_bool().unwrap_or(false),
             },
             _ => Incoming::Other(v),
         })
@@ -121,8 +125,16 @@ impl Incoming {
             Incoming::Lagged {
                 subscription_id,
                 resume_cursor,
-            } => json!({"type": "subscription_lagged", "subscription_id": subscription_id,
-                        "resume_cursor": resume_cursor}),
+                diverged,
+            } => {
+                let mut v = json!({"type": "subscription_lagged",
+                                   "subscription_id": subscription_id,
+                                   "resume_cursor": resume_cursor});
+                if diverged {
+                    v["details"] = json!({"diverged": true});
+                }
+                v
+            }
         }
     }
 }
@@ -301,9 +313,13 @@ mod tests {
             l,
             Incoming::Lagged {
                 subscription_id: json!(3),
-                resume_cursor: "c1-9".into()
+                resume_cursor: "c1-9".into(),
+                diverged: false,
             }
         );
+        let d = br#"{"type":"subscription_lagged","subscription_id":3,"resume_cursor":"c2-1.4","details":{"diverged":true}}"#;
+        let v = Incoming::parse(d).unwrap().into_value();
+        assert_eq!(v["details"]["diverged"], true);
         assert!(Incoming::parse(b"[1]").is_err());
         assert!(Incoming::parse(b"{\"type\":\"resp").is_err());
     }

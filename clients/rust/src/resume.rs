@@ -84,11 +84,16 @@ impl Position {
     }
 }
 
-/// The highest shard position in a cursor (`c1-<o0>-<o1>-...`). A WATCH_INSTANCE cursor holds
-/// its shard's position and zeros, so this is the instance shard's position.
+/// The highest shard position in a cursor (`c1-<o0>-<o1>-...`, or `c2-<e0>.<o0>-...` with
+/// each offset's epoch). A WATCH_INSTANCE cursor holds its shard's position and zeros, so this
+/// is the instance shard's position.
 fn cursor_max(cursor: &str) -> Option<u64> {
-    let rest = cursor.strip_prefix("c1-")?;
-    rest.split('-').map(|p| p.parse::<u64>().ok()).max()?
+    if let Some(rest) = cursor.strip_prefix("c1-") {
+        return rest.split('-').map(|p| p.parse::<u64>().ok()).max()?;
+    }
+    let rest = cursor.strip_prefix("c2-")?;
+    let offset = |p: &str| p.split_once('.').and_then(|(_, o)| o.parse::<u64>().ok());
+    rest.split('-').map(offset).max()?
 }
 
 /// A push of subscription `id`: `Some(Ok(event))`, `Some(Err(resume_cursor))` for its lag,
@@ -138,6 +143,8 @@ mod tests {
         });
         assert_eq!(p.request().params["from_cursor"], "c1-3-4");
         assert_eq!(cursor_max("c1-3-4"), Some(4));
+        assert_eq!(cursor_max("c2-1.3-2.4"), Some(4));
+        assert_eq!(cursor_max("c2-1-2"), None);
         assert_eq!(cursor_max("0"), None);
     }
 }

@@ -19,7 +19,7 @@ use shards::Rejection;
 
 use super::message::{ReplyBody, ShardCall, ShardMessage, ShardRequest};
 use super::runtime::{self, ShardSetup};
-use super::subs::PushMsg;
+use super::subs::{PushMsg, SubsEnded};
 use crate::protocol::Op;
 
 /// Runs `f` in a fresh executor, propagating panics.
@@ -43,6 +43,8 @@ pub struct TestShard {
     next_token: u32,
     /// Pushes received while waiting for replies.
     pub pushes: Vec<PushMsg>,
+    /// Subscriptions the shard ended, received while waiting for replies.
+    pub ended: Vec<SubsEnded>,
     task: glommio::task::JoinHandle<()>,
 }
 
@@ -104,6 +106,7 @@ impl TestShard {
             rx,
             next_token: 0,
             pushes: Vec::new(),
+            ended: Vec::new(),
             task,
         }
     }
@@ -130,6 +133,7 @@ impl TestShard {
             match self.rx.recv().await.expect("shard answers") {
                 ShardMessage::Reply(r) => return (r.token, r.result),
                 ShardMessage::Push(p) => self.pushes.push(p),
+                ShardMessage::SubsEnded(e) => self.ended.push(e),
             }
         }
     }

@@ -285,6 +285,13 @@ fn truncate_and_snapshot_install_rebuild_the_state_from_the_log() {
         assert!(matches!(t, ReplyBody::Truncated { removed: 3 }));
         let (head, last_epoch, epochs, _) = position(&mut r).await;
         assert_eq!((head, last_epoch, epochs), (6, 1, vec![(1, 2)]));
+        // Its subscriptions hear where the log now ends (those past it end `diverged`).
+        let ended: Vec<_> = r
+            .ended
+            .iter()
+            .map(|e| (e.subs.clone(), e.diverged_at))
+            .collect();
+        assert_eq!(ended, vec![(vec![1], Some((1, 6)))]);
         assert_eq!(state(&mut r, "o-1").await, json!("paid"));
         assert_eq!(state(&mut r, "o-2").await, json!("new"));
         let t = r
