@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use common::balancer::{health, primary_by_health, Balancer};
 use common::etcd::Etcd;
 use common::ha::{
-    acked_missing, assert_acked_present_once, converge, member_config, one_primary, serial,
-    start_members, status, Load, TTL_MS,
+    acked_missing, assert_acked_present_once, converge, create_paid, member_config, one_primary,
+    serial, start_members, status, Load, TTL_MS,
 };
 use common::pipeline::{Outcome, Pipeline};
 use common::scrape::{http_get, metrics_addr, scrape};
@@ -90,16 +90,7 @@ fn sigkill_of_the_primary_elects_another_and_keeps_every_sync_acknowledged_write
     put_order_machine(&mut w);
     let ids: Vec<String> = (0..48).map(|i| format!("k-{i}")).collect();
     for id in &ids {
-        w.call(
-            "CREATE_INSTANCE",
-            json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}}),
-        )
-        .unwrap();
-        w.call(
-            "APPLY_EVENT",
-            json!({"instance_id": id, "event": "pay", "payload": {"amount": 1}}),
-        )
-        .unwrap();
+        create_paid(&mut w, id);
     }
     // A follower refuses writes and names the primary.
     let follower = (first + 1) % 3;

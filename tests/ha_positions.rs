@@ -14,32 +14,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
-use common::ha::{converge, member_config, one_primary, serial, start_members, status};
+use common::ha::{
+    converge, create_paid, member_config, one_primary, serial, start_members, status, wait_status,
+};
 use common::http::Http;
 use common::*;
 use serde_json::{json, Value};
-
-/// Waits until `f(status)` holds on `s` (at most `limit`); returns that status.
-fn wait_status(s: &Server, limit: Duration, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let st = status(s.addr);
-        if let Some(st) = st.as_ref().filter(|st| f(st)) {
-            return st.clone();
-        }
-        assert!(Instant::now() < deadline, "{what}: last status {st:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn create_paid(c: &mut Client, id: &str) {
-    c.call(
-        "CREATE_INSTANCE",
-        json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}}),
-    )
-    .unwrap();
-    touch(c, id, "pay");
-}
 
 fn touch(c: &mut Client, id: &str, event: &str) -> Value {
     c.call(

@@ -12,24 +12,11 @@ use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
 use common::ha::{
-    acked_missing, assert_acked_present_once, converge, one_primary, serial, start_members, status,
-    Load, TTL_MS,
+    acked_missing, assert_acked_present_once, converge, create_paid, one_primary, serial,
+    start_members, status, wait_status, Load, TTL_MS,
 };
 use common::*;
-use serde_json::{json, Value};
-
-/// Waits until `f(status)` holds on `s` (at most `limit`); returns that status.
-fn wait_status(s: &Server, limit: Duration, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let st = status(s.addr);
-        if let Some(st) = st.as_ref().filter(|st| f(st)) {
-            return st.clone();
-        }
-        assert!(Instant::now() < deadline, "{what}: last status {st:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use serde_json::Value;
 
 fn sync_set(st: &Value) -> Vec<String> {
     (st["ha"]["sync_set"].as_array().into_iter().flatten())
@@ -53,16 +40,7 @@ fn a_member_that_may_lack_an_acknowledged_write_is_not_elected() {
     put_order_machine(&mut w);
     let ids: Vec<String> = (0..64).map(|i| format!("s-{i}")).collect();
     for id in &ids {
-        w.call(
-            "CREATE_INSTANCE",
-            json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}}),
-        )
-        .unwrap();
-        w.call(
-            "APPLY_EVENT",
-            json!({"instance_id": id, "event": "pay", "payload": {"amount": 1}}),
-        )
-        .unwrap();
+        create_paid(&mut w, id);
     }
     // Both followers caught up: the primary has handed the set to them.
     let st = wait_status(&members[p], Duration::from_secs(10), "S = {A, B}", |st| {

@@ -59,6 +59,33 @@ pub fn status(addr: SocketAddr) -> Option<Value> {
     c.call("REPLICATION_STATUS", json!({})).ok()
 }
 
+/// Waits until `f(status)` holds on `s` (at most `limit`); returns that status.
+pub fn wait_status(s: &Server, limit: Duration, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let st = status(s.addr);
+        if let Some(st) = st.as_ref().filter(|st| f(st)) {
+            return st.clone();
+        }
+        assert!(Instant::now() < deadline, "{what}: last status {st:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Creates `order` instance `id` and pays it (state `paid`, where `touch` applies).
+pub fn create_paid(c: &mut Client, id: &str) {
+    c.call(
+        "CREATE_INSTANCE",
+        json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}}),
+    )
+    .unwrap_or_else(|e| panic!("create {id}: {e}"));
+    c.call(
+        "APPLY_EVENT",
+        json!({"instance_id": id, "event": "pay", "payload": {"amount": 1}}),
+    )
+    .unwrap_or_else(|e| panic!("pay {id}: {e}"));
+}
+
 /// Waits until exactly one of `members` is primary (and the others follow it); returns its
 /// index.
 pub fn one_primary(members: &[&Server], limit: Duration) -> usize {
