@@ -1,8 +1,11 @@
 //! The instance index: id -> record, laid out so that replaying a log stays in cache.
 //!
-//! The table holds only a pointer per bucket (plus hashbrown's control byte): the id lives in
-//! the boxed record (`Instance::id`, inline when short), so the table is ~9 bytes per bucket,
-//! 19-38 bytes per instance depending on load. A lookup compares the id in the record it
+//! The table holds a pointer and the id's hash per bucket (plus hashbrown's control byte): the
+//! id lives in the boxed record (`Instance::id`, inline when short), so the table is ~17 bytes
+//! per bucket, 19-39 bytes per instance depending on load. The hash is kept so that growing
+//! the table rehashes from the table alone: without it every record is read once per doubling,
+//! a cache and TLB miss each (a 4.8 s stall of the shard at 7.3M instances, benches/RESULTS.md
+//! session 25). A lookup compares the id in the record it
 //! finds, which is the record it was going to read anyway; hashbrown's per-bucket hash tags
 //! make comparing against a wrong record rare (1 in 128 probes). An atomic batch prefetches the
 //! records of all its ops before deciding them (`prefetch_hashed`), which overlaps the cache
@@ -26,13 +29,20 @@ use super::instance::InstanceRecord;
 /// id -> record.
 #[derive(Clone, Default)]
 pub(crate) struct InstanceMap {
-    table: HashTable<Box<InstanceRecord>>,
+    table: HashTable<Slot>,
     /// Records inserted while `frozen` when `table` had no growth left; empty otherwise.
-    overflow: HashTable<Box<InstanceRecord>>,
+    overflow: HashTable<Slot>,
     /// A walk visits `table` by bucket index: its layout must not change (module doc).
     frozen: bool,
     /// Ids come from clients: SipHash with a secret key keeps them from choosing collisions.
     hasher: IndexHasher,
+}
+
+/// One bucket's entry: a record and its id's hash (`InstanceMap::hash`).
+#[derive(Clone)]
+struct Slot {
+    hash: u64,
+    record: Box<InstanceRecord>,
 }
 
 /// The instance table's hash: SipHash-2-4 under a secret 128-bit key. The key is the data
@@ -104,22 +114,22 @@ impl InstanceMap {
     pub(crate) fn get_hashed(&self, hash: u64, id: &str) -> Option<&InstanceRecord> {
         let eq = has_id(id);
         match self.table.find(hash, eq) {
-            Some(r) => Some(r),
+            Some(s) => Some(s),
             None if self.overflow.is_empty() => None,
             None => self.overflow.find(hash, eq),
         }
-        .map(|r| &**r)
+        .map(|s| &*s.record)
     }
 
     pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut InstanceRecord> {
         let hash = self.hash(id);
         let eq = has_id(id);
         if self.overflow.is_empty() {
-            return self.table.find_mut(hash, eq).map(|r| &mut **r);
+            return self.table.find_mut(hash, eq).map(|s| &mut *s.record);
         }
         match self.table.find_mut(hash, eq) {
-            Some(r) => Some(&mut **r),
-            None => self.overflow.find_mut(hash, eq).map(|r| &mut **r),
+            Some(s) => Some(&mut *s.record),
+            None => self.overflow.find_mut(hash, eq).map(|s| &mut *s.record),
         }
     }
 
@@ -127,8 +137,8 @@ impl InstanceMap {
     /// (`self.hash(id)`), without waiting for any of it: the first bucket whose hash tag
     /// matches, not compared (a wrong guess, 1 in 128 probes, only loads a line for nothing).
     pub(crate) fn prefetch_hashed(&self, hash: u64, lines: usize) {
-        if let Some(record) = self.table.find(hash, |_| true) {
-            let base = (&**record as *const InstanceRecord).cast::<u8>();
+        if let Some(slot) = self.table.find(hash, |_| true) {
+            let base = (&*slot.record as *const InstanceRecord).cast::<u8>();
             for line in 0..lines {
                 prefetch(base.wrapping_add(line * 64));
             }
@@ -143,7 +153,6 @@ impl InstanceMap {
         record: Box<InstanceRecord>,
     ) -> Result<&mut InstanceRecord, Box<InstanceRecord>> {
         let hash = self.hash(&record.instance.id);
-        let hasher = &self.hasher;
         let id = record.instance.id.as_str();
         let eq = has_id(id);
         if !self.overflow.is_empty() && self.overflow.find(hash, eq).is_some() {
@@ -155,9 +164,11 @@ impl InstanceMap {
             true => &mut self.overflow,
             false => &mut self.table,
         };
-        match table.entry(hash, eq, |r| hasher.hash_one(r.instance.id.as_str())) {
+        match table.entry(hash, eq, |s| s.hash) {
             hashbrown::hash_table::Entry::Occupied(_) => Err(record),
-            hashbrown::hash_table::Entry::Vacant(slot) => Ok(&mut **slot.insert(record).into_mut()),
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                Ok(&mut *v.insert(Slot { hash, record }).into_mut().record)
+            }
         }
     }
 
@@ -165,10 +176,10 @@ impl InstanceMap {
         let hash = self.hash(id);
         let eq = has_id(id);
         if let Ok(entry) = self.table.find_entry(hash, eq) {
-            return Some(entry.remove().0);
+            return Some(entry.remove().0.record);
         }
         match self.overflow.find_entry(hash, eq) {
-            Ok(entry) => Some(entry.remove().0),
+            Ok(entry) => Some(entry.remove().0.record),
             Err(_) => None,
         }
     }
@@ -179,7 +190,7 @@ impl InstanceMap {
 
     /// Every record, in no particular order.
     pub(crate) fn records(&self) -> impl Iterator<Item = &InstanceRecord> {
-        (self.table.iter().chain(self.overflow.iter())).map(|r| &**r)
+        (self.table.iter().chain(self.overflow.iter())).map(|s| &*s.record)
     }
 
     /// Fixes the table's layout for a walk by bucket index (module doc).
@@ -193,12 +204,10 @@ impl InstanceMap {
         if self.overflow.is_empty() {
             return;
         }
-        let hasher = &self.hasher;
-        let rehash = |r: &_| hash_of(hasher, r);
+        let rehash = |s: &Slot| s.hash;
         self.table.reserve(self.overflow.len(), rehash);
-        for record in self.overflow.drain() {
-            let hash = hasher.hash_one(record.instance.id.as_str());
-            self.table.insert_unique(hash, record, rehash);
+        for slot in self.overflow.drain() {
+            self.table.insert_unique(slot.hash, slot, rehash);
         }
         self.overflow = HashTable::new();
     }
@@ -216,19 +225,19 @@ impl InstanceMap {
 
     /// The record in bucket `index` of the table, if the bucket holds one.
     pub(crate) fn bucket(&self, index: usize) -> Option<&InstanceRecord> {
-        self.table.get_bucket(index).map(|r| &**r)
+        self.table.get_bucket(index).map(|s| &*s.record)
     }
 
     /// The bucket of the table holding `id` (None when it is absent or in `overflow`).
     pub(crate) fn bucket_of(&self, id: &str) -> Option<usize> {
         let hash = self.hash(id);
-        (self.table).find_bucket_index(hash, |r| r.instance.id.as_str() == id)
+        (self.table).find_bucket_index(hash, |s| s.record.instance.id.as_str() == id)
     }
 
     /// `prefetch_hashed` for the record in bucket `index`, if any.
     pub(crate) fn prefetch_bucket(&self, index: usize, lines: usize) {
-        if let Some(record) = self.table.get_bucket(index) {
-            let base = (&**record as *const InstanceRecord).cast::<u8>();
+        if let Some(slot) = self.table.get_bucket(index) {
+            let base = (&*slot.record as *const InstanceRecord).cast::<u8>();
             for line in 0..lines {
                 prefetch(base.wrapping_add(line * 64));
             }
@@ -236,16 +245,9 @@ impl InstanceMap {
     }
 }
 
-/// Matches the table entry holding `id` (the table's elements are boxes, hence `&Box`).
-#[allow(clippy::borrowed_box)]
-fn has_id(id: &str) -> impl Fn(&Box<InstanceRecord>) -> bool + Copy + '_ {
-    move |r| r.instance.id.as_str() == id
-}
-
-/// The hash of an entry's id, for hashbrown's rehash.
-#[allow(clippy::borrowed_box)]
-fn hash_of(hasher: &IndexHasher, r: &Box<InstanceRecord>) -> u64 {
-    hasher.hash_one(r.instance.id.as_str())
+/// Matches the table entry holding `id`.
+fn has_id(id: &str) -> impl Fn(&Slot) -> bool + Copy + '_ {
+    move |s| s.record.instance.id.as_str() == id
 }
 
 impl std::fmt::Debug for InstanceMap {
