@@ -121,7 +121,10 @@ fn check_meta(path: &Path, shard_count: u32) -> Result<(u64, u64), String> {
     if let Some(key) = meta.index_key.as_deref().and_then(parse_key) {
         return Ok(key);
     }
-    let key = (random_u64(), random_u64());
+    let key = (
+        crate::util::random::random_u64(),
+        crate::util::random::random_u64(),
+    );
     meta.index_key = Some(format!("{:016x}{:016x}", key.0, key.1));
     write_meta(path, &meta)?;
     Ok(key)
@@ -135,20 +138,6 @@ fn parse_key(hex: &str) -> Option<(u64, u64)> {
         u64::from_str_radix(b, 16).ok()?,
     ))
     .filter(|_| hex.len() == 32)
-}
-
-/// 64 bits from the kernel's random source (the std hasher's random keys if that fails).
-fn random_u64() -> u64 {
-    let mut b = [0u8; 8];
-    // SAFETY: `b` is a valid writable buffer of the given length.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    match n == b.len() as isize {
-        true => u64::from_le_bytes(b),
-        false => {
-            use std::hash::BuildHasher;
-            std::collections::hash_map::RandomState::new().hash_one(std::process::id())
-        }
-    }
 }
 
 /// Writes the meta file durably: temp file, fsync, rename, fsync the directory.

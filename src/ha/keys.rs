@@ -145,15 +145,7 @@ pub struct Member {
 
 /// A random instance id for this process (16 hex digits from the kernel's random source).
 pub fn instance_id() -> String {
-    let mut b = [0u8; 8];
-    // SAFETY: `b` is a valid writable buffer of the given length.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != b.len() as isize {
-        // getrandom never fails for 8 bytes once the pool is initialised; should it, the pid
-        // and the clock still tell two processes apart.
-        let mix = u64::from(std::process::id()) << 32 ^ super::clock::boottime_ns();
-        b = mix.to_le_bytes();
-    }
+    let b = crate::util::random::random_u64().to_le_bytes();
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 

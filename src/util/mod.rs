@@ -1,5 +1,6 @@
-//! Small executor-local primitives shared by the front and the shard runtime.
+//! Small primitives shared by the front, the shard runtime and the server's other parts.
 
 pub mod notify;
+pub mod random;
 pub mod slot;
 pub mod time;
