@@ -72,8 +72,10 @@ fn an_epoch_entry_starts_a_labelled_segment_and_closed_ones_are_archived() {
         assert!(label(second).starts);
         let n = files.len();
         let archive2 = archive.clone();
+        // The copy's name appears before its archiver counts it: wait for both.
         wait_for("closed segments archived", || {
             archived(&archive2).len() == n - 1
+                && wal.stats().archived_segments_total == (n - 1) as u64
         })
         .await;
         let names = archived(&archive);
