@@ -61,6 +61,9 @@ struct Pending {
     /// a collision of both only puts two instances in one group). Sorted by this and then the
     /// offset, the window groups each instance's records in log order, in table order.
     key: u64,
+    /// The instance id's table hash (`InstanceMap::hash`), computed once for the sort and
+    /// reused by the prefetches' lookups.
+    hash: u64,
     offset: u64,
     /// Where the record is in `Replay::bytes` (< `WINDOW_BYTES` + one record).
     start: u32,
@@ -111,6 +114,7 @@ impl Replay {
         };
         self.pending.push(Pending {
             key,
+            hash,
             offset,
             start,
             end,
@@ -140,15 +144,15 @@ impl Replay {
         &self.bytes[p.start as usize..p.end as usize]
     }
 
-    /// The instance id of the `k`th record when it starts a group (its hash differs from the
+    /// The table hash and instance id of the `k`th record when it starts a group (its hash differs from the
     /// record before it); prefetching once per group is enough.
-    fn group_start(&self, k: usize) -> Option<&str> {
+    fn group_start(&self, k: usize) -> Option<(u64, &str)> {
         let p = self.pending.get(k)?;
         let prev = self.pending.get(k.checked_sub(1)?)?;
         if p.key == prev.key {
             return None;
         }
-        record_instance_id(self.bytes_of(p))
+        record_instance_id(self.bytes_of(p)).map(|id| (p.hash, id))
     }
 
     /// Applies the sorted window. Four steps run at once, each some records ahead of the
@@ -162,11 +166,11 @@ impl Replay {
                     prefetch(self.bytes.as_ptr().wrapping_add(at as usize));
                 }
             }
-            if let Some(id) = self.group_start(k + PREFETCH_RECORD_AHEAD) {
-                engine.prefetch_record(id);
+            if let Some((hash, id)) = self.group_start(k + PREFETCH_RECORD_AHEAD) {
+                engine.prefetch_record(hash, id);
             }
-            if let Some(id) = self.group_start(k + PREFETCH_DATA_AHEAD) {
-                engine.prefetch_record_data(id);
+            if let Some((hash, id)) = self.group_start(k + PREFETCH_DATA_AHEAD) {
+                engine.prefetch_record_data(hash, id);
             }
             let p = self.pending[k];
             let Ok(record) = Record::decode(self.bytes_of(&p)) else {
@@ -200,9 +204,10 @@ fn bad(offset: u64, e: impl std::fmt::Display) -> String {
 }
 
 impl Engine {
-    /// Starts loading the record of instance `id` (the lookup itself waits for its bucket).
-    fn prefetch_record(&self, id: &str) {
-        if let Some(record) = self.instances.get(id) {
+    /// Starts loading the record of instance `id`, whose table hash is `hash` (the lookup
+    /// itself waits for its bucket).
+    fn prefetch_record(&self, hash: u64, id: &str) {
+        if let Some(record) = self.instances.get_hashed(hash, id) {
             let base = (record as *const InstanceRecord).cast::<u8>();
             for line in 0..RECORD_LINES {
                 prefetch(base.wrapping_add(line * 64));
@@ -213,8 +218,8 @@ impl Engine {
     /// Starts loading what applying an event to `id` touches beyond its record: the history
     /// tail and the context's first members. Reads the record, so `prefetch_record` should
     /// have been called a while before.
-    fn prefetch_record_data(&self, id: &str) {
-        let Some(record) = self.instances.get(id) else {
+    fn prefetch_record_data(&self, hash: u64, id: &str) {
+        let Some(record) = self.instances.get_hashed(hash, id) else {
             return;
         };
         // The history's own buffers are one more pointer away: the box is what can be
