@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use shards::engine::guard::Guard;
 use shards::engine::{
     batch_records, BatchOp, BatchRecord, Command, Decision, Engine, Entry, EventCommand, JsonText,
-    Record,
+    Record, SNAPSHOT_FORMAT,
 };
 
 fn main() {
@@ -361,4 +361,79 @@ fn snapshot_1m_history(bencher: Bencher) {
         }
     }
     bencher.bench_local(|| e.snapshot().len());
+}
+
+/// 1M instances shaped like `smdb-bench --workload apply` leaves them before a snapshot: each
+/// created, paid, then touched twice in rounds over all instances (so each history ring grew
+/// while every other instance's did: the heap is interleaved as on a live shard).
+fn engine_1m_history() -> Engine {
+    const N: usize = 1_000_000;
+    let mut e = engine_with(N);
+    let mut offset = N as u64 + 10;
+    for round in 0..3 {
+        for i in 0..N {
+            offset += 1;
+            let id = format!("o{i}");
+            let cmd = if round == 0 { pay(&id) } else { touch(&id) };
+            write(&mut e, &cmd, offset);
+        }
+    }
+    e
+}
+
+/// A whole snapshot walk of `engine_1m_history` (the shard's CPU for one snapshot, without the
+/// disk): `snapshot_begin`, then slices of 4,096 instances taken into one buffer.
+#[divan::bench(sample_count = 3, sample_size = 1)]
+fn snapshot_walk_1m(bencher: Bencher) {
+    let mut e = engine_1m_history();
+    let mut out = Vec::with_capacity(1 << 20);
+    let mut total = 0usize;
+    let budget = shards::engine::SliceBudget {
+        records: 4096,
+        bytes: 1 << 20,
+    };
+    bencher.bench_local(|| {
+        let walk = e.snapshot_begin(u64::MAX - 1, usize::MAX);
+        loop {
+            let progress = e.snapshot_step(walk, budget, usize::MAX);
+            e.snapshot_take(walk, &mut out);
+            total += out.len();
+            out.clear();
+            if progress != shards::engine::WalkProgress::Walking {
+                break;
+            }
+        }
+        e.snapshot_end();
+        total
+    });
+}
+
+/// Loading `engine_1m_history`'s snapshot payload (the restart's first half, without the disk):
+/// fed in 1 MiB chunks as recovery reads them.
+#[divan::bench(sample_count = 3, sample_size = 1)]
+fn snapshot_load_1m(bencher: Bencher) {
+    let mut e = engine_1m_history();
+    let walk = e.snapshot_begin(u64::MAX - 1, usize::MAX);
+    let budget = shards::engine::SliceBudget {
+        records: usize::MAX,
+        bytes: usize::MAX,
+    };
+    while e.snapshot_step(walk, budget, usize::MAX) == shards::engine::WalkProgress::Walking {}
+    let mut payload = Vec::new();
+    e.snapshot_take(walk, &mut payload);
+    e.snapshot_end();
+    drop(e);
+    bencher.bench_local(|| {
+        let Ok(mut loader) =
+            shards::engine::SnapshotLoader::new(SNAPSHOT_FORMAT, payload.len() as u64)
+        else {
+            panic!("loader refused the format");
+        };
+        for chunk in payload.chunks(1 << 20) {
+            if let Err(err) = loader.feed(chunk) {
+                panic!("snapshot does not load: {err}");
+            }
+        }
+        loader.finish().ok()
+    });
 }

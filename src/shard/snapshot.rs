@@ -9,9 +9,13 @@
 //! of 1 MiB in flight at a time), and `Wal::commit_snapshot` puts the file in place once the
 //! offset is durable, then prunes old snapshots and compacts the log.
 //!
-//! A walk that holds more than `PENDING_BYTES_MAX` serialised bytes the disk has not taken
-//! (writes serialising faster than the disk drains) is abandoned: its file deleted, the next
-//! attempt `RETRY_AFTER` later. A rewind, a snapshot install or a promotion cancels a running
+//! A walk that holds more serialised bytes the disk has not taken than its limit (writes
+//! serialising faster than the disk drains) is abandoned: its file deleted, the next attempt
+//! `RETRY_AFTER` later. The limit (`pending_max`) is the size the snapshot is expected to have,
+//! with a margin, between `PENDING_BYTES_MIN` and `PENDING_BYTES_MAX`: a walk writes each
+//! instance once, so it never holds more than its snapshot, and a hot write set that reaches
+//! every instance before the walk does (a few thousand instances with long histories) still
+//! completes. The expected size is the last snapshot's, or what an abandoned walk projected. A rewind, a snapshot install or a promotion cancels a running
 //! walk (`cancel_snapshot`) and waits for its file to be deleted, so no snapshot lands above a
 //! truncation point (the log also refuses a snapshot once rewound).
 
@@ -24,10 +28,15 @@ use shards::wal::{Histogram, Wal};
 
 use super::runtime::Shard;
 
-/// Bytes serialised by a walk and not yet taken by the disk, at most; past it the walk is
-/// abandoned (module doc). 64 MiB is a second of writes' pre-images at 600k 100-byte records/s,
-/// far beyond what a disk that keeps up leaves waiting.
-pub const PENDING_BYTES_MAX: usize = 64 << 20;
+/// Bytes serialised by a walk and not yet taken by the disk: the limit never goes below this.
+/// 64 MiB is a second of writes' pre-images at 600k 100-byte records/s, far beyond what a disk
+/// that keeps up leaves waiting with writes spread over many instances.
+pub const PENDING_BYTES_MIN: usize = 64 << 20;
+
+/// ... and never above this (module doc): a shard whose whole state is written ahead of the
+/// walk holds at most its snapshot's size once more in memory, and past 2 GiB of that the walk
+/// is abandoned (and logged) rather than doubling a very large shard's memory.
+pub const PENDING_BYTES_MAX: usize = 2 << 30;
 
 /// Bytes waiting at which a slice writes nothing (the walk waits for the disk; writes do not).
 const PENDING_BYTES_SOFT: usize = 1 << 20;
@@ -74,6 +83,9 @@ pub(super) struct Snapshots {
     /// While a rewind or a snapshot install is under way, no walk starts.
     held: Cell<bool>,
     retry_at: Cell<Option<Instant>>,
+    /// The size the next snapshot is expected to have (bytes): the last one's, or what an
+    /// abandoned walk projected; sizes the walk's pending limit (`pending_max`).
+    expected_bytes: Cell<u64>,
     stats: RefCell<SnapshotStats>,
 }
 
@@ -86,6 +98,7 @@ impl Snapshots {
             cancel: Cell::new(false),
             held: Cell::new(false),
             retry_at: Cell::new(None),
+            expected_bytes: Cell::new(0),
             stats: RefCell::new(SnapshotStats {
                 total: 0,
                 given_up: 0,
@@ -97,6 +110,14 @@ impl Snapshots {
 
     pub(super) fn stats(&self) -> SnapshotStats {
         *self.stats.borrow()
+    }
+
+    /// The pending limit of the next walk: the expected size and a quarter more, within
+    /// `PENDING_BYTES_MIN..=PENDING_BYTES_MAX`.
+    fn pending_max(&self) -> usize {
+        let expected = usize::try_from(self.expected_bytes.get()).unwrap_or(usize::MAX);
+        let with_margin = expected.saturating_add(expected / 4);
+        with_margin.clamp(PENDING_BYTES_MIN, PENDING_BYTES_MAX)
     }
 
     /// Keeps walks from starting (a rewind or an install is under way), or lets them again.
@@ -161,7 +182,7 @@ impl Shard {
         let walk = self
             .engine
             .borrow_mut()
-            .snapshot_begin(head, PENDING_BYTES_MAX);
+            .snapshot_begin(head, s.pending_max());
         let shard = self.clone();
         glommio::spawn_local(async move { shard.snapshot_task(walk, head).await }).detach();
     }
@@ -199,10 +220,18 @@ impl Shard {
         // The log whose state this is: after a rewind it refuses the snapshot.
         let wal = self.log.wal();
         let walked = self.walk_and_write(&wal, walk, offset).await;
-        self.engine.borrow_mut().snapshot_end();
         let s = &self.snapshots;
+        {
+            let mut engine = self.engine.borrow_mut();
+            let projected = engine.snapshot_projected();
+            if walked.is_err() && projected > s.expected_bytes.get() {
+                s.expected_bytes.set(projected);
+            }
+            engine.snapshot_end();
+        }
         match walked {
             Ok(w) => {
+                s.expected_bytes.set(w.bytes);
                 let took = started.elapsed();
                 let mut stats = s.stats.borrow_mut();
                 stats.total += 1;
@@ -268,7 +297,7 @@ impl Shard {
             let progress = {
                 let mut engine = self.engine.borrow_mut();
                 let progress = engine.snapshot_step(walk, budget, PENDING_BYTES_SOFT);
-                engine.snapshot_take(walk, &mut bytes);
+                engine.snapshot_take_chunk(walk, &mut bytes);
                 progress
             };
             let took = t.elapsed();
@@ -292,8 +321,11 @@ impl Shard {
                     instances,
                     by_writes,
                 } => {
-                    (w.instances, w.by_writes) = (instances, by_writes);
-                    break Ok(());
+                    // Done once the disk has every chunk: the end item is the last.
+                    if self.engine.borrow().snapshot_pending() == 0 {
+                        (w.instances, w.by_writes) = (instances, by_writes);
+                        break Ok(());
+                    }
                 }
                 WalkProgress::Abandoned(why) => break Err(why),
                 WalkProgress::Gone => break Err("cancelled".to_string()),

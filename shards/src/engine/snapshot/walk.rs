@@ -24,10 +24,14 @@
 //! Everything else the snapshot holds (definitions, counters, epochs, names) is written by
 //! `begin`, before any entry after S is applied.
 //!
-//! Memory: the serialised bytes wait in `out` until the shard's snapshot task takes them for
-//! the disk. A step writes nothing while `out` holds a slice's worth; `before_change` must write
-//! (a write never waits for the walk), and when that pushes `out` past `pending_max` the walk is
-//! given up (`Abandoned`), its bytes freed, and the shard tries again later.
+//! Memory: the serialised bytes wait in `out` (chunks of about `CHUNK_BYTES`, so a burst of
+//! writes never reallocates and copies one big buffer) until the shard's snapshot task takes
+//! them for the disk, a chunk at a time. A step writes nothing while a slice's worth waits;
+//! `before_change` must write (a write never waits for the walk), and when that pushes the
+//! waiting bytes past `pending_max` the walk is given up (`Abandoned`), its bytes freed, and the
+//! shard tries again later. Each instance is written once by a walk, so the bytes waiting never
+//! pass the snapshot's own size: a `pending_max` at least that size (the shard sizes it from
+//! the last snapshot or from `snapshot_projected`) is never reached, however hot the writes.
 
 use smdb_format::limits::SNAPSHOT_ITEM_BYTES_MAX;
 use smdb_format::snapshot_items::{put_item, TAG_INSTANCE};
@@ -46,6 +50,53 @@ pub struct SliceBudget {
     pub records: usize,
     /// Bytes written, about (the step stops after the record that passes it).
     pub bytes: usize,
+}
+
+/// Bytes of one chunk of `Pending` (about: a chunk is closed once it passes this).
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Serialised bytes not taken yet: full chunks in order, then the one being filled.
+#[derive(Clone, Default)]
+struct Pending {
+    full: std::collections::VecDeque<Vec<u8>>,
+    open: Vec<u8>,
+    /// Bytes in `full` and `open`.
+    len: usize,
+}
+
+impl Pending {
+    /// Where the next item goes; `add` counts it after.
+    fn open(&mut self) -> &mut Vec<u8> {
+        if self.open.len() >= CHUNK_BYTES {
+            let next = Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 8);
+            self.full.push_back(std::mem::replace(&mut self.open, next));
+        }
+        &mut self.open
+    }
+
+    fn counted(&mut self, before: usize) {
+        self.len += self.open.len() - before;
+    }
+
+    /// The oldest chunk (the open one when no chunk is full), moved to the end of `into`.
+    fn take_chunk(&mut self, into: &mut Vec<u8>) {
+        let chunk = match self.full.pop_front() {
+            Some(c) => c,
+            None => std::mem::take(&mut self.open),
+        };
+        self.len -= chunk.len();
+        if into.is_empty() {
+            *into = chunk;
+        } else {
+            into.extend_from_slice(&chunk);
+        }
+    }
+
+    fn take_all(&mut self, into: &mut Vec<u8>) {
+        while self.len > 0 {
+            self.take_chunk(into);
+        }
+    }
 }
 
 /// Buckets a step looks at per instance it may write: a table is at least 7/16 full, so this
@@ -85,7 +136,11 @@ pub(crate) struct Walk {
     /// The frozen table's bucket count.
     buckets: usize,
     /// Serialised, not yet taken.
-    out: Vec<u8>,
+    out: Pending,
+    /// Bytes serialised by this walk so far, taken or not, and of those the items before the
+    /// instances.
+    emitted: u64,
+    preamble: u64,
     /// One item body being encoded.
     scratch: Vec<u8>,
     /// Instances in the table at `offset`.
@@ -102,7 +157,7 @@ impl std::fmt::Debug for Walk {
             .field("offset", &self.offset)
             .field("cursor", &self.cursor)
             .field("buckets", &self.buckets)
-            .field("pending", &self.out.len())
+            .field("pending", &self.out.len)
             .field("state", &self.state)
             .finish()
     }
@@ -120,24 +175,27 @@ impl Walk {
             ));
             return;
         }
-        put_item(&mut self.out, TAG_INSTANCE, &self.scratch);
+        let before = self.out.open().len();
+        put_item(self.out.open(), TAG_INSTANCE, &self.scratch);
+        self.out.counted(before);
+        self.emitted += (self.out.open.len() - before) as u64;
         self.written += 1;
     }
 
     fn abandon(&mut self, why: String) {
-        self.out = Vec::new();
+        self.out = Pending::default();
         self.state = WalkProgress::Abandoned(why);
     }
 
     /// Visits buckets from the cursor within `budget`.
     fn step(&mut self, instances: &InstanceMap, names: &Interner, budget: SliceBudget) {
-        let start = self.out.len();
+        let start = self.emitted;
         let (mut records, mut looked) = (0, 0);
         let looks = budget.records.saturating_mul(BUCKETS_PER_RECORD);
         while self.cursor < self.buckets
             && records < budget.records
             && looked < looks
-            && self.out.len() - start < budget.bytes
+            && ((self.emitted - start) as usize) < budget.bytes
             && self.state == WalkProgress::Walking
         {
             instances.prefetch_bucket(self.cursor + PREFETCH_AHEAD, 2);
@@ -164,7 +222,9 @@ impl Walk {
             log::error!("snapshot walk: {w} of {e} instances written: a defect, not kept");
             return;
         }
-        put_end(&mut self.out, self.written);
+        let before = self.out.open().len();
+        put_end(self.out.open(), self.written);
+        self.out.counted(before);
         self.state = WalkProgress::Done {
             instances: self.written,
             by_writes: self.by_writes,
@@ -187,8 +247,8 @@ impl Walk {
         }
         self.emit(r, names);
         self.by_writes += 1;
-        if self.out.len() > self.pending_max {
-            let (n, max) = (self.out.len(), self.pending_max);
+        if self.out.len > self.pending_max {
+            let (n, max) = (self.out.len, self.pending_max);
             self.abandon(format!(
                 "{n} serialised bytes waiting for the disk, over the limit of {max}"
             ));
@@ -204,9 +264,11 @@ impl Engine {
     pub fn snapshot_begin(&mut self, offset: u64, pending_max: usize) -> u64 {
         self.snapshot_end();
         self.walks += 1;
-        let mut out = Vec::new();
+        let mut out = Pending::default();
         let mut scratch = Vec::new();
-        put_preamble(&mut out, self, &mut scratch);
+        put_preamble(out.open(), self, &mut scratch);
+        out.counted(0);
+        let emitted = out.len as u64;
         self.instances.freeze();
         self.walk = Some(Box::new(Walk {
             id: self.walks,
@@ -214,6 +276,8 @@ impl Engine {
             cursor: 0,
             buckets: self.instances.buckets(),
             out,
+            emitted,
+            preamble: emitted,
             scratch,
             expected: self.instances.len() as u64,
             written: 0,
@@ -235,7 +299,7 @@ impl Engine {
         let Some(walk) = self.walk.as_deref_mut().filter(|w| w.id == id) else {
             return WalkProgress::Gone;
         };
-        if walk.out.len() < pending_soft {
+        if walk.out.len < pending_soft {
             walk.step(&self.instances, &self.names, budget);
         }
         walk.state.clone()
@@ -245,8 +309,18 @@ impl Engine {
     /// such walk.
     pub fn snapshot_take(&mut self, id: u64, into: &mut Vec<u8>) -> bool {
         match self.walk.as_deref_mut().filter(|w| w.id == id) {
-            Some(walk) if into.is_empty() => std::mem::swap(&mut walk.out, into),
-            Some(walk) => into.append(&mut walk.out),
+            Some(walk) => walk.out.take_all(into),
+            None => return false,
+        }
+        true
+    }
+
+    /// `snapshot_take` of the oldest chunk only (about 1 MiB; all of it when less waits): what
+    /// the shard hands the disk per slice, so a burst of bytes written ahead of changes is
+    /// never copied whole.
+    pub fn snapshot_take_chunk(&mut self, id: u64, into: &mut Vec<u8>) -> bool {
+        match self.walk.as_deref_mut().filter(|w| w.id == id) {
+            Some(walk) => walk.out.take_chunk(into),
             None => return false,
         }
         true
@@ -254,7 +328,18 @@ impl Engine {
 
     /// Bytes serialised and not yet taken (0 without a walk).
     pub fn snapshot_pending(&self) -> usize {
-        self.walk.as_ref().map_or(0, |w| w.out.len())
+        self.walk.as_ref().map_or(0, |w| w.out.len)
+    }
+
+    /// The size the running walk's snapshot is heading for: the bytes it has serialised,
+    /// scaled from the instances written to all of them (0 without a walk, or before it wrote
+    /// any). Read after an `Abandoned` to size the next walk's `pending_max`.
+    pub fn snapshot_projected(&self) -> u64 {
+        let Some(w) = self.walk.as_ref().filter(|w| w.written > 0) else {
+            return 0;
+        };
+        let per = (w.emitted - w.preamble) as f64 / w.written as f64;
+        w.preamble + (per * w.expected.max(w.written) as f64) as u64
     }
 
     /// The offset of the running walk, if any.

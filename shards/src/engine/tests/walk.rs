@@ -223,6 +223,62 @@ fn a_walk_over_the_pending_limit_is_abandoned_and_writes_go_on() {
 }
 
 #[test]
+fn a_walk_sized_from_the_projection_holds_a_hot_set_written_ahead_of_it_and_completes() {
+    let mut run = Run::new();
+    run.write(&Write::Grow(50));
+    let offset = run.head();
+    let at_offset = run.shard.engine.snapshot();
+    let whole = run.shard.engine.snapshot_items(offset).len() as u64;
+    // A first walk with a small limit: every instance changes before the walk reaches it.
+    let walk = run.shard.engine.snapshot_begin(offset, 600);
+    let mut projected = 0;
+    for k in 1..=50 {
+        run.shard.ok(event(&format!("g{k}"), "cancel", None));
+        if let WalkProgress::Abandoned(_) = run.shard.engine.snapshot_step(walk, slice(0), 0) {
+            projected = run.shard.engine.snapshot_projected();
+            break;
+        }
+    }
+    run.shard.engine.snapshot_end();
+    assert!(
+        projected >= whole * 9 / 10 && projected <= whole * 11 / 10,
+        "projected {projected} for a snapshot of {whole} bytes"
+    );
+    // Sized from it, the same burst is held whole, taken a chunk at a time, and loads as the
+    // state at its offset.
+    let mut run = Run::new();
+    run.write(&Write::Grow(50));
+    let offset = run.head();
+    let limit = (projected + projected / 4) as usize;
+    let walk = run.shard.engine.snapshot_begin(offset, limit);
+    for k in 1..=50 {
+        run.shard.ok(event(&format!("g{k}"), "cancel", None));
+    }
+    assert_eq!(
+        run.shard.engine.snapshot_walking(),
+        Some(offset),
+        "not abandoned"
+    );
+    let mut progress = WalkProgress::Walking;
+    while progress == WalkProgress::Walking {
+        progress = run.shard.engine.snapshot_step(walk, slice(7), usize::MAX);
+    }
+    assert_eq!(
+        progress,
+        WalkProgress::Done {
+            instances: 50,
+            by_writes: 50
+        }
+    );
+    let mut payload = Vec::new();
+    while run.shard.engine.snapshot_pending() > 0 {
+        assert!(run.shard.engine.snapshot_take_chunk(walk, &mut payload));
+    }
+    run.shard.engine.snapshot_end();
+    assert_eq!(load(&payload, 1 << 20).unwrap().snapshot(), at_offset);
+}
+
+#[test]
 fn the_table_grows_under_a_walk_and_takes_the_new_instances_back_at_its_end() {
     let mut run = Run::new();
     run.write(&Write::Grow(3));
