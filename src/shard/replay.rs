@@ -25,9 +25,9 @@
 //! subscription lives. If acknowledgements never come (replicas gone) the subscriber gets
 //! nothing past `acked`, as with held pushes; meanwhile its live pushes wait in the front's
 //! held buffer (`subscriptions.queue_max`, then `subscription_lagged`) and on the shard
-//! (`PUSHES_HELD_MAX`). Past the lease, or once demoted, a waiting read fails (`NO_PRIMARY`)
-//! and the front ends the subscription `subscription_lagged` after what it delivered, as a
-//! demotion ends those with held pushes. A new term starts with `acked` at 0, so entries of
+//! (`PUSHES_HELD_MAX`). Past the lease, or once demoted, a read fails, waiting or not
+//! (`NO_PRIMARY`), and the front ends the subscription `subscription_lagged` after what it
+//! delivered, as a demotion ends those with held pushes. A new term starts with `acked` at 0, so entries of
 //! earlier terms replay once a replica acknowledged something of this one. Followers,
 //! standalone servers and async mode replay what is durable, as before.
 
