@@ -2,6 +2,8 @@
 //! terms") against real etcd and three real members:
 //! * in sync mode a push leaves the primary only once its entry is sync-acknowledged (both
 //!   followers stopped: the write waits and so does its push; continued: both arrive);
+//! * in sync mode a resumed subscription's replay delivers only acknowledged entries, and the
+//!   rest once acknowledged, then the live pushes, with no gap and no duplicate;
 //! * a cursor past the point where an old primary's log was cut resumes, on the new primary
 //!   and on the old one after it rejoined and truncated, with a `diverged` lag notice naming
 //!   where the logs agree, and from there with no gap;
@@ -113,6 +115,95 @@ fn a_push_in_sync_mode_leaves_only_once_its_entry_is_acknowledged() {
         took >= Duration::from_millis(500),
         "the write waited: {took:?}"
     );
+}
+
+/// A write of `touch` on `id` from its own connection, on a thread: the thread gives the
+/// offset it was written at, acknowledged or answered `SYNC_TIMEOUT` (committed).
+fn touch_in_background(
+    addr: std::net::SocketAddr,
+    id: &'static str,
+    n: u64,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut c = Client::connect_hello(addr, "held-write").unwrap();
+        c.set_timeout(Some(Duration::from_secs(30))).unwrap();
+        let r = c.call(
+            "APPLY_EVENT",
+            json!({"instance_id": id, "event": "touch", "payload": {"n": n}}),
+        );
+        match r {
+            Ok(v) => v["wal_offset"].as_u64().unwrap(),
+            Err(ClientError::Server { details, .. }) if details["committed"] == true => {
+                details["wal_offset"].as_u64().unwrap()
+            }
+            Err(e) => panic!("touch {n}: {e}"),
+        }
+    })
+}
+
+#[test]
+fn a_replay_in_sync_mode_delivers_only_acknowledged_entries() {
+    let _serial = serial();
+    let etcd = Etcd::start(1);
+    // Writes answer SYNC_TIMEOUT soon: a reply waiting for acknowledgement would hold up the
+    // replay's replies on the same front, which would hide what the replay reads.
+    let extra = "[replication]\nsync_timeout_ms = 400\n";
+    let (_dirs, members) = start_members(&etcd, "replayhold", "sync", extra);
+    let p = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let followers: Vec<usize> = (0..3).filter(|&i| i != p).collect();
+    wait_status(&members[p], Duration::from_secs(10), "S of 2", |st| {
+        st["ha"]["sync_set"]
+            .as_array()
+            .is_some_and(|s| s.len() == 2)
+    });
+    let mut w = members[p].client();
+    put_order_machine(&mut w);
+    create_paid(&mut w, "r");
+    // The cursor to resume from, before every touch below; one touch acknowledged.
+    let start = members[p].client().call("WATCH_ALL", json!({})).unwrap();
+    let from = start["cursor"].as_str().unwrap().to_string();
+    let acked = touch(&mut w, "r", "touch")["wal_offset"].as_u64().unwrap();
+
+    // Three writes reach the primary's log but no replica: both followers are stopped.
+    for &f in &followers {
+        members[f].signal(libc::SIGSTOP);
+    }
+    let addr = members[p].addr;
+    let writers: Vec<_> = (0..3).map(|n| touch_in_background(addr, "r", n)).collect();
+    let mut written: Vec<u64> = writers.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut sub = members[p].client();
+    sub.call("WATCH_ALL", json!({ "from_cursor": from }))
+        .unwrap();
+    let first = push_within(&mut sub, Duration::from_secs(5));
+    // Shorter than a lease's renewal margin: the followers keep their etcd sessions.
+    let early = push_within(&mut sub, Duration::from_millis(400));
+    for &f in &followers {
+        members[f].signal(libc::SIGCONT);
+    }
+    let first = first.expect("the acknowledged entry replays at once");
+    assert_eq!(first["wal_offset"], acked, "{first}");
+    assert_eq!(first["replayed"], true, "{first}");
+    assert!(
+        early.is_none(),
+        "the replay delivered an entry before it was acknowledged: {early:?}"
+    );
+
+    // Acknowledged once the followers go on: each entry once, in order, then live pushes.
+    written.sort_unstable();
+    assert_eq!(written, (acked + 1..=acked + 3).collect::<Vec<_>>());
+    let mut got = Vec::new();
+    while got.len() < written.len() {
+        let ev = push_within(&mut sub, Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("the rest after {got:?}"));
+        assert_eq!(ev["type"], "event", "{ev}");
+        assert_eq!(ev["replayed"], true, "{ev}");
+        got.push(ev["wal_offset"].as_u64().unwrap());
+    }
+    assert_eq!(got, written, "no gap, no duplicate, in order");
+    let live = touch(&mut w, "r", "touch")["wal_offset"].as_u64().unwrap();
+    let next = push_within(&mut sub, Duration::from_secs(5)).expect("a live push");
+    assert_eq!(next["wal_offset"], live, "nothing twice: {next}");
+    assert!(next.get("replayed").is_none(), "{next}");
 }
 
 #[test]

@@ -52,7 +52,8 @@ pub enum ShardCall {
     /// End `sub` of this client; answered `{"removed": bool}`.
     Unsubscribe { sub: u64 },
     /// Replay: matching events among the records `from..=to` (at most `max` records read),
-    /// once durable. Answered with `Events`.
+    /// once durable (and, on a primary in HA sync mode, sync-acknowledged). Answered with
+    /// `Events`.
     ReadEvents {
         filter: Filter,
         from: u64,
@@ -144,7 +145,8 @@ pub enum ReplyBody {
         epochs: Vec<(u64, u64)>,
     },
     /// `ReadEvents`: (offset, epoch, push body) of the matching events; `next` is where to go
-    /// on.
+    /// on. No events and `next == from`: nothing at `from` is sync-acknowledged yet (HA sync
+    /// mode, `shard/replay.rs`); ask again.
     Events {
         events: Vec<(u64, u64, Vec<u8>)>,
         next: u64,

@@ -1,6 +1,37 @@
 //! Replay reads for subscriptions (`ShardCall::ReadEvents`): matching events read back from
 //! the log, as replayed push bodies with their offsets and epochs. Runs in the registry's
 //! low-share replay task queue (`subs.rs`); never touches the engine but for epochs.
+//!
+//! HA sync mode (CONTRACT §12: "under HA in sync mode a push leaves only once its entry is
+//! sync-acknowledged"; docs/ha.md, "Subscriptions across terms"). On a primary whose pushes
+//! wait for sync acknowledgement (`Registry::holds_local`, `push_hold.rs`), a replay read
+//! delivers records only through `SyncState::acked`, the offset that releases held pushes and
+//! write replies: a call reads from `from` through `min(to, acked)` and answers `next` = one
+//! past the last record it read. When `acked` is below `from` it waits for it, at most
+//! `REPLAY_ACK_WAIT`, and if it did not get there answers no events with `next == from`: the
+//! front asks again (`subscriptions/watch.rs`).
+//!
+//! Why this leaves no gap and no duplicate: the split between replay and live pushes does not
+//! move. `Subscribe` registers the subscription at the head H (no await in between), so every
+//! entry past H is published to it as a live push, held on the shard until acknowledged and
+//! on the front until this shard's replay is done (`Sub::go_live`); entries through H reach it
+//! only by replay. The replay still covers exactly `(start, H]`: each call starts where the
+//! last one's `next` says and `next` moves only past records read, so each offset is read once,
+//! in order, whenever `acked` reaches it; only the timing changes. (Stopping the replay at
+//! `acked` and letting the hold cover the rest cannot work: the entries between `acked` and H
+//! were published before the subscription existed, so no held push of them names it.)
+//!
+//! Bounds: each call waits at most `REPLAY_ACK_WAIT`, and the front asks again only while the
+//! subscription lives. If acknowledgements never come (replicas gone) the subscriber gets
+//! nothing past `acked`, as with held pushes; meanwhile its live pushes wait in the front's
+//! held buffer (`subscriptions.queue_max`, then `subscription_lagged`) and on the shard
+//! (`PUSHES_HELD_MAX`). Past the lease, or once demoted, a read fails, waiting or not
+//! (`NO_PRIMARY`), and the front ends the subscription `subscription_lagged` after what it
+//! delivered, as a demotion ends those with held pushes. A new term starts with `acked` at 0, so entries of
+//! earlier terms replay once a replica acknowledged something of this one. Followers,
+//! standalone servers and async mode replay what is durable, as before.
+
+use std::time::Duration;
 
 use shards::engine::Entry;
 use shards::wal::WalError;
@@ -14,9 +45,17 @@ use super::subs::{EventView, Filter, REPLAY_CHUNK_RECORDS_MAX};
 const REPLAY_CHUNK_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// Records decoded between two `yield_if_needed` checks during a replay read.
 const REPLAY_YIELD_EVERY: usize = 128;
+/// How long one replay read waits for replicas to acknowledge its first record (HA sync mode)
+/// before answering "nothing yet": bounds the call, so the front sees a subscription that
+/// ended, and shutdown a reader in flight, within it (the front then asks again).
+const REPLAY_ACK_WAIT: Duration = Duration::from_millis(200);
 
-/// Reads up to `max` log records from `from` (no further than `to`), once durable, and returns
-/// the events that pass `filter` as replayed push bodies, with the offset to continue from.
+/// One event read back: (offset, epoch, push body).
+type Replayed = (u64, u64, Vec<u8>);
+
+/// Reads up to `max` log records from `from` (no further than `to`, nor past the sync
+/// acknowledgement where pushes wait for it), once durable, and returns the events that pass
+/// `filter` as replayed push bodies, with the offset to continue from.
 pub(super) async fn read_events(
     shard: &Shard,
     filter: &Filter,
@@ -26,24 +65,42 @@ pub(super) async fn read_events(
 ) -> Result<ReplyBody, Rejection> {
     let from = from.max(1);
     let max = max.clamp(1, REPLAY_CHUNK_RECORDS_MAX);
+    let nothing = ReplyBody::Events {
+        events: Vec::new(),
+        next: from,
+    };
     if from > to {
-        return Ok(ReplyBody::Events {
-            events: Vec::new(),
-            next: from,
-        });
+        return Ok(nothing);
     }
+    let Some(to) = deliverable_through(shard, from, to).await? else {
+        return Ok(nothing); // nothing acknowledged at `from` yet: the front asks again
+    };
     let last = to.min(from + max as u64 - 1);
     shard.log.wait_durable(last).await?;
+    let count = (last - from + 1) as usize; // at most `max`: `from <= last < from + max`
     let records = shard
         .log
         .wal()
-        .read_from(from, max, REPLAY_CHUNK_BYTES_MAX)
+        .read_from(from, count, REPLAY_CHUNK_BYTES_MAX)
         .await
         .map_err(|e| read_failure(shard.index, e))?;
     if records.is_empty() {
         let msg = format!("no durable log records at offset {from} (durable through {last})");
         return Err(Rejection::new(ErrorCode::InternalError, msg));
     }
+    let (events, next) = matching(shard, filter, &records, from, to).await?;
+    Ok(ReplyBody::Events { events, next })
+}
+
+/// The events of `records` (read from `from`) through `to` that pass `filter`, and the offset
+/// after the last record looked at.
+async fn matching(
+    shard: &Shard,
+    filter: &Filter,
+    records: &[(u64, Vec<u8>)],
+    from: u64,
+    to: u64,
+) -> Result<(Vec<Replayed>, u64), Rejection> {
     let mut events = Vec::new();
     let mut next = from;
     for (i, (offset, payload)) in records.iter().enumerate() {
@@ -73,7 +130,28 @@ pub(super) async fn read_events(
             }
         }
     }
-    Ok(ReplyBody::Events { events, next })
+    Ok((events, next))
+}
+
+/// How far a replay read from `from` may deliver: `to`, or on a primary whose pushes wait for
+/// sync acknowledgement no further than the acknowledged offset (see the module docs); `None`
+/// when that is still below `from` after `REPLAY_ACK_WAIT`. Fails past the lease or once
+/// demoted, where held pushes are dropped.
+async fn deliverable_through(shard: &Shard, from: u64, to: u64) -> Result<Option<u64>, Rejection> {
+    let member = &*shard.member;
+    let Some(sync) = shard.sync.as_ref() else {
+        return Ok(Some(to));
+    };
+    if !shard.subs.holds_local() || member.is_replica() {
+        return Ok(Some(to)); // a follower replays what it has durable, as it pushes
+    }
+    let stop = || member.is_replica() || member.fenced();
+    let acked = sync.acked_within(from, REPLAY_ACK_WAIT, stop).await;
+    if stop() {
+        let msg = "this member lost its primary lease: the replay stops where its held pushes do";
+        return Err(Rejection::new(ErrorCode::NoPrimary, msg).with("epoch", member.epoch()));
+    }
+    Ok((acked >= from).then(|| to.min(acked)))
 }
 
 /// How a failed replay read reaches the front. A trimmed offset names the oldest one left.

@@ -1,6 +1,7 @@
 //! Subscriptions, shard side: which client subscriptions want which events, the push of every
 //! applied event through the subscriber's outbox (so it leaves only once durable, in log
-//! order), and replay reads from the log.
+//! order), and replay reads from the log (`replay.rs`; in HA sync mode a primary's replay
+//! delivers only sync-acknowledged entries, as its pushes do).
 //!
 //! Owns the registry of live subscriptions (per client channel: front-local subscription id and
 //! filter) and the replay task queue. Filters are evaluated here, so unwanted events never cross
@@ -243,6 +244,12 @@ impl Registry {
 
     pub fn count(&self) -> usize {
         self.count.get()
+    }
+
+    /// Pushes of entries this member decides wait for sync acknowledgement (`hold_local`);
+    /// replay reads on a primary then wait too (`replay.rs`).
+    pub(super) fn holds_local(&self) -> bool {
+        self.hold_local
     }
 
     /// The outbox of every connected client.

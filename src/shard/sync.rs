@@ -10,9 +10,10 @@
 //! other reply do not wait for replicas, but replies stay in order per outbox: a reply queued
 //! after a waiting write waits behind it. Pushes go out as soon as their entry is durable,
 //! except with failover on, where a push of an entry this member decided waits for the same
-//! acknowledgement (`push_hold.rs`), without holding up replies. Standalone and async primaries never come here: `serve_client` picks
-//! `Outbox::run_sync` only when `ShardSetup::sync` is set, and `receive` checks the option
-//! once per request.
+//! acknowledgement (`push_hold.rs`), without holding up replies, and a replay delivers only
+//! what it covers (`replay.rs`). Standalone and async primaries never come here: `serve_client`
+//! picks `Outbox::run_sync` only when `ShardSetup::sync` is set, and `receive` checks the
+//! option once per request.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -27,6 +28,7 @@ use super::message::{ReplyBody, ShardCall, ShardMessage};
 use super::push_hold::PushHold;
 use super::runtime::{Outbox, Outcome, Shard};
 use crate::config::{Replication, ReplicationMode, Role};
+use crate::util::waiters::Waiters;
 
 /// Default `replication.sync_timeout_ms` (docs/replication.md).
 const SYNC_TIMEOUT_MS_DEFAULT: u64 = 5000;
@@ -59,6 +61,9 @@ pub(super) struct SyncState {
     acked: Cell<u64>,
     /// Write replies turned into `SYNC_TIMEOUT` (`ShardStats::sync_timeouts`).
     timeouts: Cell<u64>,
+    /// Replay reads waiting for `acked` to reach what they would deliver (`replay.rs`); woken
+    /// when it moves and when a term begins or ends.
+    replay_waiters: Waiters,
 }
 
 impl SyncState {
@@ -67,6 +72,7 @@ impl SyncState {
             setup,
             acked: Cell::new(0),
             timeouts: Cell::new(0),
+            replay_waiters: Waiters::default(),
         }
     }
 
@@ -77,6 +83,24 @@ impl SyncState {
     /// A term begins or ends (failover): acknowledgements of the last term no longer count.
     pub fn new_term(&self) {
         self.acked.set(0);
+        self.replay_waiters.notify_all();
+    }
+
+    /// The offset acknowledged by enough replicas, once it reaches `offset`, `stop()` holds or
+    /// `limit` has passed, whichever comes first (a replay read, `replay.rs`).
+    pub(super) async fn acked_within(
+        &self,
+        offset: u64,
+        limit: Duration,
+        stop: impl Fn() -> bool + Unpin,
+    ) -> u64 {
+        if self.acked.get() < offset && !stop() {
+            let reached = self
+                .replay_waiters
+                .until(|| self.acked.get() >= offset || stop());
+            or(reached, glommio::timer::sleep(limit)).await;
+        }
+        self.acked.get()
     }
 
     fn timed_out(&self, offset: u64) -> Rejection {
@@ -113,6 +137,7 @@ impl Shard {
                 for outbox in self.subs.outboxes() {
                     outbox.acked.notify();
                 }
+                sync.replay_waiters.notify_all();
             }
         }
         (Ok(ReplyBody::Json(b"{}".to_vec())), 0)

@@ -270,7 +270,8 @@ fn with_oldest_cursor(rej: Rejection, spec: &WatchSpec, logs: &Logs) -> Rejectio
 
 /// Replays every watched shard from its start to its registration head, a chunk at a time
 /// and round-robin, queuing a chunk only when the subscription's queue is at most half full;
-/// each shard goes live once caught up.
+/// each shard goes live once caught up. In HA sync mode a primary's shard replays only what
+/// replicas acknowledged, and may answer "nothing yet" (`take_chunk`).
 async fn replay(router: &Router, sub: &Sub, filter: &Filter, plan: &Shards) {
     let mut todo: Vec<(u32, u64, u64)> = Vec::new();
     for (k, p) in plan.iter().enumerate() {
@@ -298,24 +299,8 @@ async fn replay(router: &Router, sub: &Sub, filter: &Filter, plan: &Shards) {
                 max: room.clamp(1, REPLAY_CHUNK_RECORDS_MAX),
             };
             let reply = router.call(k, call).await;
-            if sub.is_ended() {
+            let Some(next) = take_chunk(sub, k, from, reply) else {
                 return;
-            }
-            let next = match reply {
-                Ok(ReplyBody::Events { events, next }) if next > from => {
-                    for (offset, epoch, body) in events {
-                        if !sub.enqueue(k, epoch, offset, &body) {
-                            return;
-                        }
-                    }
-                    next
-                }
-                other => {
-                    let why = other.err().map_or("no progress".to_string(), |r| r.message);
-                    log::warn!("subscription {}: replay of shard {k} failed: {why}", sub.id);
-                    sub.end(End::Lagged);
-                    return;
-                }
             };
             if next > head {
                 if !sub.go_live(k) {
@@ -326,6 +311,33 @@ async fn replay(router: &Router, sub: &Sub, filter: &Filter, plan: &Shards) {
                 todo[i].1 = next;
                 i += 1;
             }
+        }
+    }
+}
+
+/// Queues one replay chunk of shard `k` read from `from`; where to go on, or `None` once the
+/// subscription ended (now or before). No events and `next == from`: nothing was
+/// sync-acknowledged at `from` yet (HA sync mode, `shard/replay.rs`; the shard waited a
+/// bounded time): the same read is asked again on the next round.
+fn take_chunk(sub: &Sub, k: u32, from: u64, reply: Result<ReplyBody, Rejection>) -> Option<u64> {
+    if sub.is_ended() {
+        return None;
+    }
+    match reply {
+        Ok(ReplyBody::Events { events, next }) if next > from => {
+            for (offset, epoch, body) in events {
+                if !sub.enqueue(k, epoch, offset, &body) {
+                    return None;
+                }
+            }
+            Some(next)
+        }
+        Ok(ReplyBody::Events { events, next }) if next == from && events.is_empty() => Some(next),
+        other => {
+            let why = other.err().map_or("no progress".to_string(), |r| r.message);
+            log::warn!("subscription {}: replay of shard {k} failed: {why}", sub.id);
+            sub.end(End::Lagged);
+            None
         }
     }
 }

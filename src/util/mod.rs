@@ -4,3 +4,4 @@ pub mod notify;
 pub mod random;
 pub mod slot;
 pub mod time;
+pub mod waiters;

@@ -9,7 +9,7 @@ mod timers;
 
 use std::future::Future;
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 
 use glommio::channels::shared_channel::{self, ConnectedReceiver, ConnectedSender};
 use glommio::{LocalExecutorBuilder, Placement};
@@ -21,6 +21,7 @@ use super::message::{ReplyBody, ShardCall, ShardMessage, ShardRequest};
 use super::runtime::{self, ShardSetup};
 use super::subs::{PushMsg, SubsEnded};
 use crate::protocol::Op;
+use crate::replication::ReplState;
 
 /// Runs `f` in a fresh executor, propagating panics.
 pub fn run<F, Fut>(f: F)
@@ -45,6 +46,8 @@ pub struct TestShard {
     pub pushes: Vec<PushMsg>,
     /// Subscriptions the shard ended, received while waiting for replies.
     pub ended: Vec<SubsEnded>,
+    /// The role and lease the shard reads (a test may fence or demote it).
+    pub member: Arc<ReplState>,
     task: glommio::task::JoinHandle<()>,
 }
 
@@ -59,6 +62,8 @@ pub struct Options {
     pub role: Option<crate::config::Role>,
     /// `storage.snapshot_every_entries` (default: never).
     pub snapshot_every: u64,
+    /// Failover on, and this member the primary with a lease an hour long (`role` unused).
+    pub ha_primary: bool,
 }
 
 impl Default for Options {
@@ -70,6 +75,7 @@ impl Default for Options {
             sync: None,
             role: None,
             snapshot_every: u64::MAX / 2,
+            ha_primary: false,
         }
     }
 }
@@ -83,6 +89,15 @@ impl TestShard {
         let mut wal = WalConfig::new(dir.join("shard-0"), 0);
         wal.segment_bytes = opts.segment_bytes;
         wal.retain_bytes = 0;
+        let member = Arc::new(match opts.ha_primary {
+            true => {
+                let m = ReplState::new_ha();
+                m.become_primary();
+                m.set_lease_until(crate::ha::clock::boottime_ns() + 3_600_000_000_000);
+                m
+            }
+            false => ReplState::new(opts.role),
+        });
         let setup = ShardSetup {
             index: 0,
             clients: vec![(req_rx, resp_tx)],
@@ -91,7 +106,7 @@ impl TestShard {
             fires_timers: opts.fires_timers,
             timers_paused: opts.timers_paused,
             sync: opts.sync,
-            member: std::sync::Arc::new(crate::replication::ReplState::new(opts.role)),
+            member: member.clone(),
             ready: ready_tx,
         };
         let task = glommio::spawn_local(runtime::run(setup)).detach();
@@ -107,6 +122,7 @@ impl TestShard {
             next_token: 0,
             pushes: Vec::new(),
             ended: Vec::new(),
+            member,
             task,
         }
     }

@@ -1,6 +1,7 @@
 //! Sync replication on a primary's shard: client write replies wait for replica
 //! acknowledgement or become SYNC_TIMEOUT (committed) after the timeout; reads and pushes do
-//! not wait; replies stay in order.
+//! not wait; replies stay in order; with failover on, a primary's replay reads deliver only
+//! acknowledged records.
 
 use std::time::{Duration, Instant};
 
@@ -132,6 +133,89 @@ fn write_replies_wait_for_replica_acks_or_time_out_committed() {
         assert_eq!(got, t1);
         assert!(r1.is_ok());
         s.reply().await.1.expect("ack reply");
+        s.stop().await;
+    });
+}
+
+/// `ReadEvents` of records `from..=4` (the test's whole log), every event.
+fn read(from: u64) -> ShardCall {
+    ShardCall::ReadEvents {
+        filter: Filter::default(),
+        from,
+        to: 4,
+        max: 100,
+    }
+}
+
+/// The offsets of a `ReadEvents` answer's events, and its `next`.
+fn offsets(r: Result<ReplyBody, shards::Rejection>) -> (Vec<u64>, u64) {
+    match r.expect("events") {
+        ReplyBody::Events { events, next } => (events.iter().map(|e| e.0).collect(), next),
+        _ => panic!("not events"),
+    }
+}
+
+#[test]
+fn a_primarys_replay_in_ha_sync_mode_delivers_only_acknowledged_records() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        let setup = SyncSetup {
+            timeout: Duration::from_millis(100),
+            replicas: 1,
+        };
+        let opts = Options {
+            sync: Some(setup),
+            ha_primary: true,
+            ..Options::default()
+        };
+        let mut s = TestShard::start(&root, opts).await;
+        let put = json!({"machine": "m", "version": 1, "definition": {
+            "states": ["a"], "initial": "a",
+            "transitions": [{"from": "a", "event": "go", "to": "a"}]}});
+        let go = json!({"instance_id": "i", "event": "go"});
+        let ops = [
+            (Op::PutMachine, put),
+            (
+                Op::CreateInstance,
+                json!({"machine": "m", "version": 1, "id": "i"}),
+            ),
+            (Op::ApplyEvent, go.clone()),
+            (Op::ApplyEvent, go),
+        ];
+        for (op, params) in ops {
+            let err = s.op(op, params).await.unwrap_err();
+            assert_eq!(
+                err.code,
+                ErrorCode::SyncTimeout,
+                "committed, not acknowledged"
+            );
+        }
+        s.call(ShardCall::ReplicaAcked { through: 3 })
+            .await
+            .expect("ack");
+        // Through the acknowledged offset, then nothing yet (after a bounded wait).
+        assert_eq!(offsets(s.call(read(1)).await), (vec![3], 4));
+        let started = Instant::now();
+        assert_eq!(offsets(s.call(read(4)).await), (vec![], 4));
+        assert!(started.elapsed() >= Duration::from_millis(150));
+        // An acknowledgement wakes a waiting read.
+        let t = s.send(read(4)).await;
+        s.send(ShardCall::ReplicaAcked { through: 4 }).await;
+        let (mut got, mut result) = s.reply().await;
+        if got != t {
+            (got, result) = s.reply().await;
+        }
+        assert_eq!(got, t);
+        assert_eq!(offsets(result), (vec![4], 5));
+        // Past the lease the replay stops, as held pushes do; a follower reads what is durable.
+        s.member.set_lease_until(1);
+        let Err(err) = s.call(read(1)).await else {
+            panic!("a replay past the lease")
+        };
+        assert_eq!(err.code, ErrorCode::NoPrimary);
+        s.member.become_follower();
+        assert_eq!(offsets(s.call(read(1)).await), (vec![3, 4], 5));
         s.stop().await;
     });
 }
