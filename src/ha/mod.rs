@@ -13,7 +13,8 @@
 //!   campaign (pure); `session`: one etcd session; `term`: the decisions; `shared`: the thread
 //!   ↔ executor exchange; `driver`: the executor's side; `clock`: CLOCK_BOOTTIME;
 //!   `admin`: the operator's requests to the thread; `switchover` (the op) and `handover`
-//!   (its etcd steps): a planned handover; `syncset`: the sync set a sync-mode primary keeps.
+//!   (its etcd steps): a planned handover; `syncset`: the sync set a sync-mode primary keeps;
+//!   `wake`: what starts the thread's next read before its poll.
 
 pub mod admin;
 pub mod clock;
@@ -30,6 +31,7 @@ pub mod switchover;
 mod syncset;
 mod term;
 mod tls;
+pub mod wake;
 
 use std::sync::Arc;
 use std::time::Duration;

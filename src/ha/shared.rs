@@ -168,6 +168,9 @@ pub struct Shared {
     pub demoted_for: Mutex<&'static str>,
     /// Whose acks count (sync mode): the HA thread and the hub (`SyncCount`).
     pub sync: Mutex<SyncCount>,
+    /// Starts the HA thread's next read before its poll (`ha::wake`): a request in `admin`, a
+    /// decision the driver carried out.
+    pub wake: super::wake::Wake,
 }
 
 impl Shared {
