@@ -14,7 +14,8 @@
 //!   ↔ executor exchange; `driver`: the executor's side; `clock`: CLOCK_BOOTTIME;
 //!   `admin`: the operator's requests to the thread; `switchover` (the op) and `handover`
 //!   (its etcd steps): a planned handover; `syncset`: the sync set a sync-mode primary keeps;
-//!   `wake`: what starts the thread's next read before its poll.
+//!   `watch`: the etcd watch that, like the driver and `admin`, wakes the thread early
+//!   (`wake`): it reads and decides at once instead of at its next poll.
 
 pub mod admin;
 pub mod clock;
@@ -32,6 +33,7 @@ mod syncset;
 mod term;
 mod tls;
 pub mod wake;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -260,6 +260,7 @@ async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String
     ctx.shared.update_view(|v| v.etcd_reachable = true);
     let renew_every = Duration::from_millis(ctx.cfg.ttl_ms / 3).as_nanos() as u64;
     let mut next_renew = boottime_ns() + renew_every;
+    let _watch = super::watch::spawn(ctx, s.client.clone());
     loop {
         let now = boottime_ns();
         if now >= next_renew {
