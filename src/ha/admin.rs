@@ -192,6 +192,7 @@ pub async fn force_op(shared: &Shared, state: &ReplState) -> Result<Value, Rejec
 pub async fn wait_outcome(shared: &Shared, ask: Ask, name: &str) -> Result<Done, Rejection> {
     let ticket = (shared.admin.ask(ask))
         .map_err(|e| Rejection::new(ErrorCode::InternalError, format!("{name}: {e}")))?;
+    shared.wake.signal(); // carried out at the thread's next read, now rather than at its poll
     let deadline = Instant::now() + WAIT;
     loop {
         match shared.admin.outcome(ticket) {

@@ -1,6 +1,8 @@
 //! The control executor's side of failover (docs/ha.md, "Promotion" and "Demotion"): it polls
 //! the HA thread's decision (`shared::Want`) and carries it out on this executor, then reports
-//! back with the log positions it read afterwards.
+//! back with the log positions it read afterwards and wakes the thread (`Shared::wake`), which
+//! then goes on (publishes final positions, writes the term's history) without waiting for
+//! its poll.
 //!
 //! - `Lead { epoch }`: stop the follower, write the epoch record into every shard's log
 //!   (`ShardCall::BeginEpoch`, durable before it answers), start timers (`Promote`), then
@@ -43,7 +45,8 @@ pub async fn run(hub: Rc<Hub>, shared: Arc<Shared>, template: follower::Settings
     let mut done = 0;
     while !hub.stopping.get() {
         let (gen, want) = shared.want();
-        if gen != done {
+        let carried = gen != done;
+        if carried {
             if let Some(want) = want {
                 let failed = carry_out(&hub, &template, &mut doing, want).await;
                 shared.update_report(|r| {
@@ -55,6 +58,9 @@ pub async fn run(hub: Rc<Hub>, shared: Arc<Shared>, template: follower::Settings
             done = gen;
         }
         report_positions(&hub, &shared, &doing).await;
+        if carried {
+            shared.wake.signal(); // the HA thread goes on from the report at once
+        }
         glommio::timer::sleep(POLL).await;
     }
 }

@@ -13,7 +13,9 @@
 //!   campaign (pure); `session`: one etcd session; `term`: the decisions; `shared`: the thread
 //!   ↔ executor exchange; `driver`: the executor's side; `clock`: CLOCK_BOOTTIME;
 //!   `admin`: the operator's requests to the thread; `switchover` (the op) and `handover`
-//!   (its etcd steps): a planned handover; `syncset`: the sync set a sync-mode primary keeps.
+//!   (its etcd steps): a planned handover; `syncset`: the sync set a sync-mode primary keeps;
+//!   `watch`: the etcd watch that, like the driver and `admin`, wakes the thread early
+//!   (`wake`): it reads and decides at once instead of at its next poll.
 
 pub mod admin;
 pub mod clock;
@@ -30,6 +32,8 @@ pub mod switchover;
 mod syncset;
 mod term;
 mod tls;
+pub mod wake;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,8 +1,10 @@
 //! One etcd session of the HA control thread (docs/ha.md, "Inside a member"): connect, grant
 //! a lease, claim this node's member key (a second live process with the same `node_id` exits
 //! 1), remove a stale leader key left by an earlier process, then renew and decide every
-//! `POLL` until the lease is lost. Every etcd call is bounded by `CALL_TIMEOUT`; a failed call
-//! is retried at the next poll while the lease deadline lies ahead.
+//! `POLL` until the lease is lost, sooner when woken (`ha::wake`: the etcd watch of
+//! `ha::watch`, an operator's request, the driver): a wake only starts the next read early, the
+//! read decides. Every etcd call is bounded by `CALL_TIMEOUT`; a failed call is retried at the
+//! next poll while the lease deadline lies ahead.
 
 use std::future::Future;
 use std::time::Duration;
@@ -17,7 +19,8 @@ use super::keys::{Leader, Member};
 use super::term::Term;
 use super::Ctx;
 
-/// How often the thread renews (when due), reads the cluster's keys and decides.
+/// How often the thread renews (when due), reads the cluster's keys and decides when nothing
+/// wakes it sooner (`ha::wake`).
 pub const POLL: Duration = Duration::from_millis(200);
 /// The longest one etcd call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
@@ -257,6 +260,7 @@ async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String
     ctx.shared.update_view(|v| v.etcd_reachable = true);
     let renew_every = Duration::from_millis(ctx.cfg.ttl_ms / 3).as_nanos() as u64;
     let mut next_renew = boottime_ns() + renew_every;
+    let _watch = super::watch::spawn(ctx, s.client.clone());
     loop {
         let now = boottime_ns();
         if now >= next_renew {
@@ -273,11 +277,14 @@ async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String
             }
         }
         super::admin::carry_out_pauses(ctx, s).await;
+        let read_at = tokio::time::Instant::now();
         match s.read(ctx).await {
             Ok(snap) => term.decide(ctx, s, snap).await?,
             Err(e) => note_error(ctx, term, e)?,
         }
-        tokio::time::sleep(POLL).await;
+        // Until the poll, the renewal (whichever comes first) or a wake (`ha::wake`).
+        let renew_in = Duration::from_nanos(next_renew.saturating_sub(boottime_ns()));
+        ctx.shared.wake.wait(POLL.min(renew_in), read_at).await;
     }
 }
 

@@ -152,6 +152,9 @@ pub struct HaStats {
     pub demotions: [AtomicU64; DEMOTION_REASONS.len()],
     /// etcd calls that failed.
     pub etcd_errors: AtomicU64,
+    /// Times the etcd watch was created again after one broke (`ha::watch`; shown in
+    /// REPLICATION_STATUS only: CONTRACT §12 fixes the `svc_ha_*` families).
+    pub watch_restarts: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -168,6 +171,9 @@ pub struct Shared {
     pub demoted_for: Mutex<&'static str>,
     /// Whose acks count (sync mode): the HA thread and the hub (`SyncCount`).
     pub sync: Mutex<SyncCount>,
+    /// Starts the HA thread's next read before its poll (`ha::wake`): the etcd watch, a
+    /// request in `admin`, a decision the driver carried out.
+    pub wake: super::wake::Wake,
 }
 
 impl Shared {

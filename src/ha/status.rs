@@ -39,6 +39,7 @@ pub fn json(shared: &Shared, state: &ReplState) -> Value {
         "failovers": shared.stats.failovers.load(Relaxed),
         "demotions": demotions,
         "etcd_errors": shared.stats.etcd_errors.load(Relaxed),
+        "watch_restarts": shared.stats.watch_restarts.load(Relaxed),
         "history": view.history,
     })
 }

@@ -273,7 +273,8 @@ impl Term {
         let published = mine.is_some_and(|(m, rev)| *rev > since && !m.following);
         if !published {
             s.put_member(ctx, &self.member(ctx)).await?;
-            return Ok(()); // decide on the next read, which shows it
+            ctx.shared.wake.signal(); // decide on the next read, at once: it shows them
+            return Ok(());
         }
         if !self.forcing.is_empty() {
             log::warn!("ha: PROMOTE {{force: true}}: campaigning without the eligibility rules");

@@ -101,7 +101,7 @@ impl Etcd {
     /// Waits until every member answers on its own endpoint (a write through the cluster
     /// succeeds once two of three run; a member still starting then would make the members'
     /// etcd clients fail calls on it, which the tests would read as an etcd outage).
-    fn wait_healthy(&self, limit: Duration) {
+    pub fn wait_healthy(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
         let answers = |endpoints: &str, args: &[&str]| {
             Command::new("etcdctl")
