@@ -4,7 +4,9 @@ instances and --events events each (`smdb-bench --fill`), runs APPLY_EVENT load 
 holds at least --tail x snapshot_every_entries entries after the newest snapshot, SIGKILLs it,
 then restarts it --repeat times with the page cache dropped and --repeat times warm, timing
 from the exec to the first successful GET_INSTANCE of a pre-kill instance (and printing the
-server's own "recovered" line). Needs root for /proc/sys/vm/drop_caches.
+server's own "recovered" line). Needs root for /proc/sys/vm/drop_caches. With --alt-env
+KEY=VALUE every restart is run twice, alternated: without and with that variable in the
+server's environment (an A/B of a setting on one data dir).
 
     python3 benches/snapshot-recovery.py --server target/release/smdb-server \
         --bench target/release/smdb-bench --instances 1000000 --events 3
@@ -39,10 +41,10 @@ def wait_listening(p, log_path):
     raise RuntimeError("server did not start")
 
 
-def start(server, cfg, log_path):
+def start(server, cfg, log_path, env=None):
     out = open(log_path + ".out", "w")
     err = open(log_path, "w")
-    return subprocess.Popen([server, "--config", cfg], stdout=out, stderr=err)
+    return subprocess.Popen([server, "--config", cfg], stdout=out, stderr=err, env=env)
 
 
 def first_get(addr, ident, t0, limit=60.0):
@@ -69,6 +71,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--parent", default="/tmp")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--alt-env", default=None, help="KEY=VALUE: A/B each restart with it")
     a = ap.parse_args()
     port = 20000 + os.getpid() % 20000
     addr = f"127.0.0.1:{port}"
@@ -105,19 +108,24 @@ def main():
                       "newest_snapshot": s, "tail_entries_about": h_seen - s,
                       "snapshot_bytes": os.path.getsize(os.path.join(
                           data, "shard-0", "snapshots", f"{s:020}.snap"))}))
-    for cold in [True] * a.repeat + [False] * a.repeat:
+    arms = [(None, None)]
+    if a.alt_env:
+        key, _, value = a.alt_env.partition("=")
+        arms.append((a.alt_env, dict(os.environ, **{key: value})))
+    for cold, (label, env) in [(c, arm) for c in [True] * a.repeat + [False] * a.repeat
+                               for arm in arms]:
         if cold:
             subprocess.run(["sync"], check=True)
             with open("/proc/sys/vm/drop_caches", "w") as f:
                 f.write("3\n")
         log = os.path.join(top, "restart.err")
         t0 = time.monotonic()
-        p = start(a.server, cfg, log)
+        p = start(a.server, cfg, log, env)
         took = first_get(addr, ident, t0)
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
         rec = re.findall(r"shard recovered .*", open(log).read())
-        print(json.dumps({"cache": "dropped" if cold else "warm",
+        print(json.dumps({"cache": "dropped" if cold else "warm", "env": label,
                           "first_get_s": round(took, 3), "server": rec}))
     if not a.keep:
         shutil.rmtree(top)

@@ -92,11 +92,31 @@ pub async fn connect(ctx: &Ctx) -> Result<Session, String> {
 impl Session {
     /// Renews the lease: the new deadline (CLOCK_BOOTTIME ns) is the send time plus the TTL
     /// etcd returned, minus `ha.safety_margin_ms`. Err when etcd says the lease is gone.
+    ///
+    /// The keep-alive stream runs on one etcd member's connection: when that member goes (a
+    /// restart, a crash; quorum kept), the stream fails, and renewing on it again would fail
+    /// until the deadline passed and this member lost its term. So a failed renewal opens a
+    /// new stream at once, which reaches a member still up, and renews on it.
     pub async fn renew(&mut self, margin: Duration) -> Result<u64, String> {
+        match self.renew_on_stream(margin).await {
+            Err(e) if !e.contains("expired") => {
+                log::debug!("ha: {e}; opening a new keep-alive stream");
+                let (keeper, stream) =
+                    call("lease keep-alive", self.client.lease_keep_alive(self.lease))
+                        .await
+                        .map_err(|again| format!("{e}; a new keep-alive stream: {again}"))?;
+                (self.keeper, self.stream) = (keeper, stream);
+                self.renew_on_stream(margin).await
+            }
+            renewed => renewed,
+        }
+    }
+
+    async fn renew_on_stream(&mut self, margin: Duration) -> Result<u64, String> {
         let sent = boottime_ns();
         call("keep-alive", self.keeper.keep_alive()).await?;
         let resp = call("keep-alive answer", self.stream.message()).await?;
-        let ttl = resp.map_or(0, |r| r.ttl());
+        let ttl = resp.ok_or("etcd keep-alive: the stream ended")?.ttl();
         if ttl <= 0 {
             return Err("the lease expired in etcd".into());
         }

@@ -8,8 +8,10 @@ mod batch;
 pub mod durability;
 mod event;
 mod install;
+mod machines;
 pub mod message;
 mod os_yield;
+mod outbox;
 pub mod pause;
 mod push_hold;
 mod replay;
@@ -19,6 +21,7 @@ pub mod snapshot;
 pub mod subs;
 pub mod sync;
 pub mod timers;
+mod write;
 
 #[cfg(test)]
 mod tests;

@@ -1,17 +1,16 @@
 //! The shard executor's main loop: one task per client channel (each front executor and the
 //! control executor), an outbox per channel that releases replies once their log offset is
-//! durable, in arrival order.
+//! durable, in arrival order (`outbox.rs`), and the dispatch of each call: writes in
+//! `write.rs` (APPLY_EVENT's fast path `event.rs`, BATCH `batch.rs`), machine definitions in
+//! `machines.rs`, instance reads and INFO here.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Instant;
 
-use glommio::channels::shared_channel::{
-    ConnectedReceiver, ConnectedSender, SharedReceiver, SharedSender,
-};
+use glommio::channels::shared_channel::{ConnectedReceiver, SharedReceiver, SharedSender};
 use serde_json::{json, Value};
-use shards::engine::{Command, Decision, Engine, Entry};
+use shards::engine::Engine;
 use shards::wal::WalConfig;
 use shards::{ErrorCode, Rejection};
 
@@ -26,8 +25,8 @@ use super::timers::Timers;
 use crate::metrics::{LogStats, ShardStats};
 use crate::ops;
 use crate::protocol::Op;
-use crate::util::notify::Notify;
-use crate::util::time::now_ms;
+
+pub(super) use super::outbox::Outbox;
 
 /// One client's channel pair, created in `main` and moved into the shard executor.
 pub type ClientChannels = (SharedReceiver<ShardRequest>, SharedSender<ShardMessage>);
@@ -61,7 +60,7 @@ pub struct Shard {
     /// A snapshot being received from the primary (`shard/install.rs`).
     pub(super) incoming: RefCell<Option<super::install::Incoming>>,
     /// Replies waiting in this shard's outboxes (a metrics gauge).
-    queued: Cell<u64>,
+    pub(super) queued: Cell<u64>,
     pub(super) subs: Registry,
     pub(super) timers: Timers,
     pub(super) repl: ReplState,
@@ -77,7 +76,7 @@ pub struct Shard {
     /// Offers the core to the log's completion worker between requests (`os_yield`).
     os_yield: OsYield,
     /// Where a write's result JSON is built before its exact-size copy (`result_bytes`).
-    result_buf: RefCell<Vec<u8>>,
+    pub(super) result_buf: RefCell<Vec<u8>>,
     /// A backup's barrier (`pause.rs`): requests wait while it holds.
     pub(super) pause: super::pause::Pause,
 }
@@ -200,112 +199,6 @@ async fn run_call(shard: &Rc<Shard>, call: ShardCall) -> (Outcome, Option<Instan
             call => (shard.execute(call), None),
         },
         Some(_) => sync_mode::run_call(shard, call).await,
-    }
-}
-
-/// Replies and subscription pushes waiting for the log to become durable up to their offset.
-///
-/// Bound: replies, at most the number of requests the client executor has outstanding on this
-/// shard, which its own per-connection in-flight limits bound (the client waits on the request
-/// channel when that is full); pushes, the entries not yet durable times the subscriptions
-/// they match (`subs::Registry::pending`, a gauge in INFO). So it cannot grow without bound.
-#[derive(Default)]
-pub(super) struct Outbox {
-    /// `(needs, message, queued at)`: the time is set on a sync-mode write reply only.
-    pub(super) queue: RefCell<VecDeque<(u64, ShardMessage, Option<Instant>)>>,
-    pub(super) wake: Notify,
-    pub(super) closed: std::cell::Cell<bool>,
-    /// Sync mode: replicas acknowledged more (`shard/sync.rs`).
-    pub(super) acked: Notify,
-}
-
-impl Outbox {
-    /// Queues a reply; `gate` (sync mode) also makes it wait for replica acknowledgement.
-    fn push(&self, needs: u64, resp: ShardResponse, gate: Option<Instant>) {
-        let msg = ShardMessage::Reply(resp);
-        self.queue.borrow_mut().push_back((needs, msg, gate));
-        self.wake.notify();
-    }
-
-    /// Queues `msg` to leave once the log is durable through `needs`, after everything
-    /// queued before it.
-    pub(super) fn push_message(&self, needs: u64, msg: ShardMessage) {
-        self.queue.borrow_mut().push_back((needs, msg, None));
-        self.wake.notify();
-    }
-
-    fn close(&self) {
-        self.closed.set(true);
-        self.wake.notify();
-    }
-
-    /// After a log rewind to `head`: what waits for a later offset waited on the old log,
-    /// which made everything it had durable when it closed, so it may leave now; except the
-    /// pushes of entries the rewind removed, which are dropped (the log no longer has them;
-    /// their subscriptions end `diverged`, `Registry::rewound`). Returns how many.
-    pub(super) fn clamp_needs(&self, head: u64) -> u64 {
-        let mut q = self.queue.borrow_mut();
-        let before = q.len();
-        q.retain(|(needs, msg, _)| !(matches!(msg, ShardMessage::Push(_)) && *needs > head));
-        let dropped = (before - q.len()) as u64;
-        for (needs, _, _) in q.iter_mut() {
-            *needs = (*needs).min(head);
-        }
-        drop(q);
-        self.wake.notify();
-        dropped
-    }
-
-    pub(super) async fn run(self: Rc<Self>, shard: Rc<Shard>, tx: ConnectedSender<ShardMessage>) {
-        loop {
-            let front = self.queue.borrow().front().map(|(n, _, _)| *n);
-            let Some(needs) = front else {
-                if self.closed.get() {
-                    return;
-                }
-                self.wake.wait().await;
-                continue;
-            };
-            let failure = shard.log.wait_durable(needs).await.err();
-            let durable = shard.log.durable();
-            loop {
-                let next = {
-                    let mut q = self.queue.borrow_mut();
-                    match q.front() {
-                        Some((n, _, _)) if *n <= durable || failure.is_some() => q.pop_front(),
-                        _ => None,
-                    }
-                };
-                let Some((n, mut msg, gate)) = next else {
-                    break;
-                };
-                match &mut msg {
-                    ShardMessage::Reply(resp) => {
-                        shard.queued.set(shard.queued.get().saturating_sub(1));
-                        if n > durable {
-                            if let Some(f) = &failure {
-                                resp.result = Err(f.clone());
-                            }
-                        }
-                        // Failover, async mode: `gate` marks a client write (only set with
-                        // failover on); past the lease it is not acknowledged.
-                        if gate.is_some() && resp.result.is_ok() && shard.member.fenced() {
-                            resp.result = Err(crate::ha::fence::no_primary(&shard.member, true));
-                        }
-                    }
-                    ShardMessage::Push(_) => {
-                        shard.subs.push_left();
-                        if n > durable {
-                            continue; // never durable: the event did not happen
-                        }
-                    }
-                    ShardMessage::SubsEnded(_) => {}
-                }
-                if tx.send(msg).await.is_err() {
-                    return; // the client executor is gone: nobody to answer
-                }
-            }
-        }
     }
 }
 
@@ -462,216 +355,6 @@ impl Shard {
         (result, needs)
     }
 
-    /// decide → log → apply for one write command (APPLY_EVENT: `shard/event.rs`).
-    fn write(&self, cmd: &Command) -> Outcome {
-        if let Some(ev) = cmd.event() {
-            return self.write_event(&ev);
-        }
-        let decision = self.engine.borrow().decide(cmd, now_ms());
-        match decision {
-            Err(rej) => (Err(rej), 0),
-            Ok(Decision::Answer(v)) => self.answer(cmd, &v),
-            Ok(Decision::Write(entry)) => {
-                // The result is written straight from the engine's record (no Value).
-                let written = self.log_and_apply_with(entry, |engine, entry, offset| {
-                    self.result_bytes(|out| engine.apply_into(entry, offset, out))
-                });
-                match written {
-                    Ok((bytes, offset)) => (Ok(ReplyBody::Json(bytes)), offset),
-                    Err(rej) => (Err(rej), 0),
-                }
-            }
-        }
-    }
-
-    /// Logs `entry`, applies it, arms the timers of the states it entered and publishes it.
-    /// Appends one record to the log, unless this shard's state has diverged from its log
-    /// (`shards::engine::Divergence`): then every write is refused, naming the entry.
-    /// A record this member decided (a client write, a timer fire, an epoch record): under
-    /// failover, past the lease deadline nothing more is appended (docs/ha.md,
-    /// "Self-fencing"); one atomic load when failover is off.
-    pub(super) fn append(&self, record: &[u8]) -> Result<u64, Rejection> {
-        if self.member.fenced() {
-            return Err(crate::ha::fence::no_primary(&self.member, false));
-        }
-        self.append_record(record)
-    }
-
-    /// `append` without the lease check: a replica's copy of its primary's record.
-    pub(super) fn append_record(&self, record: &[u8]) -> Result<u64, Rejection> {
-        if let Some(d) = self.engine.borrow().divergence() {
-            return Err(Rejection::new(
-                ErrorCode::WalIoError,
-                format!(
-                    "shard {}: the log entry at offset {} does not fit the state ({}); the \
-                     shard refuses writes until the divergence is repaired",
-                    self.index, d.offset, d.reason
-                ),
-            )
-            .with("diverged_at", d.offset));
-        }
-        // An epoch entry starts a segment of its own, labelled with its epoch (the archive).
-        if let Some(epoch) = shards::engine::Record::epoch_begun(record) {
-            let follows = self.engine.borrow().last_epoch();
-            return self.log.append_epoch(record, epoch, follows);
-        }
-        self.log.append(record)
-    }
-
-    pub(super) fn log_and_apply(&self, entry: Entry) -> Result<(Value, u64), Rejection> {
-        self.log_and_apply_with(entry, |engine, entry, offset| {
-            engine.apply(entry, offset, true).unwrap_or(Value::Null)
-        })
-    }
-
-    /// `log_and_apply` with the engine's apply (and the shape of its result) chosen by `apply`.
-    fn log_and_apply_with<R>(
-        &self,
-        entry: Entry,
-        apply: impl FnOnce(&mut Engine, Entry, u64) -> R,
-    ) -> Result<(R, u64), Rejection> {
-        let bytes = entry.to_bytes();
-        let offset = self.append(&bytes)?;
-        let published = self.subs.is_watched(&entry).then(|| entry.clone());
-        let touched = self.timers.touched(&entry);
-        let result = {
-            let mut engine = self.engine.borrow_mut();
-            let result = apply(&mut engine, entry, offset);
-            self.timers.arm_after(&mut engine, &touched, offset);
-            result
-        };
-        if let Some(entry) = published {
-            let engine = self.engine.borrow();
-            self.subs.publish(self.index, &entry, offset, &engine);
-        }
-        Ok((result, offset))
-    }
-
-    /// A write's result JSON, written by `write` into a reused buffer and then copied into an
-    /// allocation of exactly its size: the reply is freed on the front's thread, and a
-    /// fixed-size buffer per reply left holes between the instance records the shard keeps
-    /// allocating (measured: 1M instances with one event each, 472 B resident per instance
-    /// with a 256-byte buffer per reply, see benches/RESULTS.md). `write` returns false when
-    /// the engine skipped the entry; the result is then `null`.
-    pub(super) fn result_bytes(&self, write: impl FnOnce(&mut Vec<u8>) -> bool) -> Vec<u8> {
-        let mut scratch = self.result_buf.take();
-        scratch.clear();
-        if !write(&mut scratch) {
-            scratch.clear();
-            scratch.extend_from_slice(b"null");
-        }
-        let result = scratch.to_vec();
-        if scratch.capacity() <= RESULT_BUF_KEEP_BYTES {
-            self.result_buf.replace(scratch);
-        }
-        result
-    }
-
-    /// A write command answered without a write (an idempotent retry): the answer leaves
-    /// once the instance's last entry is durable.
-    pub(super) fn answer(&self, cmd: &Command, answer: &Value) -> Outcome {
-        let id = match cmd {
-            Command::CreateInstance { id, .. } => Some(id),
-            Command::ApplyEvent { instance_id, .. } => Some(instance_id),
-            _ => None,
-        };
-        self.answer_for(id.map(String::as_str), answer)
-    }
-
-    /// An answer about instance `id`: released once the instance's last change is durable.
-    pub(super) fn answer_for(&self, id: Option<&str>, answer: &Value) -> Outcome {
-        let at = id.and_then(|id| self.engine.borrow().instance(id).map(|i| i.wal_offset));
-        (
-            Ok(ReplyBody::Json(to_json(answer))),
-            at.unwrap_or_else(|| self.log.head()),
-        )
-    }
-
-    fn put_machine(&self, params: Option<&[u8]>) -> Outcome {
-        let cmd = match ops::machines::put_command(params) {
-            Ok(c) => c,
-            Err(rej) => return (Err(rej), 0),
-        };
-        let decision = self.engine.borrow().decide(&cmd, now_ms());
-        match decision {
-            Err(rej) => (Err(rej), 0),
-            Ok(Decision::Write(entry)) => match self.log_and_apply(entry.clone()) {
-                Ok((v, offset)) => (
-                    Ok(ReplyBody::Machine {
-                        result: to_json(&v),
-                        entry,
-                    }),
-                    offset,
-                ),
-                Err(rej) => (Err(rej), 0),
-            },
-            Ok(Decision::Answer(v)) => {
-                let Command::PutMachine {
-                    machine, version, ..
-                } = &cmd
-                else {
-                    return (Err(internal("put_command built another command")), 0);
-                };
-                let entry = self
-                    .engine
-                    .borrow()
-                    .machine_entries()
-                    .into_iter()
-                    .find(|e| {
-                        matches!(e, Entry::PutMachine { machine: m, version: ver, .. }
-                        if m == machine && ver == version)
-                    });
-                match entry {
-                    Some(entry) => (
-                        Ok(ReplyBody::Machine {
-                            result: to_json(&v),
-                            entry,
-                        }),
-                        self.log.head(),
-                    ),
-                    None => (Err(internal("identical machine version not found")), 0),
-                }
-            }
-        }
-    }
-
-    fn install_machines(&self, entries: Vec<Entry>) -> Outcome {
-        for entry in entries {
-            let Entry::PutMachine {
-                machine,
-                version,
-                definition,
-                ..
-            } = entry
-            else {
-                continue;
-            };
-            let cmd = Command::PutMachine {
-                machine,
-                version,
-                definition,
-            };
-            let decision = self.engine.borrow().decide(&cmd, now_ms());
-            match decision {
-                Ok(Decision::Answer(_)) => {}
-                Ok(Decision::Write(e)) => {
-                    if let Err(rej) = self.log_and_apply(e) {
-                        return (Err(rej), 0);
-                    }
-                }
-                Err(rej) => {
-                    log::error!(
-                        "shard {}: cannot install definition: {}",
-                        self.index,
-                        rej.message
-                    );
-                    return (Err(rej), 0);
-                }
-            }
-        }
-        (Ok(ReplyBody::Json(b"{}".to_vec())), self.log.head())
-    }
-
     fn get_instance(&self, params: Option<&[u8]>) -> Outcome {
         let id = match ops::instances::id_param(params) {
             Ok(id) => id,
@@ -701,33 +384,6 @@ impl Shard {
                 .map(|v| ReplyBody::Json(to_json(&v))),
             needs,
         )
-    }
-
-    fn get_machine(&self, params: Option<&[u8]>) -> Result<ReplyBody, Rejection> {
-        let (name, version) = ops::machines::get_query(params)?;
-        let v = self.engine.borrow().machine(&name, version)?;
-        Ok(ReplyBody::Json(to_json(&v)))
-    }
-
-    fn list_machines(&self, params: Option<&[u8]>) -> Result<ReplyBody, Rejection> {
-        ops::machines::list_query(params)?;
-        let machines: Vec<Value> = self
-            .engine
-            .borrow()
-            .machines()
-            .into_iter()
-            .map(|(m, versions)| json!({"machine": m, "versions": versions}))
-            .collect();
-        Ok(ReplyBody::Json(to_json(&json!({ "machines": machines }))))
-    }
-
-    /// MACHINE_STATS on this shard: `{state: count}` from the engine's counters.
-    fn machine_stats(&self, params: Option<&[u8]>) -> Result<ReplyBody, Rejection> {
-        let machine = ops::machines::stats_query(params)?;
-        let counts = self.engine.borrow().state_counts(&machine)?;
-        let states: serde_json::Map<String, Value> =
-            counts.into_iter().map(|(s, n)| (s, n.into())).collect();
-        Ok(ReplyBody::Value(Value::Object(states)))
     }
 
     fn info(&self) -> Value {
@@ -775,11 +431,7 @@ const YIELD_EVERY_REQUESTS: usize = 32;
 /// Initial capacity of a write's result buffer: an APPLY_EVENT result with a small context.
 const RESULT_BYTES_HINT: usize = 256;
 
-/// Bytes. A result buffer that grew past this (a large context) is freed after its write
-/// instead of being kept for the next one.
-const RESULT_BUF_KEEP_BYTES: usize = 64 << 10;
-
-fn to_json(v: &Value) -> Vec<u8> {
+pub(super) fn to_json(v: &Value) -> Vec<u8> {
     // Serialising a Value into a Vec cannot fail: no I/O and every map key is a string.
     serde_json::to_vec(v).unwrap_or_default()
 }
@@ -788,7 +440,7 @@ pub(super) fn internal(msg: &str) -> Rejection {
     Rejection::new(ErrorCode::InternalError, msg)
 }
 
-fn not_found(id: &str) -> Rejection {
+pub(super) fn not_found(id: &str) -> Rejection {
     Rejection::new(
         ErrorCode::InstanceNotFound,
         format!("no instance with id {id:?}"),

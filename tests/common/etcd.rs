@@ -92,6 +92,30 @@ impl Etcd {
         }
     }
 
+    /// The index of the member that leads etcd's raft now (`etcdctl endpoint status`), if
+    /// every member answers and one of them leads.
+    #[allow(dead_code)]
+    pub fn leader(&self) -> Option<usize> {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.endpoints.join(",")])
+            .args([
+                "--command-timeout=1s",
+                "endpoint",
+                "status",
+                "--write-out=json",
+            ])
+            .output()
+            .ok()?;
+        let all: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let all = all.as_array()?;
+        let member = |v: &serde_json::Value| v["Status"]["header"]["member_id"].as_u64();
+        let leader = all.first()?["Status"]["leader"].as_u64()?;
+        let at = all.iter().find(|v| member(v) == Some(leader))?["Endpoint"].as_str()?;
+        let at = at.trim_start_matches("http://");
+        self.endpoints.iter().position(|e| e == at)
+    }
+
     /// The `[ha]` endpoints list as TOML.
     pub fn toml_endpoints(&self) -> String {
         let quoted: Vec<String> = self.endpoints.iter().map(|e| format!("\"{e}\"")).collect();

@@ -1,0 +1,120 @@
+//! A client channel's outbox: replies and subscription pushes wait here until the log is
+//! durable through their offset, and leave in arrival order (`Outbox::run`; sync mode adds
+//! replica acknowledgement, `sync.rs`).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Instant;
+
+use glommio::channels::shared_channel::ConnectedSender;
+
+use super::message::{ShardMessage, ShardResponse};
+use super::runtime::Shard;
+use crate::util::notify::Notify;
+
+/// Replies and subscription pushes waiting for the log to become durable up to their offset.
+///
+/// Bound: replies, at most the number of requests the client executor has outstanding on this
+/// shard, which its own per-connection in-flight limits bound (the client waits on the request
+/// channel when that is full); pushes, the entries not yet durable times the subscriptions
+/// they match (`subs::Registry::pending`, a gauge in INFO). So it cannot grow without bound.
+#[derive(Default)]
+pub(super) struct Outbox {
+    /// `(needs, message, queued at)`: the time is set on a sync-mode write reply only.
+    pub(super) queue: RefCell<VecDeque<(u64, ShardMessage, Option<Instant>)>>,
+    pub(super) wake: Notify,
+    pub(super) closed: std::cell::Cell<bool>,
+    /// Sync mode: replicas acknowledged more (`shard/sync.rs`).
+    pub(super) acked: Notify,
+}
+
+impl Outbox {
+    /// Queues a reply; `gate` (sync mode) also makes it wait for replica acknowledgement.
+    pub(super) fn push(&self, needs: u64, resp: ShardResponse, gate: Option<Instant>) {
+        let msg = ShardMessage::Reply(resp);
+        self.queue.borrow_mut().push_back((needs, msg, gate));
+        self.wake.notify();
+    }
+
+    /// Queues `msg` to leave once the log is durable through `needs`, after everything
+    /// queued before it.
+    pub(super) fn push_message(&self, needs: u64, msg: ShardMessage) {
+        self.queue.borrow_mut().push_back((needs, msg, None));
+        self.wake.notify();
+    }
+
+    pub(super) fn close(&self) {
+        self.closed.set(true);
+        self.wake.notify();
+    }
+
+    /// After a log rewind to `head`: what waits for a later offset waited on the old log,
+    /// which made everything it had durable when it closed, so it may leave now; except the
+    /// pushes of entries the rewind removed, which are dropped (the log no longer has them;
+    /// their subscriptions end `diverged`, `Registry::rewound`). Returns how many.
+    pub(super) fn clamp_needs(&self, head: u64) -> u64 {
+        let mut q = self.queue.borrow_mut();
+        let before = q.len();
+        q.retain(|(needs, msg, _)| !(matches!(msg, ShardMessage::Push(_)) && *needs > head));
+        let dropped = (before - q.len()) as u64;
+        for (needs, _, _) in q.iter_mut() {
+            *needs = (*needs).min(head);
+        }
+        drop(q);
+        self.wake.notify();
+        dropped
+    }
+
+    pub(super) async fn run(self: Rc<Self>, shard: Rc<Shard>, tx: ConnectedSender<ShardMessage>) {
+        loop {
+            let front = self.queue.borrow().front().map(|(n, _, _)| *n);
+            let Some(needs) = front else {
+                if self.closed.get() {
+                    return;
+                }
+                self.wake.wait().await;
+                continue;
+            };
+            let failure = shard.log.wait_durable(needs).await.err();
+            let durable = shard.log.durable();
+            loop {
+                let next = {
+                    let mut q = self.queue.borrow_mut();
+                    match q.front() {
+                        Some((n, _, _)) if *n <= durable || failure.is_some() => q.pop_front(),
+                        _ => None,
+                    }
+                };
+                let Some((n, mut msg, gate)) = next else {
+                    break;
+                };
+                match &mut msg {
+                    ShardMessage::Reply(resp) => {
+                        shard.queued.set(shard.queued.get().saturating_sub(1));
+                        if n > durable {
+                            if let Some(f) = &failure {
+                                resp.result = Err(f.clone());
+                            }
+                        }
+                        // Failover, async mode: `gate` marks a client write (only set with
+                        // failover on); past the lease it is not acknowledged.
+                        if gate.is_some() && resp.result.is_ok() && shard.member.fenced() {
+                            resp.result = Err(crate::ha::fence::no_primary(&shard.member, true));
+                        }
+                    }
+                    ShardMessage::Push(_) => {
+                        shard.subs.push_left();
+                        if n > durable {
+                            continue; // never durable: the event did not happen
+                        }
+                    }
+                    ShardMessage::SubsEnded(_) => {}
+                }
+                if tx.send(msg).await.is_err() {
+                    return; // the client executor is gone: nobody to answer
+                }
+            }
+        }
+    }
+}
