@@ -119,7 +119,12 @@ fn switchover(members: &[Server], from: usize, to: usize) -> (Duration, u64) {
             Ok(r) => {
                 let took = started.elapsed();
                 assert_eq!(r["to"], target.as_str(), "{r}");
-                assert_eq!(one_primary(&all, Duration::from_secs(5)), to);
+                // The old primary may still show its role for a moment after answering.
+                let settled = Instant::now() + Duration::from_secs(5);
+                while one_primary(&all, Duration::from_secs(5)) != to {
+                    assert!(Instant::now() < settled, "{target} did not become primary");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 return (took, r["epoch"].as_u64().unwrap_or(0));
             }
             Err(e) if Instant::now() < deadline && e.to_string().contains("not eligible") => {
@@ -186,8 +191,26 @@ fn the_watch_works_again_after_every_etcd_member_restarted() {
         etcd.start_member(i);
         etcd.wait_healthy(Duration::from_secs(30));
     }
-    // A primary may lose its lease while etcd elects a new leader: whoever leads now.
-    let p = one_primary(&all, Duration::from_secs(20));
+    // A primary may lose its lease while etcd elects a new leader (whoever leads then), and
+    // the members' etcd clients may still be reconnecting to the restarted members: one pause
+    // and resume must go through on the primary first (within 20 s), then the reactions are
+    // timed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let p = loop {
+        let p = one_primary(&all, Duration::from_secs(20));
+        let mut c = members[p].client();
+        let ok = ["HA_PAUSE", "HA_RESUME"]
+            .iter()
+            .all(|op| c.call(op, json!({})).is_ok());
+        if ok {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pause and resume after the etcd restarts"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let followers: Vec<&Server> = (0..3).filter(|&i| i != p).map(|i| &members[i]).collect();
     let (_, mut seen) = pause_reactions(&members[p], &followers, 10);
     eprintln!(
