@@ -71,20 +71,21 @@ impl Context {
     }
 
     /// Members in name order.
-    /// Asks the CPU to load the members (the first two cache lines), or, with `values`, the
-    /// heap text of the first members' string and array values (a snapshot walk reads them a
-    /// few instances later; `snapshot::walk`).
-    pub(crate) fn prefetch(&self, values: bool) {
+    /// Asks the CPU to load the members (the first two cache lines; a snapshot walk reads
+    /// them a few instances later, `snapshot::walk`).
+    pub(crate) fn prefetch_members(&self) {
         use super::index::prefetch;
-        if !values {
-            prefetch(self.0.as_ptr());
-            prefetch(self.0.as_ptr().cast::<u8>().wrapping_add(64));
-            return;
-        }
+        prefetch(self.0.as_ptr());
+        prefetch(self.0.as_ptr().cast::<u8>().wrapping_add(64));
+    }
+
+    /// Asks the CPU to load the heap text of the first members' string and array values
+    /// (after `prefetch_members` has brought the members in).
+    pub(crate) fn prefetch_values(&self) {
         for (_, v) in self.0.iter().take(4) {
             match v {
-                Value::String(s) => prefetch(s.as_ptr()),
-                Value::Array(a) => prefetch(a.as_ptr()),
+                Value::String(s) => super::index::prefetch(s.as_ptr()),
+                Value::Array(a) => super::index::prefetch(a.as_ptr()),
                 _ => {}
             }
         }

@@ -65,17 +65,18 @@ struct Pending {
 }
 
 impl Pending {
-    /// Where the next item goes; `add` counts it after.
-    fn open(&mut self) -> &mut Vec<u8> {
+    /// Appends what `write` puts into the open chunk (a new one once it is full); returns
+    /// how many bytes that was.
+    fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> usize {
         if self.open.len() >= CHUNK_BYTES {
             let next = Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 8);
             self.full.push_back(std::mem::replace(&mut self.open, next));
         }
-        &mut self.open
-    }
-
-    fn counted(&mut self, before: usize) {
-        self.len += self.open.len() - before;
+        let before = self.open.len();
+        write(&mut self.open);
+        let added = self.open.len() - before;
+        self.len += added;
+        added
     }
 
     /// The oldest chunk (the open one when no chunk is full), moved to the end of `into`.
@@ -122,7 +123,7 @@ const HISTORY_LINES: usize = 4;
 fn prefetch_ahead(instances: &InstanceMap, cursor: usize) {
     instances.prefetch_bucket(cursor + PREFETCH_RECORD, 3);
     if let Some(r) = instances.bucket(cursor + PREFETCH_PARTS) {
-        r.instance.context.prefetch(false);
+        r.instance.context.prefetch_members();
         if let Some(h) = r.history.as_deref() {
             crate::engine::index::prefetch(h);
         }
@@ -131,7 +132,7 @@ fn prefetch_ahead(instances: &InstanceMap, cursor: usize) {
         }
     }
     if let Some(r) = instances.bucket(cursor + PREFETCH_ITEMS) {
-        r.instance.context.prefetch(true);
+        r.instance.context.prefetch_values();
         if let Some(h) = r.history.as_deref() {
             h.prefetch_items(HISTORY_LINES);
         }
@@ -206,10 +207,11 @@ impl Walk {
             ));
             return;
         }
-        let before = self.out.open().len();
-        put_item(self.out.open(), TAG_INSTANCE, &self.scratch);
-        self.out.counted(before);
-        self.emitted += (self.out.open.len() - before) as u64;
+        let scratch = &self.scratch;
+        let added = self
+            .out
+            .push_with(|out| put_item(out, TAG_INSTANCE, scratch));
+        self.emitted += added as u64;
         self.written += 1;
     }
 
@@ -253,9 +255,8 @@ impl Walk {
             log::error!("snapshot walk: {w} of {e} instances written: a defect, not kept");
             return;
         }
-        let before = self.out.open().len();
-        put_end(self.out.open(), self.written);
-        self.out.counted(before);
+        let written = self.written;
+        self.out.push_with(|out| put_end(out, written));
         self.state = WalkProgress::Done {
             instances: self.written,
             by_writes: self.by_writes,
@@ -297,9 +298,7 @@ impl Engine {
         self.walks += 1;
         let mut out = Pending::default();
         let mut scratch = Vec::new();
-        put_preamble(out.open(), self, &mut scratch);
-        out.counted(0);
-        let emitted = out.len as u64;
+        let emitted = out.push_with(|out| put_preamble(out, self, &mut scratch)) as u64;
         self.instances.freeze();
         self.walk = Some(Box::new(Walk {
             id: self.walks,
