@@ -11,13 +11,23 @@
 //! records of all its ops before deciding them (`prefetch_hashed`), which overlaps the cache
 //! misses that would otherwise be paid one after another.
 //!
-//! A snapshot walk (`engine::snapshot::walk`) visits the table by bucket index across many
-//! slices, so while it runs the table's layout must not change: the map is `frozen`. hashbrown
-//! moves records only when it resizes or rehashes in place, and it does either only on an
-//! insert into a table with no growth left (`capacity() == len()`); a frozen map puts such an
-//! insert into a second table (`overflow`) instead, and `thaw` moves those records back when
-//! the walk ends (one rehash, the one the insert would have made). Removals and inserts into
-//! free buckets move nothing.
+//! The table grows without stopping the shard. hashbrown grows a full table by rehashing
+//! every entry at once, which at 7.3M instances stopped the shard for 143 ms (benches/RESULTS.md
+//! session 27). Here an insert into a full table starts a new table of twice its capacity and
+//! goes into it; every later insert, removal and mutable lookup then moves a few entries
+//! (`MOVE_PER_OP`, scanning at most `SCAN_PER_OP` buckets) from the oldest table into the newest,
+//! as Redis's incremental rehash does, and a table that is empty is dropped. A lookup probes the
+//! newest table first, then the older ones (two tables while growing, one otherwise). The new
+//! table has room for every entry of the old one and as many inserts again, and each insert moves
+//! at least one entry, so the old table is empty before the new one fills.
+//!
+//! A snapshot walk (`engine::snapshot::walk`) visits the tables by bucket index across many
+//! slices (`bucket`: the tables' buckets numbered one after another, oldest first), so while it
+//! runs no entry may move: the map is `frozen`. A frozen map moves nothing and drops no table;
+//! an insert goes into the newest table while it has room, and into a new table after it when it
+//! has none. Either way the buckets the walk numbered keep their entries, and the entries
+//! inserted meanwhile (after the walk's offset) are at numbers past them or in buckets that were
+//! empty. `thaw` lets the moves resume. Removals and inserts into free buckets move nothing.
 
 use std::hash::BuildHasher;
 use std::sync::OnceLock;
@@ -26,16 +36,36 @@ use hashbrown::HashTable;
 
 use super::instance::InstanceRecord;
 
+/// Entries moved from the oldest table into the newest per insert, removal or mutable lookup
+/// while the table grows (module doc): at least 1, so the old table empties before the new one
+/// fills. 8 moves cost a write well under a microsecond and empty a 7.3M-entry table in under
+/// a million writes.
+const MOVE_PER_OP: usize = 8;
+
+/// Buckets looked at per op while moving, moved or empty (a sparse old table costs a bounded
+/// scan per op, not a run to the next entry).
+const SCAN_PER_OP: usize = 4 * MOVE_PER_OP;
+
+const _: () = assert!(MOVE_PER_OP >= 1 && SCAN_PER_OP >= MOVE_PER_OP);
+
 /// id -> record.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct InstanceMap {
-    table: HashTable<Slot>,
-    /// Records inserted while `frozen` when `table` had no growth left; empty otherwise.
-    overflow: HashTable<Slot>,
-    /// A walk visits `table` by bucket index: its layout must not change (module doc).
+    /// Oldest first; the last takes inserts. One table, or more while growing (module doc).
+    /// Never empty.
+    tables: Vec<HashTable<Slot>>,
+    /// The next bucket of `tables[0]` to move from while growing.
+    moved_to: usize,
+    /// A walk visits the tables by bucket index: no entry may move (module doc).
     frozen: bool,
     /// Ids come from clients: SipHash with a secret key keeps them from choosing collisions.
     hasher: IndexHasher,
+}
+
+impl Default for InstanceMap {
+    fn default() -> Self {
+        InstanceMap::with_capacity(0)
+    }
 }
 
 /// One bucket's entry: a record and its id's hash (`InstanceMap::hash`).
@@ -93,8 +123,8 @@ pub fn set_index_key(k0: u64, k1: u64) -> bool {
 impl InstanceMap {
     pub(crate) fn with_capacity(n: usize) -> Self {
         InstanceMap {
-            table: HashTable::with_capacity(n),
-            overflow: HashTable::new(),
+            tables: vec![HashTable::with_capacity(n)],
+            moved_to: 0,
             frozen: false,
             hasher: IndexHasher::default(),
         }
@@ -106,6 +136,12 @@ impl InstanceMap {
         self.hasher.hash_one(id)
     }
 
+    /// The table inserts go to (the newest).
+    fn newest(&self) -> &HashTable<Slot> {
+        // `tables` is never empty: built with one, and `move_some` drops only an older one.
+        &self.tables[self.tables.len() - 1]
+    }
+
     pub(crate) fn get(&self, id: &str) -> Option<&InstanceRecord> {
         self.get_hashed(self.hash(id), id)
     }
@@ -113,58 +149,66 @@ impl InstanceMap {
     /// `get` with `hash` = `self.hash(id)`.
     pub(crate) fn get_hashed(&self, hash: u64, id: &str) -> Option<&InstanceRecord> {
         let eq = has_id(id);
-        match self.table.find(hash, eq) {
-            Some(s) => Some(s),
-            None if self.overflow.is_empty() => None,
-            None => self.overflow.find(hash, eq),
-        }
-        .map(|s| &*s.record)
+        self.tables
+            .iter()
+            .rev()
+            .find_map(|t| t.find(hash, eq))
+            .map(|s| &*s.record)
     }
 
     pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut InstanceRecord> {
+        self.move_some();
         let hash = self.hash(id);
         let eq = has_id(id);
-        if self.overflow.is_empty() {
-            return self.table.find_mut(hash, eq).map(|s| &mut *s.record);
-        }
-        match self.table.find_mut(hash, eq) {
-            Some(s) => Some(&mut *s.record),
-            None => self.overflow.find_mut(hash, eq).map(|s| &mut *s.record),
-        }
+        self.tables
+            .iter_mut()
+            .rev()
+            .find_map(|t| t.find_mut(hash, eq))
+            .map(|s| &mut *s.record)
     }
 
     /// Starts loading the first `lines` cache lines of the record most likely under `hash`
     /// (`self.hash(id)`), without waiting for any of it: the first bucket whose hash tag
     /// matches, not compared (a wrong guess, 1 in 128 probes, only loads a line for nothing).
     pub(crate) fn prefetch_hashed(&self, hash: u64, lines: usize) {
-        if let Some(slot) = self.table.find(hash, |_| true) {
-            let base = (&*slot.record as *const InstanceRecord).cast::<u8>();
-            for line in 0..lines {
-                prefetch(base.wrapping_add(line * 64));
-            }
+        if let Some(slot) = self
+            .tables
+            .iter()
+            .rev()
+            .find_map(|t| t.find(hash, |_| true))
+        {
+            prefetch_record(slot, lines);
         }
     }
 
-    /// Inserts `record` under its id (one probe) and returns it in place; gives it back when
-    /// the id is already present. A frozen map whose table has no growth left inserts into
-    /// `overflow` (module doc).
+    /// Inserts `record` under its id (one probe per table) and returns it in place; gives it
+    /// back when the id is already present. An insert into a full newest table starts a new
+    /// one (module doc).
     pub(crate) fn insert(
         &mut self,
         record: Box<InstanceRecord>,
     ) -> Result<&mut InstanceRecord, Box<InstanceRecord>> {
+        self.move_some();
         let hash = self.hash(&record.instance.id);
-        let id = record.instance.id.as_str();
-        let eq = has_id(id);
-        if !self.overflow.is_empty() && self.overflow.find(hash, eq).is_some() {
+        let eq = has_id(record.instance.id.as_str());
+        let older = self.tables.len() - 1;
+        if self.tables[..older]
+            .iter()
+            .any(|t| t.find(hash, eq).is_some())
+        {
             return Err(record);
         }
-        let full = self.table.capacity() == self.table.len();
-        let table = match self.frozen && full {
-            true if self.table.find(hash, eq).is_some() => return Err(record),
-            true => &mut self.overflow,
-            false => &mut self.table,
-        };
-        match table.entry(hash, eq, |s| s.hash) {
+        let newest = &self.tables[older];
+        if newest.capacity() == newest.len() && newest.capacity() > 0 {
+            if newest.find(hash, eq).is_some() {
+                return Err(record);
+            }
+            // Room for every entry of every table and as many inserts again (module doc).
+            let grown = self.len().saturating_mul(2).max(4);
+            self.tables.push(HashTable::with_capacity(grown));
+        }
+        let last = self.tables.len() - 1;
+        match self.tables[last].entry(hash, eq, |s| s.hash) {
             hashbrown::hash_table::Entry::Occupied(_) => Err(record),
             hashbrown::hash_table::Entry::Vacant(v) => {
                 Ok(&mut *v.insert(Slot { hash, record }).into_mut().record)
@@ -173,75 +217,141 @@ impl InstanceMap {
     }
 
     pub(crate) fn remove(&mut self, id: &str) -> Option<Box<InstanceRecord>> {
+        self.move_some();
         let hash = self.hash(id);
         let eq = has_id(id);
-        if let Ok(entry) = self.table.find_entry(hash, eq) {
-            return Some(entry.remove().0.record);
+        self.tables
+            .iter_mut()
+            .rev()
+            .find_map(|t| t.find_entry(hash, eq).ok())
+            .map(|entry| entry.remove().0.record)
+    }
+
+    /// While growing and not frozen: moves up to `MOVE_PER_OP` entries from the oldest table
+    /// into the newest, looking at up to `SCAN_PER_OP` buckets, and drops the oldest table once
+    /// it is empty.
+    fn move_some(&mut self) {
+        if self.frozen || self.tables.len() < 2 {
+            return;
         }
-        match self.overflow.find_entry(hash, eq) {
-            Ok(entry) => Some(entry.remove().0.record),
-            Err(_) => None,
+        let (mut moved, mut scanned) = (0, 0);
+        while moved < MOVE_PER_OP && scanned < SCAN_PER_OP {
+            let Some((oldest, rest)) = self.tables.split_first_mut() else {
+                return;
+            };
+            if oldest.is_empty() {
+                self.tables.remove(0);
+                self.moved_to = 0;
+                if self.tables.len() < 2 {
+                    return;
+                }
+                continue;
+            }
+            let Some(newest) = rest.last_mut() else {
+                return;
+            };
+            if self.moved_to >= oldest.num_buckets() {
+                self.moved_to = 0;
+            }
+            if let Ok(entry) = oldest.get_bucket_entry(self.moved_to) {
+                let slot = entry.remove().0;
+                // The newest table has room (module doc), so this never rehashes it; were it
+                // full, hashbrown would grow it in one go, which is correct, only slower.
+                newest.insert_unique(slot.hash, slot, |s| s.hash);
+                moved += 1;
+            }
+            self.moved_to += 1;
+            scanned += 1;
         }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.table.len() + self.overflow.len()
+        self.tables.iter().map(HashTable::len).sum()
     }
 
     /// Every record, in no particular order.
     pub(crate) fn records(&self) -> impl Iterator<Item = &InstanceRecord> {
-        (self.table.iter().chain(self.overflow.iter())).map(|s| &*s.record)
+        self.tables
+            .iter()
+            .flat_map(|t| t.iter())
+            .map(|s| &*s.record)
     }
 
-    /// Fixes the table's layout for a walk by bucket index (module doc).
+    /// Holds every entry in its bucket for a walk by bucket index (module doc).
     pub(crate) fn freeze(&mut self) {
         self.frozen = true;
     }
 
-    /// Ends `freeze`: the records inserted meanwhile into `overflow` move into the table.
+    /// Ends `freeze`: the moves of a growth resume with the next write.
     pub(crate) fn thaw(&mut self) {
         self.frozen = false;
-        if self.overflow.is_empty() {
-            return;
-        }
-        let rehash = |s: &Slot| s.hash;
-        self.table.reserve(self.overflow.len(), rehash);
-        for slot in self.overflow.drain() {
-            self.table.insert_unique(slot.hash, slot, rehash);
-        }
-        self.overflow = HashTable::new();
     }
 
-    /// The table's home bucket for `hash` (hashbrown probes from `hash & (buckets - 1)`): a
-    /// replay sorted by it reads the table, and records loaded from a snapshot, in order.
+    /// True while entries wait to move into the newest table.
+    #[cfg(test)]
+    pub(crate) fn growing(&self) -> bool {
+        self.tables.len() > 1
+    }
+
+    /// The newest table's home bucket for `hash` (hashbrown probes from `hash & (buckets -
+    /// 1)`): a replay sorted by it reads the table, and records loaded from a snapshot, in
+    /// order.
     pub(crate) fn home_bucket(&self, hash: u64) -> u64 {
-        hash & (self.table.num_buckets() as u64).saturating_sub(1)
+        hash & (self.newest().num_buckets() as u64).saturating_sub(1)
     }
 
-    /// Buckets of the table (a frozen table keeps this number); `bucket` takes `0..this`.
+    /// Buckets of all tables, numbered oldest table first; `bucket` takes `0..this`. A frozen
+    /// map keeps every number it had (module doc); it may add numbers past them.
     pub(crate) fn buckets(&self) -> usize {
-        self.table.num_buckets()
+        self.tables.iter().map(HashTable::num_buckets).sum()
     }
 
-    /// The record in bucket `index` of the table, if the bucket holds one.
+    /// The table and its bucket for bucket number `index`.
+    fn locate(&self, mut index: usize) -> Option<(&HashTable<Slot>, usize)> {
+        if let [only] = self.tables.as_slice() {
+            return Some((only, index));
+        }
+        for t in &self.tables {
+            if index < t.num_buckets() {
+                return Some((t, index));
+            }
+            index -= t.num_buckets();
+        }
+        None
+    }
+
+    /// The record in bucket number `index`, if the bucket holds one.
     pub(crate) fn bucket(&self, index: usize) -> Option<&InstanceRecord> {
-        self.table.get_bucket(index).map(|s| &*s.record)
+        let (t, i) = self.locate(index)?;
+        t.get_bucket(i).map(|s| &*s.record)
     }
 
-    /// The bucket of the table holding `id` (None when it is absent or in `overflow`).
+    /// The bucket number holding `id` (None when it is absent).
     pub(crate) fn bucket_of(&self, id: &str) -> Option<usize> {
         let hash = self.hash(id);
-        (self.table).find_bucket_index(hash, |s| s.record.instance.id.as_str() == id)
+        let mut first = 0;
+        for t in &self.tables {
+            if let Some(i) = t.find_bucket_index(hash, |s| s.record.instance.id.as_str() == id) {
+                return Some(first + i);
+            }
+            first += t.num_buckets();
+        }
+        None
     }
 
-    /// `prefetch_hashed` for the record in bucket `index`, if any.
+    /// `prefetch_hashed` for the record in bucket number `index`, if any.
     pub(crate) fn prefetch_bucket(&self, index: usize, lines: usize) {
-        if let Some(slot) = self.table.get_bucket(index) {
-            let base = (&*slot.record as *const InstanceRecord).cast::<u8>();
-            for line in 0..lines {
-                prefetch(base.wrapping_add(line * 64));
-            }
+        if let Some(slot) = self.locate(index).and_then(|(t, i)| t.get_bucket(i)) {
+            prefetch_record(slot, lines);
         }
+    }
+}
+
+/// Starts loading the first `lines` cache lines of `slot`'s record.
+fn prefetch_record(slot: &Slot, lines: usize) {
+    let base = (&*slot.record as *const InstanceRecord).cast::<u8>();
+    for line in 0..lines {
+        prefetch(base.wrapping_add(line * 64));
     }
 }
 
@@ -284,6 +394,153 @@ mod tests {
         // A second key is refused once tables use the first.
         assert!(!set_index_key(1, 2) || a.hash("x") == InstanceMap::default().hash("x"));
         assert!(b.home_bucket(a.hash("order-1")) < b.buckets() as u64);
+    }
+
+    fn record(id: &str, offset: u64) -> Box<InstanceRecord> {
+        let machine: crate::engine::names::Name = "m".into();
+        Box::new(InstanceRecord::new(crate::engine::Instance {
+            id: id.into(),
+            machine: machine.clone(),
+            version: 1,
+            state: machine,
+            context: Default::default(),
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            event_count: 0,
+            wal_offset: offset,
+        }))
+    }
+
+    /// A map filled to its table's last free bucket.
+    fn full_map() -> (InstanceMap, usize) {
+        let mut m = InstanceMap::with_capacity(1000);
+        let cap = m.newest().capacity();
+        for i in 0..cap {
+            assert!(m.insert(record(&format!("i{i}"), 1)).is_ok());
+        }
+        assert!(!m.growing());
+        (m, cap)
+    }
+
+    #[test]
+    fn a_full_table_grows_a_few_entries_per_write_and_every_entry_stays_found() {
+        let (mut m, cap) = full_map();
+        let buckets = m.buckets();
+        assert!(m.insert(record("new-0", 2)).is_ok());
+        assert!(
+            m.growing(),
+            "the insert started a new table instead of rehashing"
+        );
+        assert_eq!(m.len(), cap + 1);
+        for i in 0..cap {
+            assert!(m.get(&format!("i{i}")).is_some(), "i{i} lost while growing");
+        }
+        // Each write moves at most MOVE_PER_OP entries: the old table empties gradually.
+        let mut writes = 1;
+        while m.growing() {
+            assert!(m.get_mut(&format!("i{}", writes % cap)).is_some());
+            writes += 1;
+            assert!(writes <= cap, "growth never finished");
+        }
+        assert!(
+            writes >= cap / MOVE_PER_OP,
+            "moved more than a few per write"
+        );
+        assert!(m.buckets() >= 2 * buckets, "the new table doubled");
+        assert_eq!(m.len(), cap + 1);
+        for i in 0..cap {
+            assert_eq!(
+                m.get(&format!("i{i}")).map(|r| r.instance.wal_offset),
+                Some(1)
+            );
+        }
+        assert!(m.insert(record("i0", 3)).is_err(), "a duplicate refused");
+    }
+
+    #[test]
+    fn a_frozen_map_moves_nothing_and_keeps_every_bucket_number() {
+        let (mut m, cap) = full_map();
+        assert!(m.insert(record("new-0", 2)).is_ok());
+        let before: Vec<(String, Option<usize>)> = (0..cap)
+            .map(|i| format!("i{i}"))
+            .map(|id| (id.clone(), m.bucket_of(&id)))
+            .collect();
+        m.freeze();
+        // Enough inserts to fill the new table too: a third one starts, nothing moves.
+        for i in 0..3 * cap {
+            assert!(m.insert(record(&format!("f{i}"), 5)).is_ok());
+            if i < cap / 2 {
+                assert!(m.remove(&format!("i{}", cap - 1 - i)).is_some());
+            }
+            assert!(m.get_mut("new-0").is_some());
+        }
+        for (id, bucket) in &before[..cap / 2] {
+            let now = m.bucket_of(id);
+            assert_eq!(now, *bucket, "{id} moved under a freeze");
+            let at = now
+                .and_then(|b| m.bucket(b))
+                .map(|r| r.instance.id.to_string());
+            assert_eq!(at.as_deref(), Some(id.as_str()));
+        }
+        let len = 1 + cap + 3 * cap - cap / 2;
+        assert_eq!(m.len(), len);
+        m.thaw();
+        while m.growing() {
+            assert!(m.get_mut("new-0").is_some());
+        }
+        assert_eq!(m.len(), len);
+        assert!((0..cap - cap / 2).all(|i| m.get(&format!("i{i}")).is_some()));
+        assert!((0..3 * cap).all(|i| m.get(&format!("f{i}")).is_some()));
+        assert_eq!(m.records().count(), m.len());
+    }
+
+    proptest::proptest! {
+        /// Random inserts, removes, lookups, freezes and thaws against a model: the map always
+        /// holds exactly the model's ids, and a frozen map never moves one that was present.
+        #[test]
+        fn the_map_matches_a_model_through_growth_and_freezes(
+            ops in proptest::collection::vec((0u8..6, 0u16..400), 1..3000)
+        ) {
+            let mut m = InstanceMap::with_capacity(0);
+            let mut model = std::collections::BTreeMap::new();
+            let mut pinned: Vec<(String, usize)> = Vec::new();
+            for (n, (op, key)) in ops.into_iter().enumerate() {
+                let id = format!("k{key}");
+                match op {
+                    0 | 1 => {
+                        let ok = m.insert(record(&id, n as u64)).is_ok();
+                        proptest::prop_assert_eq!(ok, !model.contains_key(&id));
+                        model.entry(id).or_insert(n as u64);
+                    }
+                    2 => {
+                        let got = m.remove(&id).map(|r| r.instance.wal_offset);
+                        proptest::prop_assert_eq!(got, model.remove(&id));
+                        pinned.retain(|(p, _)| *p != id);
+                    }
+                    3 => {
+                        let got = m.get_mut(&id).map(|r| r.instance.wal_offset);
+                        proptest::prop_assert_eq!(got, model.get(&id).copied());
+                    }
+                    4 if !m.frozen => {
+                        m.freeze();
+                        pinned = model.keys().filter_map(|k| Some((k.clone(), m.bucket_of(k)?))).collect();
+                        proptest::prop_assert_eq!(pinned.len(), model.len());
+                    }
+                    _ => {
+                        m.thaw();
+                        pinned.clear();
+                    }
+                }
+                for (p, bucket) in &pinned {
+                    proptest::prop_assert_eq!(m.bucket_of(p), Some(*bucket));
+                }
+            }
+            proptest::prop_assert_eq!(m.len(), model.len());
+            for (id, offset) in &model {
+                proptest::prop_assert_eq!(m.get(id).map(|r| r.instance.wal_offset), Some(*offset));
+            }
+            proptest::prop_assert_eq!(m.records().count(), model.len());
+        }
     }
 
     #[test]

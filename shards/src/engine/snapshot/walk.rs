@@ -19,8 +19,10 @@
 //!   walk passes over it (a deleted one is gone from the bucket).
 //!
 //! Either way it is written once, in its form at S. An instance created after S has a
-//! `wal_offset` above S from birth (in the table, or in the overflow table, which the walk does
-//! not visit), so it is never written; a delete and re-create of one id makes a new record.
+//! `wal_offset` above S from birth (in a bucket the walk has passed, in one it has not, or in a
+//! table the map started after the walk began, numbered past the walk's buckets), so it is
+//! never written; a delete and re-create of one id makes a new record. The map moves no
+//! entry while a walk runs (`InstanceMap::freeze`), even while its table grows.
 //! Everything else the snapshot holds (definitions, counters, epochs, names) is written by
 //! `begin`, before any entry after S is applied.
 //!

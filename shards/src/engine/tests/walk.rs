@@ -23,8 +23,8 @@ enum Write {
     Machine,
     /// A replication epoch entry.
     Epoch,
-    /// Creates this many fresh instances: the table grows (into the overflow while a walk
-    /// runs).
+    /// Creates this many fresh instances: the table grows (into a new table, entries moving
+    /// into it only while no walk runs).
     Grow(usize),
 }
 
@@ -279,35 +279,51 @@ fn a_walk_sized_from_the_projection_holds_a_hot_set_written_ahead_of_it_and_comp
 }
 
 #[test]
-fn the_table_grows_under_a_walk_and_takes_the_new_instances_back_at_its_end() {
+fn the_table_grows_under_a_walk_without_moving_what_the_walk_visits() {
     let mut run = Run::new();
     run.write(&Write::Grow(3));
     let before = run.shard.engine.snapshot();
     let offset = run.head();
     let walk = run.shard.engine.snapshot_begin(offset, usize::MAX);
     let buckets = run.shard.engine.instances.buckets();
+    let map = &run.shard.engine.instances;
+    let pinned: Vec<(String, Option<usize>)> = map
+        .records()
+        .map(|r| r.instance.id.to_string())
+        .map(|id| (id.clone(), map.bucket_of(&id)))
+        .collect();
+    assert_eq!(pinned.len(), 3);
     run.write(&Write::Grow(500));
-    assert_eq!(
-        run.shard.engine.instances.buckets(),
-        buckets,
-        "the layout held"
+    for (id, bucket) in &pinned {
+        assert_eq!(
+            run.shard.engine.instances.bucket_of(id),
+            *bucket,
+            "{id}: the layout held"
+        );
+    }
+    assert!(
+        run.shard.engine.instances.buckets() > buckets,
+        "new tables numbered past the walk's"
     );
     assert_eq!(run.shard.engine.instance_count(), 503);
-    assert!(
-        run.shard.engine.instance("g400").is_some(),
-        "found in the overflow"
-    );
+    assert!(run.shard.engine.instance("g400").is_some());
     run.shard.ok(delete("g450"));
     let mut payload = Vec::new();
     while let WalkProgress::Walking = run.shard.engine.snapshot_step(walk, slice(1), usize::MAX) {}
     run.shard.engine.snapshot_take(walk, &mut payload);
     run.shard.engine.snapshot_end();
     assert!(
-        run.shard.engine.instances.buckets() > buckets,
-        "grown at the end"
+        run.shard.engine.instances.growing(),
+        "nothing moved during the walk"
     );
-    assert_eq!(run.shard.engine.instance_count(), 502);
+    run.write(&Write::Grow(200));
+    assert!(
+        !run.shard.engine.instances.growing(),
+        "the writes after the walk moved everything into the newest table"
+    );
+    assert_eq!(run.shard.engine.instance_count(), 702);
     assert!(run.shard.engine.instance("g400").is_some());
+    assert!(run.shard.engine.instance("g1").is_some());
     assert_eq!(load(&payload, 7).unwrap().snapshot(), before);
 }
 
