@@ -8,6 +8,12 @@
 #
 #   benches/ha-cost.sh [PAIRS] [SECONDS]     (defaults: 5 pairs of 10 s after 2 s warm-up)
 #   BIN=/path/to/dir benches/ha-cost.sh      smdb-bench and smdb-server from another build
+#   STORAGE='fsync = "never"' benches/ha-cost.sh   extra [storage] lines in both arms: with
+#                                            the disk out of the commit path the runs are
+#                                            CPU-bound, so the pairs measure the HA arm's own
+#                                            cost without the disk's noise
+# Each pair also prints the server's CPU per op in both arms (microseconds of all its threads
+# per APPLY_EVENT, from /proc), whose ratio varies far less than throughput on a shared disk.
 #
 # Needs etcd (Debian etcd-server). Run on a quiet machine.
 set -euo pipefail
@@ -48,6 +54,7 @@ run() {
     cfg="$run_dir/smdb.toml"
     printf '[network]\nbind_addr = "127.0.0.1:%s"\n[storage]\ndata_dir = "%s/data"\n' \
         "$port" "$run_dir" >"$cfg"
+    [ -n "${STORAGE:-}" ] && printf '%s\n' "$STORAGE" >>"$cfg"
     printf '[metrics]\nbind_addr = "127.0.0.1:%s"\n[http]\nenabled = false\n' "$mport" >>"$cfg"
     printf '[logging]\nlevel = "warn"\n' >>"$cfg"
     if [ "$arm" = on ]; then
@@ -66,23 +73,30 @@ run() {
     done
     rate=$("$BIN/smdb-bench" --addr "127.0.0.1:$port" --server-pid "$pid" -w apply -c 16 \
         --in-flight 8 --duration "$SECS" --warmup 2 --json |
-        python3 -c 'import json, sys; print(round(json.load(sys.stdin)["ops_per_sec"]))')
+        python3 -c 'import json, sys
+r = json.load(sys.stdin)
+ops, cores = r["ops_per_sec"], r["cpu"]["server_cores"] or 0
+print(round(ops), round(cores * 1e6 / max(ops, 1), 2))')
     kill -9 "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     rm -rf "$run_dir"
     echo "$rate"
 }
 
-ratios=()
+ratios=() cpu_ratios=()
 for i in $(seq 1 "$PAIRS"); do
-    off=$(run off)
-    on=$(run on)
+    read -r off off_cpu < <(run off)
+    read -r on on_cpu < <(run on)
     r=$(python3 -c "print(f'{$on / $off:.3f}')")
+    c=$(python3 -c "print(f'{$on_cpu / max($off_cpu, 1e-9):.3f}')")
     ratios+=("$r")
-    echo "pair $i: off=$off on=$on ratio=$r"
+    cpu_ratios+=("$c")
+    echo "pair $i: off=$off on=$on ratio=$r cpu_us_per_op off=$off_cpu on=$on_cpu ratio=$c"
 done
-python3 - "${ratios[@]}" <<'PY'
+python3 - "${ratios[*]}" "${cpu_ratios[*]}" <<'PY'
 import statistics, sys
-r = sorted(float(x) for x in sys.argv[1:])
-print(f"median ratio on/off {statistics.median(r):.3f} (spread {r[0]:.3f} .. {r[-1]:.3f}, {len(r)} pairs)")
+for name, arg in (("ops/s", sys.argv[1]), ("server CPU per op", sys.argv[2])):
+    r = sorted(float(x) for x in arg.split())
+    print(f"median ratio on/off, {name}: {statistics.median(r):.3f} "
+          f"(spread {r[0]:.3f} .. {r[-1]:.3f}, {len(r)} pairs)")
 PY
