@@ -8,6 +8,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use glommio::channels::shared_channel::ConnectedSender;
+use shards::Rejection;
 
 use super::message::{ShardMessage, ShardResponse};
 use super::runtime::Shard;
@@ -42,6 +43,20 @@ impl Outbox {
     pub(super) fn push_message(&self, needs: u64, msg: ShardMessage) {
         self.queue.borrow_mut().push_back((needs, msg, None));
         self.wake.notify();
+    }
+
+    /// The oldest queued message if it may leave: the log is durable through its offset, or
+    /// the wait for that `failed` (then everything queued leaves, a reply as the failure).
+    pub(super) fn pop_released(
+        &self,
+        durable: u64,
+        failed: bool,
+    ) -> Option<(u64, ShardMessage, Option<Instant>)> {
+        let mut q = self.queue.borrow_mut();
+        match q.front() {
+            Some((n, _, _)) if *n <= durable || failed => q.pop_front(),
+            _ => None,
+        }
     }
 
     pub(super) fn close(&self) {
@@ -79,24 +94,12 @@ impl Outbox {
             let failure = shard.log.wait_durable(needs).await.err();
             let durable = shard.log.durable();
             loop {
-                let next = {
-                    let mut q = self.queue.borrow_mut();
-                    match q.front() {
-                        Some((n, _, _)) if *n <= durable || failure.is_some() => q.pop_front(),
-                        _ => None,
-                    }
-                };
-                let Some((n, mut msg, gate)) = next else {
+                let Some((n, mut msg, gate)) = self.pop_released(durable, failure.is_some()) else {
                     break;
                 };
                 match &mut msg {
                     ShardMessage::Reply(resp) => {
-                        shard.queued.set(shard.queued.get().saturating_sub(1));
-                        if n > durable {
-                            if let Some(f) = &failure {
-                                resp.result = Err(f.clone());
-                            }
-                        }
+                        reply_released(shard.as_ref(), resp, n > durable, failure.as_ref());
                         // Failover, async mode: `gate` marks a client write (only set with
                         // failover on); past the lease it is not acknowledged.
                         if gate.is_some() && resp.result.is_ok() && shard.member.fenced() {
@@ -116,5 +119,19 @@ impl Outbox {
                 }
             }
         }
+    }
+}
+
+/// A reply taken from the queue: it no longer counts as queued, and one whose offset never
+/// became durable (`undurable`) answers the log's `failure`.
+pub(super) fn reply_released(
+    shard: &Shard,
+    resp: &mut ShardResponse,
+    undurable: bool,
+    failure: Option<&Rejection>,
+) {
+    shard.reply_left();
+    if let (true, Some(f)) = (undurable, failure) {
+        resp.result = Err(f.clone());
     }
 }

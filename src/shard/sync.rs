@@ -229,24 +229,12 @@ impl Outbox {
     ) -> Result<(), Gone> {
         let (held, tx) = (&mut *out.held, out.tx);
         loop {
-            let next = {
-                let mut q = self.queue.borrow_mut();
-                match q.front() {
-                    Some((n, _, _)) if *n <= durable || failed.is_some() => q.pop_front(),
-                    _ => None,
-                }
-            };
-            let Some((n, mut msg, gate)) = next else {
+            let Some((n, mut msg, gate)) = self.pop_released(durable, failed.is_some()) else {
                 return Ok(());
             };
             match &mut msg {
                 ShardMessage::Reply(resp) => {
-                    shard.reply_left();
-                    if n > durable {
-                        if let Some(f) = &failed {
-                            resp.result = Err(f.clone());
-                        }
-                    }
+                    super::outbox::reply_released(shard, resp, n > durable, failed.as_ref());
                     let gate = gate.filter(|_| n <= durable);
                     if gate.is_some() || !held.is_empty() {
                         held.push_back((n, msg, gate));
