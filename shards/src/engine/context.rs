@@ -14,6 +14,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::index::prefetch;
 use super::small_str::SmallStr;
 
 /// An instance context: a JSON object's members, sorted by name.
@@ -74,7 +75,6 @@ impl Context {
     /// Asks the CPU to load the members (the first two cache lines; a snapshot walk reads
     /// them a few instances later, `snapshot::walk`).
     pub(crate) fn prefetch_members(&self) {
-        use super::index::prefetch;
         prefetch(self.0.as_ptr());
         prefetch(self.0.as_ptr().cast::<u8>().wrapping_add(64));
     }
@@ -84,8 +84,8 @@ impl Context {
     pub(crate) fn prefetch_values(&self) {
         for (_, v) in self.0.iter().take(4) {
             match v {
-                Value::String(s) => super::index::prefetch(s.as_ptr()),
-                Value::Array(a) => super::index::prefetch(a.as_ptr()),
+                Value::String(s) => prefetch(s.as_ptr()),
+                Value::Array(a) => prefetch(a.as_ptr()),
                 _ => {}
             }
         }

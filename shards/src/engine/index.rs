@@ -331,7 +331,7 @@ impl InstanceMap {
         let hash = self.hash(id);
         let mut first = 0;
         for t in &self.tables {
-            if let Some(i) = t.find_bucket_index(hash, |s| s.record.instance.id.as_str() == id) {
+            if let Some(i) = t.find_bucket_index(hash, has_id(id)) {
                 return Some(first + i);
             }
             first += t.num_buckets();
