@@ -182,9 +182,9 @@ fn the_watch_works_again_after_every_etcd_member_restarted() {
         );
     }
     // Each member's watch runs on one etcd member: restarting each in turn (quorum kept)
-    // breaks every watch at least once. A member whose lease keep-alive stream ran on the
-    // killed etcd member loses its session (the keep-alive stream is not re-created within
-    // one), and its next session creates a new watch: not counted as a restart.
+    // breaks every watch at least once. (A member whose lease keep-alive stream ran on the
+    // killed etcd member opens a new stream and keeps its session, `Session::renew`; one that
+    // loses its session anyway creates a new watch with the next: not counted as a restart.)
     for i in 0..3 {
         etcd.kill_member(i);
         std::thread::sleep(Duration::from_millis(500));
