@@ -117,6 +117,20 @@ pub fn one_primary(members: &[&Server], limit: Duration) -> usize {
     }
 }
 
+/// Waits until member `want` is the one primary, within `limit`. After a switchover answers,
+/// the old primary may still report its role for a moment (its driver demotes it at its next
+/// turn); `one_primary` still fails the test on two primaries at once.
+pub fn becomes_primary(members: &[&Server], want: usize, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while one_primary(members, limit) != want {
+        assert!(
+            Instant::now() < deadline,
+            "member {want} did not become the one primary within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A writer that sends `touch` events to whichever member accepts them, recording each one
 /// acknowledged `ok` and the time of each `ok`.
 pub struct Load {
