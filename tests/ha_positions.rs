@@ -2,6 +2,8 @@
 //! terms") against real etcd and three real members:
 //! * in sync mode a push leaves the primary only once its entry is sync-acknowledged (both
 //!   followers stopped: the write waits and so does its push; continued: both arrive);
+//! * a follower pushes (and replays) an entry only once its primary reports it
+//!   sync-acknowledged (k = 2, one follower stopped: the other has it, and holds it);
 //! * in sync mode a resumed subscription's replay delivers only acknowledged entries, and the
 //!   rest once acknowledged, then the live pushes, with no gap and no duplicate;
 //! * a cursor past the point where an old primary's log was cut resumes, on the new primary
@@ -115,6 +117,89 @@ fn a_push_in_sync_mode_leaves_only_once_its_entry_is_acknowledged() {
         took >= Duration::from_millis(500),
         "the write waited: {took:?}"
     );
+}
+
+/// Shard 0's durable head on `s` (`REPLICATION_STATUS` positions).
+fn head(s: &Server) -> u64 {
+    let st = status(s.addr).expect("status");
+    st["positions"]["0"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{st}"))
+}
+
+#[test]
+fn a_follower_pushes_only_what_its_primary_reports_acknowledged() {
+    let _serial = serial();
+    let etcd = Etcd::start(1);
+    // Both followers must acknowledge (k = 2): with one stopped, the other has the entry
+    // durable and acknowledged, and it is still not sync-acknowledged.
+    let extra = "[replication]\nsync_replicas = 2\nsync_timeout_ms = 20000\n";
+    let (_dirs, members) = start_members(&etcd, "followhold", "sync", extra);
+    let p = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let (f, g) = match p {
+        0 => (1, 2),
+        1 => (0, 2),
+        _ => (0, 1),
+    };
+    wait_status(&members[p], Duration::from_secs(10), "S of 2", |st| {
+        st["ha"]["sync_set"]
+            .as_array()
+            .is_some_and(|s| s.len() == 2)
+    });
+    let mut w = members[p].client();
+    put_order_machine(&mut w);
+    create_paid(&mut w, "fh");
+    // A subscriber on a follower, and a cursor to replay from there later.
+    let mut sub = members[f].client();
+    let watching = sub.call("WATCH_ALL", json!({})).unwrap();
+    let from = watching["cursor"].as_str().unwrap().to_string();
+    let first = touch(&mut w, "fh", "touch")["wal_offset"].as_u64().unwrap();
+    let ev = push_within(&mut sub, Duration::from_secs(5)).expect("an acknowledged push");
+    assert_eq!(ev["wal_offset"], first, "{ev}");
+
+    members[g].signal(libc::SIGSTOP);
+    let addr = members[p].addr;
+    let writer = std::thread::spawn(move || {
+        let mut c = Client::connect_hello(addr, "held-write").unwrap();
+        c.set_timeout(Some(Duration::from_secs(30))).unwrap();
+        c.call(
+            "APPLY_EVENT",
+            json!({"instance_id": "fh", "event": "touch", "payload": {"held": true}}),
+        )
+    });
+    // The follower has the write durable (and acknowledged it), but g has not: no push yet,
+    // and a replay on the follower stops before it too.
+    let since = Instant::now();
+    while head(&members[f]) <= first && since.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let on_follower = head(&members[f]);
+    let early = push_within(&mut sub, Duration::from_millis(300));
+    let mut replay = members[f].client();
+    replay
+        .call("WATCH_ALL", json!({ "from_cursor": from }))
+        .unwrap();
+    let replayed = push_within(&mut replay, Duration::from_secs(2));
+    let replayed_early = push_within(&mut replay, Duration::from_millis(200));
+    members[g].signal(libc::SIGCONT);
+    assert_eq!(on_follower, first + 1, "the follower has the write durable");
+    assert!(
+        early.is_none(),
+        "a follower pushed an entry before it was acknowledged: {early:?}"
+    );
+    let replayed = replayed.expect("the acknowledged entry replays on the follower");
+    assert_eq!(replayed["wal_offset"], first, "{replayed}");
+    assert!(
+        replayed_early.is_none(),
+        "a follower replayed an entry before it was acknowledged: {replayed_early:?}"
+    );
+
+    let result = writer.join().unwrap().expect("acknowledged once g goes on");
+    let held = push_within(&mut sub, Duration::from_secs(10)).expect("the held push");
+    assert_eq!(held["wal_offset"], result["wal_offset"], "{held}");
+    assert_eq!(held["payload"], json!({"held": true}));
+    let rest = push_within(&mut replay, Duration::from_secs(10)).expect("the rest replays");
+    assert_eq!(rest["wal_offset"], result["wal_offset"], "{rest}");
 }
 
 /// A write of `touch` on `id` from its own connection, on a thread: the thread gives the

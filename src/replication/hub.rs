@@ -261,8 +261,23 @@ impl Hub {
         }
     }
 
+    /// Failover in sync mode: per shard, the offset the sync set has acknowledged, which every
+    /// replica's heartbeats carry (`sender.rs`); None otherwise.
+    pub fn committed(&self) -> Option<Vec<u64>> {
+        let sync = self.settings.mode == ReplicationMode::Sync;
+        (sync && self.ha.is_some()).then(|| self.synced.borrow().clone())
+    }
+
     async fn report_quorum(&self) {
-        for (shard, through) in self.quorum_moves() {
+        let moves = self.quorum_moves();
+        if !moves.is_empty() && self.ha.is_some() {
+            // Every replica's sender tells its replica (`committed`), not only the one whose
+            // acknowledgement moved it.
+            for link in self.links.borrow().values() {
+                link.nudge();
+            }
+        }
+        for (shard, through) in moves {
             // Fire and forget: the shard answers at once; nobody needs the reply.
             drop(
                 self.router

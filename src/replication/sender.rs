@@ -60,6 +60,11 @@ impl Link {
         }
     }
 
+    /// Something for the replica besides its own acknowledgement: the sender looks again now.
+    pub fn nudge(&self) {
+        self.wake.notify();
+    }
+
     pub fn stop(&self) {
         self.stopped.set(true);
         self.wake.notify();
@@ -111,6 +116,8 @@ pub async fn run(hub: Rc<Hub>, link: Rc<Link>, handles: Vec<LogHandle>) {
 async fn stream(hub: &Hub, link: &Link, readers: &mut [LogReader], next: &mut [u64]) -> String {
     let max = hub.settings.fanout_max;
     let mut last_beat: Option<Instant> = None;
+    // Failover, sync mode: the acknowledged offsets the replica was last told.
+    let mut told: Option<Vec<u64>> = None;
     while !link.stopped.get() {
         let room = max.saturating_sub(in_flight(link, next));
         let mut out = Vec::new();
@@ -118,21 +125,22 @@ async fn stream(hub: &Hub, link: &Link, readers: &mut [LogReader], next: &mut [u
             Ok(sent) => sent,
             Err(e) => return e,
         };
+        update_lag(hub, link, readers);
+        // A heartbeat when one is due, and at once when the acknowledged offset moved: the
+        // replica's subscribers wait for it. It rides with the entries, after them.
+        let committed = hub.committed();
+        if last_beat.is_none_or(|t| t.elapsed() >= hub.settings.heartbeat) || committed != told {
+            let heads: Vec<u64> = readers.iter().map(LogReader::durable).collect();
+            let epoch = hub.state.epoch();
+            wire::heartbeat_frame(&mut out, epoch, &heads, committed.as_deref(), now_ms());
+            last_beat = Some(Instant::now());
+            told = committed;
+        }
         if !out.is_empty() {
             if let Err(e) = send(hub, link, out).await {
                 return e;
             }
             hub.state.stats.entries_sent.fetch_add(sent, Relaxed);
-        }
-        update_lag(hub, link, readers);
-        if last_beat.is_none_or(|t| t.elapsed() >= hub.settings.heartbeat) {
-            let heads: Vec<u64> = readers.iter().map(LogReader::durable).collect();
-            let mut hb = Vec::new();
-            wire::heartbeat_frame(&mut hb, hub.state.epoch(), &heads, now_ms());
-            if let Err(e) = send(hub, link, hb).await {
-                return e;
-            }
-            last_beat = Some(Instant::now());
         }
         if let Err(e) = pace(hub, link, room.saturating_sub(sent), sent).await {
             return e;

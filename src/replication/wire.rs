@@ -87,6 +87,9 @@ pub struct StreamFrame {
     pub data: String,
     #[serde(default)]
     pub heads: BTreeMap<String, u64>,
+    /// `heartbeat`, failover in sync mode: per shard, the offset the sync set acknowledged.
+    #[serde(default)]
+    pub committed: Option<BTreeMap<String, u64>>,
     /// `snapshot`: the payload's format (absent from older primaries: 1).
     #[serde(default)]
     pub version: Option<u32>,
@@ -189,18 +192,43 @@ pub fn error_frame(out: &mut Vec<u8>, epoch: u64, message: &str) {
     finish_frame(out, start);
 }
 
-/// Appends one `heartbeat` frame with the primary's durable heads and clock.
-pub fn heartbeat_frame(out: &mut Vec<u8>, epoch: u64, heads: &[u64], time_ms: u64) {
+/// Appends one `heartbeat` frame with the primary's durable heads and clock, and, from a
+/// primary under failover in sync mode, `committed`: per shard, the offset its sync set has
+/// acknowledged (a follower holds its pushes until it, docs/ha.md "Subscriptions across
+/// terms"). A follower that does not read `committed` ignores it.
+pub fn heartbeat_frame(
+    out: &mut Vec<u8>,
+    epoch: u64,
+    heads: &[u64],
+    committed: Option<&[u64]>,
+    time_ms: u64,
+) {
+    // Written by hand, not through serde_json: in sync mode one goes out at every move of
+    // the acknowledged offset, to every replica.
     let start = begin_frame(out);
-    let body = serde_json::json!({
-        "type": "stream",
-        "kind": "heartbeat",
-        "epoch": epoch,
-        "heads": positions_map(heads),
-        "time_ms": time_ms,
-    });
-    out.extend_from_slice(body.to_string().as_bytes());
+    out.extend_from_slice(
+        format!("{{\"type\":\"stream\",\"kind\":\"heartbeat\",\"epoch\":{epoch},\"heads\":")
+            .as_bytes(),
+    );
+    write_positions(out, heads);
+    if let Some(c) = committed {
+        out.extend_from_slice(b",\"committed\":");
+        write_positions(out, c);
+    }
+    out.extend_from_slice(format!(",\"time_ms\":{time_ms}}}").as_bytes());
     finish_frame(out, start);
+}
+
+/// `[a, b]` as the JSON object `{"0":a,"1":b}` (`positions_map`'s form), appended to `out`.
+fn write_positions(out: &mut Vec<u8>, values: &[u64]) {
+    out.push(b'{');
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(format!("\"{i}\":{v}").as_bytes());
+    }
+    out.push(b'}');
 }
 
 /// Appends one `ack` frame.
@@ -307,9 +335,15 @@ mod tests {
             ("error", "upgrade replicas first")
         );
         let mut out = Vec::new();
-        heartbeat_frame(&mut out, 3, &[5, 6], 1000);
+        heartbeat_frame(&mut out, 3, &[5, 6], None, 1000);
         let f: StreamFrame = serde_json::from_slice(payload(&out)).unwrap();
         assert_eq!(positions_vec(&f.heads, 2).unwrap(), vec![5, 6]);
+        assert_eq!(f.committed, None);
+        let mut out = Vec::new();
+        heartbeat_frame(&mut out, 3, &[5, 6], Some(&[4, 6]), 1000);
+        let f: StreamFrame = serde_json::from_slice(payload(&out)).unwrap();
+        let committed = f.committed.unwrap();
+        assert_eq!(positions_vec(&committed, 2).unwrap(), vec![4, 6]);
         let mut out = Vec::new();
         ack_frame(&mut out, 3, &[4, 6]);
         let a: Ack = serde_json::from_slice(payload(&out)).unwrap();

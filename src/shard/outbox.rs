@@ -28,6 +28,9 @@ pub(super) struct Outbox {
     pub(super) closed: std::cell::Cell<bool>,
     /// Sync mode: replicas acknowledged more (`shard/sync.rs`).
     pub(super) acked: Notify,
+    /// The lowest head the log was rewound to since the pump last looked (`clamp_needs`):
+    /// the sync pump drops the held pushes past it (`push_hold.rs`).
+    pub(super) rewound: std::cell::Cell<Option<u64>>,
 }
 
 impl Outbox {
@@ -77,6 +80,8 @@ impl Outbox {
             *needs = (*needs).min(head);
         }
         drop(q);
+        let lowest = self.rewound.get().map_or(head, |h| h.min(head));
+        self.rewound.set(Some(lowest));
         self.wake.notify();
         dropped
     }

@@ -1,88 +1,143 @@
 //! Pushes held for sync acknowledgement (CONTRACT §12: "under HA in sync mode a push leaves
 //! only once its entry is sync-acknowledged"; docs/ha.md, "Subscriptions across terms").
 //!
-//! With failover on and `replication.mode = "sync"`, a push of an entry this member decided as
-//! primary (`PushMsg::hold`, set by `Registry::publish`) leaves its outbox once the entry is
-//! durable (as every push) *and* the offset acknowledged by `sync_replicas` replicas
-//! (`SyncState::acked`, the offset that releases held write replies in `sync.rs`) has reached
-//! it. A write answered `SYNC_TIMEOUT` keeps its push held until then. Pushes keep their order;
-//! replies do not wait behind held pushes.
+//! With failover on and `replication.mode = "sync"`, a push leaves its outbox once the entry is
+//! durable (as every push) *and* `SyncState::acked` has reached it:
+//! - on the primary, for an entry it decided (`Hold::Led`), that is the offset acknowledged by
+//!   `sync_replicas` members of the sync set (it also releases held write replies in
+//!   `sync.rs`); a write answered `SYNC_TIMEOUT` keeps its push held until then;
+//! - on a follower, for an entry replicated to it (`Hold::Followed`), it is the offset the
+//!   primary reports acknowledged in its heartbeats (`committed`, passed on as
+//!   `ReplicaAcked` by `replication::follower::apply`). So a subscriber of a follower never
+//!   sees an event that a failover could still take back.
+//!
+//! Pushes keep their order; replies do not wait behind held pushes. The end of a subscription
+//! (`SubsEnded`) waits behind the held pushes before it, so a client never hears of an event
+//! after the end of the subscription that carried it.
 //!
 //! Bound: `PUSHES_HELD_MAX` push messages per outbox. Policy when full: the push is not held
 //! and the subscriptions it names end with `subscription_lagged` after what they were
 //! delivered (`SubsEnded` without `diverged_at`), as a slow subscriber's do; they resume by
-//! replay. Gauge: `Registry::held` (INFO `pushes_held`). Past the lease (a demotion), no held
-//! push leaves: they are dropped and their subscriptions end the same way (CONTRACT §12:
-//! demotion "ends subscriptions whose position it may lose").
+//! replay. Gauge: `Registry::held` (INFO `pushes_held`). Past the lease (a demotion), no push
+//! this member decided leaves: every held push is dropped and their subscriptions end the same
+//! way (CONTRACT §12: demotion "ends subscriptions whose position it may lose"). A rewind of
+//! the log (a follower truncated to where it agrees with a new primary) drops the held pushes
+//! of the entries it removed (`rewound`); the rewind ends every subscription (`diverged`).
 //!
 //! A held push no longer counts in `Registry::pending` (INFO `pushes_pending`): it left the
 //! outbox's queue, and counts in `held` instead.
 //!
-//! Standalone, async and follower pushes never come here (`hold` is false, or the pump is
-//! `Outbox::run`).
+//! Standalone and async pushes never come here (`hold` is `No`, or the pump is `Outbox::run`).
 
 use std::collections::VecDeque;
 
 use super::message::ShardMessage;
 use super::runtime::Shard;
-use super::subs::SubsEnded;
+use super::subs::{Hold, SubsEnded};
 
 /// Push messages one outbox holds for sync acknowledgement at most: each is one event for the
 /// matching subscriptions of one client executor (one body, ~200 bytes), so about 1 MiB, and
 /// the pushes of 4096 writes answered while replicas do not acknowledge.
 pub(super) const PUSHES_HELD_MAX: usize = 4096;
 
-/// One outbox's held pushes, `(offset, push)` in offset order.
+/// One outbox's held pushes, `(offset, push)` in offset order, and the ends of subscriptions
+/// queued behind them.
 #[derive(Default)]
 pub(super) struct PushHold {
     queue: VecDeque<(u64, ShardMessage)>,
+    /// Held pushes this member decided as primary (`Hold::Led`).
+    led: usize,
 }
 
 impl PushHold {
-    /// A durable push leaving the outbox: what to send now, if anything (the push itself,
-    /// or the end of its subscriptions when the hold is full). A push that waits for
-    /// acknowledgement stays here until `release`.
+    /// A durable push (or a subscription's end) leaving the outbox: what to send now, if
+    /// anything (the push itself, or the end of its subscriptions when the hold is full). What
+    /// waits for acknowledgement, and an end behind it, stays here until `release`.
     pub(super) fn offer(
         &mut self,
         shard: &Shard,
         n: u64,
         msg: ShardMessage,
     ) -> Option<ShardMessage> {
-        let ShardMessage::Push(push) = &msg else {
-            return Some(msg);
+        let push = match &msg {
+            ShardMessage::Push(push) if push.hold != Hold::No => push,
+            ShardMessage::SubsEnded(_) => return self.end_behind(msg),
+            _ => return Some(msg),
         };
-        if !push.hold {
-            return Some(msg);
-        }
+        let hold = push.hold;
         if self.queue.len() >= PUSHES_HELD_MAX {
             let ended = SubsEnded {
                 subs: push.subs.clone(),
                 shard: push.shard,
                 diverged_at: None,
             };
-            return Some(ShardMessage::SubsEnded(ended));
+            return self.end_behind(ShardMessage::SubsEnded(ended));
         }
         shard.subs.held.set(shard.subs.held.get() + 1);
+        if hold == Hold::Led {
+            self.led += 1;
+        }
         self.queue.push_back((n, msg));
         None
     }
 
-    /// What may leave now that replicas acknowledged through `acked`: the pushes it covers, in
-    /// order; past the lease, none: every held push is dropped and one `SubsEnded` names the
-    /// subscriptions they were for.
+    /// A subscription's end leaves now when nothing is held, else right after what is.
+    fn end_behind(&mut self, end: ShardMessage) -> Option<ShardMessage> {
+        match self.queue.back() {
+            None => Some(end),
+            Some((n, _)) => {
+                let n = *n;
+                self.queue.push_back((n, end));
+                None
+            }
+        }
+    }
+
+    /// The log was rewound to `head`: the held pushes of entries past it never happened in
+    /// the history it keeps, and are dropped (their subscriptions end `diverged`,
+    /// `Registry::rewound`); what was held up to `head` still waits for acknowledgement.
+    pub(super) fn rewound(&mut self, shard: &Shard, head: u64) {
+        let before = self.queue.len();
+        let mut led_dropped = 0;
+        self.queue.retain(|(n, msg)| match msg {
+            ShardMessage::Push(p) if *n > head => {
+                led_dropped += usize::from(p.hold == Hold::Led);
+                false
+            }
+            _ => true,
+        });
+        for (n, _) in self.queue.iter_mut() {
+            *n = (*n).min(head);
+        }
+        let dropped = (before - self.queue.len()) as u64;
+        self.led -= led_dropped;
+        shard
+            .subs
+            .held
+            .set(shard.subs.held.get().saturating_sub(dropped));
+    }
+
+    /// What may leave now that `acked` is acknowledged: what it covers, in order. Past the
+    /// lease with pushes this member decided held, none: every held push is dropped and one
+    /// `SubsEnded` names the subscriptions they (and the ends held behind them) were for.
     pub(super) fn release(&mut self, shard: &Shard, acked: u64) -> Vec<ShardMessage> {
         let mut out = Vec::new();
         if self.queue.is_empty() {
             return out;
         }
-        if shard.member.fenced() {
+        if self.led > 0 && shard.member.fenced() {
             let mut subs: Vec<u64> = Vec::new();
             for (_, msg) in self.queue.drain(..) {
-                if let ShardMessage::Push(p) = msg {
-                    subs.extend(p.subs);
+                match msg {
+                    ShardMessage::Push(p) => {
+                        subs.extend(p.subs);
+                        shard.subs.held.set(shard.subs.held.get().saturating_sub(1));
+                    }
+                    ShardMessage::SubsEnded(e) => subs.extend(e.subs),
+                    ShardMessage::Reply(_) => {}
                 }
-                shard.subs.held.set(shard.subs.held.get().saturating_sub(1));
             }
+            self.led = 0;
             subs.sort_unstable();
             subs.dedup();
             let ended = SubsEnded {
@@ -98,7 +153,10 @@ impl PushHold {
                 break;
             }
             if let Some((_, msg)) = self.queue.pop_front() {
-                shard.subs.held.set(shard.subs.held.get().saturating_sub(1));
+                if let ShardMessage::Push(p) = &msg {
+                    shard.subs.held.set(shard.subs.held.get().saturating_sub(1));
+                    self.led -= usize::from(p.hold == Hold::Led);
+                }
                 out.push(msg);
             }
         }

@@ -3,10 +3,11 @@
 //! low-share replay task queue (`subs.rs`); never touches the engine but for epochs.
 //!
 //! HA sync mode (CONTRACT §12: "under HA in sync mode a push leaves only once its entry is
-//! sync-acknowledged"; docs/ha.md, "Subscriptions across terms"). On a primary whose pushes
+//! sync-acknowledged"; docs/ha.md, "Subscriptions across terms"). On a member whose pushes
 //! wait for sync acknowledgement (`Registry::holds_local`, `push_hold.rs`), a replay read
-//! delivers records only through `SyncState::acked`, the offset that releases held pushes and
-//! write replies: a call reads from `from` through `min(to, acked)` and answers `next` = one
+//! delivers records only through `SyncState::acked`, the offset that releases held pushes
+//! (and, on a primary, write replies; on a follower it is what the primary reports
+//! acknowledged): a call reads from `from` through `min(to, acked)` and answers `next` = one
 //! past the last record it read. When `acked` is below `from` it waits for it, at most
 //! `REPLAY_ACK_WAIT`, and if it did not get there answers no events with `next == from`: the
 //! front asks again (`subscriptions/watch.rs`).
@@ -28,8 +29,9 @@
 //! (`PUSHES_HELD_MAX`). Past the lease, or once demoted, a read fails, waiting or not
 //! (`NO_PRIMARY`), and the front ends the subscription `subscription_lagged` after what it
 //! delivered, as a demotion ends those with held pushes. A new term starts with `acked` at 0, so entries of
-//! earlier terms replay once a replica acknowledged something of this one. Followers,
-//! standalone servers and async mode replay what is durable, as before.
+//! earlier terms replay once a replica acknowledged something of this one. A follower waits
+//! the same way for its primary's reports, and does not fail. Standalone servers and async
+//! mode replay what is durable.
 
 use std::time::Duration;
 
@@ -133,17 +135,22 @@ async fn matching(
     Ok((events, next))
 }
 
-/// How far a replay read from `from` may deliver: `to`, or on a primary whose pushes wait for
+/// How far a replay read from `from` may deliver: `to`, or on a member whose pushes wait for
 /// sync acknowledgement no further than the acknowledged offset (see the module docs); `None`
-/// when that is still below `from` after `REPLAY_ACK_WAIT`. Fails past the lease or once
-/// demoted, where held pushes are dropped.
+/// when that is still below `from` after `REPLAY_ACK_WAIT`. On a primary it fails past the
+/// lease or once demoted during the wait, where held pushes are dropped.
 async fn deliverable_through(shard: &Shard, from: u64, to: u64) -> Result<Option<u64>, Rejection> {
     let member = &*shard.member;
     let Some(sync) = shard.sync.as_ref() else {
         return Ok(Some(to));
     };
-    if !shard.subs.holds_local() || member.is_replica() {
-        return Ok(Some(to)); // a follower replays what it has durable, as it pushes
+    if !shard.subs.holds_local() {
+        return Ok(Some(to));
+    }
+    if member.is_replica() {
+        // A follower: through the offset its primary reports acknowledged, as it pushes.
+        let acked = sync.acked_within(from, REPLAY_ACK_WAIT, || false).await;
+        return Ok((acked >= from).then(|| to.min(acked)));
     }
     let stop = || member.is_replica() || member.fenced();
     let acked = sync.acked_within(from, REPLAY_ACK_WAIT, stop).await;

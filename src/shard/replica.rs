@@ -234,6 +234,9 @@ impl Shard {
                 self.subs.push_left();
             }
         }
+        if let Some(sync) = &self.sync {
+            sync.rewound(head);
+        }
         let epoch = self.engine.borrow().epoch_of(head);
         self.subs.rewound(self.index, epoch, head);
         Ok(removed)

@@ -59,9 +59,21 @@ pub struct PushMsg {
     /// The epoch of the term that wrote the entry (the cursor carries it).
     pub epoch: u64,
     pub body: Vec<u8>,
-    /// Leaves only once the entry is sync-acknowledged (`push_hold.rs`): an entry this member
-    /// decided as primary, with failover on in sync mode.
-    pub hold: bool,
+    /// Whether it leaves only once the entry is sync-acknowledged (`push_hold.rs`).
+    pub hold: Hold,
+}
+
+/// Whether a push waits for sync acknowledgement (failover on in sync mode, `push_hold.rs`),
+/// and whose acknowledgement it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Leaves once durable (standalone, async, or failover off).
+    No,
+    /// An entry this member decided as primary: its own replicas' acknowledgement.
+    Led,
+    /// An entry replicated from the primary: the acknowledgement the primary reports in its
+    /// heartbeats (`committed`).
+    Followed,
 }
 
 /// A shard ends subscriptions of one client executor (`Table::ended` on the front).
@@ -168,7 +180,7 @@ struct Push {
     shard: u32,
     offset: u64,
     epoch: u64,
-    hold: bool,
+    hold: Hold,
 }
 
 /// The live subscriptions of one client channel (one front executor).
@@ -191,8 +203,8 @@ pub struct Registry {
     pending: Cell<u64>,
     replay_queue: TaskQueueHandle,
     readers: Gate,
-    /// Pushes of entries this member decides wait for sync acknowledgement (failover on, sync
-    /// mode: `push_hold.rs`). Fixed at start-up.
+    /// Pushes wait for sync acknowledgement (failover on, sync mode: `push_hold.rs`), both of
+    /// entries this member decides and of entries it follows. Fixed at start-up.
     hold_local: bool,
     /// Push messages held for sync acknowledgement now (a gauge, INFO `pushes_held`).
     pub(super) held: Cell<u64>,
@@ -246,8 +258,8 @@ impl Registry {
         self.count.get()
     }
 
-    /// Pushes of entries this member decides wait for sync acknowledgement (`hold_local`);
-    /// replay reads on a primary then wait too (`replay.rs`).
+    /// Pushes wait for sync acknowledgement (`hold_local`); replay reads then wait too
+    /// (`replay.rs`).
     pub(super) fn holds_local(&self) -> bool {
         self.hold_local
     }
@@ -279,15 +291,22 @@ impl Registry {
     /// sync-acknowledged, with `hold_local`). `engine` has applied the entry (the context
     /// after the event comes from there).
     pub fn publish(&self, shard: u32, entry: &Entry, offset: u64, engine: &Engine) {
-        self.publish_as(shard, entry, offset, engine, self.hold_local);
+        let hold = if self.hold_local { Hold::Led } else { Hold::No };
+        self.publish_as(shard, entry, offset, engine, hold);
     }
 
-    /// `publish` for a record replicated from the primary: released once durable here.
+    /// `publish` for a record replicated from the primary: released once durable here (and,
+    /// with `hold_local`, once the primary reports it sync-acknowledged).
     pub fn publish_replicated(&self, shard: u32, entry: &Entry, offset: u64, engine: &Engine) {
-        self.publish_as(shard, entry, offset, engine, false);
+        let hold = if self.hold_local {
+            Hold::Followed
+        } else {
+            Hold::No
+        };
+        self.publish_as(shard, entry, offset, engine, hold);
     }
 
-    fn publish_as(&self, shard: u32, entry: &Entry, offset: u64, engine: &Engine, hold: bool) {
+    fn publish_as(&self, shard: u32, entry: &Entry, offset: u64, engine: &Engine, hold: Hold) {
         let Some(ev) = EventView::of(entry) else {
             return;
         };

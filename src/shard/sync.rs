@@ -9,9 +9,9 @@
 //! Only replies to client writes (an op or BATCH that appended entries) wait. Reads and every
 //! other reply do not wait for replicas, but replies stay in order per outbox: a reply queued
 //! after a waiting write waits behind it. Pushes go out as soon as their entry is durable,
-//! except with failover on, where a push of an entry this member decided waits for the same
-//! acknowledgement (`push_hold.rs`), without holding up replies, and a replay delivers only
-//! what it covers (`replay.rs`). Standalone and async primaries never come here: `serve_client`
+//! except with failover on, where a push waits for the same acknowledgement (on a follower,
+//! the one its primary reports: `push_hold.rs`), without holding up replies, and a replay
+//! delivers only what it covers (`replay.rs`). Standalone and async primaries never come here: `serve_client`
 //! picks `Outbox::run_sync` only when `ShardSetup::sync` is set, and `receive` checks the
 //! option once per request.
 
@@ -78,6 +78,12 @@ impl SyncState {
 
     pub fn timeouts(&self) -> u64 {
         self.timeouts.get()
+    }
+
+    /// The log was rewound to `head`: what the acknowledged offset said of entries past it was
+    /// said of entries this log no longer has.
+    pub(super) fn rewound(&self, head: u64) {
+        self.acked.set(self.acked.get().min(head));
     }
 
     /// A term begins or ends (failover): acknowledgements of the last term no longer count.
@@ -197,6 +203,9 @@ impl Outbox {
             {
                 return;
             }
+            if let Some(head) = self.rewound.take() {
+                pushes.rewound(&shard, head);
+            }
             for msg in pushes.release(&shard, sync.acked.get()) {
                 if tx.send(msg).await.is_err() {
                     return;
@@ -246,12 +255,19 @@ impl Outbox {
                     if n > durable {
                         continue; // never durable: the event did not happen
                     }
-                    if let Some(now) = out.pushes.offer(shard, n, msg) {
-                        tx.send(now).await.map_err(|_| Gone)?;
-                    }
-                    continue;
                 }
+                // Behind the pushes held before it (`push_hold.rs`).
                 ShardMessage::SubsEnded(_) => {}
+            }
+            if !matches!(msg, ShardMessage::Reply(_)) {
+                // A rewind since the last look: drop what it removed before holding more.
+                if let Some(head) = self.rewound.take() {
+                    out.pushes.rewound(shard, head);
+                }
+                if let Some(now) = out.pushes.offer(shard, n, msg) {
+                    tx.send(now).await.map_err(|_| Gone)?;
+                }
+                continue;
             }
             tx.send(msg).await.map_err(|_| Gone)?;
         }

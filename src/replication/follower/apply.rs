@@ -31,6 +31,8 @@ pub(super) struct Applier {
     pub(super) failed: RefCell<Option<String>>,
     /// The primary's `ack_every_ms`: acks that only move positions come at most this often.
     pub(super) ack_every: std::time::Duration,
+    /// Failover, sync mode: per shard, the acknowledged offset last passed to the shard.
+    committed: RefCell<Vec<u64>>,
 }
 
 impl Applier {
@@ -43,6 +45,7 @@ impl Applier {
             wake: Notify::default(),
             failed: RefCell::new(None),
             ack_every: std::time::Duration::ZERO,
+            committed: RefCell::new(Vec::new()),
         }
     }
 }
@@ -96,7 +99,10 @@ async fn read_frames<R: AsyncRead + Unpin>(
             "entries" => on_entries(hub, applier, &f).await?,
             "snapshot" => receive_snapshot(hub, applier, &f, receiving).await?,
             "error" => return Err(format!("the primary ends the stream: {}", f.message)),
-            "heartbeat" => on_heartbeat(hub, applier, &f)?,
+            "heartbeat" => {
+                on_heartbeat(hub, applier, &f)?;
+                on_committed(hub, applier, &f).await?;
+            }
             other => return Err(format!("unknown stream frame kind {other:?}")),
         }
     }
@@ -132,6 +138,36 @@ fn on_heartbeat(hub: &Hub, applier: &Applier, f: &StreamFrame) -> Result<(), Str
     applier.skew_ms.set(skew_ms);
     update_lag(hub, applier);
     applier.wake.notify();
+    Ok(())
+}
+
+/// A heartbeat's `committed` (a primary under failover in sync mode): each shard whose
+/// acknowledged offset moved hears it (`ShardCall::ReplicaAcked`), and releases the pushes it
+/// held for it (`shard/push_hold.rs`).
+async fn on_committed(hub: &Hub, applier: &Applier, f: &StreamFrame) -> Result<(), String> {
+    let Some(map) = &f.committed else {
+        return Ok(());
+    };
+    let committed = wire::positions_vec(map, hub.router.shard_count())?;
+    let moved: Vec<(u32, u64)> = {
+        let mut told = applier.committed.borrow_mut();
+        told.resize(committed.len(), 0);
+        (told.iter_mut().zip(&committed).enumerate())
+            .filter(|(_, (t, c))| **c > **t)
+            .map(|(shard, (t, c))| {
+                *t = *c;
+                (shard as u32, *c)
+            })
+            .collect()
+    };
+    for (shard, through) in moved {
+        // Fire and forget: the shard answers at once; nobody needs the reply.
+        drop(
+            hub.router
+                .start(shard, ShardCall::ReplicaAcked { through })
+                .await,
+        );
+    }
     Ok(())
 }
 
