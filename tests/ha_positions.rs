@@ -119,6 +119,23 @@ fn a_push_in_sync_mode_leaves_only_once_its_entry_is_acknowledged() {
     );
 }
 
+/// Three members of `cluster` in sync mode with `extra` config, once the primary (its index is
+/// the third value) counts both followers in its sync set.
+fn sync_set_of_two(
+    etcd: &Etcd,
+    cluster: &str,
+    extra: &str,
+) -> (Vec<tempfile::TempDir>, Vec<Server>, usize) {
+    let (dirs, members) = start_members(etcd, cluster, "sync", extra);
+    let p = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    wait_status(&members[p], Duration::from_secs(10), "S of 2", |st| {
+        st["ha"]["sync_set"]
+            .as_array()
+            .is_some_and(|s| s.len() == 2)
+    });
+    (dirs, members, p)
+}
+
 /// Shard 0's durable head on `s` (`REPLICATION_STATUS` positions).
 fn head(s: &Server) -> u64 {
     let st = status(s.addr).expect("status");
@@ -134,18 +151,12 @@ fn a_follower_pushes_only_what_its_primary_reports_acknowledged() {
     // Both followers must acknowledge (k = 2): with one stopped, the other has the entry
     // durable and acknowledged, and it is still not sync-acknowledged.
     let extra = "[replication]\nsync_replicas = 2\nsync_timeout_ms = 20000\n";
-    let (_dirs, members) = start_members(&etcd, "followhold", "sync", extra);
-    let p = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let (_dirs, members, p) = sync_set_of_two(&etcd, "followhold", extra);
     let (f, g) = match p {
         0 => (1, 2),
         1 => (0, 2),
         _ => (0, 1),
     };
-    wait_status(&members[p], Duration::from_secs(10), "S of 2", |st| {
-        st["ha"]["sync_set"]
-            .as_array()
-            .is_some_and(|s| s.len() == 2)
-    });
     let mut w = members[p].client();
     put_order_machine(&mut w);
     create_paid(&mut w, "fh");
@@ -233,14 +244,8 @@ fn a_replay_in_sync_mode_delivers_only_acknowledged_entries() {
     // Writes answer SYNC_TIMEOUT soon: a reply waiting for acknowledgement would hold up the
     // replay's replies on the same front, which would hide what the replay reads.
     let extra = "[replication]\nsync_timeout_ms = 400\n";
-    let (_dirs, members) = start_members(&etcd, "replayhold", "sync", extra);
-    let p = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let (_dirs, members, p) = sync_set_of_two(&etcd, "replayhold", extra);
     let followers: Vec<usize> = (0..3).filter(|&i| i != p).collect();
-    wait_status(&members[p], Duration::from_secs(10), "S of 2", |st| {
-        st["ha"]["sync_set"]
-            .as_array()
-            .is_some_and(|s| s.len() == 2)
-    });
     let mut w = members[p].client();
     put_order_machine(&mut w);
     create_paid(&mut w, "r");

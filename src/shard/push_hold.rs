@@ -29,6 +29,7 @@
 //!
 //! Standalone and async pushes never come here (`hold` is `No`, or the pump is `Outbox::run`).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 
 use super::message::ShardMessage;
@@ -93,10 +94,18 @@ impl PushHold {
         }
     }
 
+    /// Catches up with the rewinds since the last look (`Outbox::rewound`, taken here): run
+    /// before holding or releasing more, so that only what was held before them is dropped.
+    pub(super) fn after_rewinds(&mut self, shard: &Shard, rewound: &Cell<Option<u64>>) {
+        if let Some(head) = rewound.take() {
+            self.rewound(shard, head);
+        }
+    }
+
     /// The log was rewound to `head`: the held pushes of entries past it never happened in
     /// the history it keeps, and are dropped (their subscriptions end `diverged`,
     /// `Registry::rewound`); what was held up to `head` still waits for acknowledgement.
-    pub(super) fn rewound(&mut self, shard: &Shard, head: u64) {
+    fn rewound(&mut self, shard: &Shard, head: u64) {
         let before = self.queue.len();
         let mut led_dropped = 0;
         self.queue.retain(|(n, msg)| match msg {

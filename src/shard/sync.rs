@@ -203,9 +203,7 @@ impl Outbox {
             {
                 return;
             }
-            if let Some(head) = self.rewound.take() {
-                pushes.rewound(&shard, head);
-            }
+            pushes.after_rewinds(&shard, &self.rewound);
             for msg in pushes.release(&shard, sync.acked.get()) {
                 if tx.send(msg).await.is_err() {
                     return;
@@ -260,10 +258,7 @@ impl Outbox {
                 ShardMessage::SubsEnded(_) => {}
             }
             if !matches!(msg, ShardMessage::Reply(_)) {
-                // A rewind since the last look: drop what it removed before holding more.
-                if let Some(head) = self.rewound.take() {
-                    out.pushes.rewound(shard, head);
-                }
+                out.pushes.after_rewinds(shard, &self.rewound);
                 if let Some(now) = out.pushes.offer(shard, n, msg) {
                     tx.send(now).await.map_err(|_| Gone)?;
                 }
