@@ -140,15 +140,22 @@ fn parse_key(hex: &str) -> Option<(u64, u64)> {
     .filter(|_| hex.len() == 32)
 }
 
-/// Writes the meta file durably: temp file, fsync, rename, fsync the directory.
+/// Writes the meta file durably: temp file, fsync, rename, fsync the directory. A write that
+/// fails (a full disk: docs/wal.md, "A full disk") removes its temp file: start-up leaves no
+/// partial or temporary file behind.
 fn write_meta(path: &Path, meta: &Meta) -> Result<(), String> {
     let tmp = path.join(format!("{META_FILE}.tmp"));
     let io = |e: std::io::Error| format!("cannot write {}: {e}", tmp.display());
     let bytes = serde_json::to_vec(meta).map_err(|e| e.to_string())?;
-    let mut f = File::create(&tmp).map_err(io)?;
-    f.write_all(&bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    std::fs::rename(&tmp, path.join(META_FILE)).map_err(io)?;
+    let written = File::create(&tmp).and_then(|mut f| {
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path.join(META_FILE))
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(e));
+    }
     File::open(path).and_then(|d| d.sync_all()).map_err(io)
 }
 

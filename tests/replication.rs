@@ -581,6 +581,62 @@ fn sync_mode_times_out_on_a_stopped_replica_and_the_write_is_committed() {
     converge(&p, &r);
 }
 
+/// A write answered `SYNC_TIMEOUT` and resent with its idempotency key is the same write: the
+/// resend's answer passes the same release gate as the first, so it is `SYNC_TIMEOUT` again
+/// while no replica holds the entry (alone, in a BATCH, over HTTP), and `ok` (not applied
+/// again) once one does. Before the gate covered resends, the resend was `ok` at once: an
+/// acknowledged write that a failover then lost.
+#[test]
+fn a_resent_sync_timed_out_write_is_never_ok_before_a_replica_holds_it() {
+    let cfg = "[replication]\nmode = \"sync\"\nsync_timeout_ms = 300\n[http]\nenabled = true";
+    let (p, _pd) = primary(cfg);
+    let (r, _rd) = replica_of(&p, "r1", "");
+    converge(&p, &r);
+    let mut w = p.client();
+    put_machine(&mut w);
+    create(&mut w, "k-1");
+    converge(&p, &r);
+    r.signal(libc::SIGSTOP);
+    let apply = json!({"instance_id": "k-1", "event": "touch", "payload": {"i": 1},
+        "idempotency_key": "K"});
+    let create_k = json!({"machine": "order", "version": 1, "id": "k-2", "context": {},
+        "idempotency_key": "C"});
+    let batch = json!({"mode": "atomic", "ops": [{"op": "APPLY_EVENT", "params": apply}]});
+    let timed_out = |w: &mut Client, op: &str, params: &Value| {
+        let t = Instant::now();
+        let e = w.call(op, params.clone()).unwrap_err();
+        assert_eq!(e.code(), Some("SYNC_TIMEOUT"), "{op} {params}: {e:?}");
+        assert!(t.elapsed() >= Duration::from_millis(250), "{op}: it waited");
+    };
+    timed_out(&mut w, "APPLY_EVENT", &apply);
+    timed_out(&mut w, "CREATE_INSTANCE", &create_k);
+    for _ in 0..2 {
+        timed_out(&mut w, "APPLY_EVENT", &apply);
+        timed_out(&mut w, "CREATE_INSTANCE", &create_k);
+    }
+    timed_out(&mut w, "BATCH", &batch);
+    let mut h = common::http::Http::connect(p.http_addr.expect("http listener"));
+    let body = json!({"event": "touch", "payload": {"i": 1}}).to_string();
+    let key = [("Idempotency-Key", "K")];
+    let resent = h.request("POST", "/instances/k-1/events", &key, Some(body.as_bytes()));
+    assert_ne!(resent.status, 200, "HTTP resend: {}", resent.text());
+    assert_eq!(resent.code(), "SYNC_TIMEOUT", "{}", resent.text());
+    // A replica holds them now: the resends are ok, and were not applied again.
+    r.signal(libc::SIGCONT);
+    converge(&p, &r);
+    let again = w.call("APPLY_EVENT", apply.clone()).unwrap();
+    assert_eq!(again["applied"], false, "{again}");
+    assert_eq!(
+        w.call("CREATE_INSTANCE", create_k).unwrap()["applied"],
+        false
+    );
+    let h = w
+        .call("GET_HISTORY", json!({"instance_id": "k-1", "limit": 10}))
+        .unwrap();
+    let touches = h["events"].as_array().unwrap().iter();
+    assert_eq!(touches.filter(|e| e["event"] == "touch").count(), 1, "{h}");
+}
+
 #[test]
 fn promotion_after_the_primary_dies_keeps_every_sync_acknowledged_write() {
     let (mut p, _pd) = primary("[replication]\nmode = \"sync\"\nsync_timeout_ms = 5000");

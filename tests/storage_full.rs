@@ -62,6 +62,17 @@ impl LoopFs {
             .arg(&filler));
         filler
     }
+
+    /// Fills every block, the ones ext4 reserves for root included (these tests run as root,
+    /// which may write into them): `fill_leaving` first, then zeros until the disk refuses.
+    fn fill_completely(&self) -> PathBuf {
+        let filler = self.fill_leaving(1 << 20);
+        let mut rest = std::fs::File::create(self.mnt.join("filler-rest")).expect("filler");
+        let zeros = [0u8; 4096];
+        while std::io::Write::write_all(&mut rest, &zeros).is_ok() {}
+        let _ = rest.sync_all();
+        filler
+    }
 }
 
 impl Drop for LoopFs {
@@ -201,20 +212,44 @@ fn start_up_without_room_for_a_segment_and_its_spare_exits_1_leaving_no_file() {
     let fs = LoopFs::new();
     let data = fs.mnt.join("data");
     let _filler = fs.fill_leaving(SEGMENT_BYTES);
+    let stderr = start_up_exits_1(&data);
+    assert!(stderr.contains("bytes needed"), "{stderr}");
+    assert_no_file_left(&data);
+}
+
+/// A disk with no byte free: the meta file cannot be written either, and its temp file goes
+/// with the failure (it was left behind before).
+#[test]
+fn start_up_on_a_completely_full_disk_exits_1_leaving_no_temporary_file() {
+    let fs = LoopFs::new();
+    let data = fs.mnt.join("data");
+    std::fs::create_dir_all(&data).expect("data dir");
+    let _filler = fs.fill_completely();
+    let stderr = start_up_exits_1(&data);
+    assert!(stderr.contains("No space left"), "{stderr}");
+    assert_no_file_left(&data);
+}
+
+/// Starts the server on `data` and expects exit status 1 naming it; returns its stderr.
+fn start_up_exits_1(data: &Path) -> String {
     let state = temp_dir();
     let cfg_path = state.path().join("smdb.toml");
-    std::fs::write(&cfg_path, base_config(state.path(), &config(&data))).expect("config");
+    std::fs::write(&cfg_path, base_config(state.path(), &config(data))).expect("config");
     let out = Command::new(BIN)
         .arg("--config")
         .arg(&cfg_path)
         .output()
         .expect("run smdb-server");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(&data.display().to_string()), "{stderr}");
-    assert!(stderr.contains("bytes needed"), "{stderr}");
+    stderr
+}
+
+/// No temp file, segment or snapshot anywhere under `data`.
+fn assert_no_file_left(data: &Path) {
     let mut left = Vec::new();
-    let mut stack = vec![data.clone()];
+    let mut stack = vec![data.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let p = e.path();

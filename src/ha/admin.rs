@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use shards::{ErrorCode, Rejection};
 
-use super::session::{call, Session};
+use super::session::Session;
 use super::shared::Shared;
 use super::Ctx;
 use crate::config::Role;
@@ -137,11 +137,13 @@ pub(super) async fn carry_out_pauses(ctx: &Ctx, s: &mut Session) {
         let key = ctx.keys.paused();
         let outcome = if pause {
             let value = json!({"by": ctx.node_id, "at_ms": crate::util::time::now_ms()});
-            call("put paused", s.client.put(key, value.to_string(), None))
+            s.etcd
+                .put("put paused", key, value.to_string().into_bytes(), None)
                 .await
                 .map(|_| Done::default())
         } else {
-            call("delete paused", s.client.delete(key, None))
+            s.etcd
+                .delete("delete paused", key)
                 .await
                 .map(|_| Done::default())
         };

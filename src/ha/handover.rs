@@ -22,7 +22,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use super::admin::{Ask, Done, Outcome, Step};
 use super::clock::boottime_ns;
 use super::keys::Switchover;
-use super::session::{call, Session, Snapshot};
+use super::session::{Session, Snapshot};
 use super::shared::Demotion;
 use super::term::Term;
 use super::Ctx;
@@ -94,7 +94,7 @@ async fn begin(
             rev,
         )])
         .and_then([put]);
-    if !call("switchover txn", s.client.txn(txn)).await?.succeeded() {
+    if !s.etcd.txn("switchover txn", txn).await?.succeeded() {
         return Err("the leader key changed meanwhile".into());
     }
     let until_ns = boottime_ns() + (CATCH_UP_MAX + ABORT_GRACE).as_nanos() as u64;
@@ -128,7 +128,7 @@ async fn resign(term: &mut Term, ctx: &Ctx, s: &mut Session, rev: i64) -> Outcom
             rev,
         )])
         .and_then([TxnOp::delete(ctx.keys.leader(), None), put]);
-    if !call("resign txn", s.client.txn(txn)).await?.succeeded() {
+    if !s.etcd.txn("resign txn", txn).await?.succeeded() {
         return Err("the leader key changed meanwhile".into());
     }
     term.handover = None;
@@ -151,11 +151,9 @@ async fn abort(term: &mut Term, ctx: &Ctx, s: &mut Session, why: &str) -> Outcom
             h.to
         );
     }
-    call(
-        "delete switchover",
-        s.client.delete(ctx.keys.switchover(), None),
-    )
-    .await?;
+    s.etcd
+        .delete("delete switchover", ctx.keys.switchover())
+        .await?;
     Ok(Done::epoch(term.epoch))
 }
 
@@ -167,9 +165,7 @@ async fn put_key(
     ttl: Duration,
 ) -> Result<TxnOp, String> {
     let secs = ttl.as_millis().div_ceil(1000) as i64;
-    let lease = call("lease grant", s.client.lease_grant(secs, None))
-        .await?
-        .id();
+    let lease = s.etcd.lease_grant(secs).await?;
     let value = serde_json::to_vec(value).map_err(|e| e.to_string())?;
     let opts = PutOptions::new().with_lease(lease);
     Ok(TxnOp::put(ctx.keys.switchover(), value, Some(opts)))

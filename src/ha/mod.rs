@@ -10,7 +10,8 @@
 //!   `driver` carries it out (follower stream, epoch records, timers) and reports positions.
 //!
 //! - `config`: the `[ha]` section; `keys`: etcd key names and values; `elect`: who may
-//!   campaign (pure); `session`: one etcd session; `term`: the decisions; `shared`: the thread
+//!   campaign (pure); `etcd`: the endpoints, their health and the pinned one; `session`:
+//!   one etcd session; `term`: the decisions; `shared`: the thread
 //!   ↔ executor exchange; `driver`: the executor's side; `clock`: CLOCK_BOOTTIME;
 //!   `admin`: the operator's requests to the thread; `switchover` (the op) and `handover`
 //!   (its etcd steps): a planned handover; `syncset`: the sync set a sync-mode primary keeps;
@@ -22,6 +23,7 @@ pub mod clock;
 pub mod config;
 pub mod driver;
 pub mod elect;
+mod etcd;
 pub mod fence;
 mod handover;
 pub mod keys;

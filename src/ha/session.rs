@@ -6,15 +6,15 @@
 //! read decides. Every etcd call is bounded by `CALL_TIMEOUT`; a failed call is retried at the
 //! next poll while the lease deadline lies ahead.
 
-use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
-    PutOptions, Txn, TxnOp,
+    Compare, CompareOp, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
 };
 
 use super::clock::boottime_ns;
+use super::etcd::Etcd;
 use super::keys::{Leader, Member};
 use super::term::Term;
 use super::Ctx;
@@ -22,20 +22,6 @@ use super::Ctx;
 /// How often the thread renews (when due), reads the cluster's keys and decides when nothing
 /// wakes it sooner (`ha::wake`).
 pub const POLL: Duration = Duration::from_millis(200);
-/// The longest one etcd call may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Runs `f` bounded by `CALL_TIMEOUT`, errors as text.
-pub async fn call<T, E: std::fmt::Display>(
-    what: &str,
-    f: impl Future<Output = Result<T, E>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(CALL_TIMEOUT, f).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(format!("etcd {what}: {e}")),
-        Err(_) => Err(format!("etcd {what}: no answer within {CALL_TIMEOUT:?}")),
-    }
-}
 
 /// The cluster's keys as one read saw them.
 pub struct Snapshot {
@@ -57,35 +43,25 @@ pub struct Snapshot {
     pub sync: Option<(super::keys::SyncSet, i64)>,
 }
 
-/// A connected session: the client, its lease and the lease's keep-alive stream.
+/// A connected session: the endpoints, its lease and the lease's keep-alive stream.
 pub struct Session {
-    pub client: Client,
+    pub etcd: Arc<Etcd>,
     pub lease: i64,
     keeper: LeaseKeeper,
     stream: LeaseKeepAliveStream,
+    /// The endpoint the keep-alive stream runs on.
+    stream_on: usize,
 }
 
-pub async fn connect(ctx: &Ctx) -> Result<Session, String> {
-    let mut opts = ConnectOptions::new()
-        .with_connect_timeout(CALL_TIMEOUT)
-        .with_timeout(CALL_TIMEOUT);
-    if let (Some(u), Some(p)) = (&ctx.cfg.etcd_username, &ctx.cfg.etcd_password) {
-        opts = opts.with_user(u.clone(), p.clone());
-    }
-    if let Some(tls) = super::tls::options(&ctx.cfg)? {
-        opts = opts.with_tls(tls);
-    }
-    let endpoints = super::tls::endpoints(&ctx.cfg);
-    let mut client = call("connect", Client::connect(endpoints, Some(opts))).await?;
-    let lease = call("lease grant", client.lease_grant(ctx.cfg.ttl_secs(), None))
-        .await?
-        .id();
-    let (keeper, stream) = call("lease keep-alive", client.lease_keep_alive(lease)).await?;
+pub async fn connect(etcd: &Arc<Etcd>, ctx: &Ctx) -> Result<Session, String> {
+    let lease = etcd.lease_grant(ctx.cfg.ttl_secs()).await?;
+    let (stream_on, keeper, stream) = etcd.keep_alive(lease).await?;
     Ok(Session {
-        client,
+        etcd: etcd.clone(),
         lease,
         keeper,
         stream,
+        stream_on,
     })
 }
 
@@ -93,19 +69,20 @@ impl Session {
     /// Renews the lease: the new deadline (CLOCK_BOOTTIME ns) is the send time plus the TTL
     /// etcd returned, minus `ha.safety_margin_ms`. Err when etcd says the lease is gone.
     ///
-    /// The keep-alive stream runs on one etcd member's connection: when that member goes (a
-    /// restart, a crash; quorum kept), the stream fails, and renewing on it again would fail
-    /// until the deadline passed and this member lost its term. So a failed renewal opens a
-    /// new stream at once, which reaches a member still up, and renews on it.
+    /// The keep-alive stream runs on one etcd endpoint's connection: when that endpoint goes
+    /// silent or away (a partition, a restart, a crash; quorum kept), the stream fails, and
+    /// renewing on it again would fail until the deadline passed and this member lost its
+    /// term. So a failed renewal marks the endpoint down (`ha::etcd`: the pin moves), opens a
+    /// new stream at once on the next endpoint, and renews on it, all within the deadline
+    /// (each call is bounded by `Etcd::timeout`, shorter than the margin).
     pub async fn renew(&mut self, margin: Duration) -> Result<u64, String> {
         match self.renew_on_stream(margin).await {
             Err(e) if !e.contains("expired") => {
+                let e = self.etcd.failed(self.stream_on, e);
                 log::debug!("ha: {e}; opening a new keep-alive stream");
-                let (keeper, stream) =
-                    call("lease keep-alive", self.client.lease_keep_alive(self.lease))
-                        .await
-                        .map_err(|again| format!("{e}; a new keep-alive stream: {again}"))?;
-                (self.keeper, self.stream) = (keeper, stream);
+                let (on, keeper, stream) = (self.etcd.keep_alive(self.lease).await)
+                    .map_err(|again| format!("{e}; a new keep-alive stream: {again}"))?;
+                (self.stream_on, self.keeper, self.stream) = (on, keeper, stream);
                 self.renew_on_stream(margin).await
             }
             renewed => renewed,
@@ -114,8 +91,21 @@ impl Session {
 
     async fn renew_on_stream(&mut self, margin: Duration) -> Result<u64, String> {
         let sent = boottime_ns();
-        call("keep-alive", self.keeper.keep_alive()).await?;
-        let resp = call("keep-alive answer", self.stream.message()).await?;
+        let url = self.etcd.url(self.stream_on).to_string();
+        let limit = self.etcd.timeout();
+        let answer = tokio::time::timeout(limit, async {
+            self.keeper.keep_alive().await?;
+            self.stream.message().await
+        });
+        let resp = match answer.await {
+            Ok(Ok(resp)) => resp,
+            Ok(Err(e)) => return Err(format!("etcd keep-alive ({url}): {e}")),
+            Err(_) => {
+                return Err(format!(
+                    "etcd keep-alive ({url}): no answer within {limit:?}"
+                ))
+            }
+        };
         let ttl = resp.ok_or("etcd keep-alive: the stream ended")?.ttl();
         if ttl <= 0 {
             return Err("the lease expired in etcd".into());
@@ -129,7 +119,10 @@ impl Session {
     /// Reads every key of the cluster.
     pub async fn read(&mut self, ctx: &Ctx) -> Result<Snapshot, String> {
         let opts = GetOptions::new().with_prefix();
-        let resp = call("get", self.client.get(ctx.keys.prefix(), Some(opts))).await?;
+        let resp = self
+            .etcd
+            .get("get", ctx.keys.prefix().to_string(), opts)
+            .await?;
         let mut snap = Snapshot {
             revision: resp.header().map_or(0, |h| h.revision()),
             leader: None,
@@ -183,7 +176,7 @@ impl Session {
         let value = serde_json::to_vec(member).map_err(|e| e.to_string())?;
         let opts = PutOptions::new().with_lease(self.lease);
         let key = ctx.keys.member(&ctx.node_id);
-        let resp = call("put member", self.client.put(key, value, Some(opts))).await?;
+        let resp = self.etcd.put("put member", key, value, Some(opts)).await?;
         Ok(resp.header().map_or(0, |h| h.revision()))
     }
 
@@ -192,13 +185,15 @@ impl Session {
         let txn = Txn::new()
             .when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)])
             .and_then([TxnOp::delete(key, None)]);
-        Ok(call("txn delete", self.client.txn(txn)).await?.succeeded())
+        Ok(self.etcd.txn("txn delete", txn).await?.succeeded())
     }
 }
 
 /// Waits until no other live process holds this node's member key, then creates it. A key of
 /// another process that keeps being rewritten belongs to a live duplicate: exit 1. One that
-/// stays unchanged belongs to a dead process and goes with its lease.
+/// stays unchanged belongs to a dead process and goes with its lease. This process's own key
+/// from an earlier session (etcd was out of reach past the lease deadline, but the key's lease
+/// still lives in etcd) is taken back at once (`take_back`), not waited out.
 pub async fn claim_member_key(ctx: &Ctx, s: &mut Session, first: &Member) -> Result<(), String> {
     let key = ctx.keys.member(&ctx.node_id);
     let mut seen: Option<i64> = None;
@@ -208,16 +203,22 @@ pub async fn claim_member_key(ctx: &Ctx, s: &mut Session, first: &Member) -> Res
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
                 key.clone(),
-                value,
+                value.clone(),
                 Some(PutOptions::new().with_lease(s.lease)),
             )])
             .or_else([TxnOp::get(key.clone(), None)]);
-        let resp = call("claim member key", s.client.txn(txn)).await?;
+        let resp = s.etcd.txn("claim member key", txn).await?;
         if resp.succeeded() {
             return Ok(());
         }
-        let rev = held_revision(&resp);
-        if seen.is_some_and(|r| r != rev) {
+        let held = Held::of(&resp);
+        if held.instance.as_deref() == Some(ctx.instance.as_str()) {
+            if take_back(s, &key, value, &held).await? {
+                return Ok(());
+            }
+            continue; // it changed meanwhile: look again
+        }
+        if seen.is_some_and(|r| r != held.rev) {
             log::error!(
                 "ha.node_id {:?} is held by another live process (its member key keeps being \
                  renewed); exiting",
@@ -225,7 +226,7 @@ pub async fn claim_member_key(ctx: &Ctx, s: &mut Session, first: &Member) -> Res
             );
             std::process::exit(1);
         }
-        seen = Some(rev);
+        seen = Some(held.rev);
         log::info!(
             "ha: the member key of {:?} is held by an earlier process; waiting for it to expire",
             ctx.node_id
@@ -234,24 +235,75 @@ pub async fn claim_member_key(ctx: &Ctx, s: &mut Session, first: &Member) -> Res
     }
 }
 
-/// The mod revision of the key the failed claim read back (0 when it vanished meanwhile).
-fn held_revision(resp: &etcd_client::TxnResponse) -> i64 {
-    resp.op_responses()
-        .into_iter()
-        .find_map(|op| match op {
-            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.mod_revision()),
+/// Moves this process's member key from an earlier session's lease to this session's (if it
+/// is still at `held.rev`), then revokes that lease: whatever else it held (a leader key of a
+/// term this member already gave up) goes at once instead of at its expiry.
+async fn take_back(s: &Session, key: &str, value: Vec<u8>, held: &Held) -> Result<bool, String> {
+    let txn = Txn::new()
+        .when([Compare::mod_revision(key, CompareOp::Equal, held.rev)])
+        .and_then([TxnOp::put(
+            key,
+            value,
+            Some(PutOptions::new().with_lease(s.lease)),
+        )]);
+    if !s.etcd.txn("take back member key", txn).await?.succeeded() {
+        return Ok(false);
+    }
+    log::info!("ha: took back this process's member key from its earlier etcd session");
+    if held.lease != 0 && held.lease != s.lease {
+        if let Err(e) = s.etcd.lease_revoke(held.lease).await {
+            log::debug!("ha: revoking the earlier session's lease: {e}");
+        }
+    }
+    Ok(true)
+}
+
+/// The member key a failed claim read back.
+struct Held {
+    /// Its mod revision (0 when it vanished meanwhile).
+    rev: i64,
+    lease: i64,
+    /// The process that wrote it (`Member::instance`).
+    instance: Option<String>,
+}
+
+impl Held {
+    fn of(resp: &etcd_client::TxnResponse) -> Held {
+        let kv = resp.op_responses().into_iter().find_map(|op| match op {
+            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().cloned(),
             _ => None,
-        })
-        .unwrap_or(0)
+        });
+        match kv {
+            Some(kv) => Held {
+                rev: kv.mod_revision(),
+                lease: kv.lease(),
+                instance: serde_json::from_slice::<Member>(kv.value())
+                    .ok()
+                    .map(|m| m.instance),
+            },
+            None => Held {
+                rev: 0,
+                lease: 0,
+                instance: None,
+            },
+        }
+    }
 }
 
 /// Runs sessions for ever: a session that ends (etcd unreachable past the lease, the lease
 /// lost) leaves the member fenced, and a new one starts after a pause.
 pub async fn run(ctx: Ctx) {
+    let etcd = match Etcd::new(&ctx.cfg) {
+        Ok(etcd) => etcd,
+        Err(e) => {
+            log::error!("ha: {e}; automatic failover cannot start");
+            return;
+        }
+    };
     let mut backoff = POLL;
     loop {
         let mut term = Term::new();
-        let outcome = match connect(&ctx).await {
+        let outcome = match connect(&etcd, &ctx).await {
             Ok(mut s) => serve(&ctx, &mut s, &mut term).await,
             Err(e) => Err(e),
         };
@@ -280,7 +332,7 @@ async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String
     ctx.shared.update_view(|v| v.etcd_reachable = true);
     let renew_every = Duration::from_millis(ctx.cfg.ttl_ms / 3).as_nanos() as u64;
     let mut next_renew = boottime_ns() + renew_every;
-    let _watch = super::watch::spawn(ctx, s.client.clone());
+    let _watch = super::watch::spawn(ctx, s.etcd.clone());
     loop {
         let now = boottime_ns();
         if now >= next_renew {

@@ -21,7 +21,7 @@ use std::collections::{BTreeSet, HashMap};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
 use super::keys::SyncSet;
-use super::session::{call, Session, Snapshot};
+use super::session::{Session, Snapshot};
 use super::Ctx;
 
 /// What the rule looks at.
@@ -146,7 +146,7 @@ pub async fn maintain(
             unchanged,
         ])
         .and_then([TxnOp::put(sync_key, bytes, None)]);
-    if !call("put sync set", s.client.txn(txn)).await?.succeeded() {
+    if !s.etcd.txn("put sync set", txn).await?.succeeded() {
         return Ok(()); // the next read shows what changed
     }
     log::info!(

@@ -11,7 +11,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use super::clock::boottime_ns;
 use super::elect::{self, Seen};
 use super::keys::{History, Leader, Member};
-use super::session::{call, Session, Snapshot};
+use super::session::{Session, Snapshot};
 use super::shared::{Demotion, MemberView, Want};
 use super::Ctx;
 use crate::config::ReplicationMode;
@@ -92,8 +92,19 @@ impl Term {
     }
 
     /// Leaves the primary role (if held): writes stop at once, the driver demotes.
+    ///
+    /// A member that is not primary never names itself as the primary: it forgets the
+    /// primary's address (its writes answer `NO_PRIMARY` until a read shows the holder) and
+    /// its view stops naming it.
     pub fn step_down(&mut self, ctx: &Ctx, kind: Demotion, reason: &str) {
         ctx.state.set_lease_until(0);
+        ctx.state.set_primary(None);
+        ctx.shared.update_view(|v| {
+            if v.primary.as_deref() == Some(ctx.node_id.as_str()) {
+                v.primary = None;
+                v.primary_addr = None;
+            }
+        });
         self.handover = None;
         if self.leading {
             self.leading = false;
@@ -230,11 +241,9 @@ impl Term {
                 start_offsets: report.positions.clone(),
             };
             let value = serde_json::to_vec(&history).map_err(|e| e.to_string())?;
-            call(
-                "put history",
-                s.client.put(ctx.keys.history(self.epoch), value, None),
-            )
-            .await?;
+            (s.etcd)
+                .put("put history", ctx.keys.history(self.epoch), value, None)
+                .await?;
             self.history_done = true;
             self.sync.start.clone_from(&report.positions);
         }
@@ -415,7 +424,7 @@ impl Term {
                 .chain(sync_put)
                 .collect::<Vec<_>>(),
             );
-        if !call("campaign txn", s.client.txn(txn)).await?.succeeded() {
+        if !s.etcd.txn("campaign txn", txn).await?.succeeded() {
             return Ok(()); // someone else moved first: the next read shows who
         }
         // Until replicas join the set nobody's acknowledgements count (async: everybody's).
@@ -474,9 +483,15 @@ impl Term {
             })
             .collect();
         let blocked = self.blocked.clone().filter(|_| snap.leader.is_none());
+        // A key naming this node is its own only while it leads with a valid lease (else it
+        // is an earlier process's, or this term's lease has run out): never shown as primary.
+        let leads = self.leading && boottime_ns() < self.lease_deadline;
+        let leader = (snap.leader.as_ref())
+            .map(|(l, _, _)| l)
+            .filter(|l| l.node_id != ctx.node_id || leads);
         ctx.shared.update_view(|v| {
-            v.primary = snap.leader.as_ref().map(|(l, _, _)| l.node_id.clone());
-            v.primary_addr = snap.leader.as_ref().map(|(l, _, _)| l.addr.clone());
+            v.primary = leader.map(|l| l.node_id.clone());
+            v.primary_addr = leader.map(|l| l.addr.clone());
             v.blocked_reason = blocked;
             v.members = members;
             v.etcd_reachable = true;

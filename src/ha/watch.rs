@@ -8,7 +8,7 @@
 //! A stream that fails, ends, is cancelled by etcd, or stays silent for `quiet` (this member's
 //! own renewals rewrite its member key every `ttl_ms / 3`, so a working watch never is) is
 //! created again after `RETRY_MIN`, doubling to `RETRY_MAX` while new ones fail before
-//! delivering anything; each creation is bounded by `session::CALL_TIMEOUT`. A re-created
+//! delivering anything; each creation is bounded by `Etcd::timeout`. A re-created
 //! watch wakes the loop once (it may have missed changes meanwhile). Each re-creation counts
 //! in `HaStats::watch_restarts` (`REPLICATION_STATUS.ha.watch_restarts`; the `svc_ha_*`
 //! families are fixed by CONTRACT §12, so it is not a metric) and logs at debug.
@@ -17,9 +17,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, WatchOptions, WatchResponse, WatchStream};
+use etcd_client::{WatchResponse, WatchStream};
 
-use super::session::call;
+use super::etcd::Etcd;
 use super::shared::Shared;
 use super::Ctx;
 
@@ -37,15 +37,16 @@ impl Drop for Watch {
     }
 }
 
-/// Starts watching on `client` (the session's, cloned: one connection).
-pub fn spawn(ctx: &Ctx, client: Client) -> Watch {
+/// Starts watching on the endpoint calls go to (`ha::etcd`; a watch created again goes to
+/// the endpoint pinned then).
+pub fn spawn(ctx: &Ctx, etcd: Arc<Etcd>) -> Watch {
     let watcher = Watcher {
         prefix: ctx.keys.prefix().to_string(),
         own: ctx.keys.member(&ctx.node_id).into_bytes(),
         quiet: Duration::from_millis(ctx.cfg.ttl_ms.saturating_mul(2)),
         shared: ctx.shared.clone(),
     };
-    Watch(tokio::spawn(watcher.run(client)))
+    Watch(tokio::spawn(watcher.run(etcd)))
 }
 
 struct Watcher {
@@ -58,19 +59,17 @@ struct Watcher {
 }
 
 impl Watcher {
-    async fn run(self, mut client: Client) {
+    async fn run(self, etcd: Arc<Etcd>) {
         let mut retry = RETRY_MIN;
         let mut again = false;
         loop {
-            let opts = WatchOptions::new().with_prefix();
-            let (why, worked) =
-                match call("watch", client.watch(self.prefix.clone(), Some(opts))).await {
-                    Ok(mut stream) => self.follow(&mut stream, again).await,
-                    Err(e) => {
-                        self.shared.stats.etcd_errors.fetch_add(1, Relaxed);
-                        (e, false)
-                    }
-                };
+            let (why, worked) = match etcd.watch(self.prefix.clone()).await {
+                Ok(mut stream) => self.follow(&mut stream, again).await,
+                Err(e) => {
+                    self.shared.stats.etcd_errors.fetch_add(1, Relaxed);
+                    (e, false)
+                }
+            };
             retry = if worked {
                 RETRY_MIN
             } else {

@@ -121,17 +121,31 @@ impl SyncState {
     }
 }
 
-/// Runs one call on a sync-mode shard: the reply's `needs`, and the time it was queued when it
-/// answers a client write that appended entries (it then waits for replicas too).
+/// Runs one call on a sync-mode shard (or any shard under failover): the reply's `needs`, and
+/// the time it was queued when it answers a client write (it then waits for replicas too).
+///
+/// The release gate: every answer to a client write that succeeded waits for the
+/// acknowledgement of its `needs`, whether it appended an entry (a first reply) or repeated
+/// the result of one already in the log (an idempotent resend, whose `needs` is the
+/// instance's last entry): a resend of a write answered `SYNC_TIMEOUT` waits, or answers
+/// `SYNC_TIMEOUT` again, and is never `ok` while no replica holds the entry (docs/ha.md,
+/// "Sync mode: what ok means"). A refusal (`needs` 0) is acknowledged at once.
 pub(super) async fn run_call(shard: &Rc<Shard>, call: ShardCall) -> (Outcome, Option<Instant>) {
-    let write = matches!(
-        call,
-        ShardCall::Op { .. } | ShardCall::Versioned { .. } | ShardCall::Batch(_)
-    );
+    let write = client_write(&call);
     let before = shard.log.head();
     let outcome = shard.dispatch(call).await;
-    let gate = (write && shard.log.head() > before).then(Instant::now);
+    let answered = outcome.0.is_ok() || shard.log.head() > before;
+    let gate = (write && answered).then(Instant::now);
     (outcome, gate)
+}
+
+/// Whether `call` is a client write: an op the op table says writes, or a BATCH holding one.
+fn client_write(call: &ShardCall) -> bool {
+    match call {
+        ShardCall::Op { op, .. } | ShardCall::Versioned { op, .. } => op.facts().writes(),
+        ShardCall::Batch(ops) => ops.iter().any(|item| item.op.facts().writes()),
+        _ => false,
+    }
 }
 
 impl Shard {

@@ -92,6 +92,16 @@ impl Etcd {
         }
     }
 
+    /// Sends `sig` to member `i` (SIGSTOP: a silent member, whose accepted connections and
+    /// dropped packets look alike to a client: nothing is refused, nothing answers).
+    #[allow(dead_code)]
+    pub fn signal_member(&self, i: usize, sig: i32) {
+        if let Some(c) = &self.children[i] {
+            // SAFETY: kill(2) on a child this guard owns and has not reaped.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
+    }
+
     /// The index of the member that leads etcd's raft now (`etcdctl endpoint status`), if
     /// every member answers and one of them leads.
     #[allow(dead_code)]

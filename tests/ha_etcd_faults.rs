@@ -1,0 +1,187 @@
+//! Failover when etcd members go silent rather than away (docs/ha.md, "Reaching etcd" and
+//! "Tested faults"): a SIGSTOPped etcd member accepts connections and answers nothing, which is
+//! what a partitioned host looks like to a client (dropped packets are not refused
+//! connections). Three etcd members and three smdb members on loopback.
+//!
+//! - One silent etcd member costs no term: the primary keeps its epoch and every write is
+//!   answered `ok`; a primary SIGKILLed meanwhile is replaced within `2 × ttl_ms + 2 s`, and
+//!   the new one keeps its term. (Before each member pinned one endpoint and moved off a
+//!   failed one, a third of the calls went to the silent member and hung for the whole call
+//!   timeout: the lease renewal missed its deadline and terms were lost.)
+//! - A primary cut off from etcd alone steps down and never names itself as the primary: its
+//!   writes answer `NO_PRIMARY`, not `READ_ONLY_MODE` with its own address (which sent clients
+//!   that follow the redirect round in a loop), and its `ha.primary` is never its own node id
+//!   while it is not primary.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::etcd::Etcd;
+use common::ha::{create_paid, member_config, one_primary, serial, start_members, status, TTL_MS};
+use common::*;
+use serde_json::{json, Value};
+
+/// The longest a cluster may go without a primary after a fault that leaves a majority of etcd
+/// and of the members connected (issue 48's goal).
+fn failover_limit() -> Duration {
+    Duration::from_millis(2 * TTL_MS + 2000)
+}
+
+fn epoch_of(s: &Server) -> Option<u64> {
+    status(s.addr)?["ha"]["epoch"].as_u64()
+}
+
+/// Writes to member `p` for `d`, every 50 ms; each must be `ok`. Returns how many.
+fn writes_ok_for(p: &Server, id: &str, d: Duration) -> usize {
+    let mut c = p.client();
+    c.set_timeout(Some(Duration::from_secs(5))).unwrap();
+    let end = Instant::now() + d;
+    let mut n = 0;
+    while Instant::now() < end {
+        let r = c.call(
+            "APPLY_EVENT",
+            json!({"instance_id": id, "event": "touch", "payload": {"i": n}}),
+        );
+        if let Err(e) = r {
+            panic!("write {n} to the primary failed with an etcd member silent: {e:?}");
+        }
+        n += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    n
+}
+
+#[test]
+fn a_silent_etcd_member_costs_no_term_and_a_killed_primary_is_replaced_promptly() {
+    let _serial = serial();
+    let etcd = Etcd::start(3);
+    let (_dirs, mut members) = start_members(&etcd, "silent", "sync", "");
+    let all: Vec<&Server> = members.iter().collect();
+    let p = one_primary(&all, Duration::from_secs(20));
+    let mut c = members[p].client();
+    put_order_machine(&mut c);
+    create_paid(&mut c, "s-1");
+    let before = epoch_of(&members[p]);
+    // Each etcd member that does not lead etcd's raft, silent in turn for three leases: the
+    // primary keeps its term and writes go on.
+    let leader = etcd.leader().expect("etcd has a leader");
+    for i in (0..3).filter(|&i| i != leader) {
+        etcd.signal_member(i, libc::SIGSTOP);
+        let n = writes_ok_for(&members[p], "s-1", Duration::from_millis(3 * TTL_MS));
+        assert_eq!(epoch_of(&members[p]), before, "etcd member {i} silent");
+        println!("etcd member {i} silent: {n} writes ok, epoch {before:?} kept");
+        etcd.signal_member(i, libc::SIGCONT);
+        etcd.wait_healthy(Duration::from_secs(30));
+    }
+    // A silent etcd member, and the primary killed: the others elect one of them promptly.
+    let silent = (0..3).find(|&i| i != leader).unwrap_or(0);
+    etcd.signal_member(silent, libc::SIGSTOP);
+    let killed_at = Instant::now();
+    members[p].kill();
+    let rest: Vec<&Server> = (0..3).filter(|&i| i != p).map(|i| &members[i]).collect();
+    let q = one_primary(&rest, failover_limit());
+    let took = killed_at.elapsed();
+    println!("a new primary {took:?} after the kill, etcd member {silent} silent");
+    assert!(took <= failover_limit(), "{took:?}");
+    let q = &rest[q];
+    let term = epoch_of(q);
+    // Sync mode: the survivor left is the sync set's other member once it rejoins; writes
+    // need it acknowledged, which it can only do following the new primary.
+    let n = writes_ok_for(q, "s-1", Duration::from_millis(3 * TTL_MS));
+    assert_eq!(
+        epoch_of(q),
+        term,
+        "the new primary kept its term ({n} writes)"
+    );
+    etcd.signal_member(silent, libc::SIGCONT);
+}
+
+/// `ha.etcd_endpoints` of member `n0`: its own etcd member only, so stopping that member cuts
+/// it off from etcd while the others keep a majority.
+fn config_with_one_endpoint(etcd: &Etcd, cluster: &str) -> String {
+    member_config(etcd, cluster, "n0", "async").replace(
+        &format!("etcd_endpoints = {}", etcd.toml_endpoints()),
+        &format!("etcd_endpoints = [\"{}\"]", etcd.endpoints[0]),
+    )
+}
+
+/// What a member answers a write now: the error code and the primary it names, if any.
+fn write_answer(c: &mut Client) -> (String, Option<String>) {
+    let r = c.call(
+        "APPLY_EVENT",
+        json!({"instance_id": "c-1", "event": "touch", "payload": {"i": 0}}),
+    );
+    match r {
+        Ok(_) => ("ok".into(), None),
+        Err(e) => {
+            let primary = e.details()["primary"].as_str().map(String::from);
+            (e.code().unwrap_or("?").to_string(), primary)
+        }
+    }
+}
+
+#[test]
+fn a_primary_cut_off_from_etcd_never_names_itself_as_the_primary() {
+    let _serial = serial();
+    let etcd = Etcd::start(3);
+    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
+    let n0 = Server::start_in(dirs[0].path(), &config_with_one_endpoint(&etcd, "cutoff")).unwrap();
+    one_primary(&[&n0], Duration::from_secs(20));
+    let others: Vec<Server> = (1..3)
+        .map(|i| {
+            let cfg = member_config(&etcd, "cutoff", &format!("n{i}"), "async");
+            Server::start_in(dirs[i].path(), &cfg).unwrap()
+        })
+        .collect();
+    let mut c = n0.client();
+    c.set_timeout(Some(Duration::from_secs(5))).unwrap();
+    put_order_machine(&mut c);
+    create_paid(&mut c, "c-1");
+    drop(c);
+    let own = n0.addr.to_string();
+    etcd.signal_member(0, libc::SIGSTOP);
+    let mut seen: Vec<(String, Option<String>)> = Vec::new();
+    let end = Instant::now() + Duration::from_millis(3 * TTL_MS + 2000);
+    while Instant::now() < end {
+        // A new connection each time: a demoted primary closes its client connections.
+        let mut c = n0.client();
+        c.set_timeout(Some(Duration::from_secs(5))).unwrap();
+        let answer = write_answer(&mut c);
+        let st: Value = status(n0.addr).unwrap_or_default();
+        if st["role"] != "primary" {
+            assert_ne!(
+                st["ha"]["primary"], "n0",
+                "not primary, yet names itself: {st}"
+            );
+        }
+        assert!(
+            answer.1.as_deref() != Some(own.as_str()),
+            "a member that lost its lease sent the client to itself: {answer:?} ({st})"
+        );
+        if seen.last() != Some(&answer) {
+            seen.push(answer);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("n0's answers in turn: {seen:?}");
+    assert!(
+        seen.iter().any(|a| a.0 == "NO_PRIMARY"),
+        "the cut-off primary stepped down and said so: {seen:?}"
+    );
+    let rest: Vec<&Server> = others.iter().collect();
+    let q = one_primary(&rest, failover_limit());
+    etcd.signal_member(0, libc::SIGCONT);
+    // Back in reach of etcd, n0 follows the new primary and names it.
+    let want = rest[q].addr.to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut c = n0.client();
+        let answer = write_answer(&mut c);
+        if answer == ("READ_ONLY_MODE".into(), Some(want.clone())) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "n0 answers {answer:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
