@@ -312,8 +312,12 @@ impl Worker {
             Some("READ_ONLY_MODE") => {
                 let named = e.details()["primary"].as_str().unwrap_or("").to_string();
                 if named == me.1.to_string() {
-                    let at = self.shared.now_ns() as f64 / 1e9;
-                    let what = format!("{} at {at:.2}s: READ_ONLY_MODE naming itself", me.0);
+                    let what = format!(
+                        "{} at {}: READ_ONLY_MODE naming itself: {}",
+                        me.0,
+                        wall(),
+                        e.details()
+                    );
                     self.shared.self_named.lock().unwrap().push(what);
                 }
                 match self.members.iter().position(|m| m.1.to_string() == named) {
@@ -330,6 +334,15 @@ impl Worker {
             }
         }
     }
+}
+
+/// The wall clock (UTC, time of day), to find an answer in the members' logs.
+pub fn wall() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let (s, ms) = (t.as_secs() % 86_400, t.subsec_millis());
+    format!("{:02}:{:02}:{:02}.{ms:03}Z", s / 3600, s / 60 % 60, s % 60)
 }
 
 /// What an error answer promised, and its code.
