@@ -11,6 +11,10 @@ use super::cluster::{Cluster, TTL_MS};
 use super::history::History;
 use super::workload::{Monitor, Shared, Target, Workload};
 
+/// Two members answering 200 on `/health/primary` for longer than this fail the round: the
+/// monitor polls each every 100 ms, so a shorter overlap may be an artefact of its sampling.
+const OVERLAP_MAX: Duration = Duration::from_millis(250);
+
 /// What a fault script expects of the primary during its fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
@@ -140,6 +144,19 @@ pub fn run(
     c.wait_healed(Duration::from_secs(30));
     let fin = c.read_final(&ids, trunc0);
     let mut problems = expectations(&monitor, expect, p, (t0, t1, t2));
+    let overlap = monitor.longest_overlap(t0, t2);
+    if !overlap.is_zero() {
+        eprintln!(
+            "nemesis: {name}: two members answered 200 on /health/primary for {:.3} s",
+            overlap.as_secs_f64()
+        );
+    }
+    if overlap > OVERLAP_MAX {
+        problems.push(format!(
+            "two members answered 200 on /health/primary for {:.2} s",
+            overlap.as_secs_f64()
+        ));
+    }
     let named = shared.self_named.lock().unwrap().clone();
     if !named.is_empty() {
         problems.push(format!(

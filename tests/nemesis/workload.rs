@@ -440,6 +440,17 @@ impl Monitor {
 
     /// The longest interval within `[from, to]` (ns) in which no member answered 200.
     pub fn longest_gap(&self, from: u64, to: u64) -> Duration {
+        self.longest(from, to, |up| up == 0)
+    }
+
+    /// The longest interval within `[from, to]` in which two members or more answered 200
+    /// (by their latest answers; each is up to 100 ms old).
+    pub fn longest_overlap(&self, from: u64, to: u64) -> Duration {
+        self.longest(from, to, |up| up >= 2)
+    }
+
+    /// The longest interval within `[from, to]` in which `held(members answering 200)`.
+    fn longest(&self, from: u64, to: u64, held: impl Fn(usize) -> bool) -> Duration {
         let mut events: Vec<(u64, usize, bool)> = Vec::new();
         let mut state = vec![false; self.samples.len()];
         for (m, s) in self.samples.iter().enumerate() {
@@ -452,19 +463,20 @@ impl Monitor {
             }
         }
         events.sort();
-        let (mut longest, mut down_since) = (0, (!state.contains(&true)).then_some(from));
+        let count = |state: &[bool]| state.iter().filter(|&&u| u).count();
+        let (mut longest, mut since) = (0, held(count(&state)).then_some(from));
         for (t, m, up) in events {
             state[m] = up;
-            match (state.contains(&true), down_since) {
-                (true, Some(s)) => {
+            match (held(count(&state)), since) {
+                (false, Some(s)) => {
                     longest = longest.max(t - s);
-                    down_since = None;
+                    since = None;
                 }
-                (false, None) => down_since = Some(t),
+                (true, None) => since = Some(t),
                 _ => {}
             }
         }
-        if let Some(s) = down_since {
+        if let Some(s) = since {
             longest = longest.max(to - s);
         }
         Duration::from_nanos(longest)
