@@ -10,15 +10,70 @@
 //!     /// A new op whose author forgot to say whether a follower may serve it.
 //!     Frobnicate = "FROBNICATE" {
 //!         need: Need::Scope(Scope::Write), before_hello: false,
-//!         effect: Effect::Write, batch: false, route: Route::Instance,
+//!         effect: Effect::Write, batch: false, route: Instance,
 //!         fenced: true,
 //!         http: &[],
 //!     },
 //! }
 //! ```
 //!
+//! Each route's ops are also an enum of their own (`routes::Instance`, `routes::Control`,
+//! ...; `Op::route` gives an op as one), and each dispatcher matches its route's enum with no
+//! `_` arm. So an op whose row is complete but whose handler was not written does not compile
+//! either, and the error points at the handler that lacks it:
+//!
+//! ```compile_fail
+//! mod table {
+//!     use smdb_protocol::op::*;
+//!     smdb_protocol::op_table! {
+//!         Get = "GET" {
+//!             need: Need::Nothing, before_hello: false,
+//!             effect: Effect::Read, batch: false, route: Instance,
+//!             follower: Follower::Serve, fenced: false, http: &[],
+//!         },
+//!         /// A new op: its row is complete, its handler below was not written.
+//!         Frobnicate = "FROBNICATE" {
+//!             need: Need::Nothing, before_hello: false,
+//!             effect: Effect::Write, batch: false, route: Instance,
+//!             follower: Follower::Refuse, fenced: true, http: &[],
+//!         },
+//!     }
+//! }
+//! // The instance route's dispatcher (the shard's `execute_op`, in the server).
+//! fn handle(op: table::routes::Instance) -> &'static str {
+//!     match op {
+//!         table::routes::Instance::Get => "got",
+//!     }
+//! }
+//! ```
+//!
+//! The same without the new row compiles (so the test above fails for that reason alone):
+//!
+//! ```
+//! mod table {
+//!     use smdb_protocol::op::*;
+//!     smdb_protocol::op_table! {
+//!         Get = "GET" {
+//!             need: Need::Nothing, before_hello: false,
+//!             effect: Effect::Read, batch: false, route: Instance,
+//!             follower: Follower::Serve, fenced: false, http: &[],
+//!         },
+//!     }
+//! }
+//! fn handle(op: table::routes::Instance) -> &'static str {
+//!     match op {
+//!         table::routes::Instance::Get => "got",
+//!     }
+//! }
+//! assert_eq!(handle(table::routes::Instance::Get), "got");
+//! assert_eq!(
+//!     table::Op::Get.route(),
+//!     table::Routed::Instance(table::routes::Instance::Get)
+//! );
+//! ```
+//!
 //! Every layer asks this table: authorization (`need`), the follower gate and the shard's own
-//! check (`effect`, `follower`), BATCH (`batch`), the session's dispatch (`route`), the
+//! check (`effect`, `follower`), BATCH (`batch`), the dispatchers (`route`, `Op::route`), the
 //! primary's lease (`fenced`), metrics (`Op::ALL`, `Op::COUNT`) and the HTTP router (`http`).
 //! The member's role is a run-time input (`Facts::refused_on`): failover changes it without a
 //! restart.
@@ -75,7 +130,10 @@ pub enum Effect {
     EachOp,
 }
 
-/// Where the server answers an op.
+/// Where the server answers an op. Each route also names a sub-enum of the ops it answers,
+/// made by `op_table!` in `routes` (`routes::Instance`, ...), and `Op::route` gives an op as
+/// its route's sub-enum (`Routed`): each dispatcher matches its own sub-enum with no `_`, so
+/// an op added to the table without a handler does not compile where the handler is missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
     /// The connection's session, on the front.
@@ -88,8 +146,10 @@ pub enum Route {
     AllShards,
     /// The front's subscription table (and the shards it watches).
     Subscriptions,
-    /// The control executor (replication, roles).
+    /// The control executor (replication, roles): one request, one reply.
     Control,
+    /// A connection turned into a stream the control executor feeds (REPLICATE, BACKUP).
+    Stream,
     /// BATCH: one shard for an atomic batch, each op's own otherwise.
     Batch,
     /// A label only (metrics, logs): never a request.
@@ -205,14 +265,107 @@ impl Facts {
     }
 }
 
-/// Builds `Op` and its facts from the table's rows (see the module docs). Exported only so the
-/// doc test above can show that a row without every fact does not compile.
+/// Builds `Op`, its facts and its typed routes from the table's rows (see the module docs).
+/// Exported only so the doc tests above can show that a row without every fact, or a handler
+/// without an arm for an op of its route, does not compile.
+///
+/// The `@routes` rules sort the rows' variants into one bucket per route (a token muncher:
+/// each step moves one row into its route's bucket), then `@enum` makes each bucket an enum
+/// in `routes` with its conversions to `Op`. A row whose route is not one of the nine does
+/// not match any rule.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! op_table {
+    (@routes [$($se:ident)*] [$($in:ident)*] [$($de:ident)*] [$($al:ident)*]
+        [$($su:ident)*] [$($co:ident)*] [$($st:ident)*] [$($ba:ident)*] [$($la:ident)*] ;) => {
+        /// Each route's ops (`Route`), one enum per route: what its dispatcher matches.
+        pub mod routes {
+            $crate::op_table!(@enum Session $($se)*);
+            $crate::op_table!(@enum Instance $($in)*);
+            $crate::op_table!(@enum Definitions $($de)*);
+            $crate::op_table!(@enum AllShards $($al)*);
+            $crate::op_table!(@enum Subscriptions $($su)*);
+            $crate::op_table!(@enum Control $($co)*);
+            $crate::op_table!(@enum Stream $($st)*);
+            $crate::op_table!(@enum Batch $($ba)*);
+            $crate::op_table!(@enum Label $($la)*);
+        }
+
+        /// An op as its route's sub-enum (`Op::route`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Routed {
+            Session(routes::Session),
+            Instance(routes::Instance),
+            Definitions(routes::Definitions),
+            AllShards(routes::AllShards),
+            Subscriptions(routes::Subscriptions),
+            Control(routes::Control),
+            Stream(routes::Stream),
+            Batch(routes::Batch),
+            Label(routes::Label),
+        }
+    };
+    (@routes [$($se:ident)*] $in:tt $de:tt $al:tt $su:tt $co:tt $st:tt $ba:tt $la:tt ;
+        $v:ident Session, $($rest:tt)*) => {
+        $crate::op_table!(@routes [$($se)* $v] $in $de $al $su $co $st $ba $la ; $($rest)*);
+    };
+    (@routes $se:tt [$($in:ident)*] $de:tt $al:tt $su:tt $co:tt $st:tt $ba:tt $la:tt ;
+        $v:ident Instance, $($rest:tt)*) => {
+        $crate::op_table!(@routes $se [$($in)* $v] $de $al $su $co $st $ba $la ; $($rest)*);
+    };
+    (@routes $se:tt $in:tt [$($de:ident)*] $al:tt $su:tt $co:tt $st:tt $ba:tt $la:tt ;
+        $v:ident Definitions, $($rest:tt)*) => {
+        $crate::op_table!(@routes $se $in [$($de)* $v] $al $su $co $st $ba $la ; $($rest)*);
+    };
+    (@routes $se:tt $in:tt $de:tt [$($al:ident)*] $su:tt $co:tt $st:tt $ba:tt $la:tt ;
+        $v:ident AllShards, $($rest:tt)*) => {
+        $crate::op_table!(@routes $se $in $de [$($al)* $v] $su $co $st $ba $la ; $($rest)*);
+    };
+    (@routes $se:tt $in:tt $de:tt $al:tt [$($su:ident)*] $co:tt $st:tt $ba:tt $la:tt ;
+        $v:ident Subscriptions, $($rest:tt)*) => {
+        $crate::op_table!(@routes $se $in $de $al [$($su)* $v] $co $st $ba $la ; $($rest)*);
+    };
+    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt [$($co:ident)*] $st:tt $ba:tt $la:tt ;
+        $v:ident Control, $($rest:tt)*) => {
+        $crate::op_table!(@routes $se $in $de $al $su [$($co)* $v] $st $ba $la ; $($rest)*);
+    };
+    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt $co:tt [$($st:ident)*] $ba:tt $la:tt ;
+        $v:ident Stream, $($rest:tt)*) => {
+        $crate::op_table!(@routes $se $in $de $al $su $co [$($st)* $v] $ba $la ; $($rest)*);
+    };
+    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt $co:tt $st:tt [$($ba:ident)*] $la:tt ;
+        $v:ident Batch, $($rest:tt)*) => {
+        $crate::op_table!(@routes $se $in $de $al $su $co $st [$($ba)* $v] $la ; $($rest)*);
+    };
+    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt $co:tt $st:tt $ba:tt [$($la:ident)*] ;
+        $v:ident Label, $($rest:tt)*) => {
+        $crate::op_table!(@routes $se $in $de $al $su $co $st $ba [$($la)* $v] ; $($rest)*);
+    };
+    (@enum $route:ident $($v:ident)*) => {
+        #[doc = concat!("The ops of `Route::", stringify!($route), "`.")]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $route {
+            $( #[doc = concat!("`Op::", stringify!($v), "`")] $v, )*
+        }
+
+        impl $route {
+            /// The op this is.
+            pub const fn op(self) -> super::Op {
+                match self {
+                    $( $route::$v => super::Op::$v, )*
+                }
+            }
+        }
+
+        impl From<$route> for super::Op {
+            fn from(r: $route) -> super::Op {
+                r.op()
+            }
+        }
+    };
     ($( $(#[$doc:meta])* $variant:ident = $name:literal {
         need: $need:expr, before_hello: $before_hello:expr,
-        effect: $effect:expr, batch: $batch:expr, route: $route:expr,
+        effect: $effect:expr, batch: $batch:expr, route: $route:ident,
         follower: $follower:expr, fenced: $fenced:expr,
         http: $http:expr $(,)?
     } ),* $(,)?) => {
@@ -237,14 +390,23 @@ macro_rules! op_table {
                         need: $need,
                         effect: $effect,
                         batch: $batch,
-                        route: $route,
+                        route: Route::$route,
                         follower: $follower,
                         fenced: $fenced,
                         http: $http,
                     }, )*
                 }
             }
+
+            /// This op as its route's sub-enum: what the route's dispatcher matches.
+            pub const fn route(self) -> Routed {
+                match self {
+                    $( Op::$variant => Routed::$route(routes::$route::$variant), )*
+                }
+            }
         }
+
+        $crate::op_table!(@routes [] [] [] [] [] [] [] [] [] ; $($variant $route,)*);
     };
 }
 
@@ -252,45 +414,45 @@ op_table! {
     /// Opens a session: protocol version, server facts.
     Hello = "HELLO" {
         need: Need::Nothing, before_hello: true,
-        effect: Effect::Session, batch: false, route: Route::Session,
+        effect: Effect::Session, batch: false, route: Session,
         follower: Follower::Serve, fenced: false,
         http: &[],
     },
     Ping = "PING" {
         need: Need::Nothing, before_hello: true,
-        effect: Effect::Session, batch: false, route: Route::Session,
+        effect: Effect::Session, batch: false, route: Session,
         follower: Follower::Serve, fenced: false,
         http: &[],
     },
     /// Answered, then the server closes the connection.
     Bye = "BYE" {
         need: Need::Nothing, before_hello: true,
-        effect: Effect::Session, batch: false, route: Route::Session,
+        effect: Effect::Session, batch: false, route: Session,
         follower: Follower::Serve, fenced: false,
         http: &[],
     },
     Info = "INFO" {
         need: Need::Scope(Scope::Read), before_hello: false,
-        effect: Effect::Read, batch: false, route: Route::AllShards,
+        effect: Effect::Read, batch: false, route: AllShards,
         follower: Follower::Serve, fenced: false,
         http: &[http!(Get, "/info")],
     },
     Auth = "AUTH" {
         need: Need::Nothing, before_hello: false,
-        effect: Effect::Session, batch: false, route: Route::Session,
+        effect: Effect::Session, batch: false, route: Session,
         follower: Follower::Serve, fenced: false,
         http: &[],
     },
     /// Decided on the definitions shard, installed on every shard.
     PutMachine = "PUT_MACHINE" {
         need: Need::Scope(Scope::Admin), before_hello: false,
-        effect: Effect::Write, batch: false, route: Route::AllShards,
+        effect: Effect::Write, batch: false, route: AllShards,
         follower: Follower::Refuse, fenced: true,
         http: &[http!(Put, "/machines/{machine}/versions/{version}")],
     },
     GetMachine = "GET_MACHINE" {
         need: Need::Scope(Scope::Read), before_hello: false,
-        effect: Effect::Read, batch: false, route: Route::Definitions,
+        effect: Effect::Read, batch: false, route: Definitions,
         follower: Follower::Serve, fenced: false,
         http: &[
             http!(Get, "/machines/{machine}"),
@@ -300,7 +462,7 @@ op_table! {
     },
     ListMachines = "LIST_MACHINES" {
         need: Need::Scope(Scope::Read), before_hello: false,
-        effect: Effect::Read, batch: false, route: Route::Definitions,
+        effect: Effect::Read, batch: false, route: Definitions,
         follower: Follower::Serve, fenced: false,
         http: &[http!(Get, "/machines")],
     },
@@ -308,76 +470,76 @@ op_table! {
     /// counters: no instance is visited.
     MachineStats = "MACHINE_STATS" {
         need: Need::Scope(Scope::Read), before_hello: false,
-        effect: Effect::Read, batch: false, route: Route::AllShards,
+        effect: Effect::Read, batch: false, route: AllShards,
         follower: Follower::Serve, fenced: false,
         http: &[http!(Get, "/machines/{machine}/stats")],
     },
     CreateInstance = "CREATE_INSTANCE" {
         need: Need::Scope(Scope::Write), before_hello: false,
-        effect: Effect::Write, batch: true, route: Route::Instance,
+        effect: Effect::Write, batch: true, route: Instance,
         follower: Follower::Refuse, fenced: true,
         http: &[http!(Post, "/instances")],
     },
     GetInstance = "GET_INSTANCE" {
         need: Need::Scope(Scope::Read), before_hello: false,
-        effect: Effect::Read, batch: true, route: Route::Instance,
+        effect: Effect::Read, batch: true, route: Instance,
         follower: Follower::Serve, fenced: false,
         http: &[http!(Get, "/instances/{id}")],
     },
     ListInstances = "LIST_INSTANCES" {
         need: Need::Scope(Scope::Read), before_hello: false,
-        effect: Effect::Read, batch: false, route: Route::AllShards,
+        effect: Effect::Read, batch: false, route: AllShards,
         follower: Follower::Serve, fenced: false,
         http: &[http!(Get, "/instances")],
     },
     DeleteInstance = "DELETE_INSTANCE" {
         need: Need::Scope(Scope::Write), before_hello: false,
-        effect: Effect::Write, batch: true, route: Route::Instance,
+        effect: Effect::Write, batch: true, route: Instance,
         follower: Follower::Refuse, fenced: true,
         http: &[http!(Delete, "/instances/{id}")],
     },
     ApplyEvent = "APPLY_EVENT" {
         need: Need::Scope(Scope::Write), before_hello: false,
-        effect: Effect::Write, batch: true, route: Route::Instance,
+        effect: Effect::Write, batch: true, route: Instance,
         follower: Follower::Refuse, fenced: true,
         http: &[http!(Post, "/instances/{id}/events")],
     },
     GetHistory = "GET_HISTORY" {
         need: Need::Scope(Scope::Read), before_hello: false,
-        effect: Effect::Read, batch: false, route: Route::Instance,
+        effect: Effect::Read, batch: false, route: Instance,
         follower: Follower::Serve, fenced: false,
         http: &[http!(Get, "/instances/{id}/events")],
     },
     /// Pushes one instance's events (HTTP: `GET /stream?instance=ID`).
     WatchInstance = "WATCH_INSTANCE" {
         need: Need::Scope(Scope::Read), before_hello: false,
-        effect: Effect::Read, batch: false, route: Route::Subscriptions,
+        effect: Effect::Read, batch: false, route: Subscriptions,
         follower: Follower::Serve, fenced: false,
         http: &[http!(Get, "/stream", Stream)],
     },
     /// Pushes every matching event of every shard (HTTP: `GET /stream`).
     WatchAll = "WATCH_ALL" {
         need: Need::Scope(Scope::Read), before_hello: false,
-        effect: Effect::Read, batch: false, route: Route::Subscriptions,
+        effect: Effect::Read, batch: false, route: Subscriptions,
         follower: Follower::Serve, fenced: false,
         http: &[http!(Get, "/stream", Stream)],
     },
     Unwatch = "UNWATCH" {
         need: Need::Scope(Scope::Read), before_hello: false,
-        effect: Effect::Read, batch: false, route: Route::Subscriptions,
+        effect: Effect::Read, batch: false, route: Subscriptions,
         follower: Follower::Serve, fenced: false,
         http: &[],
     },
     Batch = "BATCH" {
         need: Need::EachOpsScope, before_hello: false,
-        effect: Effect::EachOp, batch: false, route: Route::Batch,
+        effect: Effect::EachOp, batch: false, route: Batch,
         follower: Follower::EachOp, fenced: false,
         http: &[http!(Post, "/batch")],
     },
     /// Turns the connection into a replication stream (only a primary serves one).
     Replicate = "REPLICATE" {
         need: Need::Scope(Scope::Replicate), before_hello: false,
-        effect: Effect::Control, batch: false, route: Route::Control,
+        effect: Effect::Control, batch: false, route: Stream,
         follower: Follower::Refuse, fenced: false,
         http: &[],
     },
@@ -385,41 +547,41 @@ op_table! {
     /// snapshot and the log up to the cut, then the end (docs/backup.md).
     Backup = "BACKUP" {
         need: Need::Scope(Scope::Replicate), before_hello: false,
-        effect: Effect::Control, batch: false, route: Route::Control,
+        effect: Effect::Control, batch: false, route: Stream,
         follower: Follower::Refuse, fenced: false,
         http: &[],
     },
     ReplicationStatus = "REPLICATION_STATUS" {
         need: Need::Scope(Scope::Read), before_hello: false,
-        effect: Effect::Read, batch: false, route: Route::Control,
+        effect: Effect::Read, batch: false, route: Control,
         follower: Follower::Serve, fenced: false,
         http: &[http!(Get, "/replication")],
     },
     /// Makes a replica the primary (a follower's op by nature).
     Promote = "PROMOTE" {
         need: Need::Scope(Scope::Admin), before_hello: false,
-        effect: Effect::Control, batch: false, route: Route::Control,
+        effect: Effect::Control, batch: false, route: Control,
         follower: Follower::Serve, fenced: false,
         http: &[],
     },
     /// Stops automatic failover cluster-wide (failover on; docs/ha.md, "Maintenance").
     HaPause = "HA_PAUSE" {
         need: Need::Scope(Scope::Admin), before_hello: false,
-        effect: Effect::Control, batch: false, route: Route::Control,
+        effect: Effect::Control, batch: false, route: Control,
         follower: Follower::Serve, fenced: false,
         http: &[],
     },
     /// Restarts automatic failover after `HA_PAUSE`.
     HaResume = "HA_RESUME" {
         need: Need::Scope(Scope::Admin), before_hello: false,
-        effect: Effect::Control, batch: false, route: Route::Control,
+        effect: Effect::Control, batch: false, route: Control,
         follower: Follower::Serve, fenced: false,
         http: &[],
     },
     /// Planned handover of the primary role (failover on; docs/ha.md, "Switchover").
     Switchover = "SWITCHOVER" {
         need: Need::Scope(Scope::Admin), before_hello: false,
-        effect: Effect::Control, batch: false, route: Route::Control,
+        effect: Effect::Control, batch: false, route: Control,
         follower: Follower::Refuse, fenced: false,
         http: &[http!(Post, "/switchover")],
     },
@@ -427,21 +589,21 @@ op_table! {
     /// --pause-timers`) fire: deletes the marker, then every shard fires what is overdue.
     TimersResume = "TIMERS_RESUME" {
         need: Need::Scope(Scope::Admin), before_hello: false,
-        effect: Effect::Control, batch: false, route: Route::AllShards,
+        effect: Effect::Control, batch: false, route: AllShards,
         follower: Follower::Serve, fenced: false,
         http: &[http!(Post, "/timers/resume")],
     },
     /// Label: an error before a request could be read.
     Frame = "FRAME" {
         need: Need::Nothing, before_hello: false,
-        effect: Effect::Session, batch: false, route: Route::Label,
+        effect: Effect::Session, batch: false, route: Label,
         follower: Follower::Serve, fenced: false,
         http: &[],
     },
     /// Label: an op name this server does not serve.
     Unknown = "UNKNOWN" {
         need: Need::Nothing, before_hello: false,
-        effect: Effect::Session, batch: false, route: Route::Label,
+        effect: Effect::Session, batch: false, route: Label,
         follower: Follower::Serve, fenced: false,
         http: &[],
     },
@@ -519,9 +681,9 @@ mod tests {
             (Op::WatchAll, read, Effect::Read, false, Route::Subscriptions, serve, false),
             (Op::Unwatch, read, Effect::Read, false, Route::Subscriptions, serve, false),
             (Op::Batch, None, Effect::EachOp, false, Route::Batch, Follower::EachOp, false),
-            (Op::Replicate, Some(Scope::Replicate), Effect::Control, false, Route::Control,
+            (Op::Replicate, Some(Scope::Replicate), Effect::Control, false, Route::Stream,
                 refuse, false),
-            (Op::Backup, Some(Scope::Replicate), Effect::Control, false, Route::Control,
+            (Op::Backup, Some(Scope::Replicate), Effect::Control, false, Route::Stream,
                 refuse, false),
             (Op::ReplicationStatus, read, Effect::Read, false, Route::Control, serve, false),
             (Op::Promote, admin, Effect::Control, false, Route::Control, serve, false),
@@ -553,6 +715,38 @@ mod tests {
                 assert!(f.refused_on(Role::Follower), "{op:?}");
             }
             assert!(!f.refused_on(Role::Primary) && !f.refused_on(Role::Standalone));
+        }
+    }
+
+    /// `Op::route` agrees with the `route` fact and gives the op back; a batchable op is an
+    /// instance op (BATCH items are held as `routes::Instance`); a stream path's op subscribes.
+    #[test]
+    fn every_op_routes_to_its_routes_enum_and_back() {
+        for &op in Op::ALL {
+            let (route, back) = match op.route() {
+                Routed::Session(r) => (Route::Session, r.op()),
+                Routed::Instance(r) => (Route::Instance, r.op()),
+                Routed::Definitions(r) => (Route::Definitions, r.op()),
+                Routed::AllShards(r) => (Route::AllShards, r.op()),
+                Routed::Subscriptions(r) => (Route::Subscriptions, r.op()),
+                Routed::Control(r) => (Route::Control, r.op()),
+                Routed::Stream(r) => (Route::Stream, r.op()),
+                Routed::Batch(r) => (Route::Batch, r.op()),
+                Routed::Label(r) => (Route::Label, r.op()),
+            };
+            assert_eq!((route, back), (op.facts().route, op), "{op:?}");
+            if op.facts().batch {
+                assert_eq!(route, Route::Instance, "{op:?} is batchable");
+            }
+            // The HTTP stream path runs a subscription op (`http::reply` relies on it).
+            for r in op
+                .facts()
+                .http
+                .iter()
+                .filter(|r| r.reply == HttpReply::Stream)
+            {
+                assert_eq!(route, Route::Subscriptions, "{op:?} {}", r.path);
+            }
         }
     }
 

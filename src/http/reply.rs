@@ -176,10 +176,13 @@ async fn start(
         .map_err(|rej| refusal(&rej, head.if_match.is_some()))?;
     let params = Some(call.params.as_slice());
     let mut instance_id = None;
-    let slot = match reply {
-        HttpReply::Stream => crate::subscriptions::dispatch(call.op, params, &conn.subs, front)
-            .ok_or_else(request::no_dispatcher),
-        _ => {
+    let slot = match (reply, call.op.route()) {
+        (HttpReply::Stream, crate::protocol::Routed::Subscriptions(s)) => {
+            Ok(crate::subscriptions::dispatch(s, params, &conn.subs, front))
+        }
+        // The table's test: a stream path names a subscription op.
+        (HttpReply::Stream, _) => Err(request::no_dispatcher()),
+        (HttpReply::Result | HttpReply::Diagram, _) => {
             request::start(
                 call.op,
                 params,

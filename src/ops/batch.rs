@@ -15,7 +15,7 @@ use super::events::{self, EventSpans};
 use super::instances;
 use super::route::route_key;
 use super::scan::Scanner;
-use crate::protocol::Op;
+use crate::protocol::{routes, Op, Routed};
 
 /// Most ops in one BATCH. A larger batch is `BAD_REQUEST` (nothing runs). The frame size
 /// limit bounds the bytes; this bounds the work one request holds a shard for.
@@ -29,10 +29,11 @@ pub enum BatchMode {
     BestEffort,
 }
 
-/// One op of a batch: what it would be if sent alone.
+/// One op of a batch: what it would be if sent alone. Every batchable op is an instance op
+/// (the op table's test), so the item holds it as one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BatchItem {
-    pub op: Op,
+    pub op: routes::Instance,
     /// Where the op's raw `params` JSON is in `BatchOps::text` (None when absent or null).
     params: Option<Range<usize>>,
     /// An APPLY_EVENT of an atomic batch with the usual params: where its members are in the
@@ -104,12 +105,12 @@ struct OpParams<'a> {
     params: Option<&'a RawValue>,
 }
 
-/// The ops a batch may hold.
-pub fn batchable(op: Op) -> bool {
-    matches!(
-        op,
-        Op::CreateInstance | Op::ApplyEvent | Op::DeleteInstance | Op::GetInstance
-    )
+/// The op a batch may hold by this name: the op table's `batch` fact, as its instance op.
+pub fn batchable(name: &str) -> Option<routes::Instance> {
+    match Op::parse(name)?.route() {
+        Routed::Instance(op) if op.op().facts().batch => Some(op),
+        _ => None,
+    }
 }
 
 /// Parses BATCH params into the mode and the typed op list: the one place that knows which
@@ -154,7 +155,7 @@ pub fn parse_batch(raw: Option<&[u8]>) -> Result<BatchRequest, Rejection> {
         // the batch's one scan, also give its shard the command (best-effort ops go out as if
         // sent alone). Params the scan did not reach (serde's reading) are scanned here.
         item.event = match (mode, item.op) {
-            (BatchMode::Atomic, Op::ApplyEvent) => item.event.take().or_else(|| {
+            (BatchMode::Atomic, routes::Instance::ApplyEvent) => item.event.take().or_else(|| {
                 let r = item.params.clone()?;
                 EventSpans::scan(raw.get(r)?)
             }),
@@ -195,7 +196,7 @@ impl<'a> ReadOps<'a> {
         params: Option<Range<usize>>,
         event: Option<EventSpans>,
     ) {
-        match Op::parse(&name).filter(|op| batchable(*op)) {
+        match batchable(&name) {
             Some(op) => self.items.push(BatchItem { op, params, event }),
             None => {
                 self.unbatchable.get_or_insert((self.count, name));
@@ -301,18 +302,20 @@ fn serde_batch(raw: &[u8]) -> Result<ReadBatch<'_>, Rejection> {
 /// The engine op for one batched op, parsed as the op alone would be (same errors).
 pub fn engine_op<'o>(ops: &'o BatchOps, item: &BatchItem) -> Result<BatchOp<'o>, Rejection> {
     let params = ops.params(item);
+    use routes::Instance as I;
     match item.op {
-        Op::CreateInstance => instances::create_command(params).map(BatchOp::Write),
-        Op::ApplyEvent => match (item.event.as_ref())
+        I::CreateInstance => instances::create_command(params).map(BatchOp::Write),
+        I::ApplyEvent => match (item.event.as_ref())
             .zip(params)
             .and_then(|(e, p)| e.command(p))
         {
             Some(cmd) => Ok(BatchOp::Event(cmd)),
             None => events::apply_event_params(params).map(BatchOp::Event),
         },
-        Op::DeleteInstance => instances::delete_command(params).map(BatchOp::Write),
-        Op::GetInstance => instances::id_param(params).map(|id| BatchOp::Get { id }),
-        other => Err(bad(format!("op {} cannot be batched", other.as_str()))),
+        I::DeleteInstance => instances::delete_command(params).map(BatchOp::Write),
+        I::GetInstance => instances::id_param(params).map(|id| BatchOp::Get { id }),
+        // Refused by `batchable` when the batch was parsed.
+        I::GetHistory => Err(bad("op GET_HISTORY cannot be batched".into())),
     }
 }
 
@@ -363,7 +366,7 @@ mod tests {
         ]}))
         .unwrap();
         assert_eq!(b.mode, BatchMode::Atomic);
-        let ops: Vec<Op> = b.ops.iter().map(|i| i.op).collect();
+        let ops: Vec<Op> = b.ops.iter().map(|i| i.op.op()).collect();
         assert_eq!(
             ops,
             [Op::CreateInstance, Op::GetInstance, Op::DeleteInstance]
@@ -433,7 +436,7 @@ mod tests {
     fn assert_spans_are_the_params_own(raw: &[u8], b: &ReadBatch<'_>) {
         for item in &b.1.items {
             if let Some(spans) = &item.event {
-                assert_eq!(item.op, Op::ApplyEvent);
+                assert_eq!(item.op, routes::Instance::ApplyEvent);
                 let text = &raw[item.params.clone().expect("spans come with params")];
                 assert_eq!(Some(spans), EventSpans::scan(text).as_ref());
             }

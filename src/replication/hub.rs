@@ -18,7 +18,7 @@ use super::state::{ReplState, ReplicaView};
 use super::wire::{self, ReplicateParams, ReplicateResult};
 use super::{follower, promote};
 use crate::config::{Config, ReplicationMode, Role};
-use crate::protocol::Op;
+use crate::protocol::routes;
 use crate::server::router::Router;
 use crate::shard::{ReplyBody, ShardCall};
 use crate::util::notify::Notify;
@@ -454,17 +454,21 @@ impl Hub {
         link
     }
 
-    async fn call(self: &Rc<Self>, op: Op, params: Option<Vec<u8>>) -> Result<Vec<u8>, Rejection> {
+    async fn call(
+        self: &Rc<Self>,
+        op: routes::Control,
+        params: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, Rejection> {
+        use routes::Control as C;
         let v = match op {
-            Op::ReplicationStatus => self.status().await?,
-            Op::Promote => promote::promote(self, params.as_deref()).await?,
-            Op::HaPause | Op::HaResume => {
-                crate::ha::admin::pause_op(self.ha.as_deref(), op == Op::HaPause).await?
+            C::ReplicationStatus => self.status().await?,
+            C::Promote => promote::promote(self, params.as_deref()).await?,
+            C::HaPause | C::HaResume => {
+                crate::ha::admin::pause_op(self.ha.as_deref(), op == C::HaPause).await?
             }
-            Op::Switchover => {
+            C::Switchover => {
                 crate::ha::switchover::op(self, self.ha.as_deref(), params.as_deref()).await?
             }
-            _ => return Err(internal("not a replication op")),
         };
         serde_json::to_vec(&v).map_err(|e| internal(&e.to_string()))
     }

@@ -14,7 +14,7 @@ use std::rc::{Rc, Weak};
 use glommio::channels::shared_channel::{self, ConnectedSender, SharedReceiver, SharedSender};
 use shards::{ErrorCode, Rejection};
 
-use crate::protocol::Op;
+use crate::protocol::routes;
 use crate::server::connection::{Conn, Pending};
 use crate::server::router::{Reply, ReplySlot};
 use crate::shard::ReplyBody;
@@ -35,10 +35,10 @@ pub enum Up {
     Frame { link: u64, payload: Vec<u8> },
     /// The link's connection ended.
     Closed { link: u64 },
-    /// REPLICATION_STATUS or PROMOTE; answered with `Down::Answer`.
+    /// A control op (REPLICATION_STATUS, PROMOTE, ...); answered with `Down::Answer`.
     Call {
         token: u64,
-        op: Op,
+        op: routes::Control,
         params: Option<Vec<u8>>,
     },
 }
@@ -166,8 +166,8 @@ impl Relay {
         .detach();
     }
 
-    /// REPLICATION_STATUS or PROMOTE: the slot its answer lands in.
-    pub async fn call(&self, op: Op, params: Option<&[u8]>) -> ReplySlot {
+    /// A control op: the slot its answer lands in.
+    pub async fn call(&self, op: routes::Control, params: Option<&[u8]>) -> ReplySlot {
         let token = self.next_id();
         let slot = Slot::new();
         self.calls.borrow_mut().insert(token, slot.clone());

@@ -20,13 +20,13 @@ use super::router::{Reply, ReplySlot};
 use crate::ops::batch::{aborted, error_object, BatchMode, BatchOps, BatchRequest};
 use crate::ops::route::route_key;
 use crate::protocol::Op;
-use crate::shard::{ReplyBody, ShardCall};
+use crate::shard::{ReplyBody, ShardCall, ShardOp};
 use crate::util::slot::Slot;
 
 /// Sends the batch's work to its shard(s); returns the slot the BATCH response lands in.
 pub async fn start(front: &Rc<Front>, batch: BatchRequest) -> Result<ReplySlot, Rejection> {
     let started = Instant::now();
-    let ops: Vec<Op> = batch.ops.iter().map(|item| item.op).collect();
+    let ops: Vec<Op> = batch.ops.iter().map(|item| item.op.op()).collect();
     match batch.mode {
         BatchMode::Atomic => {
             let shard = match atomic_shard(front, &batch.ops) {
@@ -50,7 +50,7 @@ pub async fn start(front: &Rc<Front>, batch: BatchRequest) -> Result<ReplySlot, 
                     Ok(id) => {
                         let shard = shard_for(&id, front.router.shard_count());
                         let call = ShardCall::Op {
-                            op: item.op,
+                            op: ShardOp::Instance(item.op),
                             params: params.map(<[u8]>::to_vec),
                         };
                         Ok(front.router.start(shard, call).await)

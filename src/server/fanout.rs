@@ -8,8 +8,7 @@ use shards::{ErrorCode, Rejection};
 
 use super::router::{Reply, Router};
 use crate::ops::instances::{encode_cursor, list_query};
-use crate::protocol::Op;
-use crate::shard::{ReplyBody, ShardCall};
+use crate::shard::{ReplyBody, ShardCall, ShardOp};
 use crate::timers_pause::TimersPause;
 
 /// The shard that decides machine definitions, so two concurrent PUT_MACHINEs of one version
@@ -19,7 +18,7 @@ pub const DEFINITIONS_SHARD: u32 = 0;
 /// PUT_MACHINE: decide and log on shard 0, then install on every other shard.
 pub async fn put_machine(router: &Router, params: Option<Vec<u8>>) -> Reply {
     let call = ShardCall::Op {
-        op: Op::PutMachine,
+        op: ShardOp::PutMachine,
         params,
     };
     match router.call(DEFINITIONS_SHARD, call).await? {
@@ -106,7 +105,7 @@ pub async fn machine_stats(router: &Router, params: Option<Vec<u8>>) -> Reply {
     let mut states = serde_json::Map::new();
     for shard in 0..router.shard_count() {
         let call = ShardCall::Op {
-            op: Op::MachineStats,
+            op: ShardOp::MachineStats,
             params: params.clone(),
         };
         let ReplyBody::Value(Value::Object(counts)) = router.call(shard, call).await? else {

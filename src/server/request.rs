@@ -18,8 +18,8 @@ use super::front::Front;
 use super::router::{Reply, ReplySlot};
 use crate::auth::SessionAuth;
 use crate::ops::route::route_key;
-use crate::protocol::{Op, Route};
-use crate::shard::{ReplyBody, ShardCall};
+use crate::protocol::{routes, Op, Routed};
+use crate::shard::{ReplyBody, ShardCall, ShardOp};
 use crate::util::slot::Slot;
 
 /// How an instance op's reply comes back.
@@ -53,14 +53,17 @@ pub async fn start(
 ) -> Result<ReplySlot, Rejection> {
     let router = &front.router;
     let owned = || params.map(<[u8]>::to_vec);
-    match (op.facts().route, op) {
-        (Route::Instance, _) => {
+    match op.route() {
+        Routed::Instance(op) => {
             let id = route_key(params)?;
             let shard = shard_for(&id, router.shard_count());
             *instance_id = Some(id.into());
             let params = owned();
             let call = match version {
-                Version::Untagged => ShardCall::Op { op, params },
+                Version::Untagged => ShardCall::Op {
+                    op: ShardOp::Instance(op),
+                    params,
+                },
                 Version::Tagged { if_match } => ShardCall::Versioned {
                     op,
                     params,
@@ -69,62 +72,66 @@ pub async fn start(
             };
             Ok(router.start(shard, call).await)
         }
-        (Route::Batch, _) => {
+        Routed::Batch(routes::Batch::Batch) => {
             // The batch's ops, typed, parsed once; each passes the session's check.
             let batch = crate::ops::batch::parse_batch(params)?;
-            auth.check_each(batch.ops.iter().map(|item| item.op))?;
-            let repl = &front.info.replication;
-            crate::replication::gate::check_batch(repl, batch.ops.iter().map(|item| item.op))?;
+            let ops = || batch.ops.iter().map(|item| item.op.op());
+            auth.check_each(ops())?;
+            crate::replication::gate::check_batch(&front.info.replication, ops())?;
             super::batch::start(front, batch).await
         }
-        (Route::Definitions, _) => {
+        Routed::Definitions(op) => {
             let call = ShardCall::Op {
-                op,
+                op: ShardOp::Definitions(op),
                 params: owned(),
             };
             Ok(router.start(fanout::DEFINITIONS_SHARD, call).await)
         }
-        (Route::AllShards, _) => all_shards(op, owned(), front),
-        (
-            Route::Control,
-            Op::ReplicationStatus | Op::Promote | Op::HaPause | Op::HaResume | Op::Switchover,
-        ) => Ok(control(op, params, front).await),
-        _ => Err(no_dispatcher()),
+        Routed::AllShards(op) => Ok(all_shards(op, owned(), front)),
+        Routed::Control(op) => Ok(control(op, params, front).await),
+        // The codec's own routes (`session.rs`, the HTTP stream), and labels, which never
+        // parse from a request.
+        Routed::Session(_) | Routed::Subscriptions(_) | Routed::Stream(_) | Routed::Label(_) => {
+            Err(no_dispatcher())
+        }
     }
 }
 
 /// The ops every shard answers, merged on the front by a task of their own.
-fn all_shards(op: Op, params: Option<Vec<u8>>, front: &Rc<Front>) -> Result<ReplySlot, Rejection> {
-    Ok(match op {
-        Op::PutMachine => spawn_fanout(front, params, |f, p| async move {
+fn all_shards(op: routes::AllShards, params: Option<Vec<u8>>, front: &Rc<Front>) -> ReplySlot {
+    use routes::AllShards as A;
+    match op {
+        A::PutMachine => spawn_fanout(front, params, |f, p| async move {
             fanout::put_machine(&f.router, p).await
         }),
-        Op::ListInstances => spawn_fanout(front, params, |f, p| async move {
+        A::ListInstances => spawn_fanout(front, params, |f, p| async move {
             fanout::list_instances(&f.router, p).await
         }),
-        Op::MachineStats => spawn_fanout(front, params, |f, p| async move {
+        A::MachineStats => spawn_fanout(front, params, |f, p| async move {
             fanout::machine_stats(&f.router, p).await
         }),
-        Op::Info => spawn_fanout(front, params, |f, _| async move { info(&f).await }),
-        Op::TimersResume => spawn_fanout(front, params, |f, _| async move {
+        A::Info => spawn_fanout(front, params, |f, _| async move { info(&f).await }),
+        A::TimersResume => spawn_fanout(front, params, |f, _| async move {
             fanout::timers_resume(&f.router, &f.info.timers_pause).await
         }),
-        _ => return Err(no_dispatcher()),
-    })
+    }
 }
 
 /// REPLICATION_STATUS, PROMOTE, HA_PAUSE, HA_RESUME and SWITCHOVER: relayed to the control
 /// executor. Without a replication role: REPLICATION_STATUS says so, the others are refused.
-async fn control(op: Op, params: Option<&[u8]>, front: &Front) -> ReplySlot {
+async fn control(op: routes::Control, params: Option<&[u8]>, front: &Front) -> ReplySlot {
     match &front.relay {
         Some(relay) => relay.call(op, params).await,
         None => {
             let slot = Slot::new();
             slot.fill(match op {
-                Op::ReplicationStatus => Ok(ReplyBody::Json(
+                routes::Control::ReplicationStatus => Ok(ReplyBody::Json(
                     br#"{"role":"standalone","replicas":[]}"#.to_vec(),
                 )),
-                _ => Err(crate::replication::relay::not_running()),
+                routes::Control::Promote
+                | routes::Control::HaPause
+                | routes::Control::HaResume
+                | routes::Control::Switchover => Err(crate::replication::relay::not_running()),
             });
             slot
         }

@@ -15,7 +15,7 @@ use super::front::Front;
 use super::request::{self, Version};
 use crate::auth::{AuthOutcome, SessionAuth};
 use crate::ops::params::parse;
-use crate::protocol::{encode_error, encode_ok, parse_request, Op, Route};
+use crate::protocol::{encode_error, encode_ok, parse_request, routes, Op, Routed};
 
 /// The protocol versions this server speaks (docs/protocol.md, "Session ops": the present protocol is 1).
 pub const SUPPORTED_PROTOCOLS: [i64; 1] = [1];
@@ -108,44 +108,29 @@ impl Session {
         Ok(op)
     }
 
-    /// Runs an admitted request where the op table says it is answered (`Facts::route`).
+    /// Runs an admitted request where the op table says it is answered (`Op::route`).
     async fn route(&mut self, req: Request<'_>, conn: &Rc<Conn>, front: &Rc<Front>) -> Flow {
         let op = req.op;
-        let started = match op.facts().route {
-            Route::Session => return self.session_op(req, conn, front),
-            Route::Control if op == Op::Replicate => self
+        let started = match op.route() {
+            Routed::Session(s) => return self.session_op(s, req, conn, front),
+            Routed::Stream(routes::Stream::Replicate) => self
                 .replicate(req.params, conn, front)
                 .await
                 .map(|slot| (slot, None)),
-            Route::Control if op == Op::Backup => {
-                match crate::backup::open(front, conn, req.params).await {
-                    Ok((slot, stream)) => {
-                        conn.push(Pending::Reply {
-                            id: req.id.into(),
-                            op,
-                            instance_id: None,
-                            started: req.started,
-                            slot,
-                        });
-                        if !crate::backup::spawn(stream) {
-                            conn.push(Pending::Close);
-                        }
-                    }
-                    Err(rej) => respond_err(conn, front, Some(req.id), op, &rej, req.started),
-                }
+            Routed::Stream(routes::Stream::Backup) => {
+                self.backup(req, conn, front).await;
                 return Flow::Continue;
             }
-            Route::Subscriptions => {
-                crate::subscriptions::dispatch(op, req.params, &conn.subs, front)
-                    .map(|slot| (slot, None))
-                    .ok_or_else(request::no_dispatcher)
+            Routed::Subscriptions(s) => {
+                let slot = crate::subscriptions::dispatch(s, req.params, &conn.subs, front);
+                Ok((slot, None))
             }
-            Route::Instance
-            | Route::Definitions
-            | Route::AllShards
-            | Route::Batch
-            | Route::Control
-            | Route::Label => {
+            Routed::Instance(_)
+            | Routed::Definitions(_)
+            | Routed::AllShards(_)
+            | Routed::Batch(_)
+            | Routed::Control(_)
+            | Routed::Label(_) => {
                 let mut instance_id = None;
                 let version = Version::Untagged;
                 request::start(op, req.params, front, &self.auth, version, &mut instance_id)
@@ -166,24 +151,48 @@ impl Session {
         Flow::Continue
     }
 
+    /// BACKUP: the connection becomes the backup's stream (`crate::backup`).
+    async fn backup(&mut self, req: Request<'_>, conn: &Rc<Conn>, front: &Rc<Front>) {
+        let op = req.op;
+        match crate::backup::open(front, conn, req.params).await {
+            Ok((slot, stream)) => {
+                conn.push(Pending::Reply {
+                    id: req.id.into(),
+                    op,
+                    instance_id: None,
+                    started: req.started,
+                    slot,
+                });
+                if !crate::backup::spawn(stream) {
+                    conn.push(Pending::Close);
+                }
+            }
+            Err(rej) => respond_err(conn, front, Some(req.id), op, &rej, req.started),
+        }
+    }
+
     /// The ops the session answers itself: HELLO, PING, BYE, AUTH.
-    fn session_op(&mut self, req: Request<'_>, conn: &Rc<Conn>, front: &Rc<Front>) -> Flow {
+    fn session_op(
+        &mut self,
+        s: routes::Session,
+        req: Request<'_>,
+        conn: &Rc<Conn>,
+        front: &Rc<Front>,
+    ) -> Flow {
         let (op, started) = (req.op, req.started);
-        let result = match op {
-            Op::Auth => return self.authenticate(req.params, conn, front, req.id, started),
-            Op::Hello => self.hello(req.params, front),
-            Op::Ping => Ok(json!({"pong": true})),
-            Op::Bye => Ok(json!({})),
-            _ => Err(Rejection::new(
-                ErrorCode::InternalError,
-                "op is not a session op",
-            )),
+        let result = match s {
+            routes::Session::Auth => {
+                return self.authenticate(req.params, conn, front, req.id, started)
+            }
+            routes::Session::Hello => self.hello(req.params, front),
+            routes::Session::Ping => Ok(json!({"pong": true})),
+            routes::Session::Bye => Ok(json!({})),
         };
         match result {
             Ok(v) => respond_ok(conn, front, req.id, op, &v, started),
             Err(rej) => respond_err(conn, front, Some(req.id), op, &rej, started),
         }
-        if op == Op::Bye {
+        if s == routes::Session::Bye {
             conn.push(Pending::Close);
             return Flow::Close;
         }

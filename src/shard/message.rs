@@ -8,7 +8,7 @@ use shards::Rejection;
 use super::subs::{Filter, PushMsg, SubsEnded};
 use crate::metrics::ShardStats;
 use crate::ops::batch::BatchOps;
-use crate::protocol::Op;
+use crate::protocol::{routes, Op};
 
 /// A request to one shard. `token` names the caller's reply slot on the sending executor.
 pub struct ShardRequest {
@@ -16,15 +16,55 @@ pub struct ShardRequest {
     pub call: ShardCall,
 }
 
+/// A client op a shard executes from raw params: the instance ops, the definition reads, and
+/// each shard's part of two fan-outs. `Shard::execute_op` matches it with no `_`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardOp {
+    Instance(routes::Instance),
+    Definitions(routes::Definitions),
+    /// PUT_MACHINE's decision on the definitions shard (`server::fanout::put_machine`).
+    PutMachine,
+    /// One shard's counts for MACHINE_STATS (`server::fanout::machine_stats`).
+    MachineStats,
+}
+
+impl ShardOp {
+    /// The shard op for `op`, if a shard executes it (tests).
+    #[cfg(test)]
+    pub fn of(op: Op) -> Option<ShardOp> {
+        use crate::protocol::Routed;
+        match op.route() {
+            Routed::Instance(i) => Some(ShardOp::Instance(i)),
+            Routed::Definitions(d) => Some(ShardOp::Definitions(d)),
+            Routed::AllShards(routes::AllShards::PutMachine) => Some(ShardOp::PutMachine),
+            Routed::AllShards(routes::AllShards::MachineStats) => Some(ShardOp::MachineStats),
+            _ => None,
+        }
+    }
+
+    /// The op this is (metrics, the follower check, the write gate).
+    pub const fn op(self) -> Op {
+        match self {
+            ShardOp::Instance(i) => i.op(),
+            ShardOp::Definitions(d) => d.op(),
+            ShardOp::PutMachine => Op::PutMachine,
+            ShardOp::MachineStats => Op::MachineStats,
+        }
+    }
+}
+
 pub enum ShardCall {
     /// A client op the shard executes from raw params (it parses them: the front stays light).
-    Op { op: Op, params: Option<Vec<u8>> },
+    Op {
+        op: ShardOp,
+        params: Option<Vec<u8>>,
+    },
     /// An instance op whose reply carries the instance's version (HTTP's `ETag`,
     /// docs/http.md): answered `Versioned` when it succeeds. With `if_match = (epoch, offset)`
     /// the op runs only if the log's entry at `offset` was written in `epoch` (else
     /// `CONFLICT`); the op's own `expected_wal_offset` checks the offset.
     Versioned {
-        op: Op,
+        op: routes::Instance,
         params: Option<Vec<u8>>,
         if_match: Option<(u64, u64)>,
     },

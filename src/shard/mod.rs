@@ -26,7 +26,9 @@ mod write;
 #[cfg(test)]
 mod tests;
 
-pub use message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse, SnapshotChunk};
+pub use message::{
+    ReplyBody, ShardCall, ShardMessage, ShardOp, ShardRequest, ShardResponse, SnapshotChunk,
+};
 
 /// Depth of each front→shard request channel and shard→front response channel (replies and
 /// subscription pushes). Policy when full: the sender waits (a front stops reading that

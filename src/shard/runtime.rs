@@ -15,7 +15,7 @@ use shards::wal::WalConfig;
 use shards::{ErrorCode, Rejection};
 
 use super::durability::Durability;
-use super::message::{ReplyBody, ShardCall, ShardMessage, ShardRequest, ShardResponse};
+use super::message::{ReplyBody, ShardCall, ShardMessage, ShardOp, ShardRequest, ShardResponse};
 use super::os_yield::OsYield;
 use super::replica::ReplState;
 use super::snapshot::Snapshots;
@@ -24,7 +24,7 @@ use super::sync::{self as sync_mode, SyncSetup, SyncState};
 use super::timers::Timers;
 use crate::metrics::{LogStats, ShardStats};
 use crate::ops;
-use crate::protocol::Op;
+use crate::protocol::{routes, Op};
 
 pub(super) use super::outbox::Outbox;
 
@@ -223,7 +223,7 @@ impl Shard {
     /// Executes one call. Returns the reply and the log offset that must be durable first.
     fn execute(&self, call: ShardCall) -> Outcome {
         match call {
-            ShardCall::Op { op, params } => match self.follower_refuses(std::iter::once(op)) {
+            ShardCall::Op { op, params } => match self.follower_refuses(std::iter::once(op.op())) {
                 Some((_, rej)) => (Err(rej), 0),
                 None => self.execute_op(op, params.as_deref()),
             },
@@ -231,11 +231,11 @@ impl Shard {
                 op,
                 params,
                 if_match,
-            } => match self.follower_refuses(std::iter::once(op)) {
+            } => match self.follower_refuses(std::iter::once(op.op())) {
                 Some((_, rej)) => (Err(rej), 0),
                 None => self.execute_versioned(op, params.as_deref(), if_match),
             },
-            ShardCall::Batch(ops) => match self.follower_refuses(ops.iter().map(|i| i.op)) {
+            ShardCall::Batch(ops) => match self.follower_refuses(ops.iter().map(|i| i.op.op())) {
                 Some((index, rej)) => (Err(rej.with("index", index)), 0),
                 None => self.execute_batch(&ops),
             },
@@ -296,27 +296,24 @@ impl Shard {
         Some((index, crate::replication::gate::read_only(&self.member, op)))
     }
 
-    fn execute_op(&self, op: Op, params: Option<&[u8]>) -> Outcome {
+    fn execute_op(&self, op: ShardOp, params: Option<&[u8]>) -> Outcome {
+        use routes::{Definitions as D, Instance as I};
         let head = self.log.head();
         let result = match op {
-            Op::PutMachine => return self.put_machine(params),
-            Op::CreateInstance => ops::instances::create_command(params),
-            Op::ApplyEvent => {
+            ShardOp::PutMachine => return self.put_machine(params),
+            ShardOp::MachineStats => return (self.machine_stats(params), head),
+            ShardOp::Definitions(D::GetMachine) => return (self.get_machine(params), head),
+            ShardOp::Definitions(D::ListMachines) => return (self.list_machines(params), head),
+            ShardOp::Instance(I::CreateInstance) => ops::instances::create_command(params),
+            ShardOp::Instance(I::ApplyEvent) => {
                 return match ops::events::apply_event_params(params) {
                     Ok(cmd) => self.write_event(&cmd),
                     Err(rej) => (Err(rej), 0),
                 }
             }
-            Op::DeleteInstance => ops::instances::delete_command(params),
-            Op::GetInstance => return self.get_instance(params),
-            Op::GetHistory => return self.get_history(params),
-            Op::GetMachine => return (self.get_machine(params), head),
-            Op::ListMachines => return (self.list_machines(params), head),
-            Op::MachineStats => return (self.machine_stats(params), head),
-            _ => Err(Rejection::new(
-                ErrorCode::InternalError,
-                "op not served by a shard",
-            )),
+            ShardOp::Instance(I::DeleteInstance) => ops::instances::delete_command(params),
+            ShardOp::Instance(I::GetInstance) => return self.get_instance(params),
+            ShardOp::Instance(I::GetHistory) => return self.get_history(params),
         };
         match result {
             Ok(cmd) => self.write(&cmd),
@@ -329,7 +326,7 @@ impl Shard {
     /// the version is `(epoch_of(needs), needs)`.
     fn execute_versioned(
         &self,
-        op: Op,
+        op: routes::Instance,
         params: Option<&[u8]>,
         if_match: Option<(u64, u64)>,
     ) -> Outcome {
@@ -343,7 +340,7 @@ impl Shard {
                 return (Err(rej), 0);
             }
         }
-        let (result, needs) = self.execute_op(op, params);
+        let (result, needs) = self.execute_op(ShardOp::Instance(op), params);
         let result = result.map(|body| match body {
             ReplyBody::Json(result) => ReplyBody::Versioned {
                 result,

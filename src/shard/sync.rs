@@ -142,8 +142,9 @@ pub(super) async fn run_call(shard: &Rc<Shard>, call: ShardCall) -> (Outcome, Op
 /// Whether `call` is a client write: an op the op table says writes, or a BATCH holding one.
 fn client_write(call: &ShardCall) -> bool {
     match call {
-        ShardCall::Op { op, .. } | ShardCall::Versioned { op, .. } => op.facts().writes(),
-        ShardCall::Batch(ops) => ops.iter().any(|item| item.op.facts().writes()),
+        ShardCall::Op { op, .. } => op.op().facts().writes(),
+        ShardCall::Versioned { op, .. } => op.op().facts().writes(),
+        ShardCall::Batch(ops) => ops.iter().any(|item| item.op.op().facts().writes()),
         _ => false,
     }
 }

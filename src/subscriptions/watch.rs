@@ -12,26 +12,27 @@ use super::cursor;
 use super::params::{self, From, WatchSpec};
 use super::sub::{End, Sub};
 use super::SUBSCRIPTIONS_PER_CONNECTION_MAX;
-use crate::protocol::Op;
+use crate::protocol::routes;
 use crate::server::front::Front;
 use crate::server::router::{ReplySlot, Router};
 use crate::shard::subs::{trimmed, Filter, REPLAY_CHUNK_RECORDS_MAX};
 use crate::shard::{ReplyBody, ShardCall};
 use crate::util::slot::Slot;
 
-/// Starts a subscription op; `None` for any other op.
+/// Starts a subscription op.
 pub fn dispatch(
-    op: Op,
+    op: routes::Subscriptions,
     params: Option<&[u8]>,
     conn: &Rc<ConnSubs>,
     front: &Rc<Front>,
-) -> Option<ReplySlot> {
+) -> ReplySlot {
     let shards = front.router.shard_count();
     match op {
-        Op::WatchInstance => Some(watch(params::watch_instance(params, shards), conn, front)),
-        Op::WatchAll => Some(watch(params::watch_all(params, shards), conn, front)),
-        Op::Unwatch => Some(unwatch(params, conn)),
-        _ => None,
+        routes::Subscriptions::WatchInstance => {
+            watch(params::watch_instance(params, shards), conn, front)
+        }
+        routes::Subscriptions::WatchAll => watch(params::watch_all(params, shards), conn, front),
+        routes::Subscriptions::Unwatch => unwatch(params, conn),
     }
 }
 

@@ -166,7 +166,11 @@ impl TestShard {
 
     pub async fn op(&mut self, op: Op, params: Value) -> Result<Value, Rejection> {
         let params = Some(params.to_string().into_bytes());
-        self.json(ShardCall::Op { op, params }).await
+        self.json(ShardCall::Op {
+            op: crate::shard::ShardOp::of(op).expect("a shard op"),
+            params,
+        })
+        .await
     }
 
     /// Hangs up and waits for the shard to stop (its log closed).

@@ -28,7 +28,11 @@ async fn fill(s: &mut TestShard, n: usize, blob: usize) {
         let go = json!({"instance_id": id, "event": "go", "payload": {"b": b}});
         for (op, params) in [(Op::CreateInstance, create), (Op::ApplyEvent, go)] {
             let params = Some(params.to_string().into_bytes());
-            s.send(ShardCall::Op { op, params }).await;
+            s.send(ShardCall::Op {
+                op: crate::shard::ShardOp::of(op).expect("a shard op"),
+                params,
+            })
+            .await;
             in_flight += 1;
             if in_flight == 32 {
                 assert!(s.reply().await.1.is_ok());

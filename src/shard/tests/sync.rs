@@ -70,7 +70,7 @@ fn write_replies_wait_for_replica_acks_or_time_out_committed() {
         let params = Some(create.to_string().into_bytes());
         let t1 = s
             .send(ShardCall::Op {
-                op: Op::CreateInstance,
+                op: crate::shard::ShardOp::of(Op::CreateInstance).expect("a shard op"),
                 params,
             })
             .await;
@@ -94,14 +94,14 @@ fn write_replies_wait_for_replica_acks_or_time_out_committed() {
         let params = Some(go.to_string().into_bytes());
         let t1 = s
             .send(ShardCall::Op {
-                op: Op::ApplyEvent,
+                op: crate::shard::ShardOp::of(Op::ApplyEvent).expect("a shard op"),
                 params,
             })
             .await;
         let get = Some(json!({"instance_id": "i-1"}).to_string().into_bytes());
         let t2 = s
             .send(ShardCall::Op {
-                op: Op::GetInstance,
+                op: crate::shard::ShardOp::of(Op::GetInstance).expect("a shard op"),
                 params: get,
             })
             .await;
@@ -124,7 +124,7 @@ fn write_replies_wait_for_replica_acks_or_time_out_committed() {
             .expect("ack");
         let t1 = s
             .send(ShardCall::Op {
-                op: Op::ApplyEvent,
+                op: crate::shard::ShardOp::of(Op::ApplyEvent).expect("a shard op"),
                 params: Some(go.to_string().into_bytes()),
             })
             .await;
