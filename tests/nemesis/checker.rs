@@ -401,8 +401,7 @@ fn check_reads(cx: &Ctx, out: &mut Vec<Anomaly>) -> usize {
             continue;
         }
         let tail = &tokens[k..];
-        let unacked = |t: &u64| cx.write(&op.instance, *t).is_none_or(|w| w.acked.is_none());
-        if tail.iter().all(|t| unacked(t) && !f.set.contains(t)) {
+        if tail.iter().all(|t| uncommitted_in_read(cx, op, f, *t)) {
             uncommitted += 1;
             continue;
         }
@@ -420,6 +419,27 @@ fn check_reads(cx: &Ctx, out: &mut Vec<Anomaly>) -> usize {
         out.push(anomaly(Class::BadRead, &op.instance, tail.to_vec(), text));
     }
     uncommitted
+}
+
+/// Whether token `t`, in the tail of `read` past the final history's prefix, is one a read
+/// may show (docs/ha.md: a read may show a locally durable write before it is acknowledged,
+/// and a failover may then truncate it):
+/// - a write not acknowledged when the read was answered, absent from the final history, or
+///   present there at another place once members truncated (the deposed primary's tail,
+///   answered `NO_PRIMARY` with `maybe_committed`, then resent with its key and applied again
+///   by the new primary);
+/// - async mode: an acknowledged write the final history lacks (a loss `check_lost` bounds by
+///   the truncated count).
+fn uncommitted_in_read(cx: &Ctx, read: &Op, f: &Reference, t: u64) -> bool {
+    let Some(w) = cx.write(&read.instance, t) else {
+        return false; // never sent: a phantom
+    };
+    let in_final = f.set.contains(&t);
+    let acked_before = w.acked.is_some_and(|(at, _, _)| at < read.complete_ns);
+    if !acked_before {
+        return !in_final || cx.h.fin.truncated > 0;
+    }
+    cx.h.mode == Mode::Async && !in_final
 }
 
 /// Per process, member and instance: a read must hold the committed prefix (the part that is

@@ -236,6 +236,40 @@ fn a_read_showing_a_write_not_yet_acknowledged_is_uncommitted_not_bad() {
     );
 }
 
+/// The deposed primary m1 shows 6 (answered `NO_PRIMARY` with `maybe_committed`) in a read;
+/// a failover truncates it, and its resend is applied again after 8. Allowed once members
+/// report a truncation; without one the read departs from the history for no reason.
+#[test]
+fn a_read_of_a_truncated_tail_resent_and_applied_again_is_uncommitted() {
+    let mut ops = writes();
+    ops.push(append("m1", 6, (80, 90), Outcome::Info));
+    ops.push(read(7, "m1", &[1, 2, 3, 6], (85, 88)));
+    ops.push(append("m1", 8, (82, 95), Outcome::Ok));
+    ops.push(append("m1", 6, (100, 110), Outcome::Ok));
+    let mut f = fin(&[1, 2, 3, 8, 6]);
+    f.truncated = 1;
+    let v = check(&history(Mode::Sync, ops.clone(), f));
+    assert!(v.is_clean(), "{v}");
+    assert_eq!(v.uncommitted_reads, 1);
+    let v = check(&history(Mode::Sync, ops, fin(&[1, 2, 3, 8, 6])));
+    assert_eq!(tokens_of(&v, Class::BadRead), [vec![6]], "{v}");
+}
+
+/// Async mode: a read may show an acknowledged write a failover then lost (within what the
+/// members report truncated); sync mode flags both the loss and the read.
+#[test]
+fn async_a_read_may_show_a_write_lost_within_truncated() {
+    let ops = [writes(), vec![read(7, "m2", &[1, 2, 3], (60, 70))]].concat();
+    let mut f = fin(&[1, 2]);
+    f.truncated = 1;
+    let v = check(&history(Mode::Async, ops.clone(), f.clone()));
+    assert!(v.is_clean(), "{v}");
+    assert_eq!((v.lost_within_truncated, v.uncommitted_reads), (1, 1));
+    let v = check(&history(Mode::Sync, ops, f));
+    assert_eq!(tokens_of(&v, Class::BadRead), [vec![3]], "{v}");
+    assert_eq!(tokens_of(&v, Class::Lost), [vec![3]], "{v}");
+}
+
 #[test]
 fn a_read_that_goes_backwards_is_flagged_unless_members_truncated() {
     let backwards = vec![
