@@ -1,4 +1,4 @@
-//! A full disk (CONTRACT §14, docs/wal.md "A full disk"): running out of space while the log
+//! A full disk (docs/wal.md "A full disk"): running out of space while the log
 //! *allocates* (a new segment, the spare segment) is not corruption. The log refuses appends
 //! (`WalError::StorageFull`) while an allocation keeps failing for lack of space, retries it
 //! every `SPACE_RETRY_INTERVAL`, and takes appends again by itself once it succeeds. An error from
