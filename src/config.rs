@@ -125,9 +125,9 @@ pub struct Storage {
     /// A shard writes a snapshot after this many log entries since its last one.
     pub snapshot_every_entries: u64,
     /// Bytes kept free on the data dir's filesystem for the log: snapshots stop short of them
-    /// (CONTRACT §14). Unset: one segment plus its spare.
+    /// (docs/wal.md "A full disk"). Unset: one segment plus its spare.
     pub reserve_bytes: Option<u64>,
-    /// Where every closed log segment is copied (CONTRACT §14, docs/backup.md "The archive").
+    /// Where every closed log segment is copied (docs/backup.md "The archive").
     /// Unset: no archive.
     pub archive_dir: Option<PathBuf>,
     /// Close a segment that has held entries this long, so it is archived (unset: off).

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 pub const FORMAT_VERSION: u32 = 1;
 const META_FILE: &str = "smdb.meta";
 const LOCK_FILE: &str = "LOCK";
-/// A data dir holding this file (written by `smdb-server restore --pause-timers`, CONTRACT
-/// §14) starts with its timers paused: none fires until `TIMERS_RESUME` (`smdb-cli timers
+/// A data dir holding this file (written by `smdb-server restore --pause-timers`, docs/backup.md
+/// "Timers after a restore") starts with its timers paused: none fires until `TIMERS_RESUME` (`smdb-cli timers
 /// resume`) deletes it. Its content is informational text.
 pub const TIMERS_PAUSED_FILE: &str = "timers.paused";
 

@@ -13,9 +13,18 @@
 //! * `logging`: text or JSON log lines, request-completed lines.
 //! * `tls`: TLS (and mutual TLS) on the client port (the client side is in `smdb_protocol::tls`).
 //! * `limits`: the limits that must fit inside one another, checked together.
+//! * `replication`: a primary's log streamed to replicas (the hub, senders, the follower).
+//! * `ha`: automatic failover on etcd (the HA thread, its decisions, the driver).
+//! * `backup`: BACKUP, a consistent cut of every shard streamed to a client.
 //! * `restore`: `smdb-server restore`, offline: a backup plus the WAL archive into a data dir.
+//! * `proxy`: the PROXY protocol header a TCP load balancer puts before a connection.
 //! * `timers_pause`: a data dir whose timers start paused (`timers.paused`, TIMERS_RESUME).
 //! * `config`, `datadir`, `util`.
+//!
+//! Habits a lint keeps: no `unwrap` outside tests (below), and every unsafe block states why
+//! it is sound (`[workspace.lints]` in Cargo.toml).
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod auth;
 pub mod backup;

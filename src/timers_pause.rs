@@ -1,4 +1,4 @@
-//! Timers paused by the data dir (`smdb-server restore --pause-timers`, CONTRACT §14): a data
+//! Timers paused by the data dir (`smdb-server restore --pause-timers`, docs/backup.md "Timers after a restore"): a data
 //! dir holding `timers.paused` (`datadir::TIMERS_PAUSED_FILE`) starts with every shard's timers
 //! armed but firing none, so a restored week-old backup does not fire a week of overdue timers
 //! at once. `TIMERS_RESUME` (`smdb-cli timers resume`) deletes the marker, fsyncs the data dir

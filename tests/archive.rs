@@ -1,4 +1,4 @@
-//! The WAL archive (docs/backup.md, "The archive"; CONTRACT §14 `storage.archive_dir`) against
+//! The WAL archive (docs/backup.md, "The archive"; `storage.archive_dir`) against
 //! the real binary: closed segments are copied under their names with the data dir's records;
 //! compaction keeps a segment until its copy exists and a failing archive is counted; a quiet
 //! segment is closed by `archive_timeout_ms`; a restart archives what was left; a PROMOTE
@@ -247,14 +247,6 @@ fn archive_timeout_closes_a_quiet_segment_and_a_restart_archives_what_was_left()
         || all_closed_archived(&s, &archive),
     );
     assert!(check_copies(&s, &archive) >= 2);
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

@@ -436,15 +436,6 @@ GET_INSTANCE {"id": "r1"}
     assert!(!r.stdout.contains("pong"), "nothing runs after exit");
 }
 
-/// A free port now (another process could take it before the server binds; unlikely here).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Waits until `port` can be bound again: a killed server's listening socket lingers briefly
 /// while the kernel tears down its io_uring instance.
 fn wait_port_free(port: u16) {
@@ -689,7 +680,7 @@ fn replication_status_and_promote_call_their_ops() {
 }
 
 /// Writes `backup.json` listing every file under `dir` with its size and CRC32C, as a backup
-/// would (the manifest format of CONTRACT §14).
+/// would (the manifest format of docs/backup.md).
 fn write_backup_manifest(dir: &Path) {
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];

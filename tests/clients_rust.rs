@@ -16,7 +16,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{order_definition, Server};
+use common::{free_port, order_definition, Server};
 use serde_json::{json, Value};
 use smdb::auth::table::{hex, sha256};
 use smdb_client::asyncio;
@@ -46,14 +46,6 @@ fn rt() -> tokio::runtime::Runtime {
 /// A machine whose one event loops on its state, merging the payload into the context.
 fn tick_definition() -> Value {
     json!({"states": ["s"], "initial": "s", "transitions": [{"from": "s", "event": "tick", "to": "s"}]})
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn testdata(name: &str) -> PathBuf {

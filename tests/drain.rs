@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::scrape::http_get;
@@ -193,14 +193,6 @@ fn the_drain_timeout_bounds_a_client_that_never_goes_quiet() {
         "took {took:?}"
     );
     assert_eq!(status.code(), Some(0), "{}", s.log());
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

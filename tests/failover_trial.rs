@@ -168,13 +168,6 @@ fn primary_of(members: &[Server], down: Option<usize>, limit: Duration) -> usize
     live[primary_by_health(&refs, limit)]
 }
 
-/// A loopback port free now: a member keeps its ports across restarts, so the writers' address
-/// list and HAProxy's backends stay true.
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 #[test]
 #[ignore = "the failover trial: run by tuning/failover-trial.sh"]
 fn failover_trial() {

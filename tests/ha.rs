@@ -424,7 +424,7 @@ fn sigstop_with_pipelined_writes_in_sync_mode_loses_no_acknowledged_write() {
     );
     // An `ok` read after SIGCONT is one the shard released before the lease ran out and the
     // process was stopped before the front wrote it (a stall between the check and the send,
-    // which no check can close: CONTRACT §12). In sync mode each is on the new primary (`lost`
+    // which no check can close: docs/ha.md "What each mode guarantees"). In sync mode each is on the new primary (`lost`
     // above is empty); none can be more than what was in flight at the pause.
     assert!(
         p.ok_after_cont as u64 <= p.in_flight_at_pause,

@@ -1,4 +1,4 @@
-//! The clients against a failover cluster (CONTRACT §12, docs/ha.md "Clients"): a three-member
+//! The clients against a failover cluster (docs/ha.md "Clients"): a three-member
 //! etcd on loopback and three smdb members. A Rust client given every member's address, a
 //! follower's first, writes on the primary; after SIGKILL of the primary under its write load
 //! it goes on by itself, every acknowledged create is on the new primary, and writes without
@@ -516,7 +516,7 @@ fn losing_etcd_quorum_pauses_writes_and_a_subscriber_resumes_with_no_gap() {
     while seen.len() < 20 + extra {
         let ev = match sub.next_timeout(Duration::from_secs(30)) {
             // In sync mode the probes' pushes waited for acknowledgements the lost lease never
-            // brought: the demotion ended the subscription (CONTRACT §12), and the next call
+            // brought: the demotion ended the subscription (docs/ha.md "Subscriptions across terms"), and the next call
             // resumes it from its cursor.
             Err(ClientError::Lagged { resume_cursor, .. }) => {
                 eprintln!("lagged at the demotion; resuming from {resume_cursor}");

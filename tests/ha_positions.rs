@@ -1,4 +1,4 @@
-//! Subscriptions and positions across terms (CONTRACT §12, docs/ha.md "Subscriptions across
+//! Subscriptions and positions across terms (docs/ha.md "Subscriptions across
 //! terms") against real etcd and three real members:
 //! * in sync mode a push leaves the primary only once its entry is sync-acknowledged (both
 //!   followers stopped: the write waits and so does its push; continued: both arrive);

@@ -1,4 +1,4 @@
-//! The sync set against real processes (CONTRACT §12, docs/ha.md "The sync set"): a
+//! The sync set against real processes (docs/ha.md "The sync set"): a
 //! three-member etcd cluster on loopback and three smdb members in sync mode with
 //! `sync_replicas = 1`. The primary keeps the sync set S = {A, B} in etcd; while A is stopped
 //! (SIGSTOP) only B acknowledges, and the primary's writes go on. Then A continues and the

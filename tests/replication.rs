@@ -23,14 +23,6 @@ const METRICS: &str = "[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"";
 /// servers start at once in this file.
 const SMALL_SEGMENTS: &str = "[storage]\nsegment_bytes = 1048576";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A primary on a fixed port (so a restart keeps its address).
 fn primary(extra: &str) -> (Server, common::TestDir) {
     let port = free_port();

@@ -1,4 +1,4 @@
-//! `smdb-server restore` (docs/backup.md "Restore", CONTRACT §14) against the real binaries: a
+//! `smdb-server restore` (docs/backup.md "Restore") against the real binaries: a
 //! backup taken with `smdb-cli backup` plus the archive the server wrote, replayed to the end,
 //! to per-shard offsets and to a point in time; a missing archived segment and a non-empty
 //! target refused; after a failover, the deposed primary's archived tail not replayed.

@@ -1,4 +1,4 @@
-//! A full disk that heals (CONTRACT §14), against the real binary on a real small filesystem: a
+//! A full disk that heals (docs/wal.md "A full disk"), against the real binary on a real small filesystem: a
 //! loop-mounted ext4 image. The tests need root and loop devices, as CI has; without them they
 //! FAIL (never skip): a silent skip would hide that the behaviour is untested.
 
@@ -264,7 +264,7 @@ fn assert_no_file_left(data: &Path) {
     assert!(left.is_empty(), "start-up left files behind: {left:?}");
 }
 
-/// CONTRACT §14 with `ha.enabled`: a primary whose disk stays full for longer than `ttl_ms`
+/// docs/wal.md "A full disk", with `ha.enabled`: a primary whose disk stays full for longer than `ttl_ms`
 /// hands over its lease (another member takes the writes), does not campaign while full, and
 /// once space returns follows the new primary holding every acknowledged write.
 #[test]

@@ -9,6 +9,7 @@
 //! Nothing here touches a socket or a runtime: codecs are functions over byte slices, so the
 //! server, the clients, tests and fuzzers call them directly.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 pub mod codes;
 pub mod envelope;
 pub mod frame;

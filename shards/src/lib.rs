@@ -5,6 +5,7 @@
 //! fails. Time, ids and guard outcomes travel inside the entry, so recovery and replicas call only
 //! `apply` and reach the same state.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 pub mod engine;
 pub mod routing;
 pub mod timers;

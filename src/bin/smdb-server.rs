@@ -1,6 +1,7 @@
 //! `smdb-server`: starts the server with embedded defaults or `--config FILE`;
 //! `smdb-server restore ...` builds a data directory from a backup and the archive, offline.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 use std::path::PathBuf;
 use std::process::ExitCode;
 

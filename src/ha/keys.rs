@@ -84,7 +84,7 @@ pub struct History {
     pub start_offsets: Vec<u64>,
 }
 
-/// The sync key's value (CONTRACT §12, docs/ha.md "The sync set"): in sync mode only the
+/// The sync key's value (docs/ha.md "The sync set"): in sync mode only the
 /// acknowledgements of `members` count toward `replication.sync_replicas`, and only a member of
 /// it may be elected, after final positions from |members| - k + 1 of them.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]

@@ -38,7 +38,7 @@ pub struct Report {
     pub positions_fresh: bool,
     /// A shard's log is poisoned (an I/O error): this member cannot write until restarted.
     pub log_poisoned: bool,
-    /// A shard's log refuses appends for lack of space (CONTRACT §14).
+    /// A shard's log refuses appends for lack of space (docs/wal.md "A full disk").
     pub storage_full: bool,
 }
 
@@ -114,9 +114,9 @@ pub enum Demotion {
     LeadFailed = 3,
     /// Handed over by `SWITCHOVER`.
     Switchover = 4,
-    /// A shard's log was poisoned by an I/O error: the lease goes at once (CONTRACT §14).
+    /// A shard's log was poisoned by an I/O error: the lease goes at once (docs/ha.md "Who may become primary").
     WalPoisoned = 5,
-    /// A shard refused writes for lack of space for longer than `ttl_ms` (CONTRACT §14).
+    /// A shard refused writes for lack of space for longer than `ttl_ms` (docs/wal.md "A full disk").
     StorageFull = 6,
 }
 
@@ -153,7 +153,7 @@ pub struct HaStats {
     /// etcd calls that failed.
     pub etcd_errors: AtomicU64,
     /// Times the etcd watch was created again after one broke (`ha::watch`; shown in
-    /// REPLICATION_STATUS only: CONTRACT §12 fixes the `svc_ha_*` families).
+    /// REPLICATION_STATUS only: docs/ha.md "Metrics" fixes the `svc_ha_*` families).
     pub watch_restarts: AtomicU64,
 }
 

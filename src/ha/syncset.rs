@@ -1,4 +1,4 @@
-//! The sync set (CONTRACT §12, docs/ha.md "The sync set"): in sync mode the primary keeps
+//! The sync set (docs/ha.md "The sync set"): in sync mode the primary keeps
 //! `/smdb/<cluster>/sync` `{epoch, members}` in etcd, and only the acknowledgements of its
 //! members count toward `replication.sync_replicas`. An election in sync mode asks final
 //! positions of |S| - k + 1 of them (`elect`), so the set must always be one whose every

@@ -179,7 +179,7 @@ impl Term {
         }
     }
 
-    /// CONTRACT §14: a primary whose log is poisoned gives up its lease at once, one whose
+    /// docs/wal.md "Poisoning" and "A full disk": a primary whose log is poisoned gives up its lease at once, one whose
     /// log has refused appends for lack of space for longer than `ttl_ms` hands it over (the
     /// leader key is deleted so another member campaigns at once). True when it resigned.
     async fn log_health(
@@ -440,7 +440,9 @@ impl Term {
         self.history_done = false;
         self.blocked = None;
         ctx.state.set_lease_until(self.lease_deadline);
-        ctx.state.set_primary(Some(ctx.addr.clone()));
+        // Until the driver has written the term's epoch records and flipped the role, writes
+        // here answer `NO_PRIMARY` (retry soon), never `READ_ONLY_MODE` naming this member.
+        ctx.state.set_primary(None);
         ctx.shared.stats.failovers.fetch_add(1, Relaxed);
         ctx.shared.decide(Want::Lead { epoch });
         log::info!("ha: won the election: epoch {epoch}");

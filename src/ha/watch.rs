@@ -11,7 +11,7 @@
 //! delivering anything; each creation is bounded by `Etcd::timeout`. A re-created
 //! watch wakes the loop once (it may have missed changes meanwhile). Each re-creation counts
 //! in `HaStats::watch_restarts` (`REPLICATION_STATUS.ha.watch_restarts`; the `svc_ha_*`
-//! families are fixed by CONTRACT §12, so it is not a metric) and logs at debug.
+//! families are fixed, docs/ha.md "Metrics", so it is not a metric) and logs at debug.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;

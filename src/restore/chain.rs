@@ -1,4 +1,4 @@
-//! The timeline a restore follows (CONTRACT §14, docs/backup.md "Timelines"): the archive's
+//! The timeline a restore follows (docs/backup.md "Timelines"): the archive's
 //! history files say which epoch followed which and at which offset each began on each shard.
 //! A restore picks the newest epoch whose ancestry holds the backup's epoch and, per shard,
 //! takes each offset from the chain epoch that owned it, so a deposed primary's tail (entries

@@ -1,4 +1,4 @@
-//! `smdb-server restore` (CONTRACT §14, docs/backup.md "Restore"): offline, builds a data
+//! `smdb-server restore` (docs/backup.md "Restore"): offline, builds a data
 //! directory from a backup (`smdb-cli backup --out`) and the WAL archive
 //! (`storage.archive_dir`), replaying archived segments along one epoch chain after the
 //! backup's cut up to `--until` a time or per-shard offsets. One entry point, [`run`].

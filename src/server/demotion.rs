@@ -1,5 +1,5 @@
 //! A demoted primary closes its client connections (failover, docs/ha.md "Demotion";
-//! CONTRACT §12): it answers what it had read, then closes, so that clients behind a load
+//! docs/ha.md "The path of a demotion"): it answers what it had read, then closes, so that clients behind a load
 //! balancer reconnect, and reach the new primary.
 //!
 //! Each front watches `ReplState::demotions` (one relaxed load every `POLL`) and, when it moves,

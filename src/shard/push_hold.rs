@@ -1,4 +1,4 @@
-//! Pushes held for sync acknowledgement (CONTRACT §12: "under HA in sync mode a push leaves
+//! Pushes held for sync acknowledgement (docs/ha.md "Subscriptions across terms": "under HA in sync mode a push leaves
 //! only once its entry is sync-acknowledged"; docs/ha.md, "Subscriptions across terms").
 //!
 //! With failover on and `replication.mode = "sync"`, a push leaves its outbox once the entry is
@@ -20,7 +20,7 @@
 //! delivered (`SubsEnded` without `diverged_at`), as a slow subscriber's do; they resume by
 //! replay. Gauge: `Registry::held` (INFO `pushes_held`). Past the lease (a demotion), no push
 //! this member decided leaves: every held push is dropped and their subscriptions end the same
-//! way (CONTRACT §12: demotion "ends subscriptions whose position it may lose"). A rewind of
+//! way (docs/ha.md "Subscriptions across terms": a demotion ends the subscriptions whose position it may lose). A rewind of
 //! the log (a follower truncated to where it agrees with a new primary) drops the held pushes
 //! of the entries it removed (`rewound`); the rewind ends every subscription (`diverged`).
 //!

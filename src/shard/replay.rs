@@ -2,7 +2,7 @@
 //! the log, as replayed push bodies with their offsets and epochs. Runs in the registry's
 //! low-share replay task queue (`subs.rs`); never touches the engine but for epochs.
 //!
-//! HA sync mode (CONTRACT §12: "under HA in sync mode a push leaves only once its entry is
+//! HA sync mode (docs/ha.md "Subscriptions across terms": "under HA in sync mode a push leaves only once its entry is
 //! sync-acknowledged"; docs/ha.md, "Subscriptions across terms"). On a member whose pushes
 //! wait for sync acknowledgement (`Registry::holds_local`, `push_hold.rs`), a replay read
 //! delivers records only through `SyncState::acked`, the offset that releases held pushes

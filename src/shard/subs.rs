@@ -358,7 +358,7 @@ impl Registry {
 
     /// The log was rewound to `head` (of `epoch`): every client's subscriptions hear it after
     /// what their outbox still holds, and each that went past `head` ends `diverged`
-    /// (CONTRACT §12: "a member that truncates ends its own subscriptions the same way").
+    /// (docs/ha.md "Subscriptions across terms": a member that truncates ends its own subscriptions the same way).
     pub(super) fn rewound(&self, shard: u32, epoch: u64, head: u64) {
         for client in self.clients.borrow().iter().flatten() {
             if client.subs.is_empty() {

@@ -1,4 +1,4 @@
-//! Whether a cursor's position still agrees with this member's log (CONTRACT §12, "positions
+//! Whether a cursor's position still agrees with this member's log (docs/ha.md "Subscriptions across terms", "positions
 //! across terms"), from the log's epoch history alone: pure, so the rule is tested here.
 //!
 //! Two entries with the same (epoch, offset) are the same entry, and so are the logs up to it:

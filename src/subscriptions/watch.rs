@@ -111,7 +111,7 @@ async fn drive(front: Rc<Front>, sub: Rc<Sub>, spec: WatchSpec, reply: ReplySlot
         subscription: sub.id,
     }));
     // A resume from a position this member's log no longer agrees with ends at once with a
-    // `diverged` lag notice naming where the logs agree (CONTRACT §12); nothing is replayed.
+    // `diverged` lag notice naming where the logs agree (docs/ha.md "Subscriptions across terms"); nothing is replayed.
     if plan.diverged.is_empty() || !sub.diverge(&plan.diverged) {
         replay(router, &sub, &spec.filter, &plan.shards).await;
     }

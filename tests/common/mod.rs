@@ -105,6 +105,16 @@ pub struct Server {
     owned_dir: Option<TestDir>,
 }
 
+/// A TCP port on 127.0.0.1 free now (bound and released; a test that needs a fixed port
+/// across restarts, or several known in advance, takes one here). The one copy: tests/tidy.rs
+/// keeps it so.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
 /// A fresh temp directory under /tmp (a real filesystem: tmpfs would hide O_DIRECT bugs).
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::Builder::new()

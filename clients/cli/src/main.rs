@@ -10,6 +10,7 @@
 //! * `backup_take`: `backup --out DIR`, the online backup through `BACKUP`.
 //! * `repl`, `watch`, `interrupt`, `error`.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 mod args;
 mod backup;
 mod backup_take;

@@ -11,6 +11,7 @@
 //!
 //! No I/O, no clock, no randomness: the same definition always gives the same bytes.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 mod dot;
 mod layout;
 mod mermaid;

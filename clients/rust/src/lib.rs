@@ -10,6 +10,7 @@
 //!
 //! No glommio, no engine: a service that calls smdb compiles this crate, rustls and serde.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 pub mod blocking;
 pub mod error;
 pub use smdb_protocol::frame;

@@ -82,7 +82,7 @@ pub enum Incoming {
     Event(Value),
     /// `subscription_lagged`: the subscription ended. `diverged` (`details.diverged`): the
     /// member's log no longer has what was delivered past `resume_cursor` (a failover cut it;
-    /// CONTRACT §12): events after that point may not have happened.
+    /// docs/ha.md "Subscriptions across terms"): events after that point may not have happened.
     Lagged {
         subscription_id: Value,
         resume_cursor: String,

@@ -1,4 +1,4 @@
-//! The WAL archive's layout (CONTRACT §14, docs/backup.md): names of archived segments and the
+//! The WAL archive's layout (docs/backup.md): names of archived segments and the
 //! per-epoch history files, as PostgreSQL's timelines, so a restore follows one chain.
 //!
 //! * `ARCHIVE/shard-<n>/<first, 20 digits>-<last, 20 digits>-e<epoch>.seg`: a closed segment of

@@ -11,6 +11,7 @@
 //! * [`snapshot_items`]: the payload of a version-2 snapshot: framed items and their fields;
 //! * [`verify`]: checking a backup directory against its manifest and its files' checksums.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 pub mod archive;
 pub mod limits;
 pub mod manifest;

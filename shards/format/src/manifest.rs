@@ -1,4 +1,4 @@
-//! The backup manifest `backup.json` (CONTRACT §14): what a backup directory holds, written by
+//! The backup manifest `backup.json` (docs/backup.md): what a backup directory holds, written by
 //! `smdb-cli backup --out`, checked by `--verify`, and read by `smdb-server restore`.
 
 use std::collections::BTreeMap;

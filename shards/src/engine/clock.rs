@@ -1,4 +1,4 @@
-//! Entry times never run backwards within a shard (CONTRACT §14, docs/wal.md "Entry times"):
+//! Entry times never run backwards within a shard (docs/wal.md "Entry times"):
 //! each entry's timestamp is the later of the wall clock and the previous entry's. The engine
 //! remembers the highest time of every entry it applied (live, replayed at start-up, or applied
 //! by a replica, and what a loaded snapshot's instances hold), and every `decide` stamps

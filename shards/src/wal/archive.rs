@@ -1,4 +1,4 @@
-//! The archiver (CONTRACT §14 `storage.archive_dir`, docs/wal.md "The archive"): copies each
+//! The archiver (`storage.archive_dir`, docs/wal.md "The archive"): copies each
 //! closed segment into `ARCHIVE/shard-<n>/<first>-<last>-e<epoch>.seg` (names:
 //! `smdb_format::archive`), and for a segment that begins an epoch (the live one included, as
 //! soon as it exists) adds this shard's `from` to `ARCHIVE/history/<epoch>.json`

@@ -1,4 +1,4 @@
-//! A full disk (CONTRACT §14, docs/wal.md "A full disk"): running out of space while the log
+//! A full disk (docs/wal.md "A full disk"): running out of space while the log
 //! *allocates* (a new segment, the spare segment) is not corruption. The log refuses appends
 //! (`WalError::StorageFull`) while an allocation keeps failing for lack of space, retries it
 //! every `SPACE_RETRY_INTERVAL`, and takes appends again by itself once it succeeds. An error from
@@ -49,9 +49,10 @@ pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
     }
     let c = std::ffi::CString::new(probe.as_os_str().as_encoded_bytes())
         .map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
+    // SAFETY: statvfs is a plain C struct of integers, for which all zeros is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized, writable statvfs
     // that the call fills; nothing else is touched.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
