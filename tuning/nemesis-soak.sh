@@ -6,6 +6,8 @@
 # checker run per round. Reproducible by SEED (printed at start). Needs root (namespaces,
 # nftables) and the Debian packages etcd-server, etcd-client, nftables.
 #   tuning/nemesis-soak.sh [minutes=5] [seed=random] [mode=sync|async]
+# SOAK_PROFILE=debug uses the test build (`cargo test`'s profile; no release build, which takes
+# about 10 minutes on 2 cores); the default is release.
 # Prints each round as it ends and a summary table at the end; exits non-zero if a round failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,12 +16,14 @@ SEED=${2:-}
 MODE=${3:-sync}
 [ "$(id -u)" = 0 ] || { echo "nemesis-soak: needs root (network namespaces, nftables)" >&2; exit 2; }
 log=$(mktemp /tmp/nemesis-soak.XXXXXX.log)
-cargo build -q --release --locked --bin smdb-server
-cargo test -q --release --locked --test nemesis --no-run
+profile=(--release)
+[ "${SOAK_PROFILE:-release}" = debug ] && profile=()
+cargo build -q "${profile[@]}" --locked --bin smdb-server
+cargo test -q "${profile[@]}" --locked --test nemesis --no-run
 echo "== nemesis soak: $MINUTES min, mode $MODE, seed ${SEED:-random}; full output in $log"
 rc=0
 NEMESIS_MINUTES=$MINUTES NEMESIS_SEED=$SEED NEMESIS_MODE=$MODE \
-  cargo test -q --release --locked --test nemesis -- --ignored --nocapture --exact soak \
+  cargo test -q "${profile[@]}" --locked --test nemesis -- --ignored --nocapture --exact soak \
   >"$log" 2>&1 || rc=$?
 grep -E '^soak: NEMESIS_SEED' "$log" || true
 echo
