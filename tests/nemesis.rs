@@ -152,6 +152,15 @@ fn wanted(name: &str) -> bool {
     })
 }
 
+/// `eprintln!` past the test harness's output capture (a direct write to stderr, which
+/// libtest does not capture): CI's log shows every verdict with its figures, passing or not.
+macro_rules! shown {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 /// The fixed scenarios of `mode` on one cluster, each reported; fails if any failed.
 fn suite(mode: Mode, scenarios: &[Nemesis]) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -163,21 +172,21 @@ fn suite(mode: Mode, scenarios: &[Nemesis]) {
     for &n in scenarios.iter().filter(|n| wanted(&n.name())) {
         let name = format!("{mode:?}/{}", n.name()).to_lowercase();
         let r = round::run(&mut c, &mut rounds, &name, &mut |c, p| inflict(c, p, n, 10));
-        eprintln!("NEMESIS {}", r.line());
+        shown!("NEMESIS {}", r.line());
         reports.push(r);
     }
     if mode == Mode::Sync && wanted("sync_timeout_retry") {
         let r = sync_timeout_retry(&mut c, &mut rounds);
-        eprintln!("NEMESIS {}", r.line());
+        shown!("NEMESIS {}", r.line());
         reports.push(r);
     }
-    eprintln!(
+    shown!(
         "nemesis {mode:?}: {} scenario(s) in {:.0} s (ttl_ms {TTL_MS})",
         reports.len(),
         began.elapsed().as_secs_f64()
     );
     for r in &reports {
-        eprintln!("  {}", r.line());
+        shown!("  {}", r.line());
     }
     let failed: Vec<&str> = reports
         .iter()
@@ -185,7 +194,7 @@ fn suite(mode: Mode, scenarios: &[Nemesis]) {
         .map(|r| r.name.as_str())
         .collect();
     if !failed.is_empty() {
-        eprintln!(
+        shown!(
             "nemesis: the members' and etcd's logs are in {}",
             c.save_logs().display()
         );

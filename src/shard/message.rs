@@ -232,3 +232,16 @@ pub enum ShardMessage {
     /// Subscriptions the shard ends (a rewind of its log, pushes it could not hold).
     SubsEnded(SubsEnded),
 }
+
+impl ShardCall {
+    /// Answered through the client's outbox by the subscription code itself (`subs.rs`), not
+    /// by a reply `Shard::handle` returns: they also pass a backup's barrier.
+    pub fn answers_through_outbox(&self) -> bool {
+        matches!(
+            self,
+            ShardCall::Subscribe { .. }
+                | ShardCall::Unsubscribe { .. }
+                | ShardCall::ReadEvents { .. }
+        )
+    }
+}

@@ -68,7 +68,7 @@ pub struct Shard {
     pub(super) sync: Option<SyncState>,
     /// Failover is on (docs/ha.md): client write replies are checked against the lease when
     /// released. Fixed at start-up.
-    ha: bool,
+    pub(super) ha: bool,
     /// The APPLY_EVENT record being decided, reused across events (`shard/event.rs`).
     pub(super) record_buf: RefCell<Vec<u8>>,
     /// The atomic BATCH record being decided, kept between batches like `record_buf`.
@@ -168,16 +168,9 @@ async fn receive(
         }
         // Every request gets exactly one reply through the outbox (some later: replay reads).
         shard.queued.set(shard.queued.get() + 1);
-        let Some(call) = subs::intercept(shard, client, req.token, req.call, outbox) else {
-            continue;
-        };
-        // A backup's barrier: nothing executes while it holds (`pause.rs`).
-        shard.pause.wait().await;
-        let ((result, needs), gate) = match call {
-            ShardCall::BackupPause { release, timeout } => {
-                (shard.backup_pause(release, timeout), None)
-            }
-            call => run_call(shard, call).await,
+        let Some(((result, needs), gate)) = shard.handle(client, req.token, req.call, outbox).await
+        else {
+            continue; // answered through the outbox already (subscriptions)
         };
         let resp = ShardResponse {
             token: req.token,
@@ -188,41 +181,48 @@ async fn receive(
     }
 }
 
-/// One call, the way this shard's mode runs it.
-async fn run_call(shard: &Rc<Shard>, call: ShardCall) -> (Outcome, Option<Instant>) {
-    match shard.sync {
-        None if shard.ha => sync_mode::run_call(shard, call).await,
-        None => match call {
-            call @ (ShardCall::Truncate { .. } | ShardCall::InstallSnapshot(_)) => {
-                (shard.dispatch(call).await, None)
-            }
-            call => (shard.execute(call), None),
-        },
-        Some(_) => sync_mode::run_call(shard, call).await,
-    }
-}
-
 pub(super) type Outcome = (Result<ReplyBody, Rejection>, u64);
 
 impl Shard {
-    /// Runs one call; replication rewinds close and reopen the log, so their caller's
-    /// requests wait for them.
-    pub(super) async fn dispatch(self: &Rc<Self>, call: ShardCall) -> Outcome {
-        match call {
+    /// Serves one call of client `client`: every kind of shard call, in one exhaustive match.
+    /// Returns the reply, the offset that must be durable before it leaves, and, for a client
+    /// write on a shard that gates them (sync mode, or failover), the time it was queued
+    /// (`sync::Gate`: it then waits for replicas too, and is checked against the lease); None
+    /// when the call answers through the outbox itself (subscriptions, replay reads).
+    pub(super) async fn handle(
+        self: &Rc<Self>,
+        client: usize,
+        token: u32,
+        call: ShardCall,
+        outbox: &Rc<Outbox>,
+    ) -> Option<(Outcome, Option<Instant>)> {
+        // A backup's barrier: nothing but subscriptions executes while it holds (`pause.rs`).
+        if !call.answers_through_outbox() {
+            self.pause.wait().await;
+        }
+        let gate = sync_mode::Gate::before(self, &call);
+        let outcome = match call {
+            ShardCall::Subscribe { sub, filter } => {
+                subs::subscribe(self, (client, token), sub, filter, outbox);
+                return None;
+            }
+            ShardCall::Unsubscribe { sub } => {
+                subs::unsubscribe(self, (client, token), sub, outbox);
+                return None;
+            }
+            ShardCall::ReadEvents {
+                filter,
+                from,
+                to,
+                max,
+            } => {
+                subs::read_events_later(self, token, (filter, from, to, max), outbox);
+                return None;
+            }
+            ShardCall::BackupPause { release, timeout } => self.backup_pause(release, timeout),
+            // Replication rewinds close and reopen the log: this client's requests wait.
             ShardCall::Truncate { after } => self.truncate(after).await,
             ShardCall::InstallSnapshot(chunk) => self.install_chunk(chunk).await,
-            call => self.execute(call),
-        }
-    }
-
-    /// An outbox sent (or failed) one reply.
-    pub(super) fn reply_left(&self) {
-        self.queued.set(self.queued.get().saturating_sub(1));
-    }
-
-    /// Executes one call. Returns the reply and the log offset that must be durable first.
-    fn execute(&self, call: ShardCall) -> Outcome {
-        match call {
             ShardCall::Op { op, params } => match self.follower_refuses(std::iter::once(op.op())) {
                 Some((_, rej)) => (Err(rej), 0),
                 None => self.execute_op(op, params.as_deref()),
@@ -273,16 +273,14 @@ impl Shard {
             ShardCall::Demote => self.demote(),
             ShardCall::TimersResume => self.resume_timers(),
             ShardCall::ReplicaAcked { through } => self.replica_acked(through),
-            ShardCall::Subscribe { .. }
-            | ShardCall::Unsubscribe { .. }
-            | ShardCall::ReadEvents { .. } => {
-                (Err(internal("subscription call not intercepted")), 0)
-            }
-            ShardCall::Truncate { .. } | ShardCall::InstallSnapshot(_) => {
-                (Err(internal("rewind call not awaited")), 0)
-            }
-            ShardCall::BackupPause { .. } => (Err(internal("backup pause not intercepted")), 0),
-        }
+        };
+        let queued = gate.and_then(|g| g.after(self, &outcome));
+        Some((outcome, queued))
+    }
+
+    /// An outbox sent (or failed) one reply.
+    pub(super) fn reply_left(&self) {
+        self.queued.set(self.queued.get().saturating_sub(1));
     }
 
     /// Defence in depth behind the front's gate (`replication::gate`): on a follower, the

@@ -18,7 +18,7 @@ use serde_json::{json, Map};
 use shards::engine::{Context, Engine, Entry, JsonText};
 use shards::{ErrorCode, Rejection};
 
-use super::message::{ReplyBody, ShardCall, ShardMessage, ShardResponse};
+use super::message::{ReplyBody, ShardMessage, ShardResponse};
 use super::replay::read_events;
 pub use super::replay::trimmed;
 use super::runtime::{Outbox, Shard};
@@ -402,61 +402,60 @@ impl Registry {
     }
 }
 
-/// Serves the subscription calls of client `client` (answering through its outbox); gives
-/// every other call back.
-pub(super) fn intercept(
+/// `ShardCall::Subscribe` of client `client`: registered at the head, answered `Watching`
+/// through its outbox at once.
+pub(super) fn subscribe(
+    shard: &Shard,
+    (client, token): (usize, u32),
+    sub: u64,
+    filter: Filter,
+    outbox: &Outbox,
+) {
+    // Registered at `head`: every entry appended from now on (offset > head) is published to
+    // it; replay covers the rest. No await between the two: no gap.
+    shard.subs.subscribe(client, sub, filter);
+    let head = shard.log.head();
+    let oldest = shard.log.wal().oldest_offset();
+    let epochs = shard.engine.borrow().epochs().to_vec();
+    let watching = ReplyBody::Watching {
+        head,
+        oldest,
+        epochs,
+    };
+    outbox.push_message(0, reply(token, Ok(watching)));
+}
+
+/// `ShardCall::Unsubscribe`: answered `{"removed": bool}` through the outbox at once.
+pub(super) fn unsubscribe(shard: &Shard, (client, token): (usize, u32), sub: u64, outbox: &Outbox) {
+    let removed = shard.subs.unsubscribe(client, sub);
+    let body = ReplyBody::Json(json!({ "removed": removed }).to_string().into_bytes());
+    outbox.push_message(0, reply(token, Ok(body)));
+}
+
+/// `ShardCall::ReadEvents`: a replay read, run as a task of the replay queue and answered
+/// through the outbox when it is done.
+pub(super) fn read_events_later(
     shard: &Rc<Shard>,
-    client: usize,
     token: u32,
-    call: ShardCall,
+    (filter, from, to, max): (Filter, u64, u64, usize),
     outbox: &Rc<Outbox>,
-) -> Option<ShardCall> {
-    let reply = |result| ShardMessage::Reply(ShardResponse { token, result });
-    match call {
-        ShardCall::Subscribe { sub, filter } => {
-            // Registered at `head`: every entry appended from now on (offset > head) is
-            // published to it; replay covers the rest. No await between the two: no gap.
-            shard.subs.subscribe(client, sub, filter);
-            let head = shard.log.head();
-            let oldest = shard.log.wal().oldest_offset();
-            let epochs = shard.engine.borrow().epochs().to_vec();
-            let watching = ReplyBody::Watching {
-                head,
-                oldest,
-                epochs,
-            };
-            outbox.push_message(0, reply(Ok(watching)));
-            None
+) {
+    let (s, out) = (shard.clone(), outbox.clone());
+    let task = async move {
+        let result = read_events(&s, &filter, from, to, max).await;
+        out.push_message(0, reply(token, result));
+    };
+    match shard.subs.readers.spawn_into(task, shard.subs.replay_queue) {
+        Ok(t) => drop(t.detach()),
+        Err(_) => {
+            let rej = Rejection::new(ErrorCode::ShuttingDown, "the shard is stopping");
+            outbox.push_message(0, reply(token, Err(rej)));
         }
-        ShardCall::Unsubscribe { sub } => {
-            let removed = shard.subs.unsubscribe(client, sub);
-            let body = ReplyBody::Json(json!({ "removed": removed }).to_string().into_bytes());
-            outbox.push_message(0, reply(Ok(body)));
-            None
-        }
-        ShardCall::ReadEvents {
-            filter,
-            from,
-            to,
-            max,
-        } => {
-            let (s, out) = (shard.clone(), outbox.clone());
-            let task = async move {
-                let result = read_events(&s, &filter, from, to, max).await;
-                out.push_message(0, ShardMessage::Reply(ShardResponse { token, result }));
-            };
-            let spawned = shard.subs.readers.spawn_into(task, shard.subs.replay_queue);
-            match spawned {
-                Ok(t) => drop(t.detach()),
-                Err(_) => {
-                    let rej = Rejection::new(ErrorCode::ShuttingDown, "the shard is stopping");
-                    outbox.push_message(0, reply(Err(rej)));
-                }
-            }
-            None
-        }
-        other => Some(other),
     }
+}
+
+fn reply(token: u32, result: Result<ReplyBody, Rejection>) -> ShardMessage {
+    ShardMessage::Reply(ShardResponse { token, result })
 }
 
 #[cfg(test)]

@@ -121,22 +121,32 @@ impl SyncState {
     }
 }
 
-/// Runs one call on a sync-mode shard (or any shard under failover): the reply's `needs`, and
-/// the time it was queued when it answers a client write (it then waits for replicas too).
-///
-/// The release gate: every answer to a client write that succeeded waits for the
-/// acknowledgement of its `needs`, whether it appended an entry (a first reply) or repeated
-/// the result of one already in the log (an idempotent resend, whose `needs` is the
-/// instance's last entry): a resend of a write answered `SYNC_TIMEOUT` waits, or answers
-/// `SYNC_TIMEOUT` again, and is never `ok` while no replica holds the entry (docs/ha.md,
-/// "Sync mode: what ok means"). A refusal (`needs` 0) is acknowledged at once.
-pub(super) async fn run_call(shard: &Rc<Shard>, call: ShardCall) -> (Outcome, Option<Instant>) {
-    let write = client_write(&call);
-    let before = shard.log.head();
-    let outcome = shard.dispatch(call).await;
-    let answered = outcome.0.is_ok() || shard.log.head() > before;
-    let gate = (write && answered).then(Instant::now);
-    (outcome, gate)
+/// The release gate of a client write (docs/ha.md, "Sync mode: what ok means"), on a shard
+/// in sync mode or under failover: every successful answer to a client write waits for the
+/// acknowledgement of its `needs` (and is checked against the lease when it is released),
+/// whether it appended an entry (a first reply) or repeated the result of one already in the
+/// log (an idempotent resend, whose `needs` is the instance's last entry): a resend of a
+/// write answered `SYNC_TIMEOUT` waits, or answers `SYNC_TIMEOUT` again, and is never `ok`
+/// while no replica holds the entry. A refusal (`needs` 0) is acknowledged at once.
+pub(super) struct Gate {
+    /// The log's head before the call ran.
+    before: u64,
+}
+
+impl Gate {
+    /// Some for a client write on a shard that gates writes (sync mode, or failover on).
+    pub(super) fn before(shard: &Shard, call: &ShardCall) -> Option<Gate> {
+        let gates = shard.sync.is_some() || shard.ha;
+        (gates && client_write(call)).then(|| Gate {
+            before: shard.log.head(),
+        })
+    }
+
+    /// The time the reply is queued when it must wait: it answered, or it appended.
+    pub(super) fn after(self, shard: &Shard, outcome: &Outcome) -> Option<Instant> {
+        let answered = outcome.0.is_ok() || shard.log.head() > self.before;
+        answered.then(Instant::now)
+    }
 }
 
 /// Whether `call` is a client write: an op the op table says writes, or a BATCH holding one.
