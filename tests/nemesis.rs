@@ -92,6 +92,11 @@ fn secs(s: u64) {
     std::thread::sleep(Duration::from_secs(s));
 }
 
+/// How long a fault that must cause a failover lasts at least (after the kill, for a kill):
+/// the goal for the time without a primary, `2 × ttl_ms + 2 s`. A shorter fault may heal
+/// before the failover it caused completes, which is no failure.
+const FAILOVER_WITHIN_S: u64 = (2 * TTL_MS + 2000) / 1000;
+
 /// Inflicts `n` for about `d` seconds with `p` the primary; returns what to expect of it.
 fn inflict(c: &mut Cluster, p: usize, n: Nemesis, d: u64) -> Expect {
     let (net, other) = (c.net, (p + 1) % 3);
@@ -102,7 +107,7 @@ fn inflict(c: &mut Cluster, p: usize, n: Nemesis, d: u64) -> Expect {
             net.apply(Fault::CutReplication(p));
             secs(d / 2);
             c.kill(p);
-            secs(d - d / 2);
+            secs((d - d / 2).max(FAILOVER_WITHIN_S));
             return Expect::Failover;
         }
         Nemesis::PrimaryInputDropped => net.apply(Fault::DropInput(p)),
@@ -125,7 +130,7 @@ fn inflict(c: &mut Cluster, p: usize, n: Nemesis, d: u64) -> Expect {
         }
         Nemesis::Kill(k) => {
             c.kill((p + k) % 3);
-            secs(d);
+            secs(if k == 0 { d.max(FAILOVER_WITHIN_S) } else { d });
             return if k == 0 {
                 Expect::Failover
             } else {
@@ -139,10 +144,15 @@ fn inflict(c: &mut Cluster, p: usize, n: Nemesis, d: u64) -> Expect {
             return Expect::Any;
         }
     }
-    secs(d);
     match n {
-        Nemesis::PrimaryIsolated | Nemesis::PrimaryCutFromEtcd => Expect::Failover,
-        _ => Expect::Any,
+        Nemesis::PrimaryIsolated | Nemesis::PrimaryCutFromEtcd => {
+            secs(d.max(FAILOVER_WITHIN_S));
+            Expect::Failover
+        }
+        _ => {
+            secs(d);
+            Expect::Any
+        }
     }
 }
 

@@ -38,7 +38,7 @@ const CALL_TIMEOUT_MIN: Duration = Duration::from_millis(250);
 const PING_EVERY: Duration = Duration::from_secs(5);
 
 /// One call's deadline: at most 4/5 of `safety_margin_ms` and a sixth of `ttl_ms` (a renewal
-/// every `ttl_ms / 3` that fails on one endpoint can then be tried again on another before the
+/// every `ttl_ms / 6` that fails on one endpoint can then be tried again on another before the
 /// lease deadline), clamped to `[CALL_TIMEOUT_MIN, CALL_TIMEOUT_MAX]`.
 pub fn call_timeout(ttl_ms: u64, margin_ms: u64) -> Duration {
     let ms = (margin_ms * 4 / 5).min(ttl_ms / 6);
@@ -121,28 +121,6 @@ impl Etcd {
         self.timeout
     }
 
-    /// The pinned endpoint and its client (connected now if it has none yet).
-    async fn pinned(&self) -> Result<(usize, Client), String> {
-        let (i, client) = match self.state.lock() {
-            Ok(s) => (s.pinned, s.endpoints[s.pinned].client.clone()),
-            Err(_) => return Err("etcd endpoint state poisoned".into()),
-        };
-        if let Some(c) = client {
-            return Ok((i, c));
-        }
-        let url = &self.urls[i];
-        let connect = Client::connect([url.as_str()], Some(self.opts.clone()));
-        let c = match tokio::time::timeout(self.timeout, connect).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(self.failed(i, format!("etcd connect {url}: {e}"))),
-            Err(_) => return Err(self.failed(i, format!("etcd connect {url}: timed out"))),
-        };
-        if let Ok(mut s) = self.state.lock() {
-            s.endpoints[i].client = Some(c.clone());
-        }
-        Ok((i, c))
-    }
-
     /// Marks endpoint `i` down and moves the pin off it; returns `why`.
     pub fn failed(&self, i: usize, why: String) -> String {
         let Ok(mut s) = self.state.lock() else {
@@ -182,7 +160,8 @@ impl Etcd {
     where
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let (i, client) = self.pinned().await?;
+        let i = self.state.lock().map(|s| s.pinned).unwrap_or(0);
+        let client = self.client(i).await?;
         let url = &self.urls[i];
         match tokio::time::timeout(self.timeout, f(client)).await {
             Ok(Ok(v)) => Ok((i, v)),
@@ -245,6 +224,84 @@ impl Etcd {
         Ok((i, keeper, stream))
     }
 
+    /// A new keep-alive stream for `lease` and its first renewal, tried on every endpoint but
+    /// `failed` at once (each bounded by the call deadline): the first that answers wins and
+    /// becomes the pin. Returns its endpoint, the stream and the lease's TTL (seconds; 0 or
+    /// less: the lease is gone). Used when a renewal failed: the next endpoint in turn may be
+    /// silent too (a partition takes a host's etcd member and the one an election is under
+    /// way on), and trying them one after another would outlast the lease deadline.
+    pub async fn renew_anywhere(
+        &self,
+        lease: i64,
+        failed: usize,
+    ) -> Result<(usize, LeaseKeeper, LeaseKeepAliveStream, i64), String> {
+        let mut attempts = tokio::task::JoinSet::new();
+        for i in (0..self.urls.len()).filter(|&i| i != failed || self.urls.len() == 1) {
+            let client = match self.client(i).await {
+                Ok(c) => c,
+                Err(e) => {
+                    log::debug!("ha: {e}");
+                    continue;
+                }
+            };
+            let timeout = self.timeout;
+            attempts.spawn(async move {
+                let renewed = tokio::time::timeout(timeout, first_renewal(client, lease)).await;
+                (i, renewed)
+            });
+        }
+        let mut why = Vec::new();
+        while let Some(joined) = attempts.join_next().await {
+            let Ok((i, renewed)) = joined else { continue };
+            match renewed {
+                Ok(Ok((keeper, stream, ttl))) => {
+                    self.pin(i);
+                    return Ok((i, keeper, stream, ttl));
+                }
+                Ok(Err(e)) => why.push(self.failed(i, format!("{}: {e}", self.urls[i]))),
+                Err(_) => why.push(self.failed(i, format!("{}: no answer", self.urls[i]))),
+            }
+        }
+        Err(format!(
+            "etcd keep-alive on every endpoint failed: {}",
+            why.join("; ")
+        ))
+    }
+
+    /// Endpoint `i`'s client, connected now if it has none yet (bounded by the deadline).
+    async fn client(&self, i: usize) -> Result<Client, String> {
+        let known = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.endpoints[i].client.clone());
+        if let Some(c) = known {
+            return Ok(c);
+        }
+        let url = &self.urls[i];
+        let connect = Client::connect([url.as_str()], Some(self.opts.clone()));
+        let c = match tokio::time::timeout(self.timeout, connect).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(self.failed(i, format!("etcd connect {url}: {e}"))),
+            Err(_) => return Err(self.failed(i, format!("etcd connect {url}: timed out"))),
+        };
+        if let Ok(mut s) = self.state.lock() {
+            s.endpoints[i].client = Some(c.clone());
+        }
+        Ok(c)
+    }
+
+    /// Calls go to endpoint `i` from now on.
+    fn pin(&self, i: usize) {
+        if let Ok(mut s) = self.state.lock() {
+            if s.pinned != i {
+                log::info!("ha: etcd calls go to {} now", self.urls[i]);
+            }
+            s.pinned = i;
+            s.endpoints[i].down_until = None;
+        }
+    }
+
     /// A watch of `prefix` on the pinned endpoint.
     pub async fn watch(&self, prefix: String) -> Result<WatchStream, String> {
         let opts = WatchOptions::new().with_prefix();
@@ -256,6 +313,19 @@ impl Etcd {
     pub fn url(&self, i: usize) -> &str {
         &self.urls[i]
     }
+}
+
+/// Opens a keep-alive stream for `lease` on `client` and renews once on it: the stream and
+/// the TTL etcd answered.
+async fn first_renewal(
+    mut client: Client,
+    lease: i64,
+) -> Result<(LeaseKeeper, LeaseKeepAliveStream, i64), etcd_client::Error> {
+    let (mut keeper, mut stream) = client.lease_keep_alive(lease).await?;
+    keeper.keep_alive().await?;
+    let ended = || etcd_client::Error::LeaseKeepAliveError("the stream ended".into());
+    let ttl = stream.message().await?.ok_or_else(ended)?.ttl();
+    Ok((keeper, stream, ttl))
 }
 
 #[cfg(test)]

@@ -23,6 +23,37 @@ use super::Ctx;
 /// wakes it sooner (`ha::wake`).
 pub const POLL: Duration = Duration::from_millis(200);
 
+/// Why a lease renewal failed.
+#[derive(Debug)]
+pub enum Renewal {
+    /// etcd answered that the lease is gone: the session is over.
+    Expired,
+    /// No endpoint renewed it in time (or the answer was an error): tried again while the
+    /// lease deadline lies ahead.
+    Failed(String),
+}
+
+impl std::fmt::Display for Renewal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Renewal::Expired => f.write_str("the lease expired in etcd"),
+            Renewal::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+/// The lease deadline of a renewal sent at `sent` (CLOCK_BOOTTIME ns) that etcd answered
+/// with `ttl` seconds: `sent + ttl - margin`.
+fn deadline(sent: u64, ttl: i64, margin: Duration) -> Result<u64, Renewal> {
+    if ttl <= 0 {
+        return Err(Renewal::Expired);
+    }
+    let ttl_ns = (ttl as u64).saturating_mul(1_000_000_000);
+    Ok(sent
+        .saturating_add(ttl_ns)
+        .saturating_sub(margin.as_nanos() as u64))
+}
+
 /// The cluster's keys as one read saw them.
 pub struct Snapshot {
     /// The read's revision.
@@ -67,53 +98,51 @@ pub async fn connect(etcd: &Arc<Etcd>, ctx: &Ctx) -> Result<Session, String> {
 
 impl Session {
     /// Renews the lease: the new deadline (CLOCK_BOOTTIME ns) is the send time plus the TTL
-    /// etcd returned, minus `ha.safety_margin_ms`. Err when etcd says the lease is gone.
+    /// etcd returned, minus `ha.safety_margin_ms`. `Renewal::Expired` when etcd says the lease
+    /// is gone (the session is over); `Renewal::Failed` when no endpoint answered in time.
     ///
     /// The keep-alive stream runs on one etcd endpoint's connection: when that endpoint goes
     /// silent or away (a partition, a restart, a crash; quorum kept), the stream fails, and
     /// renewing on it again would fail until the deadline passed and this member lost its
-    /// term. So a failed renewal marks the endpoint down (`ha::etcd`: the pin moves), opens a
-    /// new stream at once on the next endpoint, and renews on it, all within the deadline
-    /// (each call is bounded by `Etcd::timeout`, shorter than the margin).
-    pub async fn renew(&mut self, margin: Duration) -> Result<u64, String> {
-        match self.renew_on_stream(margin).await {
-            Err(e) if !e.contains("expired") => {
+    /// term. So a failed renewal marks the endpoint down and at once opens a new stream and
+    /// renews on every other endpoint together (`Etcd::renew_anywhere`): the first to answer
+    /// carries the stream and the pin from then on. All of it takes at most two call
+    /// deadlines, each shorter than the margin.
+    pub async fn renew(&mut self, margin: Duration) -> Result<u64, Renewal> {
+        let sent = boottime_ns();
+        let ttl = match self.renew_on_stream().await {
+            Ok(ttl) => ttl,
+            Err(e) => {
                 let e = self.etcd.failed(self.stream_on, e);
-                log::debug!("ha: {e}; opening a new keep-alive stream");
-                let (on, keeper, stream) = (self.etcd.keep_alive(self.lease).await)
-                    .map_err(|again| format!("{e}; a new keep-alive stream: {again}"))?;
+                log::debug!("ha: {e}; renewing on every other endpoint");
+                let sent = boottime_ns();
+                let (on, keeper, stream, ttl) =
+                    (self.etcd.renew_anywhere(self.lease, self.stream_on))
+                        .await
+                        .map_err(|again| Renewal::Failed(format!("{e}; {again}")))?;
                 (self.stream_on, self.keeper, self.stream) = (on, keeper, stream);
-                self.renew_on_stream(margin).await
+                return deadline(sent, ttl, margin);
             }
-            renewed => renewed,
-        }
+        };
+        deadline(sent, ttl, margin)
     }
 
-    async fn renew_on_stream(&mut self, margin: Duration) -> Result<u64, String> {
-        let sent = boottime_ns();
+    /// One renewal on the current stream: the TTL etcd answered.
+    async fn renew_on_stream(&mut self) -> Result<i64, String> {
         let url = self.etcd.url(self.stream_on).to_string();
         let limit = self.etcd.timeout();
         let answer = tokio::time::timeout(limit, async {
             self.keeper.keep_alive().await?;
             self.stream.message().await
         });
-        let resp = match answer.await {
-            Ok(Ok(resp)) => resp,
-            Ok(Err(e)) => return Err(format!("etcd keep-alive ({url}): {e}")),
-            Err(_) => {
-                return Err(format!(
-                    "etcd keep-alive ({url}): no answer within {limit:?}"
-                ))
-            }
-        };
-        let ttl = resp.ok_or("etcd keep-alive: the stream ended")?.ttl();
-        if ttl <= 0 {
-            return Err("the lease expired in etcd".into());
+        match answer.await {
+            Ok(Ok(Some(resp))) => Ok(resp.ttl()),
+            Ok(Ok(None)) => Err(format!("etcd keep-alive ({url}): the stream ended")),
+            Ok(Err(e)) => Err(format!("etcd keep-alive ({url}): {e}")),
+            Err(_) => Err(format!(
+                "etcd keep-alive ({url}): no answer within {limit:?}"
+            )),
         }
-        let ttl_ns = (ttl as u64).saturating_mul(1_000_000_000);
-        Ok(sent
-            .saturating_add(ttl_ns)
-            .saturating_sub(margin.as_nanos() as u64))
     }
 
     /// Reads every key of the cluster.
@@ -328,9 +357,13 @@ pub async fn run(ctx: Ctx) {
 /// One session: claim, clean up, then poll until the lease is lost.
 async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String> {
     claim_member_key(ctx, s, &term.member(ctx)).await?;
-    term.lease_deadline = s.renew(ctx.margin).await?;
+    term.lease_deadline = s.renew(ctx.margin).await.map_err(|e| e.to_string())?;
     ctx.shared.update_view(|v| v.etcd_reachable = true);
-    let renew_every = Duration::from_millis(ctx.cfg.ttl_ms / 3).as_nanos() as u64;
+    // Every sixth of the TTL: when etcd's own leader goes (its host cut off), no renewal can
+    // succeed until etcd has elected another (0.5-1 s with etcd's default election timeout);
+    // the last renewal then lies at most a sixth of the TTL back, leaving the rest of the
+    // lease window (`ttl_ms - safety_margin_ms`) for the election and one renewal after it.
+    let renew_every = Duration::from_millis(ctx.cfg.ttl_ms / 6).as_nanos() as u64;
     let mut next_renew = boottime_ns() + renew_every;
     let _watch = super::watch::spawn(ctx, s.etcd.clone());
     loop {
@@ -344,8 +377,8 @@ async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String
                         log::debug!("ha: {e}");
                     }
                 }
-                Err(e) if e.contains("expired") => return Err(e),
-                Err(e) => note_error(ctx, term, e)?,
+                Err(Renewal::Expired) => return Err(Renewal::Expired.to_string()),
+                Err(Renewal::Failed(e)) => note_error(ctx, term, e)?,
             }
         }
         super::admin::carry_out_pauses(ctx, s).await;

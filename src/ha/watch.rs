@@ -6,7 +6,7 @@
 //! never holds up the loop or the lease renewal: it only signals.
 //!
 //! A stream that fails, ends, is cancelled by etcd, or stays silent for `quiet` (this member's
-//! own renewals rewrite its member key every `ttl_ms / 3`, so a working watch never is) is
+//! own renewals rewrite its member key every `ttl_ms / 6`, so a working watch never is) is
 //! created again after `RETRY_MIN`, doubling to `RETRY_MAX` while new ones fail before
 //! delivering anything; each creation is bounded by `Etcd::timeout`. A re-created
 //! watch wakes the loop once (it may have missed changes meanwhile). Each re-creation counts

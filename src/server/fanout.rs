@@ -64,13 +64,7 @@ pub async fn list_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
     let mut all = Vec::new();
     let mut more = false;
     for shard in 0..router.shard_count() {
-        let call = ShardCall::List {
-            machine: q.machine.clone(),
-            state: q.state.clone(),
-            after: q.after.clone(),
-            has_timer: q.has_timer,
-            limit: q.limit,
-        };
+        let call = ShardCall::List(q.clone());
         match router.call(shard, call).await? {
             ReplyBody::Page(page) => {
                 more |= page.more;

@@ -75,13 +75,7 @@ pub enum ShardCall {
     /// All machine definitions this shard holds, as log entries.
     MachineEntries,
     /// One page of instances ordered by id.
-    List {
-        machine: Option<String>,
-        state: Option<String>,
-        after: Option<String>,
-        has_timer: Option<bool>,
-        limit: usize,
-    },
+    List(crate::ops::instances::ListQuery),
     /// Counts and log position for INFO.
     Info,
     /// Figures for a metrics scrape or health check.

@@ -223,43 +223,19 @@ impl Shard {
             // Replication rewinds close and reopen the log: this client's requests wait.
             ShardCall::Truncate { after } => self.truncate(after).await,
             ShardCall::InstallSnapshot(chunk) => self.install_chunk(chunk).await,
-            ShardCall::Op { op, params } => match self.follower_refuses(std::iter::once(op.op())) {
-                Some((_, rej)) => (Err(rej), 0),
-                None => self.execute_op(op, params.as_deref()),
-            },
+            ShardCall::Op { op, params } => self.client_op(op, params.as_deref()),
             ShardCall::Versioned {
                 op,
                 params,
                 if_match,
-            } => match self.follower_refuses(std::iter::once(op.op())) {
-                Some((_, rej)) => (Err(rej), 0),
-                None => self.execute_versioned(op, params.as_deref(), if_match),
-            },
-            ShardCall::Batch(ops) => match self.follower_refuses(ops.iter().map(|i| i.op.op())) {
-                Some((index, rej)) => (Err(rej.with("index", index)), 0),
-                None => self.execute_batch(&ops),
-            },
+            } => self.client_versioned(op, params.as_deref(), if_match),
+            ShardCall::Batch(ops) => self.client_batch(&ops),
             ShardCall::InstallMachines(entries) => self.install_machines(entries),
             ShardCall::MachineEntries => (
                 Ok(ReplyBody::Entries(self.engine.borrow().machine_entries())),
                 0,
             ),
-            ShardCall::List {
-                machine,
-                state,
-                after,
-                has_timer,
-                limit,
-            } => {
-                let page = self.engine.borrow().list_instances(
-                    machine.as_deref(),
-                    state.as_deref(),
-                    after.as_deref(),
-                    has_timer,
-                    limit,
-                );
-                (Ok(ReplyBody::Page(page)), self.log.head())
-            }
+            ShardCall::List(q) => self.list_page(&q),
             ShardCall::Info => (Ok(ReplyBody::Value(self.info())), 0),
             ShardCall::Stats => (Ok(ReplyBody::Stats(Box::new(self.stats()))), 0),
             ShardCall::LogPosition => (Ok(self.position()), 0),
@@ -281,6 +257,44 @@ impl Shard {
     /// An outbox sent (or failed) one reply.
     pub(super) fn reply_left(&self) {
         self.queued.set(self.queued.get().saturating_sub(1));
+    }
+
+    /// One page of LIST_INSTANCES (ordered by id), once the log is durable to the head.
+    fn list_page(&self, q: &crate::ops::instances::ListQuery) -> Outcome {
+        let (machine, state, after) =
+            (q.machine.as_deref(), q.state.as_deref(), q.after.as_deref());
+        let engine = self.engine.borrow();
+        let page = engine.list_instances(machine, state, after, q.has_timer, q.limit);
+        (Ok(ReplyBody::Page(page)), self.log.head())
+    }
+
+    /// A client op, refused on a follower (`follower_refuses`).
+    fn client_op(&self, op: ShardOp, params: Option<&[u8]>) -> Outcome {
+        match self.follower_refuses(std::iter::once(op.op())) {
+            Some((_, rej)) => (Err(rej), 0),
+            None => self.execute_op(op, params),
+        }
+    }
+
+    /// An instance op whose reply carries its version (HTTP), refused on a follower.
+    fn client_versioned(
+        &self,
+        op: routes::Instance,
+        params: Option<&[u8]>,
+        if_match: Option<(u64, u64)>,
+    ) -> Outcome {
+        match self.follower_refuses(std::iter::once(op.op())) {
+            Some((_, rej)) => (Err(rej), 0),
+            None => self.execute_versioned(op, params, if_match),
+        }
+    }
+
+    /// An atomic BATCH, refused on a follower if any op inside is (naming its index).
+    fn client_batch(&self, ops: &crate::ops::batch::BatchOps) -> Outcome {
+        match self.follower_refuses(ops.iter().map(|i| i.op.op())) {
+            Some((index, rej)) => (Err(rej.with("index", index)), 0),
+            None => self.execute_batch(ops),
+        }
     }
 
     /// Defence in depth behind the front's gate (`replication::gate`): on a follower, the
