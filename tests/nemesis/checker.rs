@@ -138,6 +138,9 @@ struct Write<'a> {
     acked: Option<(u64, &'a str, u32)>,
     /// The members its ops went to.
     members: BTreeSet<&'a str>,
+    /// Some answer was indeterminate: a copy of it may sit in a member's log without being
+    /// the acknowledged one (a deposed primary's tail, before the truncation).
+    indeterminate: bool,
 }
 
 /// An instance's final history (module doc: the longest).
@@ -169,10 +172,12 @@ impl<'a> Ctx<'a> {
                 first_invoke_ns: op.invoke_ns,
                 acked: None,
                 members: BTreeSet::new(),
+                indeterminate: false,
             });
             w.outcome = w.outcome.max(op.outcome);
             w.first_invoke_ns = w.first_invoke_ns.min(op.invoke_ns);
             w.members.insert(&op.member);
+            w.indeterminate |= op.outcome == Outcome::Info;
             if op.outcome == Outcome::Ok && w.acked.is_none_or(|(t, _, _)| op.complete_ns < t) {
                 w.acked = Some((op.complete_ns, &op.member, op.process));
             }
@@ -428,6 +433,10 @@ fn check_reads(cx: &Ctx, out: &mut Vec<Anomaly>) -> usize {
 ///   present there at another place once members truncated (the deposed primary's tail,
 ///   answered `NO_PRIMARY` with `maybe_committed`, then resent with its key and applied again
 ///   by the new primary);
+/// - once members truncated, a write with an indeterminate answer even if its resend was
+///   acknowledged before the read: the read may come from the deposed member whose tail holds
+///   the first, unacknowledged copy (found by the soak: a client in the cut-off primary's host
+///   read its tail 1 s after the new primary acknowledged the resend);
 /// - async mode: an acknowledged write the final history lacks (a loss `check_lost` bounds by
 ///   the truncated count).
 fn uncommitted_in_read(cx: &Ctx, read: &Op, f: &Reference, t: u64) -> bool {
@@ -435,11 +444,12 @@ fn uncommitted_in_read(cx: &Ctx, read: &Op, f: &Reference, t: u64) -> bool {
         return false; // never sent: a phantom
     };
     let in_final = f.set.contains(&t);
+    let truncated = cx.h.fin.truncated > 0;
     let acked_before = w.acked.is_some_and(|(at, _, _)| at < read.complete_ns);
     if !acked_before {
-        return !in_final || cx.h.fin.truncated > 0;
+        return !in_final || truncated;
     }
-    cx.h.mode == Mode::Async && !in_final
+    (truncated && w.indeterminate) || (cx.h.mode == Mode::Async && !in_final)
 }
 
 /// Per process, member and instance: a read must hold the committed prefix (the part that is

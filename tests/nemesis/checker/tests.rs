@@ -255,6 +255,27 @@ fn a_read_of_a_truncated_tail_resent_and_applied_again_is_uncommitted() {
     assert_eq!(tokens_of(&v, Class::BadRead), [vec![6]], "{v}");
 }
 
+/// The deposed primary m1 still serves a read of its tail (6, answered `TIMEOUT` there) after
+/// the new primary m2 acknowledged 6's resend at another place: allowed once members report
+/// a truncation; a token acknowledged with no indeterminate answer is no such copy.
+#[test]
+fn a_deposed_primarys_tail_read_after_the_resend_was_acknowledged_is_uncommitted() {
+    let mut ops = writes();
+    ops.push(append("m1", 6, (80, 90), Outcome::Info));
+    ops.push(append("m1", 8, (82, 95), Outcome::Ok));
+    ops.push(append("m1", 6, (100, 110), Outcome::Ok));
+    ops.push(read(7, "m1", &[1, 2, 3, 6], (120, 125)));
+    let mut f = fin(&[1, 2, 3, 8, 6]);
+    f.truncated = 1;
+    let v = check(&history(Mode::Sync, ops.clone(), f.clone()));
+    assert!(v.is_clean(), "{v}");
+    assert_eq!(v.uncommitted_reads, 1);
+    // 8 was acknowledged with no indeterminate answer: a read showing it out of place is bad.
+    ops.push(read(7, "m1", &[1, 2, 3, 6, 8], (130, 135)));
+    let v = check(&history(Mode::Sync, ops, f));
+    assert_eq!(tokens_of(&v, Class::BadRead), [vec![6, 8]], "{v}");
+}
+
 /// Async mode: a read may show an acknowledged write a failover then lost (within what the
 /// members report truncated); sync mode flags both the loss and the read.
 #[test]
