@@ -417,8 +417,14 @@ impl Monitor {
                 samples.push(mine.clone());
                 net::spawn_in(ns, "monitor", move || {
                     while !stop.load(Ordering::Relaxed) {
+                        // Dated when asked: a member SIGSTOPped after computing a 200 delivers it
+                        // on SIGCONT, seconds later (found by the soak); what it says is what it
+                        // was when the question was sent, not when the answer arrived. A 503 is
+                        // dated when it arrives, so a stall never shortens a gap.
+                        let asked = shared.now_ns();
                         let up = http_get(m, "/health/primary").is_some_and(|(c, _)| c == 200);
-                        mine.lock().unwrap().push((shared.now_ns(), up));
+                        let at = if up { asked } else { shared.now_ns() };
+                        mine.lock().unwrap().push((at, up));
                         std::thread::sleep(Duration::from_millis(100));
                     }
                 })
