@@ -750,6 +750,27 @@ mod tests {
         }
     }
 
+    /// docs/protocol.md's scope table names, for each scope, exactly the ops that need it
+    /// (BATCH, which needs each op's own, may be named in passing).
+    #[test]
+    fn the_docs_scope_table_agrees_with_the_table() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md");
+        let doc = std::fs::read_to_string(path).expect("docs/protocol.md");
+        for scope in Scope::ALL {
+            let head = format!("| `{}` |", scope.as_str());
+            let row = doc.lines().find(|l| l.starts_with(&head));
+            let row = row.unwrap_or_else(|| panic!("no row for scope {scope:?}"));
+            let words = row.split(|c: char| !(c.is_ascii_uppercase() || c == '_'));
+            let mut listed: Vec<Op> = words.filter_map(Op::parse).collect();
+            listed.retain(|op| op.facts().need != Need::EachOpsScope);
+            listed.sort();
+            let want: Vec<Op> = (Op::ALL.iter().copied())
+                .filter(|op| op.facts().need == Need::Scope(scope))
+                .collect();
+            assert_eq!(listed, want, "docs/protocol.md's {scope:?} row");
+        }
+    }
+
     #[test]
     fn every_http_path_is_unique_per_method_but_the_stream() {
         let mut seen = std::collections::BTreeMap::new();
