@@ -23,7 +23,9 @@ use super::error::{CliError, Kind};
 use super::session::Session;
 use super::{render, sub_error_text};
 
-/// Every op of docs/protocol.md ("Session ops" to "Instances and events") with its params, for `help` and completion.
+/// Every op a session can send (the op table's, but for REPLICATE and BACKUP, which turn the
+/// connection into a stream, and the label-only ones) with its params, for `help` and
+/// completion; a test checks it against `Op::ALL`.
 pub const OPS: &[(&str, &str)] = &[
     (
         "HELLO",
@@ -39,6 +41,7 @@ pub const OPS: &[(&str, &str)] = &[
     ),
     ("GET_MACHINE", r#"{"machine":M,"version":V?}"#),
     ("LIST_MACHINES", ""),
+    ("MACHINE_STATS", r#"{"machine":M}"#),
     (
         "CREATE_INSTANCE",
         r#"{"machine":M,"version":V,"id":I,"context":{...}}"#,
@@ -67,6 +70,12 @@ pub const OPS: &[(&str, &str)] = &[
         "BATCH",
         r#"{"mode":"atomic"|"best_effort","ops":[{"op":OP,"params":{...}}]}"#,
     ),
+    ("REPLICATION_STATUS", ""),
+    ("PROMOTE", r#"{"force":B?}"#),
+    ("HA_PAUSE", ""),
+    ("HA_RESUME", ""),
+    ("SWITCHOVER", r#"{"to":NODE?}"#),
+    ("TIMERS_RESUME", ""),
 ];
 
 const META: &[&str] = &["help", "exit", "quit"];
@@ -469,6 +478,26 @@ impl Hinter for ReplHelper {
 impl Highlighter for ReplHelper {}
 
 impl Helper for ReplHelper {}
+
+#[cfg(test)]
+mod ops_tests {
+    use smdb_protocol::op::{Op, Route};
+
+    /// `OPS` names every op a session can send, and nothing else.
+    #[test]
+    fn the_repl_knows_every_op_of_the_table() {
+        let sendable = |op: &Op| !matches!(op.facts().route, Route::Stream | Route::Label);
+        let mut want: Vec<&str> = Op::ALL
+            .iter()
+            .filter(|op| sendable(op))
+            .map(|op| op.as_str())
+            .collect();
+        let mut have: Vec<&str> = super::OPS.iter().map(|(name, _)| *name).collect();
+        want.sort_unstable();
+        have.sort_unstable();
+        assert_eq!(have, want);
+    }
+}
 
 #[cfg(test)]
 mod tests {
