@@ -219,3 +219,34 @@ fn reader_limits_continuation_and_the_durable_edge() {
         wal.close().await.expect("close");
     });
 }
+
+/// A segment whose last record ends exactly at the file's end (the record filled it, so no end
+/// marker fits): a reader goes on into the next segment. Found by the partition nemesis's soak:
+/// a replica catching up through such a segment was refused ("torn record needing 4 bytes at
+/// the file's end") on every reconnect, while recovery read the same segment as complete.
+#[test]
+fn a_segment_filled_to_its_last_byte_is_read_through() {
+    const N: u64 = 400;
+    let dir = tmpdir();
+    let cfg = cfg(dir.path(), 32 << 10);
+    run(move || async move {
+        let (wal, _) = open_collect(cfg.clone()).await.expect("open");
+        append_range(&wal, 1, N).await;
+        wal.close().await.expect("close");
+        let segs = segment_files(&cfg);
+        assert!(segs.len() >= 3, "several segments: {segs:?}");
+        // The first segment as if its last record had filled it: the file ends right there.
+        let end = data_end(&segs[0]);
+        let file = std::fs::OpenOptions::new().write(true).open(&segs[0]);
+        file.and_then(|f| f.set_len(end)).expect("truncate");
+        let (wal, got) = open_collect(cfg.clone()).await.expect("reopen");
+        assert_records(&got, 1, N);
+        let mut reader = wal.handle().reader();
+        assert_eq!(
+            read_all(&mut reader, 1, 64).await,
+            N + 1,
+            "every record, in order"
+        );
+        wal.close().await.expect("close");
+    });
+}
