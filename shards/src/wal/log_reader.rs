@@ -17,7 +17,7 @@
 //! (`newest_snapshot`). When the shard rewinds or replaces its log (truncation, snapshot
 //! install) the handle's generation changes and the reader drops everything it cached.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use glommio::io::DmaFile;
 
@@ -418,14 +418,7 @@ impl LogReader {
                 Decoded::End => return Ok(Some(expected)),
                 Decoded::Incomplete(need) => {
                     if !w.fill(file, path).await? {
-                        // The file ends at a record boundary (or in zeros): a segment its last
-                        // record filled, with no room left for an end marker. Recovery reads it
-                        // the same way (`scan.rs`).
-                        if w.rest().iter().all(|&b| b == 0) {
-                            return Ok(Some(expected));
-                        }
-                        let reason = format!("torn record needing {need} bytes at the file's end");
-                        return Err(WalError::corrupt(path, at, reason));
+                        return at_file_end(&w, need, path, at).map(|()| Some(expected));
                     }
                 }
                 Decoded::Bad(reason) => {
@@ -435,6 +428,22 @@ impl LogReader {
             }
         }
     }
+}
+
+/// The file ended inside the room a record at `at` would need. Fine when the file ends at a
+/// record boundary (or in zeros): a segment its last record filled, with no room left for an end
+/// marker, read the same way recovery reads it (`scan.rs`). Anything else is a torn record.
+fn at_file_end(
+    w: &Window,
+    need: impl std::fmt::Display,
+    path: &Path,
+    at: u64,
+) -> Result<(), WalError> {
+    if w.rest().iter().all(|&b| b == 0) {
+        return Ok(());
+    }
+    let reason = format!("torn record needing {need} bytes at the file's end");
+    Err(WalError::corrupt(path, at, reason))
 }
 
 /// The bytes of a segment from a block-aligned position, read in growing chunks.
