@@ -6,7 +6,7 @@
 
 use divan::{black_box, Bencher};
 use smdb::config::Role;
-use smdb::replication::ReplState;
+use smdb::member::ReplState;
 
 fn main() {
     divan::main();
@@ -23,7 +23,7 @@ fn fenced_failover_off(b: Bencher) {
 #[divan::bench]
 fn fenced_lease_valid(b: Bencher) {
     let s = ReplState::new_ha();
-    s.set_lease_until(smdb::ha::clock::boottime_ns() + 3_600_000_000_000);
+    s.set_lease_until(smdb::member::clock::boottime_ns() + 3_600_000_000_000);
     b.bench(|| black_box(&s).fenced());
 }
 
@@ -37,5 +37,5 @@ fn fenced_no_lease(b: Bencher) {
 /// The clock read alone.
 #[divan::bench]
 fn boottime_read() -> u64 {
-    smdb::ha::clock::boottime_ns()
+    smdb::member::clock::boottime_ns()
 }

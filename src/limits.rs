@@ -11,7 +11,7 @@
 
 use shards::wal::limits::{record_payload_max, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX};
 
-use crate::replication::wire::{
+use crate::protocol::stream::{
     ENTRIES_PER_FRAME_MAX, ENTRY_BYTES_PER_FRAME_MAX, SNAPSHOT_PART_BYTES,
 };
 
@@ -33,7 +33,7 @@ pub const ENTRIES_FRAME_BYTES_MAX: usize = base64_len(max(
     RECORD_HEADER_BYTES + RECORD_PAYLOAD_BYTES_MAX,
 )) + ENTRIES_FRAME_OVERHEAD;
 
-/// Bytes. The largest frame a replica reads from its primary (`replication::follower`):
+/// Bytes. The largest frame a replica reads from its primary (`control::replication::follower`):
 /// the largest `entries` frame, rounded up to a MiB.
 pub const STREAM_FRAME_BYTES_MAX: u32 = ENTRIES_FRAME_BYTES_MAX.next_multiple_of(1 << 20) as u32;
 
@@ -104,7 +104,7 @@ mod tests {
         // A frame as the sender builds it around one record of the largest size.
         let record = vec![0x5a; RECORD_HEADER_BYTES + RECORD_PAYLOAD_BYTES_MAX];
         let mut out = Vec::new();
-        crate::replication::wire::entries_frame(
+        crate::protocol::stream::entries_frame(
             &mut out,
             u32::MAX,
             u64::MAX,

@@ -2,7 +2,7 @@
 //! dir holding `timers.paused` (`datadir::TIMERS_PAUSED_FILE`) starts with every shard's timers
 //! armed but firing none, so a restored week-old backup does not fire a week of overdue timers
 //! at once. `TIMERS_RESUME` (`smdb-cli timers resume`) deletes the marker, fsyncs the data dir
-//! and tells every shard to fire what is due (`server::fanout::timers_resume`).
+//! and tells every shard to fire what is due (`mesh::fanout::timers_resume`).
 //!
 //! One `TimersPause` per process, shared by every front (INFO's `timers_paused`, the op); each
 //! shard keeps its own copy of the flag (`shard::timers::Timers::paused`), set from this at

@@ -1,10 +1,10 @@
 //! The request envelope parser (`smdb::protocol::parse_request`) and the params parser of every
-//! op that takes params (`smdb::ops`, `smdb::subscriptions::params`), on arbitrary payloads.
+//! op that takes params (`smdb::ops`, `smdb::front::subscriptions::params`), on arbitrary payloads.
 
+use smdb::front::subscriptions::params as watch;
 use smdb::ops::batch::{engine_op, parse_batch};
 use smdb::ops::{events, instances, machines, route};
 use smdb::protocol::parse_request;
-use smdb::subscriptions::params as watch;
 
 use crate::apply_event_differential;
 

@@ -69,7 +69,7 @@ fn main() -> ExitCode {
     };
     smdb::logging::init(&config.logging);
     let json = config.logging.format == LogFormat::Json;
-    match smdb::server::run(config, args.config) {
+    match smdb::boot::run(config, args.config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             match json {

@@ -232,7 +232,7 @@ fn timers(r: &mut Registry, shards: &[ShardStats]) {
     let lateness = merged(
         shards,
         |s| &s.timer_lateness,
-        &crate::shard::timers::LATENESS_BOUNDS_SECONDS,
+        &super::shard::LATENESS_BOUNDS_SECONDS,
     );
     r.register(
         "svc_timer_lateness_seconds",

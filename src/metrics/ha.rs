@@ -1,10 +1,8 @@
 //! The failover families (docs/ha.md, "Metrics"), emitted only when `ha.enabled`:
 //! `svc_ha_is_primary`, `svc_ha_epoch`, `svc_ha_lease_remaining_seconds` (gauges),
 //! `svc_ha_failovers_total`, `svc_ha_demotions_total{reason}`, `svc_ha_etcd_errors_total`
-//! (counters). Read from `ha::shared::HaStats` and `replication::ReplState` at scrape time.
-
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+//! (counters). Read from the HA thread's `HaStats` and `member::ReplState` at scrape time
+//! (`control::metrics::gather::ha_figures`).
 
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -12,10 +10,6 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::families::{counter, gauge, labels, register_counter, Series};
-use crate::config::Role;
-use crate::ha::clock::boottime_ns;
-use crate::ha::shared::{Shared, DEMOTION_REASONS};
-use crate::replication::ReplState;
 
 /// One scrape's failover figures.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -27,27 +21,6 @@ pub struct HaFigures {
     /// By reason, in `DEMOTION_REASONS` order.
     pub demotions: Vec<(&'static str, u64)>,
     pub etcd_errors: u64,
-}
-
-impl HaFigures {
-    /// Reads the figures now. `is_primary` means what `/health/primary` means for the role:
-    /// primary with a lease that has not run out.
-    pub fn read(shared: &Arc<Shared>, state: &ReplState) -> HaFigures {
-        let until = state.lease_until();
-        let now = boottime_ns();
-        HaFigures {
-            is_primary: state.role() == Some(Role::Primary) && !state.fenced(),
-            epoch: state.epoch(),
-            lease_remaining_seconds: until.saturating_sub(now) as f64 / 1e9,
-            failovers: shared.stats.failovers.load(Relaxed),
-            demotions: DEMOTION_REASONS
-                .iter()
-                .zip(&shared.stats.demotions)
-                .map(|(r, n)| (*r, n.load(Relaxed)))
-                .collect(),
-            etcd_errors: shared.stats.etcd_errors.load(Relaxed),
-        }
-    }
 }
 
 pub(super) fn register(r: &mut Registry, f: &HaFigures) {

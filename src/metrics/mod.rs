@@ -3,13 +3,12 @@
 //! * `front`: per-front request and connection counters (single-writer atomics).
 //! * `shard`: what a shard reports when asked (`ShardCall::Stats`), log figures included.
 //! * `histogram`: histogram figures as plain data.
-//! * `scrape`: gathering one scrape on the control executor.
 //! * `families`: the spec's metric families, built into a `prometheus_client` registry
 //!   (`snapshots`: the snapshot families).
 //! * `exposition`: Prometheus text 0.0.4 (the spec's names) or OpenMetrics, by `Accept`.
 //! * `ha`: the failover families (`svc_ha_*`), when `ha.enabled`.
-//! * `http`: the listener on `metrics.bind_addr` (`/metrics`, `/health`, and with failover
-//!   `/health/primary`, `/health/replica`).
+//!
+//! Gathering a scrape and serving it are the control executor's (`control::metrics`).
 //!
 //! Hot paths never lock or write another core's cache line to count: the control executor
 //! reads the fronts' atomics and asks each shard for its figures over the existing channels.
@@ -19,7 +18,6 @@ pub mod families;
 pub mod front;
 pub mod ha;
 pub mod histogram;
-pub mod http;
 pub mod scrape;
 pub mod shard;
 pub mod snapshots;

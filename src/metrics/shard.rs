@@ -7,6 +7,16 @@ use shards::wal::{BATCH_BOUNDS_ENTRIES, DURATION_BOUNDS_SECONDS};
 
 use super::histogram::HistogramSnapshot;
 
+/// Upper bounds (seconds) of `svc_snapshot_duration_seconds`.
+pub static SNAPSHOT_BOUNDS_SECONDS: [f64; 13] = [
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// Upper bounds (seconds) of `svc_timer_lateness_seconds`.
+pub static LATENESS_BOUNDS_SECONDS: [f64; 13] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
+];
+
 /// One shard's figures at one moment.
 #[derive(Debug, Clone, Default)]
 pub struct ShardStats {

@@ -7,7 +7,7 @@ use prometheus_client::registry::Registry;
 use super::families::{counter, gauge, Hist};
 use super::histogram::HistogramSnapshot;
 use super::shard::ShardStats;
-use crate::shard::snapshot::DURATION_BOUNDS_SECONDS;
+use super::shard::SNAPSHOT_BOUNDS_SECONDS;
 
 pub(crate) fn register(r: &mut Registry, shards: &[ShardStats]) {
     let total = shards.iter().map(|s| s.snapshots.total).sum();
@@ -17,7 +17,7 @@ pub(crate) fn register(r: &mut Registry, shards: &[ShardStats]) {
         duration.merge(&s.snapshots.duration);
     }
     if duration.buckets.is_empty() {
-        duration = HistogramSnapshot::empty(&DURATION_BOUNDS_SECONDS);
+        duration = HistogramSnapshot::empty(&SNAPSHOT_BOUNDS_SECONDS);
     }
     r.register(
         "svc_snapshot_duration_seconds",
@@ -45,7 +45,7 @@ mod tests {
         for (i, shard) in s.shards.iter_mut().enumerate() {
             shard.snapshots.total = 2 + i as u64;
             shard.snapshots.last_bytes = 1000 * (i as u64 + 1);
-            let mut h = shards::wal::Histogram::new(&super::DURATION_BOUNDS_SECONDS);
+            let mut h = shards::wal::Histogram::new(&super::SNAPSHOT_BOUNDS_SECONDS);
             h.observe(0.3);
             shard.snapshots.duration = crate::metrics::shard::snapshot(&h);
         }

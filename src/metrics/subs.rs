@@ -1,4 +1,4 @@
-//! Subscription counters of one front executor (`crate::subscriptions`).
+//! Subscription counters of one front executor (its subscriptions, `front::subscriptions`).
 //!
 //! Like `FrontStats`, each front executor owns one `SubsStats` and is its only writer, so an
 //! update is a relaxed load and store. A scrape sums the fronts:

@@ -1,6 +1,6 @@
 //! What each operation does with its params, one file per op family.
 //!
-//! * HELLO, PING, BYE and INFO are answered on the front core (`server::session`).
+//! * HELLO, PING, BYE and INFO are answered on the front core (`front::session`).
 //! * `machines`: PUT_MACHINE, GET_MACHINE, LIST_MACHINES.
 //! * `instances`: CREATE_INSTANCE, GET_INSTANCE, LIST_INSTANCES, DELETE_INSTANCE.
 //! * `events`: APPLY_EVENT, GET_HISTORY.

@@ -6,3 +6,6 @@ pub use smdb_protocol::{decode_frame, encode_frame, FrameError, HEADER_LEN, MAGI
 pub use smdb_protocol::{encode_error, encode_ok, parse_request, RequestEnvelope};
 pub use smdb_protocol::{envelope as message, frame, op};
 pub use smdb_protocol::{routes, Effect, Facts, Follower, Need, Op, Route, Routed};
+
+pub mod base64;
+pub mod stream;

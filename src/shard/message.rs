@@ -22,9 +22,9 @@ pub struct ShardRequest {
 pub enum ShardOp {
     Instance(routes::Instance),
     Definitions(routes::Definitions),
-    /// PUT_MACHINE's decision on the definitions shard (`server::fanout::put_machine`).
+    /// PUT_MACHINE's decision on the definitions shard (`mesh::fanout::put_machine`).
     PutMachine,
-    /// One shard's counts for MACHINE_STATS (`server::fanout::machine_stats`).
+    /// One shard's counts for MACHINE_STATS (`mesh::fanout::machine_stats`).
     MachineStats,
 }
 

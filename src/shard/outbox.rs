@@ -108,7 +108,8 @@ impl Outbox {
                         // Failover, async mode: `gate` marks a client write (only set with
                         // failover on); past the lease it is not acknowledged.
                         if gate.is_some() && resp.result.is_ok() && shard.member.fenced() {
-                            resp.result = Err(crate::ha::fence::no_primary(&shard.member, true));
+                            resp.result =
+                                Err(crate::member::fence::no_primary(&shard.member, true));
                         }
                     }
                     ShardMessage::Push(_) => {

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use shards::wal::{LogHandle, LogPin};
 
+use super::message::ReplyBody;
 use super::runtime::{Outcome, Shard};
-use super::ReplyBody;
 use crate::util::notify::Notify;
 
 /// How often a paused shard looks whether the backup released it.

@@ -8,7 +8,7 @@
 //!   `sync.rs`); a write answered `SYNC_TIMEOUT` keeps its push held until then;
 //! - on a follower, for an entry replicated to it (`Hold::Followed`), it is the offset the
 //!   primary reports acknowledged in its heartbeats (`committed`, passed on as
-//!   `ReplicaAcked` by `replication::follower::apply`). So a subscriber of a follower never
+//!   `ReplicaAcked` by `control::replication::follower::apply`). So a subscriber of a follower never
 //!   sees an event that a failover could still take back.
 //!
 //! Pushes keep their order; replies do not wait behind held pushes. The end of a subscription

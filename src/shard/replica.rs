@@ -1,5 +1,5 @@
 //! Replication on the shard (docs/replication.md, the storage side; design: REPLICATION.md S4-S6).
-//! The network side (`src/replication/`) reaches a shard only through these calls:
+//! The network side (`src/control/replication/`) reaches a shard only through these calls:
 //!
 //! - `LogPosition`: head, durable and oldest offsets, the epoch history and a `LogHandle`
 //!   the sender reads the log through from its own executor.

@@ -47,7 +47,7 @@ pub struct ShardSetup {
     pub sync: Option<SyncSetup>,
     /// The member's role in force now (the front's gate reads the same), so the shard refuses
     /// a client write on a follower by itself.
-    pub member: std::sync::Arc<crate::replication::ReplState>,
+    pub member: std::sync::Arc<crate::member::ReplState>,
     pub ready: std::sync::mpsc::Sender<Result<(), String>>,
 }
 
@@ -64,7 +64,7 @@ pub struct Shard {
     pub(super) subs: Registry,
     pub(super) timers: Timers,
     pub(super) repl: ReplState,
-    pub(super) member: std::sync::Arc<crate::replication::ReplState>,
+    pub(super) member: std::sync::Arc<crate::member::ReplState>,
     pub(super) sync: Option<SyncState>,
     /// Failover is on (docs/ha.md): client write replies are checked against the lease when
     /// released. Fixed at start-up.
@@ -297,7 +297,7 @@ impl Shard {
         }
     }
 
-    /// Defence in depth behind the front's gate (`replication::gate`): on a follower, the
+    /// Defence in depth behind the front's gate (`member::gate`): on a follower, the
     /// first op the op table says a follower may not serve refuses the call.
     /// Returns the refused op's index and the refusal.
     fn follower_refuses(&self, ops: impl Iterator<Item = Op>) -> Option<(usize, Rejection)> {
@@ -305,7 +305,7 @@ impl Shard {
         let (index, op) = ops
             .enumerate()
             .find(|(_, op)| op.facts().refused_on(role))?;
-        Some((index, crate::replication::gate::read_only(&self.member, op)))
+        Some((index, crate::member::gate::read_only(&self.member, op)))
     }
 
     fn execute_op(&self, op: ShardOp, params: Option<&[u8]>) -> Outcome {

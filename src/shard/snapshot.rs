@@ -27,6 +27,7 @@ use shards::engine::{SliceBudget, WalkProgress, SNAPSHOT_FORMAT};
 use shards::wal::{Histogram, Wal};
 
 use super::runtime::Shard;
+use crate::metrics::shard::SNAPSHOT_BOUNDS_SECONDS;
 
 /// Bytes serialised by a walk and not yet taken by the disk: the limit never goes below this.
 /// 64 MiB is a second of writes' pre-images at 600k 100-byte records/s, far beyond what a disk
@@ -53,11 +54,6 @@ const SLICE_BYTES: usize = 256 << 10;
 
 /// After an abandoned or failed snapshot, the next attempt waits this long.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
-
-/// Upper bounds (seconds) of `svc_snapshot_duration_seconds`.
-pub static DURATION_BOUNDS_SECONDS: [f64; 13] = [
-    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-];
 
 /// A shard's snapshot figures (ShardStats, metrics).
 #[derive(Debug, Clone, Copy)]
@@ -102,7 +98,7 @@ impl Snapshots {
             stats: RefCell::new(SnapshotStats {
                 total: 0,
                 given_up: 0,
-                duration: Histogram::new(&DURATION_BOUNDS_SECONDS),
+                duration: Histogram::new(&SNAPSHOT_BOUNDS_SECONDS),
                 last_bytes: 0,
             }),
         }

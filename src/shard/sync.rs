@@ -357,7 +357,7 @@ async fn release_held(
         };
         if let ShardMessage::Reply(resp) = &mut msg {
             if resp.result.is_ok() && fenced {
-                resp.result = Err(crate::ha::fence::no_primary(&shard.member, true));
+                resp.result = Err(crate::member::fence::no_primary(&shard.member, true));
             } else if resp.result.is_ok() && timed_out {
                 resp.result = Err(sync.timed_out(n));
                 sync.timeouts.set(sync.timeouts.get() + 1);

@@ -30,6 +30,7 @@ use shards::wal::Histogram;
 use shards::ErrorCode;
 
 use super::runtime::Shard;
+use crate::metrics::shard::LATENESS_BOUNDS_SECONDS;
 use crate::util::notify::Notify;
 use crate::util::time::now_ms;
 
@@ -38,11 +39,6 @@ pub const FIRES_PER_BATCH: usize = 256;
 
 /// How long a fire that could not be logged (log I/O failure) waits before it is retried.
 const RETRY_AFTER_LOG_FAILURE_MS: u64 = 1000;
-
-/// Upper bounds (seconds) of `svc_timer_lateness_seconds`.
-pub static LATENESS_BOUNDS_SECONDS: [f64; 13] = [
-    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
-];
 
 /// The timer state of one shard.
 pub struct Timers {

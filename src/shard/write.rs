@@ -45,7 +45,7 @@ impl Shard {
     /// "Self-fencing"); one atomic load when failover is off.
     pub(super) fn append(&self, record: &[u8]) -> Result<u64, Rejection> {
         if self.member.fenced() {
-            return Err(crate::ha::fence::no_primary(&self.member, false));
+            return Err(crate::member::fence::no_primary(&self.member, false));
         }
         self.append_record(record)
     }

@@ -259,8 +259,7 @@ impl Browser {
             "Page.captureScreenshot",
             json!({"format": "png", "captureBeyondViewport": true}),
         );
-        let png =
-            smdb::replication::base64::decode(r["data"].as_str().unwrap().as_bytes()).unwrap();
+        let png = smdb::protocol::base64::decode(r["data"].as_str().unwrap().as_bytes()).unwrap();
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, png).unwrap();
     }

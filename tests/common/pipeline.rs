@@ -4,7 +4,7 @@
 //! response to its request by id and records it `ok` (with the time it was read) or its error
 //! code. Requests still unanswered when the connection closes (or at `finish`) got no answer.
 //! Request `w<i>` touches `ids[i % ids.len()]` with payload `{"i": i}`, so every write is
-//! identifiable in the histories (the shape `ha::assert_acked_present_once` checks).
+//! identifiable in the histories (the shape `control::ha::assert_acked_present_once` checks).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

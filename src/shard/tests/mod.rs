@@ -20,8 +20,8 @@ use shards::Rejection;
 use super::message::{ReplyBody, ShardCall, ShardMessage, ShardRequest};
 use super::runtime::{self, ShardSetup};
 use super::subs::{PushMsg, SubsEnded};
+use crate::member::ReplState;
 use crate::protocol::Op;
-use crate::replication::ReplState;
 
 /// Runs `f` in a fresh executor, propagating panics.
 pub fn run<F, Fut>(f: F)
@@ -93,7 +93,7 @@ impl TestShard {
             true => {
                 let m = ReplState::new_ha();
                 m.become_primary();
-                m.set_lease_until(crate::ha::clock::boottime_ns() + 3_600_000_000_000);
+                m.set_lease_until(crate::member::clock::boottime_ns() + 3_600_000_000_000);
                 m
             }
             false => ReplState::new(opts.role),

@@ -1,0 +1,364 @@
+//! An HTTP request turned into the op and params an RCP1 frame would carry (docs/http.md,
+//! "Paths"): path parameters, query parameters, the JSON body and a few headers
+//! (`Idempotency-Key`, `If-Match`, `Last-Event-ID`) become params members. The params are then
+//! parsed by the op's own parser on the shard, exactly as over RCP1, so both codecs accept and
+//! refuse the same things.
+//!
+//! Pure: no I/O, so the unit tests and the fuzz target call it directly.
+
+use serde_json::value::RawValue;
+use shards::{ErrorCode, Rejection};
+use smdb_diagram::Format;
+use smdb_protocol::codes::quote;
+use smdb_protocol::op::HttpReply;
+
+use super::parse::Head;
+use super::target::Target;
+use crate::front::request::Version;
+use crate::front::subscriptions::cursor::{self, Start};
+use crate::protocol::Op;
+
+/// What one request runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub op: Op,
+    /// The params object, JSON.
+    pub params: Vec<u8>,
+    pub version: Version,
+    /// `If-Match` was given: a `CONFLICT` about the version answers 412.
+    pub if_match: bool,
+    /// `Diagram` paths: the format asked for.
+    pub diagram: Option<Format>,
+}
+
+/// The kinds of query values.
+#[derive(Clone, Copy)]
+enum Kind {
+    Str,
+    U64,
+    Bool,
+    /// Comma-separated, sent as a list of strings.
+    List,
+}
+
+/// (query name, params member, kind) accepted by `op`; any other query parameter is refused.
+fn query_spec(op: Op, reply: HttpReply) -> &'static [(&'static str, &'static str, Kind)] {
+    use Kind::*;
+    match (op, reply) {
+        (Op::ListInstances, _) => &[
+            ("machine", "machine", Str),
+            ("state", "state", Str),
+            ("limit", "limit", U64),
+            ("cursor", "cursor", Str),
+        ],
+        (Op::GetHistory, _) => &[("from", "from", U64), ("limit", "limit", U64)],
+        (Op::WatchAll | Op::WatchInstance, _) => &[
+            ("machines", "machines", List),
+            ("events", "events", List),
+            ("from_states", "from_states", List),
+            ("to_states", "to_states", List),
+            ("instance", "instance_id", Str),
+            ("include_context", "include_context", Bool),
+        ],
+        _ => &[],
+    }
+}
+
+/// Query parameters handled here rather than copied into params.
+const SPECIAL_QUERY: [&str; 2] = ["format", "from_cursor"];
+
+/// The op a request runs: its row's, except that an event stream is WATCH_INSTANCE when it
+/// names an instance (`?instance=`) and WATCH_ALL otherwise.
+pub fn op_for(op: Op, reply: HttpReply, target: &Target) -> Op {
+    match (reply, target.get("instance")) {
+        (HttpReply::Stream, Some(_)) => Op::WatchInstance,
+        (HttpReply::Stream, None) => Op::WatchAll,
+        _ => op,
+    }
+}
+
+/// Builds the call for `op` (`params` are the path's `{name}` segments).
+pub fn build(
+    op: Op,
+    reply: HttpReply,
+    path: &[(&'static str, String)],
+    target: &Target,
+    body: Option<&[u8]>,
+    head: &Head,
+    shards: u32,
+) -> Result<Call, Rejection> {
+    let op = op_for(op, reply, target);
+    let mut obj = Obj::new();
+    for (name, value) in path {
+        match *name {
+            "version" => obj.num(name, parse_u64("version", value)?),
+            "id" if op == Op::ApplyEvent => obj.str("instance_id", value),
+            _ => obj.str(name, value),
+        }
+    }
+    query(&mut obj, op, reply, target)?;
+    let mut call = Call {
+        op,
+        params: Vec::new(),
+        version: Version::Untagged,
+        if_match: false,
+        diagram: diagram_format(reply, target)?,
+    };
+    headers(&mut obj, &mut call, head)?;
+    if reply == HttpReply::Stream {
+        stream_start(&mut obj, op, target, head, shards)?;
+    }
+    call.params = with_body(obj, op, body)?;
+    Ok(call)
+}
+
+/// Copies the query parameters `op` takes into params; refuses any other.
+fn query(obj: &mut Obj, op: Op, reply: HttpReply, target: &Target) -> Result<(), Rejection> {
+    let spec = query_spec(op, reply);
+    for (name, value) in &target.query {
+        if SPECIAL_QUERY.contains(&name.as_str()) {
+            continue;
+        }
+        let Some(&(_, member, kind)) = spec.iter().find(|(q, _, _)| q == name) else {
+            return Err(bad(format!(
+                "query parameter {:?} is not taken by this path",
+                quote(name)
+            )));
+        };
+        match kind {
+            Kind::Str => obj.str(member, value),
+            Kind::U64 => obj.num(member, parse_u64(name, value)?),
+            Kind::Bool => obj.raw(member, parse_bool(name, value)?.as_bytes()),
+            Kind::List => obj.list(member, value.split(',').filter(|v| !v.is_empty())),
+        }
+    }
+    Ok(())
+}
+
+/// `?format=` of a diagram path (svg by default); refused elsewhere.
+fn diagram_format(reply: HttpReply, target: &Target) -> Result<Option<Format>, Rejection> {
+    let asked = target.get("format");
+    match (reply, asked) {
+        (HttpReply::Diagram, None) => Ok(Some(Format::Svg)),
+        (HttpReply::Diagram, Some(f)) => Format::parse(f).map(Some).ok_or_else(|| {
+            bad(format!(
+                "format {:?} is not one of svg, dot, mermaid",
+                quote(f)
+            ))
+        }),
+        (_, Some(_)) => Err(bad(
+            "query parameter \"format\" is not taken by this path".into()
+        )),
+        (_, None) => Ok(None),
+    }
+}
+
+/// `Idempotency-Key` and `If-Match`: members of CREATE_INSTANCE and APPLY_EVENT params.
+fn headers(obj: &mut Obj, call: &mut Call, head: &Head) -> Result<(), Rejection> {
+    let op = call.op;
+    if matches!(op, Op::GetInstance | Op::ApplyEvent | Op::CreateInstance) {
+        call.version = Version::Tagged { if_match: None };
+    }
+    if let Some(key) = &head.idempotency_key {
+        if !matches!(op, Op::CreateInstance | Op::ApplyEvent) {
+            return Err(bad("Idempotency-Key is taken by POST /instances and POST \
+                            /instances/{id}/events"
+                .into()));
+        }
+        obj.str("idempotency_key", key);
+    }
+    let Some(tag) = &head.if_match else {
+        return Ok(());
+    };
+    if op != Op::ApplyEvent {
+        return Err(bad(
+            "If-Match is taken by POST /instances/{id}/events".into()
+        ));
+    }
+    call.if_match = true;
+    if tag == "*" {
+        return Ok(());
+    }
+    let (epoch, offset) = parse_etag(tag).ok_or_else(|| {
+        Rejection::new(
+            ErrorCode::Conflict,
+            format!(
+                "If-Match {:?} is not a version of this instance",
+                quote(tag)
+            ),
+        )
+        .with("if_match", quote(tag))
+    })?;
+    obj.num("expected_wal_offset", offset);
+    call.version = Version::Tagged {
+        if_match: Some((epoch, offset)),
+    };
+    Ok(())
+}
+
+/// `"<epoch>.<wal_offset>"`, a strong ETag of ours.
+pub fn parse_etag(tag: &str) -> Option<(u64, u64)> {
+    let inner = tag.strip_prefix('"')?.strip_suffix('"')?;
+    let (e, o) = inner.split_once('.')?;
+    let num = |s: &str| match s.bytes().all(|b| b.is_ascii_digit()) {
+        true => s.parse::<u64>().ok(),
+        false => None,
+    };
+    Some((num(e)?, num(o)?))
+}
+
+/// Where a stream starts: `Last-Event-ID` (a cursor) wins over `?from_cursor=`. An instance
+/// stream starts after that cursor's position in the instance's shard.
+fn stream_start(
+    obj: &mut Obj,
+    op: Op,
+    target: &Target,
+    head: &Head,
+    shards: u32,
+) -> Result<(), Rejection> {
+    let Some(cursor) = head.last_event_id.as_deref().or(target.get("from_cursor")) else {
+        return Ok(());
+    };
+    if op == Op::WatchAll {
+        obj.str("from_cursor", cursor);
+        return Ok(());
+    }
+    let id = target.get("instance").unwrap_or("");
+    let shard = shards::routing::shard_for(id, shards) as usize;
+    let from = match cursor::decode(cursor, shards)? {
+        Start::Oldest => 1,
+        Start::After(positions) => positions[shard].offset + 1,
+    };
+    obj.num("from_offset", from);
+    Ok(())
+}
+
+/// The params: the members built so far, then the body's (a JSON object) for the ops that
+/// take one. A member given twice (in the path and the body, say) is refused by the op's
+/// parser, as over RCP1.
+fn with_body(mut obj: Obj, op: Op, body: Option<&[u8]>) -> Result<Vec<u8>, Rejection> {
+    let takes = matches!(
+        op,
+        Op::PutMachine | Op::CreateInstance | Op::ApplyEvent | Op::Batch
+    );
+    let raw = match (takes, body) {
+        // SWITCHOVER's body (`{to}`) is optional.
+        (false, Some(b)) if op == Op::Switchover => object(b)?,
+        (false, None) => return Ok(obj.finish()),
+        (false, Some(_)) => return Err(bad("this path takes no request body".into())),
+        (true, None) => return Err(bad("this path needs a JSON object body".into())),
+        (true, Some(b)) => object(b)?,
+    };
+    if op == Op::PutMachine {
+        obj.raw("definition", raw.get().as_bytes());
+    } else {
+        obj.members(raw.get());
+    }
+    Ok(obj.finish())
+}
+
+/// The body as one JSON object (syntax checked, nothing built).
+fn object(body: &[u8]) -> Result<&RawValue, Rejection> {
+    let raw: &RawValue =
+        serde_json::from_slice(body).map_err(|e| bad(format!("the body is not JSON: {e}")))?;
+    match raw.get().starts_with('{') {
+        true => Ok(raw),
+        false => Err(bad("the body must be a JSON object".into())),
+    }
+}
+
+fn parse_u64(name: &str, v: &str) -> Result<u64, Rejection> {
+    match v.bytes().all(|b| b.is_ascii_digit()) {
+        true => v.parse().ok(),
+        false => None,
+    }
+    .ok_or_else(|| {
+        bad(format!(
+            "{name} must be a non-negative integer, not {:?}",
+            quote(v)
+        ))
+    })
+}
+
+fn parse_bool(name: &str, v: &str) -> Result<&'static str, Rejection> {
+    match v {
+        "" | "true" | "1" => Ok("true"),
+        "false" | "0" => Ok("false"),
+        _ => Err(bad(format!(
+            "{name} must be true or false, not {:?}",
+            quote(v)
+        ))),
+    }
+}
+
+fn bad(message: String) -> Rejection {
+    Rejection::new(ErrorCode::BadRequest, message)
+}
+
+/// A JSON object written member by member.
+struct Obj(Vec<u8>);
+
+impl Obj {
+    fn new() -> Obj {
+        Obj(vec![b'{'])
+    }
+
+    fn key(&mut self, k: &str) {
+        if self.0.len() > 1 {
+            self.0.push(b',');
+        }
+        self.string(k);
+        self.0.push(b':');
+    }
+
+    fn string(&mut self, s: &str) {
+        // Serialising a str into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut self.0, s);
+    }
+
+    fn str(&mut self, k: &str, v: &str) {
+        self.key(k);
+        self.string(v);
+    }
+
+    fn num(&mut self, k: &str, n: u64) {
+        self.key(k);
+        self.0.extend_from_slice(n.to_string().as_bytes());
+    }
+
+    fn raw(&mut self, k: &str, json: &[u8]) {
+        self.key(k);
+        self.0.extend_from_slice(json);
+    }
+
+    fn list<'a>(&mut self, k: &str, items: impl Iterator<Item = &'a str>) {
+        self.key(k);
+        self.0.push(b'[');
+        for (i, item) in items.enumerate() {
+            if i > 0 {
+                self.0.push(b',');
+            }
+            self.string(item);
+        }
+        self.0.push(b']');
+    }
+
+    /// The members of `object` (a checked JSON object's text) after those written.
+    fn members(&mut self, object: &str) {
+        let inner = object[1..object.len() - 1].trim();
+        if !inner.is_empty() {
+            if self.0.len() > 1 {
+                self.0.push(b',');
+            }
+            self.0.extend_from_slice(inner.as_bytes());
+        }
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.0.push(b'}');
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests;

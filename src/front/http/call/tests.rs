@@ -1,0 +1,298 @@
+use serde_json::{json, Value};
+
+use super::*;
+use crate::front::http::target::parse_target;
+
+fn head() -> Head {
+    Head {
+        method: "GET".into(),
+        host: Some("h".into()),
+        http11: true,
+        ..Head::default()
+    }
+}
+
+fn call(
+    op: Op,
+    reply: HttpReply,
+    path: &[(&'static str, &str)],
+    target: &str,
+    body: Option<&str>,
+    head: &Head,
+) -> Result<Call, Rejection> {
+    let path: Vec<(&'static str, String)> = path.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    let target = parse_target(target).unwrap();
+    build(op, reply, &path, &target, body.map(str::as_bytes), head, 2)
+}
+
+fn params(c: &Call) -> Value {
+    serde_json::from_slice(&c.params).unwrap()
+}
+
+#[test]
+fn apply_event_takes_the_path_id_body_and_headers() {
+    let mut h = head();
+    h.idempotency_key = Some("k-1".into());
+    h.if_match = Some("\"3.17\"".into());
+    let body = r#" {"event":"pay","payload":{"amount":30}} "#;
+    let c = call(
+        Op::ApplyEvent,
+        HttpReply::Result,
+        &[("id", "a/b")],
+        "/x",
+        Some(body),
+        &h,
+    )
+    .unwrap();
+    assert_eq!(
+        params(&c),
+        json!({"instance_id": "a/b", "idempotency_key": "k-1", "expected_wal_offset": 17,
+               "event": "pay", "payload": {"amount": 30}})
+    );
+    assert_eq!(
+        c.version,
+        Version::Tagged {
+            if_match: Some((3, 17))
+        }
+    );
+    assert!(c.if_match);
+    let empty = call(
+        Op::ApplyEvent,
+        HttpReply::Result,
+        &[("id", "a")],
+        "/x",
+        Some("{ }"),
+        &head(),
+    )
+    .unwrap();
+    assert_eq!(params(&empty), json!({"instance_id": "a"}));
+}
+
+#[test]
+fn if_match_that_is_not_ours_conflicts_and_star_matches_anything() {
+    let mut h = head();
+    for tag in ["W/\"1.2\"", "\"x\"", "\"1.2.3\"", "\"-1.2\""] {
+        h.if_match = Some(tag.into());
+        let e = call(
+            Op::ApplyEvent,
+            HttpReply::Result,
+            &[("id", "a")],
+            "/x",
+            Some("{}"),
+            &h,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::Conflict, "{tag}");
+    }
+    h.if_match = Some("*".into());
+    let c = call(
+        Op::ApplyEvent,
+        HttpReply::Result,
+        &[("id", "a")],
+        "/x",
+        Some("{}"),
+        &h,
+    )
+    .unwrap();
+    assert!(c.if_match);
+    assert_eq!(params(&c), json!({"instance_id": "a"}));
+    let e = call(
+        Op::GetInstance,
+        HttpReply::Result,
+        &[("id", "a")],
+        "/x",
+        None,
+        &h,
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest);
+}
+
+#[test]
+fn queries_are_typed_and_unknown_ones_refused() {
+    let c = call(
+        Op::ListInstances,
+        HttpReply::Result,
+        &[],
+        "/i?machine=m&state=s%20x&limit=5",
+        None,
+        &head(),
+    )
+    .unwrap();
+    assert_eq!(
+        params(&c),
+        json!({"machine": "m", "state": "s x", "limit": 5})
+    );
+    for bad in [
+        "/i?limit=-1",
+        "/i?limit=x",
+        "/i?access_token=t",
+        "/i?format=svg",
+    ] {
+        let e = call(
+            Op::ListInstances,
+            HttpReply::Result,
+            &[],
+            bad,
+            None,
+            &head(),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest, "{bad}");
+    }
+    let c = call(
+        Op::GetMachine,
+        HttpReply::Result,
+        &[("machine", "m"), ("version", "2")],
+        "/",
+        None,
+        &head(),
+    )
+    .unwrap();
+    assert_eq!(params(&c), json!({"machine": "m", "version": 2}));
+    let e = call(
+        Op::GetMachine,
+        HttpReply::Result,
+        &[("machine", "m"), ("version", "v2")],
+        "/",
+        None,
+        &head(),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest);
+}
+
+#[test]
+fn streams_pick_the_op_and_start_from_last_event_id() {
+    let c = call(
+        Op::WatchAll,
+        HttpReply::Stream,
+        &[],
+        "/s?machines=a,b&include_context=true&from_cursor=c1-1-2",
+        None,
+        &head(),
+    )
+    .unwrap();
+    assert_eq!(c.op, Op::WatchAll);
+    assert_eq!(
+        params(&c),
+        json!({"machines": ["a", "b"], "include_context": true, "from_cursor": "c1-1-2"})
+    );
+    let mut h = head();
+    h.last_event_id = Some("c1-5-9".into());
+    let c = call(
+        Op::WatchAll,
+        HttpReply::Stream,
+        &[],
+        "/s?from_cursor=c1-1-2",
+        None,
+        &h,
+    )
+    .unwrap();
+    assert_eq!(params(&c)["from_cursor"], "c1-5-9", "Last-Event-ID wins");
+    let c = call(
+        Op::WatchAll,
+        HttpReply::Stream,
+        &[],
+        "/s?instance=o1",
+        None,
+        &h,
+    )
+    .unwrap();
+    assert_eq!(c.op, Op::WatchInstance);
+    let shard = shards::routing::shard_for("o1", 2) as usize;
+    let from = [6, 10][shard];
+    assert_eq!(
+        params(&c),
+        json!({"instance_id": "o1", "from_offset": from})
+    );
+}
+
+#[test]
+fn bodies_must_be_json_objects_where_taken_and_absent_elsewhere() {
+    let e = call(
+        Op::CreateInstance,
+        HttpReply::Result,
+        &[],
+        "/",
+        Some("[1]"),
+        &head(),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    let e = call(
+        Op::CreateInstance,
+        HttpReply::Result,
+        &[],
+        "/",
+        Some("{\"a\":"),
+        &head(),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    let e = call(
+        Op::CreateInstance,
+        HttpReply::Result,
+        &[],
+        "/",
+        None,
+        &head(),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    let e = call(
+        Op::GetInstance,
+        HttpReply::Result,
+        &[("id", "a")],
+        "/",
+        Some("{}"),
+        &head(),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    let def = r#"{"states":["a"],"initial":"a","transitions":[]}"#;
+    let c = call(
+        Op::PutMachine,
+        HttpReply::Result,
+        &[("machine", "m"), ("version", "1")],
+        "/",
+        Some(def),
+        &head(),
+    )
+    .unwrap();
+    assert_eq!(params(&c)["definition"]["initial"], "a");
+}
+
+#[test]
+fn diagram_formats() {
+    let path = [("machine", "m"), ("version", "1")];
+    let c = call(
+        Op::GetMachine,
+        HttpReply::Diagram,
+        &path,
+        "/d",
+        None,
+        &head(),
+    )
+    .unwrap();
+    assert_eq!(c.diagram, Some(Format::Svg));
+    let c = call(
+        Op::GetMachine,
+        HttpReply::Diagram,
+        &path,
+        "/d?format=mermaid",
+        None,
+        &head(),
+    )
+    .unwrap();
+    assert_eq!(c.diagram, Some(Format::Mermaid));
+    assert!(call(
+        Op::GetMachine,
+        HttpReply::Diagram,
+        &path,
+        "/d?format=png",
+        None,
+        &head()
+    )
+    .is_err());
+}

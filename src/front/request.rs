@@ -1,0 +1,186 @@
+//! One request's way from its op and params to the slot its reply lands in, the same for every
+//! codec: an RCP1 frame (`session.rs`) and an HTTP request (`crate::front::http`) both end here, so
+//! authorization, the follower gate, routing to the owning shard, fan-outs and the control
+//! executor's ops run one code path (docs/architecture.md, "The path of one APPLY_EVENT" and
+//! "The path of one HTTP request").
+//!
+//! What stays with each codec: its framing, HELLO and AUTH (RCP1 sessions), the bearer header
+//! (HTTP), and subscriptions, whose pushes go out in the codec's own framing.
+
+use std::rc::Rc;
+
+use serde_json::json;
+use shards::routing::shard_for;
+use shards::{ErrorCode, Rejection};
+
+use super::executor::Front;
+use crate::auth::SessionAuth;
+use crate::mesh::fanout;
+use crate::mesh::router::{Reply, ReplySlot};
+use crate::ops::route::route_key;
+use crate::protocol::{routes, Op, Routed};
+use crate::shard::{ReplyBody, ShardCall, ShardOp};
+use crate::util::slot::Slot;
+
+/// How an instance op's reply comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// The result alone (RCP1).
+    Untagged,
+    /// The result with the instance's version, `(epoch, wal_offset)` (HTTP's `ETag`); with
+    /// `if_match`, the op runs only if the log's entry at that offset is of that epoch.
+    Tagged { if_match: Option<(u64, u64)> },
+}
+
+/// The checks every request passes after its codec's own (a known op; RCP1: HELLO first), in
+/// order: authorization (`SessionAuth::check`, the one check), then the follower gate.
+pub fn admit(op: Op, auth: &SessionAuth, front: &Front) -> Result<(), Rejection> {
+    auth.check(op)?;
+    crate::member::gate::check(&front.info.replication, op)
+}
+
+/// Starts an admitted op that shards, a fan-out or the control executor answer (every route
+/// but `Session`, `Subscriptions` and REPLICATE, which belong to the codec); returns the slot
+/// its reply lands in and sets `instance_id` to the instance the op names, if any (for its
+/// log line).
+pub async fn start(
+    op: Op,
+    params: Option<&[u8]>,
+    front: &Rc<Front>,
+    auth: &SessionAuth,
+    version: Version,
+    instance_id: &mut Option<Box<str>>,
+) -> Result<ReplySlot, Rejection> {
+    let router = &front.router;
+    let owned = || params.map(<[u8]>::to_vec);
+    match op.route() {
+        Routed::Instance(op) => {
+            let id = route_key(params)?;
+            let shard = shard_for(&id, router.shard_count());
+            *instance_id = Some(id.into());
+            let params = owned();
+            let call = match version {
+                Version::Untagged => ShardCall::Op {
+                    op: ShardOp::Instance(op),
+                    params,
+                },
+                Version::Tagged { if_match } => ShardCall::Versioned {
+                    op,
+                    params,
+                    if_match,
+                },
+            };
+            Ok(router.start(shard, call).await)
+        }
+        Routed::Batch(routes::Batch::Batch) => {
+            // The batch's ops, typed, parsed once; each passes the session's check.
+            let batch = crate::ops::batch::parse_batch(params)?;
+            let ops = || batch.ops.iter().map(|item| item.op.op());
+            auth.check_each(ops())?;
+            crate::member::gate::check_batch(&front.info.replication, ops())?;
+            super::batch::start(front, batch).await
+        }
+        Routed::Definitions(op) => {
+            let call = ShardCall::Op {
+                op: ShardOp::Definitions(op),
+                params: owned(),
+            };
+            Ok(router.start(fanout::DEFINITIONS_SHARD, call).await)
+        }
+        Routed::AllShards(op) => Ok(all_shards(op, owned(), front)),
+        Routed::Control(op) => Ok(control(op, params, front).await),
+        // The codec's own routes (`session.rs`, the HTTP stream), and labels, which never
+        // parse from a request.
+        Routed::Session(_) | Routed::Subscriptions(_) | Routed::Stream(_) | Routed::Label(_) => {
+            Err(no_dispatcher())
+        }
+    }
+}
+
+/// The ops every shard answers, merged on the front by a task of their own.
+fn all_shards(op: routes::AllShards, params: Option<Vec<u8>>, front: &Rc<Front>) -> ReplySlot {
+    use routes::AllShards as A;
+    match op {
+        A::PutMachine => spawn_fanout(front, params, |f, p| async move {
+            fanout::put_machine(&f.router, p).await
+        }),
+        A::ListInstances => spawn_fanout(front, params, |f, p| async move {
+            fanout::list_instances(&f.router, p).await
+        }),
+        A::MachineStats => spawn_fanout(front, params, |f, p| async move {
+            fanout::machine_stats(&f.router, p).await
+        }),
+        A::Info => spawn_fanout(front, params, |f, _| async move { info(&f).await }),
+        A::TimersResume => spawn_fanout(front, params, |f, _| async move {
+            fanout::timers_resume(&f.router, &f.info.timers_pause).await
+        }),
+    }
+}
+
+/// REPLICATION_STATUS, PROMOTE, HA_PAUSE, HA_RESUME and SWITCHOVER: relayed to the control
+/// executor. Without a replication role: REPLICATION_STATUS says so, the others are refused.
+async fn control(op: routes::Control, params: Option<&[u8]>, front: &Front) -> ReplySlot {
+    match &front.relay {
+        Some(relay) => relay.call(op, params).await,
+        None => {
+            let slot = Slot::new();
+            slot.fill(match op {
+                routes::Control::ReplicationStatus => Ok(ReplyBody::Json(
+                    br#"{"role":"standalone","replicas":[]}"#.to_vec(),
+                )),
+                routes::Control::Promote
+                | routes::Control::HaPause
+                | routes::Control::HaResume
+                | routes::Control::Switchover => Err(crate::front::relay::not_running()),
+            });
+            slot
+        }
+    }
+}
+
+/// An op whose route has no code to run it: a bug, answered as one.
+pub fn no_dispatcher() -> Rejection {
+    Rejection::new(ErrorCode::InternalError, "op has no dispatcher")
+}
+
+/// Runs a multi-shard op as its own task; its result lands in the returned slot.
+fn spawn_fanout<F, Fut>(front: &Rc<Front>, params: Option<Vec<u8>>, f: F) -> ReplySlot
+where
+    F: FnOnce(Rc<Front>, Option<Vec<u8>>) -> Fut,
+    Fut: std::future::Future<Output = Reply> + 'static,
+{
+    let slot = Slot::new();
+    let fill = slot.clone();
+    let fut = f(front.clone(), params);
+    glommio::spawn_local(async move { fill.fill(fut.await) }).detach();
+    slot
+}
+
+async fn info(front: &Front) -> Reply {
+    let shards = fanout::shard_infos(&front.router).await?;
+    let sum = |k: &str| shards.iter().filter_map(|s| s[k].as_u64()).sum::<u64>();
+    let l = &front.limits;
+    let body = json!({
+        "server_name": "smdb",
+        "server_version": env!("CARGO_PKG_VERSION"),
+        "uptime_seconds": front.info.started.elapsed().as_secs(),
+        "role": front.info.replication.role_name(),
+        "shards": front.router.shard_count(),
+        "acceptor_cores": front.info.acceptor_cores,
+        "timers_paused": front.info.timers_pause.paused(),
+        "limits": {
+            "max_connections": l.max_connections,
+            "max_frame_bytes": l.max_frame_bytes,
+            "max_inflight_per_connection": l.max_inflight,
+            "idle_timeout_secs": l.idle_timeout.map_or(0, |d| d.as_secs()),
+        },
+        "connections": front.peers.info(l.proxy_protocol),
+        "instances": sum("instances"),
+        "machines": shards.first().and_then(|s| s["machines"].as_u64()).unwrap_or(0),
+        "wal": { "offset": sum("wal_offset"), "durable_offset": sum("wal_durable_offset") },
+        "shard_details": shards,
+    });
+    Ok(ReplyBody::Json(
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
+}
