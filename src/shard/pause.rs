@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use shards::wal::{LogHandle, LogPin};
 
-use super::runtime::{Outcome, Shard};
+use super::runtime::{Needs, Outcome, Shard};
 use super::ReplyBody;
 use crate::util::notify::Notify;
 
@@ -96,6 +96,9 @@ impl Shard {
         })
         .detach();
         let cut = BackupCut { head, pin, handle };
-        (Ok(ReplyBody::BackupCut(Box::new(cut))), head)
+        (
+            Ok(ReplyBody::BackupCut(Box::new(cut))),
+            Needs::durable(head),
+        )
     }
 }

@@ -33,7 +33,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 
 use super::message::ShardMessage;
-use super::runtime::Shard;
+use super::runtime::{Needs, Shard};
 use super::subs::{Hold, SubsEnded};
 
 /// Push messages one outbox holds for sync acknowledgement at most: each is one event for the
@@ -45,7 +45,7 @@ pub(super) const PUSHES_HELD_MAX: usize = 4096;
 /// queued behind them.
 #[derive(Default)]
 pub(super) struct PushHold {
-    queue: VecDeque<(u64, ShardMessage)>,
+    queue: VecDeque<(Needs, ShardMessage)>,
     /// Held pushes this member decided as primary (`Hold::Led`).
     led: usize,
 }
@@ -57,7 +57,7 @@ impl PushHold {
     pub(super) fn offer(
         &mut self,
         shard: &Shard,
-        n: u64,
+        n: Needs,
         msg: ShardMessage,
     ) -> Option<ShardMessage> {
         let push = match &msg {
@@ -109,14 +109,14 @@ impl PushHold {
         let before = self.queue.len();
         let mut led_dropped = 0;
         self.queue.retain(|(n, msg)| match msg {
-            ShardMessage::Push(p) if *n > head => {
+            ShardMessage::Push(p) if !n.reached_by(head) => {
                 led_dropped += usize::from(p.hold == Hold::Led);
                 false
             }
             _ => true,
         });
         for (n, _) in self.queue.iter_mut() {
-            *n = (*n).min(head);
+            *n = n.clamped(head);
         }
         let dropped = (before - self.queue.len()) as u64;
         self.led -= led_dropped;
@@ -158,7 +158,7 @@ impl PushHold {
             return out;
         }
         while let Some((n, _)) = self.queue.front() {
-            if *n > acked {
+            if !n.reached_by(acked) {
                 break;
             }
             if let Some((_, msg)) = self.queue.pop_front() {

@@ -26,7 +26,7 @@ use shards::{ErrorCode, Rejection};
 
 use super::message::{ReplyBody, ShardCall, ShardMessage};
 use super::push_hold::PushHold;
-use super::runtime::{Outbox, Outcome, Shard};
+use super::runtime::{Needs, Outbox, Outcome, Shard};
 use crate::config::{Replication, ReplicationMode, Role};
 use crate::util::waiters::Waiters;
 
@@ -127,7 +127,7 @@ impl SyncState {
 /// whether it appended an entry (a first reply) or repeated the result of one already in the
 /// log (an idempotent resend, whose `needs` is the instance's last entry): a resend of a
 /// write answered `SYNC_TIMEOUT` waits, or answers `SYNC_TIMEOUT` again, and is never `ok`
-/// while no replica holds the entry. A refusal (`needs` 0) is acknowledged at once.
+/// while no replica holds the entry. A refusal (`Needs::NOTHING`) is acknowledged at once.
 pub(super) struct Gate {
     /// The log's head before the call ran.
     before: u64,
@@ -171,7 +171,7 @@ impl Shard {
                 sync.replay_waiters.notify_all();
             }
         }
-        (Ok(ReplyBody::Json(b"{}".to_vec())), 0)
+        (Ok(ReplyBody::Json(b"{}".to_vec())), Needs::NOTHING)
     }
 }
 
@@ -184,7 +184,7 @@ enum Woke {
 /// Replies held for replica acknowledgement, in order. Bound: replies only, moved here from
 /// the outbox's queue, so the outbox's bound (the client's requests in flight on this shard)
 /// bounds both; each leaves by `sync_timeout_ms`.
-type Held = VecDeque<(u64, ShardMessage, Option<Instant>)>;
+type Held = VecDeque<(Needs, ShardMessage, Option<Instant>)>;
 
 /// The client executor is gone: the pump ends.
 struct Gone;
@@ -242,7 +242,7 @@ impl Outbox {
                 .front()
                 .and_then(|(_, _, g)| *g)
                 .map(|q| q + sync.setup.timeout);
-            let wait_durable = waiting_for.filter(|n| *n > durable);
+            let wait_durable = waiting_for.filter(|n| !n.reached_by(durable));
             if let Woke::Durable(Err(rej)) = self.wait_next(&shard, wait_durable, deadline).await {
                 failure = Some(rej);
             }
@@ -266,8 +266,13 @@ impl Outbox {
             };
             match &mut msg {
                 ShardMessage::Reply(resp) => {
-                    super::outbox::reply_released(shard, resp, n > durable, failed.as_ref());
-                    let gate = gate.filter(|_| n <= durable);
+                    super::outbox::reply_released(
+                        shard,
+                        resp,
+                        !n.reached_by(durable),
+                        failed.as_ref(),
+                    );
+                    let gate = gate.filter(|_| n.reached_by(durable));
                     if gate.is_some() || !held.is_empty() {
                         held.push_back((n, msg, gate));
                         continue;
@@ -275,7 +280,7 @@ impl Outbox {
                 }
                 ShardMessage::Push(_) => {
                     shard.subs.push_left();
-                    if n > durable {
+                    if !n.reached_by(durable) {
                         continue; // never durable: the event did not happen
                     }
                 }
@@ -298,7 +303,7 @@ impl Outbox {
     async fn wait_next(
         &self,
         shard: &Shard,
-        durable_through: Option<u64>,
+        durable_through: Option<Needs>,
         deadline: Option<Instant>,
     ) -> Woke {
         let news = or(
@@ -314,7 +319,7 @@ impl Outbox {
         let timers = or(
             async {
                 match durable_through {
-                    Some(n) => Woke::Durable(shard.log.wait_durable(n).await),
+                    Some(n) => Woke::Durable(shard.log.wait_durable(n.offset()).await),
                     None => pending().await,
                 }
             },
@@ -344,7 +349,7 @@ async fn release_held(
         // Failover: past the lease no write is acknowledged (docs/ha.md).
         let fenced = gate.is_some() && shard.member.fenced();
         let timed_out = match gate {
-            Some(queued) if sync.acked.get() < n && !fenced => {
+            Some(queued) if !n.reached_by(sync.acked.get()) && !fenced => {
                 if queued.elapsed() < sync.setup.timeout {
                     break;
                 }
@@ -359,7 +364,7 @@ async fn release_held(
             if resp.result.is_ok() && fenced {
                 resp.result = Err(crate::ha::fence::no_primary(&shard.member, true));
             } else if resp.result.is_ok() && timed_out {
-                resp.result = Err(sync.timed_out(n));
+                resp.result = Err(sync.timed_out(n.offset()));
                 sync.timeouts.set(sync.timeouts.get() + 1);
             }
         }
