@@ -1,17 +1,13 @@
 //! A client channel's outbox: replies and subscription pushes wait here until the log is
-//! durable through their offset, and leave in arrival order (`Outbox::run`; sync mode adds
-//! replica acknowledgement, `sync.rs`).
+//! durable through what they need (`Needs`), and leave in arrival order as its one pump lets
+//! them (`pump.rs`: `Outbox::run`, whose release rule adds replica acknowledgement in sync
+//! mode).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::rc::Rc;
 use std::time::Instant;
 
-use glommio::channels::shared_channel::ConnectedSender;
-use shards::Rejection;
-
 use super::message::{ShardMessage, ShardResponse};
-use super::runtime::Shard;
 use crate::util::notify::Notify;
 
 /// What a reply or a push waits for in its outbox before it may leave: the log durable
@@ -56,19 +52,22 @@ impl Needs {
 /// they match (`subs::Registry::pending`, a gauge in INFO). So it cannot grow without bound.
 #[derive(Default)]
 pub(super) struct Outbox {
-    /// `(needs, message, queued at)`: the time is set on a sync-mode write reply only.
+    /// `(needs, message, queued at)`: the time is set on a client write's reply only, where
+    /// such replies are gated (`sync::Gate`: sync mode, or failover on).
     pub(super) queue: RefCell<VecDeque<(Needs, ShardMessage, Option<Instant>)>>,
     pub(super) wake: Notify,
     pub(super) closed: std::cell::Cell<bool>,
-    /// Sync mode: replicas acknowledged more (`shard/sync.rs`).
+    /// Replicas acknowledged more, or a term ended (sync mode: `Shard::replica_acked`,
+    /// `Shard::demote`).
     pub(super) acked: Notify,
     /// The lowest head the log was rewound to since the pump last looked (`clamp_needs`):
-    /// the sync pump drops the held pushes past it (`push_hold.rs`).
+    /// the pump drops the held pushes past it (`push_hold.rs`).
     pub(super) rewound: std::cell::Cell<Option<u64>>,
 }
 
 impl Outbox {
-    /// Queues a reply; `gate` (sync mode) also makes it wait for replica acknowledgement.
+    /// Queues a reply; `gate`, the time a client write's reply was queued (`sync::Gate`),
+    /// submits it to the pump's release rule too (`pump.rs`).
     pub(super) fn push(&self, needs: Needs, resp: ShardResponse, gate: Option<Instant>) {
         let msg = ShardMessage::Reply(resp);
         self.queue.borrow_mut().push_back((needs, msg, gate));
@@ -118,64 +117,5 @@ impl Outbox {
         self.rewound.set(Some(lowest));
         self.wake.notify();
         dropped
-    }
-
-    pub(super) async fn run(self: Rc<Self>, shard: Rc<Shard>, tx: ConnectedSender<ShardMessage>) {
-        loop {
-            let front = self.queue.borrow().front().map(|(n, _, _)| *n);
-            let Some(needs) = front else {
-                if self.closed.get() {
-                    return;
-                }
-                self.wake.wait().await;
-                continue;
-            };
-            let failure = shard.log.wait_durable(needs.offset()).await.err();
-            let durable = shard.log.durable();
-            loop {
-                let Some((n, mut msg, gate)) = self.pop_released(durable, failure.is_some()) else {
-                    break;
-                };
-                match &mut msg {
-                    ShardMessage::Reply(resp) => {
-                        reply_released(
-                            shard.as_ref(),
-                            resp,
-                            !n.reached_by(durable),
-                            failure.as_ref(),
-                        );
-                        // Failover, async mode: `gate` marks a client write (only set with
-                        // failover on); past the lease it is not acknowledged.
-                        if gate.is_some() && resp.result.is_ok() && shard.member.fenced() {
-                            resp.result = Err(crate::ha::fence::no_primary(&shard.member, true));
-                        }
-                    }
-                    ShardMessage::Push(_) => {
-                        shard.subs.push_left();
-                        if !n.reached_by(durable) {
-                            continue; // never durable: the event did not happen
-                        }
-                    }
-                    ShardMessage::SubsEnded(_) => {}
-                }
-                if tx.send(msg).await.is_err() {
-                    return; // the client executor is gone: nobody to answer
-                }
-            }
-        }
-    }
-}
-
-/// A reply taken from the queue: it no longer counts as queued, and one whose offset never
-/// became durable (`undurable`) answers the log's `failure`.
-pub(super) fn reply_released(
-    shard: &Shard,
-    resp: &mut ShardResponse,
-    undurable: bool,
-    failure: Option<&Rejection>,
-) {
-    shard.reply_left();
-    if let (true, Some(f)) = (undurable, failure) {
-        resp.result = Err(f.clone());
     }
 }

@@ -4,8 +4,8 @@
 //! With failover on and `replication.mode = "sync"`, a push leaves its outbox once the entry is
 //! durable (as every push) *and* `SyncState::acked` has reached it:
 //! - on the primary, for an entry it decided (`Hold::Led`), that is the offset acknowledged by
-//!   `sync_replicas` members of the sync set (it also releases held write replies in
-//!   `sync.rs`); a write answered `SYNC_TIMEOUT` keeps its push held until then;
+//!   `sync_replicas` members of the sync set (it also releases held write replies,
+//!   `pump.rs`); a write answered `SYNC_TIMEOUT` keeps its push held until then;
 //! - on a follower, for an entry replicated to it (`Hold::Followed`), it is the offset the
 //!   primary reports acknowledged in its heartbeats (`committed`, passed on as
 //!   `ReplicaAcked` by `replication::follower::apply`). So a subscriber of a follower never
@@ -27,7 +27,8 @@
 //! A held push no longer counts in `Registry::pending` (INFO `pushes_pending`): it left the
 //! outbox's queue, and counts in `held` instead.
 //!
-//! Standalone and async pushes never come here (`hold` is `No`, or the pump is `Outbox::run`).
+//! Standalone and async pushes pass straight through (`hold` is `No`; the pump's rule is
+//! `Release::Durable`, which never looks for acknowledgement).
 
 use std::cell::Cell;
 use std::collections::VecDeque;

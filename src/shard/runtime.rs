@@ -1,6 +1,7 @@
 //! The shard executor's main loop: one task per client channel (each front executor and the
-//! control executor), an outbox per channel that releases replies once their log offset is
-//! durable, in arrival order (`outbox.rs`), and the dispatch of each call: writes in
+//! control executor), an outbox per channel whose pump releases replies once their log offset
+//! is durable (in sync mode a client write's, once replicas acknowledged it too), in arrival
+//! order (`outbox.rs`, `pump.rs`), and the dispatch of each call: writes in
 //! `write.rs` (APPLY_EVENT's fast path `event.rs`, BATCH `batch.rs`), machine definitions in
 //! `machines.rs`, instance reads and INFO here.
 
@@ -142,10 +143,8 @@ async fn serve_client(
     let (rx, tx) = futures_lite::future::zip(rx.connect(), tx.connect()).await;
     let outbox = Rc::new(Outbox::default());
     shard.subs.attach(client, outbox.clone());
-    let pump = match shard.sync {
-        None => glommio::spawn_local(outbox.clone().run(shard.clone(), tx)),
-        Some(_) => glommio::spawn_local(outbox.clone().run_sync(shard.clone(), tx)),
-    };
+    // One pump per outbox; its release rule follows the replication mode (`pump.rs`).
+    let pump = glommio::spawn_local(outbox.clone().run(shard.clone(), tx));
     receive(&shard, client, &rx, &outbox).await;
     shard.subs.detach(client);
     outbox.close();
