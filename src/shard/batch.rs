@@ -12,7 +12,7 @@ use shards::Rejection;
 
 use super::event::RECORD_BUF_KEEP_BYTES;
 use super::message::ReplyBody;
-use super::runtime::{internal, Outcome, Shard};
+use super::runtime::{internal, Needs, Outcome, Shard};
 use crate::ops::batch::{aborted, engine_op, BatchOps};
 use crate::util::time::now_ms;
 
@@ -25,7 +25,7 @@ impl Shard {
         for (index, item) in batch.iter().enumerate() {
             match engine_op(batch, item) {
                 Ok(op) => ops.push(op),
-                Err(error) => return (Err(aborted(index, &error)), 0),
+                Err(error) => return (Err(aborted(index, &error)), Needs::NOTHING),
             }
         }
         let offset = self.log.head() + 1;
@@ -33,7 +33,7 @@ impl Shard {
         let decided = (self.engine.borrow()).decide_batch_into(&ops, now_ms(), offset, scratch);
         let decided = match decided {
             Ok(decided) => decided,
-            Err(abort) => return (Err(aborted(abort.index, &abort.error)), 0),
+            Err(abort) => return (Err(aborted(abort.index, &abort.error)), Needs::NOTHING),
         };
         let mut reply = Reply::new(decided.answers.len());
         if decided.record.is_empty() {
@@ -42,7 +42,7 @@ impl Shard {
                 reply.push_value(answer.as_ref().unwrap_or(&Value::Null));
             }
             self.keep_batch_record(decided.record);
-            return (Ok(reply.finish()), self.log.head());
+            return (Ok(reply.finish()), Needs::durable(self.log.head()));
         }
         let mut record = self.record_buf.take();
         record.clear();
@@ -57,11 +57,11 @@ impl Shard {
                     );
                 }
                 match self.apply_in_order(&record, at, &decided.answers, &mut reply) {
-                    Ok(()) => (Ok(reply.finish()), at),
-                    Err(rej) => (Err(rej), 0),
+                    Ok(()) => (Ok(reply.finish()), Needs::durable(at)),
+                    Err(rej) => (Err(rej), Needs::NOTHING),
                 }
             }
-            Err(rej) => (Err(rej), 0),
+            Err(rej) => (Err(rej), Needs::NOTHING),
         };
         if record.capacity() <= RECORD_BUF_KEEP_BYTES {
             self.record_buf.replace(record);

@@ -7,7 +7,7 @@ use shards::engine::{EventCommand, Record};
 use shards::Rejection;
 
 use super::message::ReplyBody;
-use super::runtime::{internal, Outcome, Shard};
+use super::runtime::{internal, Needs, Outcome, Shard};
 use crate::util::time::now_ms;
 
 /// Bytes. A record buffer that grew past this (a large payload) is freed after its event
@@ -24,11 +24,11 @@ impl Shard {
             .borrow()
             .decide_event_record(cmd, now_ms(), &mut record);
         let outcome = match decided {
-            Err(rej) => (Err(rej), 0),
+            Err(rej) => (Err(rej), Needs::NOTHING),
             Ok(Some(answer)) => self.answer_for(Some(&cmd.instance_id), &answer),
             Ok(None) => match self.log_and_apply_event(&record) {
-                Ok((result, offset)) => (Ok(ReplyBody::Json(result)), offset),
-                Err(rej) => (Err(rej), 0),
+                Ok((result, offset)) => (Ok(ReplyBody::Json(result)), Needs::durable(offset)),
+                Err(rej) => (Err(rej), Needs::NOTHING),
             },
         };
         if record.capacity() <= RECORD_BUF_KEEP_BYTES {

@@ -14,7 +14,7 @@ use shards::{ErrorCode, Rejection};
 
 use super::durability::Rewind;
 use super::message::{ReplyBody, SnapshotChunk};
-use super::runtime::{Outcome, Shard};
+use super::runtime::{Needs, Outcome, Shard};
 
 /// A snapshot being received.
 pub(super) struct Incoming {
@@ -41,8 +41,8 @@ impl Shard {
             }
         };
         match done {
-            Ok(()) => (Ok(ReplyBody::Json(b"{}".to_vec())), 0),
-            Err(rej) => (Err(rej), 0),
+            Ok(()) => (Ok(ReplyBody::Json(b"{}".to_vec())), Needs::NOTHING),
+            Err(rej) => (Err(rej), Needs::NOTHING),
         }
     }
 

@@ -6,7 +6,7 @@ use shards::engine::{Command, Decision, Entry};
 use shards::Rejection;
 
 use super::message::ReplyBody;
-use super::runtime::{internal, to_json, Outcome, Shard};
+use super::runtime::{internal, to_json, Needs, Outcome, Shard};
 use crate::ops;
 use crate::util::time::now_ms;
 
@@ -14,27 +14,30 @@ impl Shard {
     pub(super) fn put_machine(&self, params: Option<&[u8]>) -> Outcome {
         let cmd = match ops::machines::put_command(params) {
             Ok(c) => c,
-            Err(rej) => return (Err(rej), 0),
+            Err(rej) => return (Err(rej), Needs::NOTHING),
         };
         let decision = self.engine.borrow().decide(&cmd, now_ms());
         match decision {
-            Err(rej) => (Err(rej), 0),
+            Err(rej) => (Err(rej), Needs::NOTHING),
             Ok(Decision::Write(entry)) => match self.log_and_apply(entry.clone()) {
                 Ok((v, offset)) => (
                     Ok(ReplyBody::Machine {
                         result: to_json(&v),
                         entry,
                     }),
-                    offset,
+                    Needs::durable(offset),
                 ),
-                Err(rej) => (Err(rej), 0),
+                Err(rej) => (Err(rej), Needs::NOTHING),
             },
             Ok(Decision::Answer(v)) => {
                 let Command::PutMachine {
                     machine, version, ..
                 } = &cmd
                 else {
-                    return (Err(internal("put_command built another command")), 0);
+                    return (
+                        Err(internal("put_command built another command")),
+                        Needs::NOTHING,
+                    );
                 };
                 let entry = self
                     .engine
@@ -51,9 +54,12 @@ impl Shard {
                             result: to_json(&v),
                             entry,
                         }),
-                        self.log.head(),
+                        Needs::durable(self.log.head()),
                     ),
-                    None => (Err(internal("identical machine version not found")), 0),
+                    None => (
+                        Err(internal("identical machine version not found")),
+                        Needs::NOTHING,
+                    ),
                 }
             }
         }
@@ -80,7 +86,7 @@ impl Shard {
                 Ok(Decision::Answer(_)) => {}
                 Ok(Decision::Write(e)) => {
                     if let Err(rej) = self.log_and_apply(e) {
-                        return (Err(rej), 0);
+                        return (Err(rej), Needs::NOTHING);
                     }
                 }
                 Err(rej) => {
@@ -89,11 +95,14 @@ impl Shard {
                         self.index,
                         rej.message
                     );
-                    return (Err(rej), 0);
+                    return (Err(rej), Needs::NOTHING);
                 }
             }
         }
-        (Ok(ReplyBody::Json(b"{}".to_vec())), self.log.head())
+        (
+            Ok(ReplyBody::Json(b"{}".to_vec())),
+            Needs::durable(self.log.head()),
+        )
     }
 
     pub(super) fn get_machine(&self, params: Option<&[u8]>) -> Result<ReplyBody, Rejection> {

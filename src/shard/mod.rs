@@ -13,6 +13,7 @@ pub mod message;
 mod os_yield;
 mod outbox;
 pub mod pause;
+mod pump;
 mod push_hold;
 mod replay;
 mod replica;

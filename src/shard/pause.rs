@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use shards::wal::{LogHandle, LogPin};
 
 use super::message::ReplyBody;
-use super::runtime::{Outcome, Shard};
+use super::runtime::{Needs, Outcome, Shard};
 use crate::util::notify::Notify;
 
 /// How often a paused shard looks whether the backup released it.
@@ -96,6 +96,9 @@ impl Shard {
         })
         .detach();
         let cut = BackupCut { head, pin, handle };
-        (Ok(ReplyBody::BackupCut(Box::new(cut))), head)
+        (
+            Ok(ReplyBody::BackupCut(Box::new(cut))),
+            Needs::durable(head),
+        )
     }
 }

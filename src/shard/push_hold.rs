@@ -4,8 +4,8 @@
 //! With failover on and `replication.mode = "sync"`, a push leaves its outbox once the entry is
 //! durable (as every push) *and* `SyncState::acked` has reached it:
 //! - on the primary, for an entry it decided (`Hold::Led`), that is the offset acknowledged by
-//!   `sync_replicas` members of the sync set (it also releases held write replies in
-//!   `sync.rs`); a write answered `SYNC_TIMEOUT` keeps its push held until then;
+//!   `sync_replicas` members of the sync set (it also releases held write replies,
+//!   `pump.rs`); a write answered `SYNC_TIMEOUT` keeps its push held until then;
 //! - on a follower, for an entry replicated to it (`Hold::Followed`), it is the offset the
 //!   primary reports acknowledged in its heartbeats (`committed`, passed on as
 //!   `ReplicaAcked` by `control::replication::follower::apply`). So a subscriber of a follower never
@@ -27,13 +27,14 @@
 //! A held push no longer counts in `Registry::pending` (INFO `pushes_pending`): it left the
 //! outbox's queue, and counts in `held` instead.
 //!
-//! Standalone and async pushes never come here (`hold` is `No`, or the pump is `Outbox::run`).
+//! Standalone and async pushes pass straight through (`hold` is `No`; the pump's rule is
+//! `Release::Durable`, which never looks for acknowledgement).
 
 use std::cell::Cell;
 use std::collections::VecDeque;
 
 use super::message::ShardMessage;
-use super::runtime::Shard;
+use super::runtime::{Needs, Shard};
 use super::subs::{Hold, SubsEnded};
 
 /// Push messages one outbox holds for sync acknowledgement at most: each is one event for the
@@ -45,7 +46,7 @@ pub(super) const PUSHES_HELD_MAX: usize = 4096;
 /// queued behind them.
 #[derive(Default)]
 pub(super) struct PushHold {
-    queue: VecDeque<(u64, ShardMessage)>,
+    queue: VecDeque<(Needs, ShardMessage)>,
     /// Held pushes this member decided as primary (`Hold::Led`).
     led: usize,
 }
@@ -57,7 +58,7 @@ impl PushHold {
     pub(super) fn offer(
         &mut self,
         shard: &Shard,
-        n: u64,
+        n: Needs,
         msg: ShardMessage,
     ) -> Option<ShardMessage> {
         let push = match &msg {
@@ -109,14 +110,14 @@ impl PushHold {
         let before = self.queue.len();
         let mut led_dropped = 0;
         self.queue.retain(|(n, msg)| match msg {
-            ShardMessage::Push(p) if *n > head => {
+            ShardMessage::Push(p) if !n.reached_by(head) => {
                 led_dropped += usize::from(p.hold == Hold::Led);
                 false
             }
             _ => true,
         });
         for (n, _) in self.queue.iter_mut() {
-            *n = (*n).min(head);
+            *n = n.clamped(head);
         }
         let dropped = (before - self.queue.len()) as u64;
         self.led -= led_dropped;
@@ -158,7 +159,7 @@ impl PushHold {
             return out;
         }
         while let Some((n, _)) = self.queue.front() {
-            if *n > acked {
+            if !n.reached_by(acked) {
                 break;
             }
             if let Some((_, msg)) = self.queue.pop_front() {

@@ -28,7 +28,7 @@ use shards::{ErrorCode, Rejection};
 
 use super::durability::Rewind;
 use super::message::ReplyBody;
-use super::runtime::{Outcome, Shard};
+use super::runtime::{Needs, Outcome, Shard};
 
 /// Replication state a shard keeps beside its engine.
 #[derive(Default)]
@@ -67,11 +67,11 @@ impl Shard {
                 head + 1
             );
             let rej = Rejection::new(ErrorCode::BadRequest, msg).with("expected", head + 1);
-            return (Err(rej), 0);
+            return (Err(rej), Needs::NOTHING);
         }
         let seen = self.max_epoch_seen();
         if epoch < seen {
-            return (Err(stale_epoch(epoch, seen)), 0);
+            return (Err(stale_epoch(epoch, seen)), Needs::NOTHING);
         }
         // Every record must decode before any is logged: a bad one refuses the whole call.
         let mut records = Vec::with_capacity(entries.len());
@@ -81,7 +81,10 @@ impl Shard {
                 Err(e) => {
                     let offset = first + k as u64;
                     let msg = format!("replicated entry at offset {offset} does not decode: {e}");
-                    return (Err(Rejection::new(ErrorCode::BadRequest, msg)), 0);
+                    return (
+                        Err(Rejection::new(ErrorCode::BadRequest, msg)),
+                        Needs::NOTHING,
+                    );
                 }
             }
         }
@@ -91,7 +94,7 @@ impl Shard {
             let offset = match self.append_record(bytes) {
                 Ok(offset) => offset,
                 // Those before are logged and applied: the reply waits for them, then fails.
-                Err(rej) => return (Err(rej), through),
+                Err(rej) => return (Err(rej), Needs::durable(through)),
             };
             if offset != through + 1 {
                 // Impossible: nothing else appends between these synchronous steps.
@@ -100,7 +103,8 @@ impl Shard {
                     through + 1
                 );
                 log::error!("shard {}: {msg}", self.index);
-                return (Err(Rejection::new(ErrorCode::InternalError, msg)), through);
+                let rej = Rejection::new(ErrorCode::InternalError, msg);
+                return (Err(rej), Needs::durable(through));
             }
             if let Some(at_ms) = record_at_ms(&record) {
                 last_at_ms = at_ms;
@@ -113,7 +117,7 @@ impl Shard {
                 through,
                 last_at_ms,
             }),
-            through,
+            Needs::durable(through),
         )
     }
 
@@ -159,15 +163,15 @@ impl Shard {
     pub(super) fn begin_epoch(&self, epoch: u64) -> Outcome {
         let seen = self.max_epoch_seen();
         if epoch <= seen {
-            return (Err(stale_epoch(epoch, seen)), 0);
+            return (Err(stale_epoch(epoch, seen)), Needs::NOTHING);
         }
         match self.log_and_apply(Entry::Epoch { epoch }) {
             Ok((_, offset)) => {
                 self.repl.epoch_seen.set(epoch);
                 let body = json!({ "offset": offset }).to_string().into_bytes();
-                (Ok(ReplyBody::Json(body)), offset)
+                (Ok(ReplyBody::Json(body)), Needs::durable(offset))
             }
-            Err(rej) => (Err(rej), 0),
+            Err(rej) => (Err(rej), Needs::NOTHING),
         }
     }
 
@@ -181,7 +185,7 @@ impl Shard {
         for outbox in self.subs.outboxes() {
             outbox.acked.notify();
         }
-        (Ok(ReplyBody::Json(b"{}".to_vec())), 0)
+        (Ok(ReplyBody::Json(b"{}".to_vec())), Needs::NOTHING)
     }
 
     /// `ShardCall::Promote`: this shard starts firing timers (from state; overdue ones fire at
@@ -192,7 +196,7 @@ impl Shard {
         if let Some(sync) = &self.sync {
             sync.new_term();
         }
-        (Ok(ReplyBody::Json(b"{}".to_vec())), 0)
+        (Ok(ReplyBody::Json(b"{}".to_vec())), Needs::NOTHING)
     }
 }
 
@@ -200,7 +204,7 @@ impl Shard {
     /// `ShardCall::Truncate`: drops the log after `after` and rebuilds the state from it.
     pub(super) async fn truncate(self: &Rc<Self>, after: u64) -> Outcome {
         if after >= self.log.head() {
-            return (Ok(ReplyBody::Truncated { removed: 0 }), 0);
+            return (Ok(ReplyBody::Truncated { removed: 0 }), Needs::NOTHING);
         }
         match self.rewind(Rewind::TruncateAfter(after)).await {
             Ok(removed) => {
@@ -209,9 +213,9 @@ impl Shard {
                     self.index,
                     self.log.head()
                 );
-                (Ok(ReplyBody::Truncated { removed }), 0)
+                (Ok(ReplyBody::Truncated { removed }), Needs::NOTHING)
             }
-            Err(rej) => (Err(rej), 0),
+            Err(rej) => (Err(rej), Needs::NOTHING),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The shard executor's main loop: one task per client channel (each front executor and the
-//! control executor), an outbox per channel that releases replies once their log offset is
-//! durable, in arrival order (`outbox.rs`), and the dispatch of each call: writes in
+//! control executor), an outbox per channel whose pump releases replies once their log offset
+//! is durable (in sync mode a client write's, once replicas acknowledged it too), in arrival
+//! order (`outbox.rs`, `pump.rs`), and the dispatch of each call: writes in
 //! `write.rs` (APPLY_EVENT's fast path `event.rs`, BATCH `batch.rs`), machine definitions in
 //! `machines.rs`, instance reads and INFO here.
 
@@ -26,7 +27,7 @@ use crate::metrics::{LogStats, ShardStats};
 use crate::ops;
 use crate::protocol::{routes, Op};
 
-pub(super) use super::outbox::Outbox;
+pub(super) use super::outbox::{Needs, Outbox};
 
 /// One client's channel pair, created in `main` and moved into the shard executor.
 pub type ClientChannels = (SharedReceiver<ShardRequest>, SharedSender<ShardMessage>);
@@ -142,10 +143,8 @@ async fn serve_client(
     let (rx, tx) = futures_lite::future::zip(rx.connect(), tx.connect()).await;
     let outbox = Rc::new(Outbox::default());
     shard.subs.attach(client, outbox.clone());
-    let pump = match shard.sync {
-        None => glommio::spawn_local(outbox.clone().run(shard.clone(), tx)),
-        Some(_) => glommio::spawn_local(outbox.clone().run_sync(shard.clone(), tx)),
-    };
+    // One pump per outbox; its release rule follows the replication mode (`pump.rs`).
+    let pump = glommio::spawn_local(outbox.clone().run(shard.clone(), tx));
     receive(&shard, client, &rx, &outbox).await;
     shard.subs.detach(client);
     outbox.close();
@@ -181,7 +180,8 @@ async fn receive(
     }
 }
 
-pub(super) type Outcome = (Result<ReplyBody, Rejection>, u64);
+/// A shard call's answer and what it waits for before it leaves the outbox.
+pub(super) type Outcome = (Result<ReplyBody, Rejection>, Needs);
 
 impl Shard {
     /// Serves one call of client `client`: every kind of shard call, in one exhaustive match.
@@ -233,12 +233,12 @@ impl Shard {
             ShardCall::InstallMachines(entries) => self.install_machines(entries),
             ShardCall::MachineEntries => (
                 Ok(ReplyBody::Entries(self.engine.borrow().machine_entries())),
-                0,
+                Needs::NOTHING,
             ),
             ShardCall::List(q) => self.list_page(&q),
-            ShardCall::Info => (Ok(ReplyBody::Value(self.info())), 0),
-            ShardCall::Stats => (Ok(ReplyBody::Stats(Box::new(self.stats()))), 0),
-            ShardCall::LogPosition => (Ok(self.position()), 0),
+            ShardCall::Info => (Ok(ReplyBody::Value(self.info())), Needs::NOTHING),
+            ShardCall::Stats => (Ok(ReplyBody::Stats(Box::new(self.stats()))), Needs::NOTHING),
+            ShardCall::LogPosition => (Ok(self.position()), Needs::NOTHING),
             ShardCall::ReplicaAppend {
                 epoch,
                 first,
@@ -265,13 +265,13 @@ impl Shard {
             (q.machine.as_deref(), q.state.as_deref(), q.after.as_deref());
         let engine = self.engine.borrow();
         let page = engine.list_instances(machine, state, after, q.has_timer, q.limit);
-        (Ok(ReplyBody::Page(page)), self.log.head())
+        (Ok(ReplyBody::Page(page)), Needs::durable(self.log.head()))
     }
 
     /// A client op, refused on a follower (`follower_refuses`).
     fn client_op(&self, op: ShardOp, params: Option<&[u8]>) -> Outcome {
         match self.follower_refuses(std::iter::once(op.op())) {
-            Some((_, rej)) => (Err(rej), 0),
+            Some((_, rej)) => (Err(rej), Needs::NOTHING),
             None => self.execute_op(op, params),
         }
     }
@@ -284,7 +284,7 @@ impl Shard {
         if_match: Option<(u64, u64)>,
     ) -> Outcome {
         match self.follower_refuses(std::iter::once(op.op())) {
-            Some((_, rej)) => (Err(rej), 0),
+            Some((_, rej)) => (Err(rej), Needs::NOTHING),
             None => self.execute_versioned(op, params, if_match),
         }
     }
@@ -292,7 +292,7 @@ impl Shard {
     /// An atomic BATCH, refused on a follower if any op inside is (naming its index).
     fn client_batch(&self, ops: &crate::ops::batch::BatchOps) -> Outcome {
         match self.follower_refuses(ops.iter().map(|i| i.op.op())) {
-            Some((index, rej)) => (Err(rej.with("index", index)), 0),
+            Some((index, rej)) => (Err(rej.with("index", index)), Needs::NOTHING),
             None => self.execute_batch(ops),
         }
     }
@@ -310,7 +310,7 @@ impl Shard {
 
     fn execute_op(&self, op: ShardOp, params: Option<&[u8]>) -> Outcome {
         use routes::{Definitions as D, Instance as I};
-        let head = self.log.head();
+        let head = Needs::durable(self.log.head());
         let result = match op {
             ShardOp::PutMachine => return self.put_machine(params),
             ShardOp::MachineStats => return (self.machine_stats(params), head),
@@ -320,7 +320,7 @@ impl Shard {
             ShardOp::Instance(I::ApplyEvent) => {
                 return match ops::events::apply_event_params(params) {
                     Ok(cmd) => self.write_event(&cmd),
-                    Err(rej) => (Err(rej), 0),
+                    Err(rej) => (Err(rej), Needs::NOTHING),
                 }
             }
             ShardOp::Instance(I::DeleteInstance) => ops::instances::delete_command(params),
@@ -329,7 +329,7 @@ impl Shard {
         };
         match result {
             Ok(cmd) => self.write(&cmd),
-            Err(rej) => (Err(rej), 0),
+            Err(rej) => (Err(rej), Needs::NOTHING),
         }
     }
 
@@ -349,15 +349,15 @@ impl Shard {
                 let rej = Rejection::new(ErrorCode::Conflict, msg)
                     .with("expected_epoch", epoch)
                     .with("actual_epoch", actual);
-                return (Err(rej), 0);
+                return (Err(rej), Needs::NOTHING);
             }
         }
         let (result, needs) = self.execute_op(ShardOp::Instance(op), params);
         let result = result.map(|body| match body {
             ReplyBody::Json(result) => ReplyBody::Versioned {
                 result,
-                epoch: self.engine.borrow().epoch_of(needs),
-                offset: needs,
+                epoch: self.engine.borrow().epoch_of(needs.offset()),
+                offset: needs.offset(),
             },
             other => other,
         });
@@ -367,31 +367,31 @@ impl Shard {
     fn get_instance(&self, params: Option<&[u8]>) -> Outcome {
         let id = match ops::instances::id_param(params) {
             Ok(id) => id,
-            Err(rej) => return (Err(rej), 0),
+            Err(rej) => return (Err(rej), Needs::NOTHING),
         };
         let engine = self.engine.borrow();
         let mut out = Vec::with_capacity(RESULT_BYTES_HINT);
         match engine.write_instance_json(&id, &mut out) {
-            Some(wal_offset) => (Ok(ReplyBody::Json(out)), wal_offset),
+            Some(wal_offset) => (Ok(ReplyBody::Json(out)), Needs::durable(wal_offset)),
             // "Not found" may stem from a delete that is not durable yet: wait for the head.
-            _ => (Err(not_found(&id)), self.log.head()),
+            _ => (Err(not_found(&id)), Needs::durable(self.log.head())),
         }
     }
 
     fn get_history(&self, params: Option<&[u8]>) -> Outcome {
         let (id, from, limit) = match ops::events::history_query(params) {
             Ok(q) => q,
-            Err(rej) => return (Err(rej), 0),
+            Err(rej) => return (Err(rej), Needs::NOTHING),
         };
         let engine = self.engine.borrow();
-        let needs = engine
+        let at = engine
             .instance(&id)
             .map_or(self.log.head(), |i| i.wal_offset);
         (
             engine
                 .history(&id, from, limit)
                 .map(|v| ReplyBody::Json(to_json(&v))),
-            needs,
+            Needs::durable(at),
         )
     }
 

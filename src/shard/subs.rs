@@ -21,7 +21,7 @@ use shards::{ErrorCode, Rejection};
 use super::message::{ReplyBody, ShardMessage, ShardResponse};
 use super::replay::read_events;
 pub use super::replay::trimmed;
-use super::runtime::{Outbox, Shard};
+use super::runtime::{Needs, Outbox, Shard};
 
 /// Records scanned by one `ReadEvents` call at most: bounds the reply and the CPU time of one
 /// replay step, so replay interleaves with writes.
@@ -353,7 +353,7 @@ impl Registry {
         self.pending.set(self.pending.get() + 1);
         client
             .outbox
-            .push_message(at.offset, ShardMessage::Push(push));
+            .push_message(Needs::durable(at.offset), ShardMessage::Push(push));
     }
 
     /// The log was rewound to `head` (of `epoch`): every client's subscriptions hear it after
@@ -371,7 +371,7 @@ impl Registry {
             };
             client
                 .outbox
-                .push_message(0, ShardMessage::SubsEnded(ended));
+                .push_message(Needs::NOTHING, ShardMessage::SubsEnded(ended));
         }
     }
 
@@ -422,14 +422,14 @@ pub(super) fn subscribe(
         oldest,
         epochs,
     };
-    outbox.push_message(0, reply(token, Ok(watching)));
+    outbox.push_message(Needs::NOTHING, reply(token, Ok(watching)));
 }
 
 /// `ShardCall::Unsubscribe`: answered `{"removed": bool}` through the outbox at once.
 pub(super) fn unsubscribe(shard: &Shard, (client, token): (usize, u32), sub: u64, outbox: &Outbox) {
     let removed = shard.subs.unsubscribe(client, sub);
     let body = ReplyBody::Json(json!({ "removed": removed }).to_string().into_bytes());
-    outbox.push_message(0, reply(token, Ok(body)));
+    outbox.push_message(Needs::NOTHING, reply(token, Ok(body)));
 }
 
 /// `ShardCall::ReadEvents`: a replay read, run as a task of the replay queue and answered
@@ -443,13 +443,13 @@ pub(super) fn read_events_later(
     let (s, out) = (shard.clone(), outbox.clone());
     let task = async move {
         let result = read_events(&s, &filter, from, to, max).await;
-        out.push_message(0, reply(token, result));
+        out.push_message(Needs::NOTHING, reply(token, result));
     };
     match shard.subs.readers.spawn_into(task, shard.subs.replay_queue) {
         Ok(t) => drop(t.detach()),
         Err(_) => {
             let rej = Rejection::new(ErrorCode::ShuttingDown, "the shard is stopping");
-            outbox.push_message(0, reply(token, Err(rej)));
+            outbox.push_message(Needs::NOTHING, reply(token, Err(rej)));
         }
     }
 }

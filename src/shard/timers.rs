@@ -200,7 +200,10 @@ impl Shard {
     pub(super) fn resume_timers(&self) -> super::runtime::Outcome {
         let was_paused = self.timers.resume();
         let body = serde_json::json!({ "was_paused": was_paused });
-        (Ok(super::message::ReplyBody::Value(body)), 0)
+        (
+            Ok(super::message::ReplyBody::Value(body)),
+            super::runtime::Needs::NOTHING,
+        )
     }
 }
 

@@ -7,7 +7,7 @@ use shards::engine::{Command, Decision, Engine, Entry};
 use shards::{ErrorCode, Rejection};
 
 use super::message::ReplyBody;
-use super::runtime::{to_json, Outcome, Shard};
+use super::runtime::{to_json, Needs, Outcome, Shard};
 use crate::util::time::now_ms;
 
 /// Bytes. A result buffer that grew past this (a large context) is freed after its write
@@ -22,7 +22,7 @@ impl Shard {
         }
         let decision = self.engine.borrow().decide(cmd, now_ms());
         match decision {
-            Err(rej) => (Err(rej), 0),
+            Err(rej) => (Err(rej), Needs::NOTHING),
             Ok(Decision::Answer(v)) => self.answer(cmd, &v),
             Ok(Decision::Write(entry)) => {
                 // The result is written straight from the engine's record (no Value).
@@ -30,8 +30,8 @@ impl Shard {
                     self.result_bytes(|out| engine.apply_into(entry, offset, out))
                 });
                 match written {
-                    Ok((bytes, offset)) => (Ok(ReplyBody::Json(bytes)), offset),
-                    Err(rej) => (Err(rej), 0),
+                    Ok((bytes, offset)) => (Ok(ReplyBody::Json(bytes)), Needs::durable(offset)),
+                    Err(rej) => (Err(rej), Needs::NOTHING),
                 }
             }
         }
@@ -136,7 +136,7 @@ impl Shard {
         let at = id.and_then(|id| self.engine.borrow().instance(id).map(|i| i.wal_offset));
         (
             Ok(ReplyBody::Json(to_json(answer))),
-            at.unwrap_or_else(|| self.log.head()),
+            Needs::durable(at.unwrap_or_else(|| self.log.head())),
         )
     }
 }
