@@ -138,8 +138,7 @@ fn closed_segments_are_archived_under_their_names_with_the_same_records() {
     let dir = temp_dir();
     let archive = dir.path().join("archive");
     let s = Server::start_in(dir.path(), &config(&archive, "")).unwrap();
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     write_padded(&mut c, "a", 900);
     assert!(data_segments(&s).len() >= 3, "segments rolled");
     wait_until(
@@ -171,8 +170,7 @@ fn compaction_keeps_a_segment_until_its_copy_exists_and_failures_are_counted() {
     std::fs::write(archive.join("shard-0"), b"in the way").unwrap();
     let extra = "snapshot_every_entries = 100\nretain_bytes = 0";
     let s = Server::start_in(dir.path(), &config(&archive, extra)).unwrap();
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     write_padded(&mut c, "b", 700);
     wait_until("failures counted", Duration::from_secs(10), || {
         scrape(&s).get("svc_wal_archive_failures_total", &[]) >= 1.0
@@ -253,15 +251,12 @@ fn archive_timeout_closes_a_quiet_segment_and_a_restart_archives_what_was_left()
 fn a_promotion_closes_the_segment_and_writes_the_new_epochs_history() {
     let (pdir, rdir) = (temp_dir(), temp_dir());
     let (parch, rarch) = (pdir.path().join("archive"), rdir.path().join("archive"));
-    let port = free_port();
-    let pcfg = format!(
-        "[network]\nbind_addr = \"127.0.0.1:{port}\"\n[replication]\nrole = \"primary\"\n\
-         heartbeat_ms = 200\n{}",
+    let pcfg = fixed_port(&format!(
+        "[replication]\nrole = \"primary\"\nheartbeat_ms = 200\n{}",
         config(&parch, "")
-    );
+    ));
     let mut p = Server::start_in(pdir.path(), &pcfg).unwrap();
-    let mut w = p.client();
-    put_order_machine(&mut w);
+    let mut w = p.order_client();
     write_padded(&mut w, "p", 5);
     let rcfg = format!(
         "[replication]\nrole = \"replica\"\nupstream = \"{}\"\nreplica_id = \"r1\"\n\

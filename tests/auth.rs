@@ -49,6 +49,14 @@ fn authed(s: &Server, token: &str) -> Client {
     c
 }
 
+/// Creates `order` instance `id` with total `amount` and pays it in full.
+fn create_and_pay(c: &mut Client, id: &str, amount: u64) {
+    c.create_instance("order", 1, id, &json!({"total": amount}))
+        .unwrap();
+    c.apply_event(id, "pay", Some(&json!({"amount": amount})))
+        .unwrap();
+}
+
 fn server_error<T: std::fmt::Debug>(r: Result<T, ClientError>) -> (String, Value) {
     match r {
         Err(ClientError::Server { code, details, .. }) => (code.to_string(), details),
@@ -163,12 +171,7 @@ fn a_read_only_subscriber_receives_pushes() {
         .call("WATCH_ALL", json!({}))
         .expect("WATCH_ALL with read");
     let mut writer = authed(&s, SCOPED[1].0);
-    writer
-        .create_instance("order", 1, "o-1", &json!({"total": 5}))
-        .unwrap();
-    writer
-        .apply_event("o-1", "pay", Some(&json!({"amount": 5})))
-        .unwrap();
+    create_and_pay(&mut writer, "o-1", 5);
     let push = reader
         .next_push(Some(Duration::from_secs(10)))
         .unwrap()
@@ -189,12 +192,7 @@ fn reauth_without_read_ends_the_subscriptions() {
     full.call("WATCH_ALL", json!({})).unwrap();
     full.auth(SCOPED[1].0).expect("AUTH as the writer");
     let mut other = authed(&s, FULL);
-    other
-        .create_instance("order", 1, "o-2", &json!({"total": 1}))
-        .unwrap();
-    other
-        .apply_event("o-2", "pay", Some(&json!({"amount": 1})))
-        .unwrap();
+    create_and_pay(&mut other, "o-2", 1);
     full.ping().unwrap();
     let push = full.next_push(Some(Duration::from_millis(500))).unwrap();
     assert!(push.is_none(), "a session without read got {push:?}");
@@ -306,15 +304,10 @@ fn hash_token_prints_the_digest_the_config_takes() {
 #[test]
 fn bad_auth_config_exits_78_naming_the_key() {
     let dir = temp_dir();
-    let cfg = dir.path().join("bad.toml");
-    std::fs::write(
-        &cfg,
-        "[auth]\nrequired = true\n[[auth.tokens]]\nname = \"d\"\nsha256 = \"".to_string()
-            + &"ab".repeat(32)
-            + "\"\nscopes = [\"reed\"]\n",
-    )
-    .unwrap();
-    let (code, _, err) = run_to_exit(&["--config", cfg.to_str().unwrap()]);
+    let bad = "[auth]\nrequired = true\n[[auth.tokens]]\nname = \"d\"\nsha256 = \"".to_string()
+        + &"ab".repeat(32)
+        + "\"\nscopes = [\"reed\"]\n";
+    let (code, _, err) = run_config_to_exit(&dir.path().join("bad.toml"), &bad);
     assert_eq!(code, 78, "{err}");
     assert!(err.contains("auth.tokens[0].scopes"), "{err}");
 }

@@ -4,12 +4,13 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{cli_bin, err_code, put_order_machine, temp_dir, Client, Server};
+use common::run::{cli_at, output};
+use common::{err_code, temp_dir, Client, Server};
 use serde_json::{json, Value};
 use shards::routing::shard_for;
 
@@ -22,17 +23,16 @@ struct Out {
 }
 
 fn cli(addr: &str, args: &[&str], env: &[(&str, &str)]) -> Out {
-    let mut cmd = Command::new(cli_bin());
-    cmd.arg("--addr").arg(addr).args(args);
-    cmd.env_remove("SMDB_ADDR").env_remove("SMDB_TOKEN");
+    let mut cmd = cli_at(addr);
+    cmd.args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.stdin(Stdio::null()).output().expect("run smdb-cli");
+    let (code, stdout, stderr) = output(&mut cmd);
     Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        code,
+        stdout,
+        stderr,
     }
 }
 
@@ -173,8 +173,7 @@ fn backup_under_writes(
     until: impl Fn(&Server) -> bool,
 ) -> (Server, PathBuf, tempfile::TempDir) {
     let (s, _d) = Server::start(extra);
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     let before: Vec<String> = (0..40).map(|i| format!("before-{i}")).collect();
     for id in &before {
         create(&mut c, id).expect("create before");
@@ -335,16 +334,14 @@ fn compaction_during_a_slow_backup_does_not_break_it() {
 
 #[test]
 fn backup_needs_the_replicate_scope() {
-    use smdb::auth::table::{hex, sha256};
+    use common::tokens::{required, token};
     let reader = "backup-reader-token-1";
     let replicator = "backup-replicator-token-2";
-    let cfg = format!(
-        "[shards]\ncount = 2\n[auth]\nrequired = true\n\
-         [[auth.tokens]]\nname = \"r\"\nsha256 = \"{}\"\nscopes = [\"read\"]\n\
-         [[auth.tokens]]\nname = \"b\"\nsha256 = \"{}\"\nscopes = [\"replicate\"]\n",
-        hex(&sha256(reader.as_bytes())),
-        hex(&sha256(replicator.as_bytes()))
-    );
+    let tokens = [
+        token("r", reader, &["read"]),
+        token("b", replicator, &["replicate"]),
+    ];
+    let cfg = format!("[shards]\ncount = 2\n{}", required(&tokens));
     let (s, _d) = Server::start(&cfg);
     let mut c = s.client();
     c.auth(reader).expect("AUTH");

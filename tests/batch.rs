@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::pipeline::write_windowed;
 use common::scrape::scrape;
 use common::*;
 use serde_json::{json, Value};
@@ -60,12 +61,10 @@ fn observe(c: &mut Client, ids: &[&str]) -> Value {
 #[test]
 fn an_abort_at_the_first_a_middle_or_the_last_op_changes_nothing() {
     let (s, _d) = Server::start("");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     c.call("CREATE_INSTANCE", create("{o}:a", 10)["params"].clone())
         .unwrap();
-    let mut watcher = s.client();
-    watcher.call("WATCH_ALL", json!({})).unwrap();
+    let mut watcher = s.watcher(json!({}));
     let ids = ["{o}:a", "{o}:b"];
     let before = observe(&mut c, &ids);
     let aborts = [
@@ -123,10 +122,8 @@ fn an_abort_at_the_first_a_middle_or_the_last_op_changes_nothing() {
 #[test]
 fn later_ops_see_earlier_ones_pushes_come_in_order_and_a_restart_keeps_the_batch() {
     let (mut s, _d) = Server::start("");
-    let mut c = s.client();
-    put_order_machine(&mut c);
-    let mut watcher = s.client();
-    watcher.call("WATCH_ALL", json!({})).unwrap();
+    let mut c = s.order_client();
+    let mut watcher = s.watcher(json!({}));
     let head = wal_offset(&mut c)["offset"].as_u64().unwrap();
     let r = batch(
         &mut c,
@@ -206,8 +203,7 @@ fn an_atomic_batch_across_shards_is_cross_shard_and_best_effort_spans_them_in_or
     let (s, _d) = Server::start(&format!(
         "{TWO_SHARDS}\n[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\""
     ));
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     let (a, b) = split_ids();
     let head = wal_offset(&mut c);
     let (code, d) = details(batch(
@@ -300,8 +296,7 @@ fn an_atomic_batch_across_shards_is_cross_shard_and_best_effort_spans_them_in_or
 #[test]
 fn idempotency_keys_inside_a_batch_behave_as_for_single_ops() {
     let (s, _d) = Server::start("");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     let keyed = |key: &str| {
         json!({"op": "APPLY_EVENT", "params": {"instance_id": "{k}:a", "event": "pay",
             "payload": {"amount": 10}, "idempotency_key": key}})
@@ -364,8 +359,7 @@ fn bad_batches_are_bad_requests() {
 #[test]
 fn an_op_whose_params_are_not_an_object_gets_the_bad_request_it_gets_alone() {
     let (s, _d) = Server::start("");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     c.call("CREATE_INSTANCE", create("a", 1)["params"].clone())
         .unwrap();
     let op = json!({"op": "APPLY_EVENT", "params": ["a", "cancel"]});
@@ -396,32 +390,18 @@ fn batch_writer(
     acked: Arc<Mutex<HashMap<usize, u64>>>,
     stop: Arc<AtomicBool>,
 ) {
-    let Ok(mut c) = Client::connect_hello(addr, "batch-writer") else {
-        return;
+    let request = |n| {
+        let ops: Vec<Value> = (0..MEMBERS)
+            .map(|m| {
+                json!({"op": "APPLY_EVENT", "params": {"instance_id": member(tag, m),
+                    "event": "inc", "payload": {"n": n}}})
+            })
+            .collect();
+        ("BATCH", json!({"mode": "atomic", "ops": ops}))
     };
-    let mut next = start + 1;
-    let mut inflight = std::collections::VecDeque::new();
-    while !stop.load(Ordering::Relaxed) {
-        while inflight.len() < 4 {
-            let ops: Vec<Value> = (0..MEMBERS)
-                .map(|m| {
-                    json!({"op": "APPLY_EVENT", "params": {"instance_id": member(tag, m),
-                        "event": "inc", "payload": {"n": next}}})
-                })
-                .collect();
-            if c.send("BATCH", &json!({"mode": "atomic", "ops": ops}))
-                .is_err()
-            {
-                return;
-            }
-            inflight.push_back(next);
-            next += 1;
-        }
-        let Ok(resp) = c.recv_response() else { return };
-        let n = inflight.pop_front().unwrap_or(0);
-        assert_eq!(resp["status"], "ok", "{resp}");
+    write_windowed(addr, "batch-writer", 4, start, &stop, request, |n, _| {
         acked.lock().unwrap().insert(tag, n);
-    }
+    });
 }
 
 fn member(tag: usize, m: usize) -> String {

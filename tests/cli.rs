@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use common::run::{cli_at, output_with_stdin};
 use common::*;
 use serde_json::{json, Value};
 
@@ -53,28 +54,11 @@ impl Out {
 
 /// Runs `smdb-cli --addr ADDR ARGS...` with `stdin` piped in.
 fn cli_in(addr: &str, args: &[&str], stdin: &str) -> Out {
-    let mut child = Command::new(cli_bin())
-        .arg("--addr")
-        .arg(addr)
-        .args(args)
-        .env_remove("SMDB_ADDR")
-        .env_remove("SMDB_TOKEN")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run smdb-cli");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let (code, stdout, stderr) = output_with_stdin(cli_at(addr).args(args), stdin);
     Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        code,
+        stdout,
+        stderr,
     }
 }
 
@@ -336,13 +320,8 @@ fn help_is_complete_for_every_subcommand() {
 fn watch_streams_events_from_the_real_server() {
     let (s, _d) = Server::start("");
     cli_in(&dead_addr(), &["watch"], "").fails_with(3, "CONNECT_FAILED");
-    let mut c = s.client();
-    put_order_machine(&mut c);
-    c.call(
-        "CREATE_INSTANCE",
-        json!({"machine":"order","version":1,"id":"w1","context":{"total":1}}),
-    )
-    .unwrap();
+    let mut c = s.order_client();
+    create_order(&mut c, "w1", 1);
     let mut watch = Command::new(cli_bin())
         .args([
             "--addr",
@@ -470,8 +449,8 @@ fn line_reader(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<Strin
 
 #[test]
 fn repl_reconnects_after_the_server_restarts() {
-    let port = free_port();
-    let (mut s, _d) = Server::start(&format!("[network]\nbind_addr = \"127.0.0.1:{port}\""));
+    let (mut s, _d) = Server::start(&fixed_port(""));
+    let port = s.addr.port();
     put_order_machine(&mut s.client());
     let mut repl: Child = Command::new(cli_bin())
         .args(["--addr", &s.addr.to_string(), "--json"])
@@ -712,8 +691,7 @@ fn write_backup_manifest(dir: &Path) {
 #[test]
 fn backup_verify_checks_a_real_data_dir_and_names_a_flipped_byte() {
     let (mut s, tmp) = Server::start("[shards]\ncount = 1\n[storage]\nsegment_bytes = 1048576");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     for i in 0..20 {
         let p = json!({"machine": "order", "version": 1, "id": format!("o-{i}"),
             "context": {"total": 1}});

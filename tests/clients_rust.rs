@@ -16,7 +16,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{free_port, order_definition, Server};
+use common::{order_definition, Server};
 use serde_json::{json, Value};
 use smdb::auth::table::{hex, sha256};
 use smdb_client::asyncio;
@@ -293,8 +293,7 @@ fn a_pipelined_burst_of_ten_thousand_answers_in_order() {
 
 /// A server on a fixed port (so a restart comes back at the same address).
 fn fixed_port_server() -> (Server, common::TestDir) {
-    let port = free_port();
-    Server::start(&format!("[network]\nbind_addr = \"127.0.0.1:{port}\"\n"))
+    Server::start(&common::fixed_port(""))
 }
 
 fn ticks(addr: &str, from: u64, to: u64) {

@@ -14,22 +14,19 @@ use std::time::{Duration, Instant};
 
 use common::cdp::Browser;
 use common::http::Http;
+use common::tokens::{http_required, token, ALL_SCOPES};
 use common::{put_order_machine, Client, Server};
 use serde_json::json;
-use smdb::auth::table::{hex, sha256};
 
 const ADMIN: &str = "console-admin-0c4e";
 const READER: &str = "console-reader-9b21";
 const WAIT: Duration = Duration::from_secs(15);
 
 fn config() -> String {
-    format!(
-        "[http]\nenabled = true\n[auth]\nrequired = true\n\
-         [[auth.tokens]]\nname = \"admin\"\nsha256 = \"{}\"\nscopes = [\"read\", \"write\", \"admin\"]\n\
-         [[auth.tokens]]\nname = \"dashboard\"\nsha256 = \"{}\"\nscopes = [\"read\"]\n",
-        hex(&sha256(ADMIN.as_bytes())),
-        hex(&sha256(READER.as_bytes()))
-    )
+    http_required(&[
+        token("admin", ADMIN, ALL_SCOPES),
+        token("dashboard", READER, &["read"]),
+    ])
 }
 
 fn shots() -> PathBuf {

@@ -82,8 +82,7 @@ fn health_status(s: &Server) -> u16 {
 fn sigterm_drain_keeps_the_grace_answers_every_request_and_exits_zero() {
     let grace = Duration::from_millis(600);
     let (mut s, _d) = Server::start(&drain_config(600, 5000));
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let _c = s.order_client();
     assert_eq!(health_status(&s), 200);
     let loader = {
         let c = s.client();
@@ -202,8 +201,7 @@ fn restart_right_after_sigkill_on_the_same_ports_ten_times() {
         "[network]\nbind_addr = \"127.0.0.1:{port}\"\n[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:{mport}\""
     );
     let (mut s, _d) = Server::start(&extra);
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let c = s.order_client();
     drop(c);
     for k in 0..10 {
         let mut c = s.client();
@@ -250,8 +248,7 @@ fn json_mode_writes_only_json_lines_on_stdout_and_stderr() {
         drain_config(100, 2000)
     );
     let (mut s, d) = Server::start_with_env(&json_cfg, &[("RUST_LOG", "")]);
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     c.call("CREATE_INSTANCE", create_params("j1")).unwrap();
     assert!(c.call("GET_INSTANCE", json!({"id": "nope"})).is_err());
     s.signal(libc::SIGTERM);
@@ -272,9 +269,8 @@ fn json_mode_writes_only_json_lines_on_stdout_and_stderr() {
     assert!(n > 5, "{}", s.log());
 
     // Start-up failures: a config error and a data dir that cannot be used.
-    let bad = d.path().join("bad.toml");
-    std::fs::write(&bad, "[logging]\nformat = \"json\"\n[network]\nbogus = 1\n").unwrap();
-    let (code, stdout, stderr) = run_to_exit(&["--config", bad.to_str().unwrap()]);
+    let bad = "[logging]\nformat = \"json\"\n[network]\nbogus = 1\n";
+    let (code, stdout, stderr) = run_config_to_exit(&d.path().join("bad.toml"), bad);
     assert_eq!(code, 78, "{stderr}");
     assert_eq!(stdout, "");
     assert_eq!(assert_all_json("config error", &stderr), 1, "{stderr}");
@@ -282,16 +278,11 @@ fn json_mode_writes_only_json_lines_on_stdout_and_stderr() {
 
     let file = d.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
-    let unusable = d.path().join("unusable.toml");
-    std::fs::write(
-        &unusable,
-        format!(
-            "[logging]\nformat = \"json\"\n[network]\nbind_addr = \"127.0.0.1:0\"\n[metrics]\nenabled = false\n[http]\nenabled = false\n[storage]\ndata_dir = \"{}\"\n",
-            file.join("data").display()
-        ),
-    )
-    .unwrap();
-    let (code, stdout, stderr) = run_to_exit(&["--config", unusable.to_str().unwrap()]);
+    let unusable = format!(
+        "[logging]\nformat = \"json\"\n[network]\nbind_addr = \"127.0.0.1:0\"\n[metrics]\nenabled = false\n[http]\nenabled = false\n[storage]\ndata_dir = \"{}\"\n",
+        file.join("data").display()
+    );
+    let (code, stdout, stderr) = run_config_to_exit(&d.path().join("unusable.toml"), &unusable);
     assert_eq!(code, 1, "{stderr}");
     assert_eq!(stdout, "");
     assert!(

@@ -5,9 +5,11 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::pipeline::write_windowed;
 use common::*;
 use serde_json::{json, Value};
 
@@ -40,26 +42,23 @@ fn writer(
     start: u64,
     acked: Arc<Mutex<HashMap<String, u64>>>,
 ) {
-    let Ok(mut c) = Client::connect_hello(addr, "crash-writer") else {
-        return;
+    let never = AtomicBool::new(false);
+    let request = |n| {
+        let p = json!({"instance_id": id, "event": "inc", "payload": {"n": n}});
+        ("APPLY_EVENT", p)
     };
-    let mut next = start + 1;
-    let mut inflight = std::collections::VecDeque::new();
-    loop {
-        while inflight.len() < WINDOW {
-            let p = json!({"instance_id": id, "event": "inc", "payload": {"n": next}});
-            if c.send("APPLY_EVENT", &p).is_err() {
-                return;
-            }
-            inflight.push_back(next);
-            next += 1;
-        }
-        let Ok(resp) = c.recv_response() else { return };
-        let n = inflight.pop_front().unwrap_or(0);
-        assert_eq!(resp["status"], "ok", "{resp}");
-        assert_eq!(resp["result"]["context"]["n"], n);
-        acked.lock().unwrap().insert(id.clone(), n);
-    }
+    write_windowed(
+        addr,
+        "crash-writer",
+        WINDOW,
+        start,
+        &never,
+        request,
+        |n, resp| {
+            assert_eq!(resp["result"]["context"]["n"], n);
+            acked.lock().unwrap().insert(id.clone(), n);
+        },
+    );
 }
 
 fn check_acked_present(s: &Server, acked: &HashMap<String, u64>) {
@@ -349,8 +348,7 @@ fn a_corrupt_or_torn_snapshot_falls_back_to_the_previous_one_and_the_log() {
 fn idempotency_keys_and_definitions_survive_restart() {
     let dir = temp_dir();
     let mut s = Server::start_in(dir.path(), "[shards]\ncount = 2").unwrap();
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     let create = json!({"machine":"order","version":1,"id":"idem","context":{"total":1},
         "idempotency_key":"c-1"});
     let first = c.call("CREATE_INSTANCE", create.clone()).unwrap();

@@ -18,14 +18,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::balancer::{health, primary_by_health, Balancer};
+use common::balancer::{health, primary_by_health, retrying, Balancer};
 use common::etcd::Etcd;
 use common::ha::{member_config, serial, TTL_MS};
 use common::scrape::scrape;
 use common::*;
 use serde_json::json;
 use smdb_client::ops::CreateOptions;
-use smdb_client::{ConnectOptions, RetryPolicy};
 
 fn knob(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
@@ -99,17 +98,8 @@ fn write_loop(
     failures: &Mutex<Vec<String>>,
     stop: &AtomicBool,
 ) {
-    let opts = ConnectOptions {
-        client_name: format!("trial-{t}"),
-        timeout: Some(Duration::from_secs(10)),
-        // Short, capped backoff: the gap measured is the cluster's, not the client's sleep.
-        retry: RetryPolicy {
-            attempts: 400,
-            initial_backoff: Duration::from_millis(20),
-            max_backoff: Duration::from_millis(100),
-        },
-        ..ConnectOptions::default()
-    };
+    // Short, capped backoff: the gap measured is the cluster's, not the client's sleep.
+    let opts = retrying(format!("trial-{t}"), 400, Duration::from_millis(100));
     let mut c = Client::connect_with(addr, &opts).unwrap();
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {

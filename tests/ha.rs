@@ -16,14 +16,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::balancer::{health, primary_by_health, Balancer};
+use common::balancer::{health, primary_by_health, retrying, Balancer};
 use common::etcd::Etcd;
 use common::ha::{
-    acked_missing, assert_acked_present_once, converge, create_paid, member_config, one_primary,
-    serial, start_members, status, Load, TTL_MS,
+    converge, create_paid, member_config, one_primary, serial, start_cluster, start_members,
+    status, TTL_MS,
 };
 use common::pipeline::{Outcome, Pipeline};
 use common::scrape::{http_get, metrics_addr, scrape};
+use common::writes::{acked_missing, assert_acked_present_once, Load};
 use common::*;
 use serde_json::json;
 
@@ -84,10 +85,8 @@ fn check_health_and_metrics(primary: &Server, follower: &Server, node: &str) {
 fn sigkill_of_the_primary_elects_another_and_keeps_every_sync_acknowledged_write() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let (_dirs, mut members) = start_members(&etcd, "kill", "sync", "");
-    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
-    let mut w = members[first].client();
-    put_order_machine(&mut w);
+    let (_dirs, mut members, first) = start_cluster(&etcd, "kill", "sync", "");
+    let mut w = members[first].order_client();
     let ids: Vec<String> = (0..48).map(|i| format!("k-{i}")).collect();
     for id in &ids {
         create_paid(&mut w, id);
@@ -226,14 +225,8 @@ fn a_bad_ha_section_exits_78_naming_the_key() {
     ] {
         let dir = temp_dir();
         let path = dir.path().join("smdb.toml");
-        std::fs::write(&path, base_config(dir.path(), extra)).unwrap();
-        let out = std::process::Command::new(BIN)
-            .arg("--config")
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(78), "{extra}");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let (code, _, err) = run_config_to_exit(&path, &base_config(dir.path(), extra));
+        assert_eq!(code, 78, "{extra}");
         assert!(err.contains(key), "{key} named: {err}");
     }
 }
@@ -242,10 +235,8 @@ fn a_bad_ha_section_exits_78_naming_the_key() {
 fn a_primary_paused_past_its_lease_acknowledges_nothing_the_new_primary_lacks() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let (_dirs, members) = start_members(&etcd, "pause", "sync", "");
-    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
-    let mut w = members[first].client();
-    put_order_machine(&mut w);
+    let (_dirs, members, first) = start_cluster(&etcd, "pause", "sync", "");
+    let mut w = members[first].order_client();
     let ids: Vec<String> = (0..48).map(|i| format!("p-{i}")).collect();
     for id in &ids {
         let create = json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}});
@@ -313,10 +304,8 @@ fn sigstop_under_a_pipeline(mode: &str, cluster: &str) -> Paused {
     let _serial = serial();
     let started = Instant::now();
     let etcd = Etcd::start(3);
-    let (_dirs, members) = start_members(&etcd, cluster, mode, "");
-    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
-    let mut w = members[first].client();
-    put_order_machine(&mut w);
+    let (_dirs, members, first) = start_cluster(&etcd, cluster, mode, "");
+    let mut w = members[first].order_client();
     let ids: Vec<String> = (0..128).map(|i| format!("q-{i}")).collect();
     for id in &ids {
         let create = json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}});
@@ -460,8 +449,7 @@ fn sigstop_with_pipelined_writes_in_async_mode_reports_the_lost_window() {
 fn a_demoted_primary_closes_its_client_connections() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let (_dirs, members) = start_members(&etcd, "close", "async", "");
-    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let (_dirs, members, first) = start_cluster(&etcd, "close", "async", "");
     let follower = (first + 1) % 3;
     let mut to_primary = members[first].client();
     to_primary.call("PING", json!({})).unwrap();
@@ -509,7 +497,6 @@ fn a_demoted_primary_closes_its_client_connections() {
 #[test]
 fn writes_through_haproxy_follow_the_primary_across_a_sigkill() {
     use smdb_client::ops::CreateOptions;
-    use smdb_client::{ConnectOptions, RetryPolicy};
     let _serial = serial();
     let etcd = Etcd::start(3);
     let (dirs, mut members) =
@@ -530,17 +517,8 @@ fn writes_through_haproxy_follow_the_primary_across_a_sigkill() {
         .map(|t| {
             let (addr, acked, stop) = (lb.writes.clone(), acked.clone(), stop.clone());
             std::thread::spawn(move || {
-                let opts = ConnectOptions {
-                    client_name: format!("ha-lb-{t}"),
-                    timeout: Some(Duration::from_secs(10)),
-                    // Rides out a failover: lease, election and HAProxy's checks, ~5 s.
-                    retry: RetryPolicy {
-                        attempts: 100,
-                        initial_backoff: Duration::from_millis(20),
-                        max_backoff: Duration::from_millis(200),
-                    },
-                    ..ConnectOptions::default()
-                };
+                // Rides out a failover: lease, election and HAProxy's checks, ~5 s.
+                let opts = retrying(format!("ha-lb-{t}"), 100, Duration::from_millis(200));
                 let deadline = Instant::now() + Duration::from_secs(10);
                 let mut c = loop {
                     match Client::connect_with(&addr, &opts) {
@@ -624,8 +602,7 @@ fn writes_through_haproxy_follow_the_primary_across_a_sigkill() {
 fn promote_force_takes_the_key_only_when_nobody_holds_it() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let (_dirs, mut members) = start_members(&etcd, "force", "async", "");
-    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let (_dirs, mut members, first) = start_cluster(&etcd, "force", "async", "");
     let chosen = (first + 1) % 3;
     let old_epoch = status(members[first].addr).unwrap()["epoch"]
         .as_u64()

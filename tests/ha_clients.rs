@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
 use common::ha::{member_config, one_primary, serial, status};
+use common::run::{cli_at, output_ok};
 use common::*;
 use serde_json::json;
 use smdb_client::{ApplyOptions, ConnectOptions, CreateOptions, RetryPolicy};
@@ -118,18 +119,10 @@ fn a_client_given_every_member_writes_on_the_primary_and_so_does_the_cli() {
 
     // The CLI: the follower first, then the primary.
     let cli_list = format!("{},{}", members[f].addr, members[p].addr);
-    let out = std::process::Command::new(cli_bin())
-        .args(["--addr", &cli_list, "--json", "create", "order", "cli-1"])
-        .args(["--version", "1", "--context", "{\"total\": 1}"])
-        .env_remove("SMDB_ADDR")
-        .env_remove("SMDB_TOKEN")
-        .output()
-        .expect("run smdb-cli");
-    assert!(
-        out.status.success(),
-        "smdb-cli: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
+    output_ok(
+        cli_at(&cli_list)
+            .args(["--json", "create", "order", "cli-1"])
+            .args(["--version", "1", "--context", "{\"total\": 1}"]),
     );
     assert!(
         exists(&members[p], "cli-1"),
@@ -140,18 +133,10 @@ fn a_client_given_every_member_writes_on_the_primary_and_so_does_the_cli() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let out = std::process::Command::new(cli_bin())
-        .args(["--addr", &format!("{dead},{}", members[f].addr), "--json"])
-        .args(["create", "order", "cli-2", "--version", "1"])
-        .args(["--idempotency-key", "cli-2"])
-        .env_remove("SMDB_ADDR")
-        .env_remove("SMDB_TOKEN")
-        .output()
-        .expect("run smdb-cli");
-    assert!(
-        out.status.success(),
-        "smdb-cli: {}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        cli_at(&format!("{dead},{}", members[f].addr))
+            .args(["--json", "create", "order", "cli-2", "--version", "1"])
+            .args(["--idempotency-key", "cli-2"]),
     );
     assert!(exists(&members[p], "cli-2"));
 }

@@ -18,7 +18,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
-use common::ha::{create_paid, member_config, one_primary, serial, start_members, status, TTL_MS};
+use common::ha::{create_paid, member_config, one_primary, serial, start_cluster, status, TTL_MS};
 use common::*;
 use serde_json::{json, Value};
 
@@ -56,11 +56,8 @@ fn writes_ok_for(p: &Server, id: &str, d: Duration) -> usize {
 fn a_silent_etcd_member_costs_no_term_and_a_killed_primary_is_replaced_promptly() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let (_dirs, mut members) = start_members(&etcd, "silent", "sync", "");
-    let all: Vec<&Server> = members.iter().collect();
-    let p = one_primary(&all, Duration::from_secs(20));
-    let mut c = members[p].client();
-    put_order_machine(&mut c);
+    let (_dirs, mut members, p) = start_cluster(&etcd, "silent", "sync", "");
+    let mut c = members[p].order_client();
     create_paid(&mut c, "s-1");
     let before = epoch_of(&members[p]);
     // Each etcd member that does not lead etcd's raft, silent in turn for three leases: the

@@ -8,35 +8,21 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
-use common::ha::{
-    assert_acked_present_once, becomes_primary, converge, one_primary, serial, start_members,
-    status, Load, TTL_MS,
-};
+use common::ha::{becomes_primary, converge, one_primary, serial, start_cluster, status, TTL_MS};
 use common::http::Http;
+use common::run::{cli_at, output, output_ok};
 use common::scrape::scrape;
+use common::writes::{assert_acked_present_once, Load};
 use common::*;
 use serde_json::{json, Value};
 
 /// `smdb-cli --addr A,B,C ARGS...`: exit code, stdout, stderr.
 fn cli(members: &[Server], args: &[&str]) -> (i32, String, String) {
     let addrs: Vec<String> = members.iter().map(|m| m.addr.to_string()).collect();
-    let out = Command::new(cli_bin())
-        .arg("--addr")
-        .arg(addrs.join(","))
-        .args(args)
-        .env_remove("SMDB_ADDR")
-        .env_remove("SMDB_TOKEN")
-        .output()
-        .expect("run smdb-cli");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    output(cli_at(&addrs.join(",")).args(args))
 }
 
 /// `cli` that must succeed; its stdout.
@@ -62,8 +48,7 @@ fn eventually<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T
 
 /// A machine and `n` instances on `primary`, each paid once; their ids.
 fn seed(primary: &Server, n: usize) -> Vec<String> {
-    let mut w = primary.client();
-    put_order_machine(&mut w);
+    let mut w = primary.order_client();
     let ids: Vec<String> = (0..n).map(|i| format!("s-{i}")).collect();
     for id in &ids {
         let ctx = json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}});
@@ -86,9 +71,8 @@ fn switchover_under_load(mode: &str) {
     let _ = cli_bin();
     let etcd = Etcd::start(3);
     let cluster = format!("switch-{mode}");
-    let (_dirs, members) = start_members(&etcd, &cluster, mode, "[http]\n");
+    let (_dirs, members, first) = start_cluster(&etcd, &cluster, mode, "[http]\n");
     let all: Vec<&Server> = members.iter().collect();
-    let first = one_primary(&all, Duration::from_secs(20));
     let ids = seed(&members[first], 48);
     let old_epoch = status(members[first].addr).unwrap()["ha"]["epoch"]
         .as_u64()
@@ -179,8 +163,7 @@ fn switchover_under_sync_load_hands_over_to_the_named_member_and_loses_no_ok() {
 fn ha_pause_holds_the_election_until_ha_resume() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let (_dirs, mut members) = start_members(&etcd, "pause-ops", "async", "");
-    let first = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let (_dirs, mut members, first) = start_cluster(&etcd, "pause-ops", "async", "");
     let out = cli_ok(&members, &["ha", "pause"]);
     assert_eq!(out.trim(), "automatic failover paused");
     // Every member sees the pause (the key is read at each poll).
@@ -206,21 +189,7 @@ fn ha_pause_holds_the_election_until_ha_resume() {
         assert!(why.contains("paused"), "the reason names the pause: {st}");
     }
     let live = |i: usize| members[i].addr.to_string();
-    let one = |i: usize, args: &[&str]| -> String {
-        let out = Command::new(cli_bin())
-            .arg("--addr")
-            .arg(live(i))
-            .args(args)
-            .env_remove("SMDB_ADDR")
-            .output()
-            .expect("run smdb-cli");
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let one = |i: usize, args: &[&str]| output_ok(cli_at(&live(i)).args(args));
     let text = one(alive[0], &["ha", "status"]);
     assert!(
         text.contains("- (none)") && text.contains("paused"),

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
 use common::ha::{
-    converge, create_paid, member_config, one_primary, serial, start_members, status, wait_status,
+    converge, create_paid, member_config, one_primary, serial, start_cluster, status, wait_status,
 };
 use common::http::Http;
 use common::*;
@@ -51,16 +51,14 @@ fn position(cursor: &str) -> (Option<u64>, u64) {
 fn a_push_in_sync_mode_leaves_only_once_its_entry_is_acknowledged() {
     let _serial = serial();
     let etcd = Etcd::start(1);
-    let (_dirs, members) = start_members(
+    let (_dirs, members, p) = start_cluster(
         &etcd,
         "pushhold",
         "sync",
         "[replication]\nsync_timeout_ms = 20000\n",
     );
-    let p = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
     let followers: Vec<usize> = (0..3).filter(|&i| i != p).collect();
-    let mut w = members[p].client();
-    put_order_machine(&mut w);
+    let mut w = members[p].order_client();
     create_paid(&mut w, "h");
     // Both followers in the sync set: acknowledgements count.
     wait_status(&members[p], Duration::from_secs(10), "S of 2", |st| {
@@ -126,8 +124,7 @@ fn sync_set_of_two(
     cluster: &str,
     extra: &str,
 ) -> (Vec<tempfile::TempDir>, Vec<Server>, usize) {
-    let (dirs, members) = start_members(etcd, cluster, "sync", extra);
-    let p = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let (dirs, members, p) = start_cluster(etcd, cluster, "sync", extra);
     wait_status(&members[p], Duration::from_secs(10), "S of 2", |st| {
         st["ha"]["sync_set"]
             .as_array()
@@ -157,8 +154,7 @@ fn a_follower_pushes_only_what_its_primary_reports_acknowledged() {
         1 => (0, 2),
         _ => (0, 1),
     };
-    let mut w = members[p].client();
-    put_order_machine(&mut w);
+    let mut w = members[p].order_client();
     create_paid(&mut w, "fh");
     // A subscriber on a follower, and a cursor to replay from there later.
     let mut sub = members[f].client();
@@ -246,8 +242,7 @@ fn a_replay_in_sync_mode_delivers_only_acknowledged_entries() {
     let extra = "[replication]\nsync_timeout_ms = 400\n";
     let (_dirs, members, p) = sync_set_of_two(&etcd, "replayhold", extra);
     let followers: Vec<usize> = (0..3).filter(|&i| i != p).collect();
-    let mut w = members[p].client();
-    put_order_machine(&mut w);
+    let mut w = members[p].order_client();
     create_paid(&mut w, "r");
     // The cursor to resume from, before every touch below; one touch acknowledged.
     let start = members[p].client().call("WATCH_ALL", json!({})).unwrap();
@@ -301,12 +296,9 @@ fn a_cursor_past_a_truncated_tail_resumes_where_the_logs_agree() {
     let _serial = serial();
     let etcd = Etcd::start(1);
     let http = "[http]\nenabled = true\n";
-    let (_dirs, mut members) = start_members(&etcd, "diverge", "async", http);
-    let all: Vec<&Server> = members.iter().collect();
-    let p = one_primary(&all, Duration::from_secs(20));
+    let (_dirs, mut members, p) = start_cluster(&etcd, "diverge", "async", http);
     let followers: Vec<usize> = (0..3).filter(|&i| i != p).collect();
-    let mut w = members[p].client();
-    put_order_machine(&mut w);
+    let mut w = members[p].order_client();
     create_paid(&mut w, "d");
     for &f in &followers {
         converge(&members[p], &members[f]);
@@ -396,14 +388,12 @@ fn a_cursor_past_a_truncated_tail_resumes_where_the_logs_agree() {
 fn etags_carry_the_epoch_and_if_match_checks_it() {
     let _serial = serial();
     let etcd = Etcd::start(1);
-    let (_dirs, members) = start_members(&etcd, "etags", "async", "[http]\nenabled = true\n");
-    let p = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let (_dirs, members, p) = start_cluster(&etcd, "etags", "async", "[http]\nenabled = true\n");
     let epoch = status(members[p].addr).unwrap()["ha"]["epoch"]
         .as_u64()
         .unwrap();
     assert!(epoch >= 1);
-    let mut w = members[p].client();
-    put_order_machine(&mut w);
+    let mut w = members[p].order_client();
     create_paid(&mut w, "t");
     let mut h = Http::connect(members[p].http_addr.expect("http listener"));
     let tag = h.get("/instances/t").header("etag").unwrap().to_string();
@@ -456,8 +446,7 @@ fn a_member_that_truncates_ends_its_subscriptions_that_went_past_the_cut() {
         .collect();
     let p = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
     let (a, b) = (2, 1 - p);
-    let mut w = members[p].client();
-    put_order_machine(&mut w);
+    let mut w = members[p].order_client();
     create_paid(&mut w, "t");
     converge(&members[p], &members[a]);
     converge(&members[p], &members[b]);

@@ -12,10 +12,9 @@ use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
 use common::ha::{
-    acked_missing, assert_acked_present_once, converge, create_paid, one_primary, serial,
-    start_members, status, wait_status, Load, TTL_MS,
+    converge, create_paid, one_primary, serial, start_cluster, status, wait_status, TTL_MS,
 };
-use common::*;
+use common::writes::{acked_missing, assert_acked_present_once, Load};
 use serde_json::Value;
 
 fn sync_set(st: &Value) -> Vec<String> {
@@ -28,16 +27,14 @@ fn sync_set(st: &Value) -> Vec<String> {
 fn a_member_that_may_lack_an_acknowledged_write_is_not_elected() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let (_dirs, mut members) = start_members(&etcd, "syncset", "sync", "");
-    let p = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    let (_dirs, mut members, p) = start_cluster(&etcd, "syncset", "sync", "");
     // B goes first among equals (the smaller node id), so "B wins" below never rests on who
     // happens to be further: A is never ahead of B.
     let followers: Vec<usize> = (0..3).filter(|&i| i != p).collect();
     let (b, a) = (followers[0], followers[1]);
     let (na, nb) = (format!("n{a}"), format!("n{b}"));
 
-    let mut w = members[p].client();
-    put_order_machine(&mut w);
+    let mut w = members[p].order_client();
     let ids: Vec<String> = (0..64).map(|i| format!("s-{i}")).collect();
     for id in &ids {
         create_paid(&mut w, id);

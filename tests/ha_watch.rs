@@ -21,7 +21,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
-use common::ha::{becomes_primary, converge, one_primary, serial, start_members, status};
+use common::ha::{becomes_primary, converge, one_primary, serial, start_cluster, status};
 use common::*;
 use serde_json::{json, Value};
 
@@ -92,9 +92,7 @@ fn assert_mostly_fast(seen: &mut [Duration], what: &str) {
 fn followers_see_a_pause_within_milliseconds() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let (_dirs, members) = start_members(&etcd, "watch-pause", "async", "");
-    let all: Vec<&Server> = members.iter().collect();
-    let p = one_primary(&all, Duration::from_secs(20));
+    let (_dirs, members, p) = start_cluster(&etcd, "watch-pause", "async", "");
     let followers: Vec<&Server> = (0..3).filter(|&i| i != p).map(|i| &members[i]).collect();
     let (ops, mut seen) = pause_reactions(&members[p], &followers, 10);
     eprintln!(
@@ -134,11 +132,8 @@ fn switchover(members: &[Server], from: usize, to: usize) -> (Duration, u64) {
 fn a_switchover_takes_less_than_two_polls() {
     let _serial = serial();
     let etcd = Etcd::start(3);
-    let (_dirs, members) = start_members(&etcd, "watch-switch", "sync", "");
-    let all: Vec<&Server> = members.iter().collect();
-    let mut at = one_primary(&all, Duration::from_secs(20));
-    let mut w = members[at].client();
-    put_order_machine(&mut w);
+    let (_dirs, members, mut at) = start_cluster(&etcd, "watch-switch", "sync", "");
+    let _w = members[at].order_client();
     let mut took = Vec::new();
     let mut epoch = 0;
     for i in 0..5 {
@@ -166,9 +161,8 @@ fn watch_restarts(st: &Value) -> u64 {
 fn the_watch_works_again_after_every_etcd_member_restarted() {
     let _serial = serial();
     let mut etcd = Etcd::start(3);
-    let (_dirs, members) = start_members(&etcd, "watch-restart", "async", "");
+    let (_dirs, members, _) = start_cluster(&etcd, "watch-restart", "async", "");
     let all: Vec<&Server> = members.iter().collect();
-    one_primary(&all, Duration::from_secs(20));
     for m in &members {
         assert_eq!(
             watch_restarts(&status(m.addr).unwrap()),
@@ -223,9 +217,8 @@ fn the_watch_works_again_after_every_etcd_member_restarted() {
 fn the_primary_keeps_its_term_while_etcds_followers_restart_one_at_a_time() {
     let _serial = serial();
     let mut etcd = Etcd::start(3);
-    let (_dirs, members) = start_members(&etcd, "keepalive", "async", "");
+    let (_dirs, members, p) = start_cluster(&etcd, "keepalive", "async", "");
     let all: Vec<&Server> = members.iter().collect();
-    let p = one_primary(&all, Duration::from_secs(20));
     let epoch = |i: usize| status(members[i].addr).unwrap()["ha"]["epoch"].as_u64();
     let before = epoch(p);
     // Every member holds its lease's keep-alive stream on one etcd member. Restart the two

@@ -12,9 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::balancer::retrying;
 use common::*;
 use serde_json::json;
-use smdb_client::{Client, ConnectOptions, RetryPolicy};
+use smdb_client::Client;
 
 fn config_file() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tuning/haproxy.cfg")
@@ -103,17 +104,8 @@ fn a_drained_server_behind_haproxy_costs_clients_no_request() {
         .map(|t| {
             let (lb, stop) = (lb.clone(), stop.clone());
             std::thread::spawn(move || {
-                let opts = ConnectOptions {
-                    client_name: format!("lb-load-{t}"),
-                    timeout: Some(Duration::from_secs(10)),
-                    // Rides out the drain: up to ~10 s of SHUTTING_DOWN and reconnects.
-                    retry: RetryPolicy {
-                        attempts: 60,
-                        initial_backoff: Duration::from_millis(20),
-                        max_backoff: Duration::from_millis(200),
-                    },
-                    ..ConnectOptions::default()
-                };
+                // Rides out the drain: up to ~10 s of SHUTTING_DOWN and reconnects.
+                let opts = retrying(format!("lb-load-{t}"), 60, Duration::from_millis(200));
                 let mut c = Client::connect_with(&lb, &opts).expect("connect through haproxy");
                 let mut load = Load::default();
                 let mut n = 0;

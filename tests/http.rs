@@ -5,7 +5,7 @@
 mod common;
 
 use common::http::Http;
-use common::{order_definition, put_order_machine, Server};
+use common::{order_definition, Server};
 use serde_json::{json, Value};
 
 const HTTP: &str = "[http]\nenabled = true";
@@ -16,6 +16,28 @@ fn server() -> (Server, common::TestDir) {
 
 fn http(s: &Server) -> Http {
     Http::connect(s.http_addr.expect("http listener"))
+}
+
+/// A server with the HTTP API, a connection to it, and the order machine put through it.
+fn server_with_order() -> (Server, common::TestDir, Http) {
+    let (s, d) = server();
+    let mut h = http(&s);
+    put_order(&mut h);
+    (s, d, h)
+}
+
+/// The ETag of `path` and the log offset it names (`"EPOCH.OFFSET"`).
+fn etag_of(h: &mut Http, path: &str) -> (String, u64) {
+    let etag = h.get(path).header("etag").unwrap().to_string();
+    let offset = etag.trim_matches('"').split('.').nth(1).unwrap();
+    let offset = offset.parse().unwrap();
+    (etag, offset)
+}
+
+/// `r`'s ETag names epoch 0 and the `wal_offset` in `body`.
+fn assert_etag_at(r: &common::http::Resp, body: &serde_json::Value) {
+    let want = format!("\"0.{}\"", body["wal_offset"]);
+    assert_eq!(r.header("etag"), Some(want.as_str()));
 }
 
 /// The order machine over HTTP; returns the response.
@@ -46,17 +68,14 @@ fn machines_put_get_list_stats_and_their_errors() {
         "/machines/order/versions/1",
         &json!({"states": ["a"], "initial": "a", "transitions": []}),
     );
-    assert_eq!(
-        (other.status, other.code()),
-        (409, "MACHINE_VERSION_EXISTS".into())
-    );
+    other.assert_error(409, "MACHINE_VERSION_EXISTS");
     let bad = h.put(
         "/machines/m2/versions/1",
         &json!({"states": ["a"], "initial": "zz", "transitions": []}),
     );
-    assert_eq!((bad.status, bad.code()), (400, "INVALID_DEFINITION".into()));
+    bad.assert_error(400, "INVALID_DEFINITION");
     let nan = h.put("/machines/m2/versions/x", &json!({}));
-    assert_eq!((nan.status, nan.code()), (400, "BAD_REQUEST".into()));
+    nan.assert_error(400, "BAD_REQUEST");
 
     let list = h.get("/machines");
     assert_eq!(list.status, 200);
@@ -73,15 +92,9 @@ fn machines_put_get_list_stats_and_their_errors() {
     let v1 = h.get("/machines/order/versions/1");
     assert_eq!(v1.json()["checksum"], latest.json()["checksum"]);
     let missing = h.get("/machines/nope");
-    assert_eq!(
-        (missing.status, missing.code()),
-        (404, "MACHINE_NOT_FOUND".into())
-    );
+    missing.assert_error(404, "MACHINE_NOT_FOUND");
     let missing = h.get("/machines/order/versions/9");
-    assert_eq!(
-        (missing.status, missing.code()),
-        (404, "MACHINE_NOT_FOUND".into())
-    );
+    missing.assert_error(404, "MACHINE_NOT_FOUND");
 
     create(&mut h, "o1", 10);
     create(&mut h, "o2", 10);
@@ -97,17 +110,12 @@ fn machines_put_get_list_stats_and_their_errors() {
         json!({"machine": "order", "states": {"new": 1, "paid": 1, "shipped": 0, "cancelled": 0}})
     );
     let none = h.get("/machines/nope/stats");
-    assert_eq!(
-        (none.status, none.code()),
-        (404, "MACHINE_NOT_FOUND".into())
-    );
+    none.assert_error(404, "MACHINE_NOT_FOUND");
 }
 
 #[test]
 fn diagrams_in_every_format() {
-    let (s, _d) = server();
-    let mut h = http(&s);
-    put_order(&mut h);
+    let (_s, _d, mut h) = server_with_order();
     let svg = h.get("/machines/order/versions/1/diagram");
     assert_eq!(svg.status, 200);
     assert_eq!(svg.header("content-type"), Some("image/svg+xml"));
@@ -127,36 +135,25 @@ fn diagrams_in_every_format() {
     let mmd = h.get("/machines/order/versions/1/diagram?format=mermaid");
     assert!(mmd.text().starts_with("stateDiagram-v2"));
     let bad = h.get("/machines/order/versions/1/diagram?format=png");
-    assert_eq!((bad.status, bad.code()), (400, "BAD_REQUEST".into()));
+    bad.assert_error(400, "BAD_REQUEST");
     let missing = h.get("/machines/order/versions/2/diagram");
-    assert_eq!(
-        (missing.status, missing.code()),
-        (404, "MACHINE_NOT_FOUND".into())
-    );
+    missing.assert_error(404, "MACHINE_NOT_FOUND");
 }
 
 #[test]
 fn instances_create_get_list_apply_history_delete() {
-    let (s, _d) = server();
-    let mut h = http(&s);
-    put_order(&mut h);
+    let (_s, _d, mut h) = server_with_order();
     let r = create(&mut h, "a/b c", 30);
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(r.header("location"), Some("/instances/a%2Fb%20c"));
     assert!(r.header("etag").is_some());
     let exists = create(&mut h, "a/b c", 30);
-    assert_eq!(
-        (exists.status, exists.code()),
-        (409, "INSTANCE_EXISTS".into())
-    );
+    exists.assert_error(409, "INSTANCE_EXISTS");
     let no_machine = h.post(
         "/instances",
         &json!({"machine": "x", "version": 1, "id": "z"}),
     );
-    assert_eq!(
-        (no_machine.status, no_machine.code()),
-        (404, "MACHINE_NOT_FOUND".into())
-    );
+    no_machine.assert_error(404, "MACHINE_NOT_FOUND");
 
     let got = h.get("/instances/a%2Fb%20c");
     assert_eq!(got.status, 200);
@@ -165,21 +162,15 @@ fn instances_create_get_list_apply_history_delete() {
         (body["id"].clone(), body["state"].clone()),
         (json!("a/b c"), json!("new"))
     );
-    assert_eq!(
-        got.header("etag"),
-        Some(format!("\"0.{}\"", body["wal_offset"]).as_str())
-    );
+    assert_etag_at(&got, &body);
 
     let guard = h.post(
         "/instances/a%2Fb%20c/events",
         &json!({"event": "pay", "payload": {"amount": 1}}),
     );
-    assert_eq!((guard.status, guard.code()), (422, "GUARD_FAILED".into()));
+    guard.assert_error(422, "GUARD_FAILED");
     let invalid = h.post("/instances/a%2Fb%20c/events", &json!({"event": "ship"}));
-    assert_eq!(
-        (invalid.status, invalid.code()),
-        (422, "INVALID_TRANSITION".into())
-    );
+    invalid.assert_error(422, "INVALID_TRANSITION");
     let pay = h.post(
         "/instances/a%2Fb%20c/events",
         &json!({"event": "pay", "payload": {"amount": 30}}),
@@ -190,21 +181,18 @@ fn instances_create_get_list_apply_history_delete() {
         (moved["from_state"].clone(), moved["to_state"].clone()),
         (json!("new"), json!("paid"))
     );
-    assert_eq!(
-        pay.header("etag"),
-        Some(format!("\"0.{}\"", moved["wal_offset"]).as_str())
-    );
+    assert_etag_at(&pay, &moved);
     let expect = h.post(
         "/instances/a%2Fb%20c/events",
         &json!({"event": "ship", "expected_state": "new"}),
     );
-    assert_eq!((expect.status, expect.code()), (409, "CONFLICT".into()));
+    expect.assert_error(409, "CONFLICT");
     // The path names the instance: the body may not name another.
     let twice = h.post(
         "/instances/a%2Fb%20c/events",
         &json!({"event": "ship", "instance_id": "zz"}),
     );
-    assert_eq!((twice.status, twice.code()), (400, "BAD_REQUEST".into()));
+    twice.assert_error(400, "BAD_REQUEST");
 
     create(&mut h, "b", 5);
     let list = h.get("/instances?machine=order&state=paid");
@@ -222,17 +210,14 @@ fn instances_create_get_list_apply_history_delete() {
     let next = h.get(&format!("/instances?machine=order&limit=1&cursor={cursor}"));
     assert_eq!(next.json()["instances"][0]["id"], "b");
     let bad = h.get("/instances?limit=ten");
-    assert_eq!((bad.status, bad.code()), (400, "BAD_REQUEST".into()));
+    bad.assert_error(400, "BAD_REQUEST");
 
     let history = h.get("/instances/a%2Fb%20c/events?from=1&limit=10");
     assert_eq!(history.status, 200);
     assert_eq!(history.json()["events"].as_array().unwrap().len(), 1);
     assert_eq!(history.json()["events"][0]["event"], "pay");
     let gone = h.get("/instances/nope/events");
-    assert_eq!(
-        (gone.status, gone.code()),
-        (404, "INSTANCE_NOT_FOUND".into())
-    );
+    gone.assert_error(404, "INSTANCE_NOT_FOUND");
 
     let del = h.delete("/instances/b");
     assert_eq!(
@@ -240,28 +225,16 @@ fn instances_create_get_list_apply_history_delete() {
         (200, json!(true))
     );
     let after = h.get("/instances/b");
-    assert_eq!(
-        (after.status, after.code()),
-        (404, "INSTANCE_NOT_FOUND".into())
-    );
+    after.assert_error(404, "INSTANCE_NOT_FOUND");
     let again = h.delete("/instances/b");
     assert_eq!(again.status, 404);
 }
 
 #[test]
 fn if_match_runs_only_on_the_current_version() {
-    let (s, _d) = server();
-    let mut h = http(&s);
-    put_order(&mut h);
+    let (_s, _d, mut h) = server_with_order();
     create(&mut h, "o", 10);
-    let etag = h.get("/instances/o").header("etag").unwrap().to_string();
-    let offset: u64 = etag
-        .trim_matches('"')
-        .split('.')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (etag, offset) = etag_of(&mut h, "/instances/o");
     let pay = json!({"event": "pay", "payload": {"amount": 10}}).to_string();
     let stale = format!("\"0.{}\"", offset - 1);
     let wrong_epoch = format!("\"7.{offset}\"");
@@ -317,9 +290,7 @@ fn if_match_runs_only_on_the_current_version() {
 
 #[test]
 fn idempotency_key_replays_the_first_result() {
-    let (s, _d) = server();
-    let mut h = http(&s);
-    put_order(&mut h);
+    let (_s, _d, mut h) = server_with_order();
     let body =
         json!({"machine": "order", "version": 1, "id": "k", "context": {"total": 1}}).to_string();
     let key = [("Idempotency-Key", "create-k")];
@@ -348,17 +319,12 @@ fn idempotency_key_replays_the_first_result() {
         1
     );
     let misplaced = h.request("GET", "/instances/k", &key, None);
-    assert_eq!(
-        (misplaced.status, misplaced.code()),
-        (400, "BAD_REQUEST".into())
-    );
+    misplaced.assert_error(400, "BAD_REQUEST");
 }
 
 #[test]
 fn batch_info_replication_and_their_errors() {
-    let (s, _d) = server();
-    let mut h = http(&s);
-    put_order(&mut h);
+    let (_s, _d, mut h) = server_with_order();
     let batch = json!({"mode": "atomic", "ops": [
         {"op": "CREATE_INSTANCE", "params": {"machine": "order", "version": 1, "id": "x", "context": {"total": 0}}},
         {"op": "APPLY_EVENT", "params": {"instance_id": "x", "event": "pay", "payload": {"amount": 0}}}]});
@@ -370,10 +336,7 @@ fn batch_info_replication_and_their_errors() {
         &json!({"mode": "atomic", "ops": [
         {"op": "APPLY_EVENT", "params": {"instance_id": "x", "event": "nope"}}]}),
     );
-    assert_eq!(
-        (aborted.status, aborted.code()),
-        (422, "BATCH_ABORTED".into())
-    );
+    aborted.assert_error(422, "BATCH_ABORTED");
     let info = h.get("/info");
     assert_eq!(
         (info.status, info.json()["server_name"].clone()),
@@ -385,18 +348,14 @@ fn batch_info_replication_and_their_errors() {
         (200, json!("standalone"))
     );
     let body_on_get = h.request("GET", "/info", &[], Some(b"{}"));
-    assert_eq!(
-        (body_on_get.status, body_on_get.code()),
-        (400, "BAD_REQUEST".into())
-    );
+    body_on_get.assert_error(400, "BAD_REQUEST");
 }
 
 /// One state, two codecs: what one writes the other reads, offsets and versions included.
 #[test]
 fn http_and_rcp1_see_one_state() {
     let (s, _d) = server();
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     let mut h = http(&s);
     let created = c
         .call(
@@ -427,14 +386,7 @@ fn http_and_rcp1_see_one_state() {
         c.call("LIST_MACHINES", json!({})).unwrap()
     );
     // An RCP1 expectation on the offset the ETag names.
-    let etag = h.get("/instances/both").header("etag").unwrap().to_string();
-    let offset: u64 = etag
-        .trim_matches('"')
-        .split('.')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (_, offset) = etag_of(&mut h, "/instances/both");
     let shipped = c.call(
         "APPLY_EVENT",
         json!({"instance_id": "both", "event": "ship", "expected_wal_offset": offset}),
@@ -479,9 +431,7 @@ fn requests_are_counted_under_their_op() {
 
 #[test]
 fn pipelined_requests_are_answered_in_order_on_one_connection() {
-    let (s, _d) = server();
-    let mut h = http(&s);
-    put_order(&mut h);
+    let (_s, _d, mut h) = server_with_order();
     let mut burst = Vec::new();
     for i in 0..20 {
         let body = json!({"machine": "order", "version": 1, "id": format!("p{i}"), "context": {}})
@@ -507,9 +457,7 @@ fn pipelined_requests_are_answered_in_order_on_one_connection() {
 /// `smdb-cli diagram` prints exactly what the HTTP API answers, in every format.
 #[test]
 fn the_cli_draws_what_the_server_draws() {
-    let (s, _d) = server();
-    let mut h = http(&s);
-    put_order(&mut h);
+    let (s, _d, mut h) = server_with_order();
     for format in ["svg", "dot", "mermaid"] {
         let out = std::process::Command::new(common::cli_bin())
             .args([

@@ -10,21 +10,18 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::http::Http;
+use common::tokens::{http_required, token, ALL_SCOPES};
 use common::{order_definition, Server};
 use serde_json::json;
-use smdb::auth::table::{hex, sha256};
 
 const ADMIN: &str = "admin-secret-51c0";
 const READER: &str = "reader-secret-77aa";
 
 fn auth_config() -> String {
-    format!(
-        "[http]\nenabled = true\n[auth]\nrequired = true\n\
-         [[auth.tokens]]\nname = \"admin\"\nsha256 = \"{}\"\nscopes = [\"read\", \"write\", \"admin\"]\n\
-         [[auth.tokens]]\nname = \"reader\"\nsha256 = \"{}\"\nscopes = [\"read\"]\n",
-        hex(&sha256(ADMIN.as_bytes())),
-        hex(&sha256(READER.as_bytes()))
-    )
+    http_required(&[
+        token("admin", ADMIN, ALL_SCOPES),
+        token("reader", READER, &["read"]),
+    ])
 }
 
 fn http(s: &Server) -> Http {
@@ -44,7 +41,7 @@ fn tokens_scopes_and_no_token_in_a_url() {
 
     let mut anon = http(&s);
     let r = anon.get("/machines");
-    assert_eq!((r.status, r.code()), (401, "UNAUTHORIZED".into()));
+    r.assert_error(401, "UNAUTHORIZED");
     assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"smdb\""));
     let r = anon.get(&format!("/machines?access_token={ADMIN}"));
     assert_eq!(
@@ -59,7 +56,7 @@ fn tokens_scopes_and_no_token_in_a_url() {
         &[("Authorization", "Bearer not-a-token")],
         None,
     );
-    assert_eq!((r.status, r.code()), (401, "AUTH_FAILED".into()));
+    r.assert_error(401, "AUTH_FAILED");
     assert!(r
         .header("www-authenticate")
         .unwrap()
@@ -80,7 +77,7 @@ fn tokens_scopes_and_no_token_in_a_url() {
     assert_eq!(reader.get("/machines/order/versions/1/diagram").status, 200);
     let body = json!({"machine": "order", "version": 1, "id": "x", "context": {}});
     let r = reader.post("/instances", &body);
-    assert_eq!((r.status, r.code()), (403, "FORBIDDEN".into()));
+    r.assert_error(403, "FORBIDDEN");
     assert_eq!(r.json()["details"]["scope"], "write");
     assert!(r
         .header("www-authenticate")
@@ -95,7 +92,7 @@ fn tokens_scopes_and_no_token_in_a_url() {
         "/batch",
         &json!({"mode": "atomic", "ops": [{"op": "CREATE_INSTANCE", "params": body}]}),
     );
-    assert_eq!((r.status, r.code()), (403, "FORBIDDEN".into()));
+    r.assert_error(403, "FORBIDDEN");
     assert_eq!(
         reader.get("/instances/x").status,
         404,
@@ -120,7 +117,7 @@ fn body_and_header_limits() {
     let big =
         json!({"machine": "order", "version": 1, "id": "x", "context": {"pad": "x".repeat(5000)}});
     let r = h.post("/instances", &big);
-    assert_eq!((r.status, r.code()), (413, "FRAME_TOO_LARGE".into()));
+    r.assert_error(413, "FRAME_TOO_LARGE");
     assert!(
         h.closed_within(Duration::from_secs(5)),
         "closed after a 413"
@@ -129,7 +126,7 @@ fn body_and_header_limits() {
     let mut h = http(&s);
     let long = "x".repeat(17 * 1024);
     let r = h.request("GET", "/info", &[("X-Long", &long)], None);
-    assert_eq!((r.status, r.code()), (431, "BAD_REQUEST".into()));
+    r.assert_error(431, "BAD_REQUEST");
 
     // Chunked bodies are decoded, and held to the same limit.
     let mut h = http(&s);
@@ -195,9 +192,9 @@ fn strict_framing_closes_after_any_parse_error() {
         assert_eq!((r.status, r.code()), (400, "BAD_REQUEST".into()), "{bad}");
     }
     let r = h.get("/nowhere");
-    assert_eq!((r.status, r.code()), (404, "NOT_FOUND".into()));
+    r.assert_error(404, "NOT_FOUND");
     let r = h.request("PATCH", "/instances/x", &[], None);
-    assert_eq!((r.status, r.code()), (405, "METHOD_NOT_ALLOWED".into()));
+    r.assert_error(405, "METHOD_NOT_ALLOWED");
     assert_eq!(r.header("allow"), Some("GET, DELETE"));
     assert_eq!(h.get("/info").status, 200, "still the same connection");
 }
@@ -212,7 +209,7 @@ fn foreign_hosts_origins_and_bodies_that_are_not_json() {
     let mut rebound = http(&s);
     rebound.host = "evil.example:80".into();
     let r = rebound.get("/info");
-    assert_eq!((r.status, r.code()), (421, "BAD_REQUEST".into()));
+    r.assert_error(421, "BAD_REQUEST");
     rebound.host = "smdb.test".into();
     assert_eq!(rebound.get("/info").status, 200, "an allowed name");
     let port = s.http_addr.unwrap().port();
@@ -226,7 +223,7 @@ fn foreign_hosts_origins_and_bodies_that_are_not_json() {
     let body = json!({"machine": "order", "version": 1, "id": "o", "context": {}}).to_string();
     let evil = [("Origin", "http://evil.example")];
     let r = h.request("POST", "/instances", &evil, Some(body.as_bytes()));
-    assert_eq!((r.status, r.code()), (403, "FORBIDDEN".into()));
+    r.assert_error(403, "FORBIDDEN");
     let r = h.request(
         "POST",
         "/instances",
@@ -250,7 +247,7 @@ fn foreign_hosts_origins_and_bodies_that_are_not_json() {
         body.len()
     );
     let r = h.raw(form.as_bytes());
-    assert_eq!((r.status, r.code()), (415, "BAD_REQUEST".into()));
+    r.assert_error(415, "BAD_REQUEST");
     let mut no_type = http(&s);
     let req = format!(
         "POST /batch HTTP/1.1\r\nHost: {}\r\nContent-Length: 2\r\n\r\n{{}}",
@@ -268,7 +265,7 @@ fn connection_limit_and_a_slow_head() {
     assert_eq!(b.get("/info").status, 200);
     let mut c = http(&s);
     let r = c.read_response().expect("a 503 without asking");
-    assert_eq!((r.status, r.code()), (503, "CONNECTION_LIMIT".into()));
+    r.assert_error(503, "CONNECTION_LIMIT");
     assert_eq!(r.header("retry-after"), Some("1"));
     drop(a);
     std::thread::sleep(Duration::from_millis(200));

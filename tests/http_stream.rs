@@ -7,7 +7,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::http::{Event, Http, Sse};
-use common::{put_order_machine, Server};
+use common::tokens::{http_required, token as token_entry, ALL_SCOPES};
+use common::Server;
 use serde_json::json;
 
 fn stream(s: &Server, path: &str, headers: &[(&str, &str)]) -> Sse {
@@ -17,11 +18,7 @@ fn stream(s: &Server, path: &str, headers: &[(&str, &str)]) -> Sse {
 }
 
 fn create(c: &mut common::Client, id: &str) {
-    c.call(
-        "CREATE_INSTANCE",
-        json!({"machine": "order", "version": 1, "id": id, "context": {"total": 0}}),
-    )
-    .unwrap();
+    common::create_order(c, id, 0);
 }
 
 /// The next event that is not `subscribed`.
@@ -37,8 +34,7 @@ fn next_event(sse: &mut Sse) -> Event {
 #[test]
 fn events_arrive_in_order_and_resume_by_last_event_id_without_gap_or_duplicate() {
     let (s, _d) = Server::start("[http]\nenabled = true\n[shards]\ncount = 2");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     let mut sse = stream(&s, "/stream?machines=order&events=pay,cancel", &[]);
     let first = sse.next().unwrap();
     assert_eq!(first.event, "subscribed");
@@ -124,8 +120,7 @@ fn events_arrive_in_order_and_resume_by_last_event_id_without_gap_or_duplicate()
 #[test]
 fn an_instance_stream_resumes_from_its_shards_position() {
     let (s, _d) = Server::start("[http]\nenabled = true\n[shards]\ncount = 2");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     create(&mut c, "one");
     create(&mut c, "other");
     let mut sse = stream(&s, "/stream?instance=one&include_context=true", &[]);
@@ -165,7 +160,7 @@ fn an_instance_stream_resumes_from_its_shards_position() {
     );
     let bad = Http::connect(s.http_addr.unwrap()).stream("/stream?from_cursor=c9-x", &[]);
     let r = bad.err().expect("a bad cursor is refused");
-    assert_eq!((r.status, r.code()), (400, "BAD_REQUEST".into()));
+    r.assert_error(400, "BAD_REQUEST");
     assert!(r.text().len() < 2000);
 }
 
@@ -173,8 +168,7 @@ fn an_instance_stream_resumes_from_its_shards_position() {
 #[test]
 fn a_stream_that_falls_behind_gets_lagged_then_ends() {
     let (s, _d) = Server::start("[http]\nenabled = true\n[subscriptions]\nqueue_max = 8");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     create(&mut c, "busy");
     let mut sse = stream(&s, "/stream?machines=order", &[]);
     sse.next().unwrap();
@@ -213,17 +207,11 @@ fn a_stream_that_falls_behind_gets_lagged_then_ends() {
 fn a_reload_that_removes_the_token_ends_its_streams() {
     let token = "stream-token-3f";
     let auth = |with: bool| {
-        let mut cfg = format!(
-            "[http]\nenabled = true\n[auth]\nrequired = true\n[[auth.tokens]]\nname = \"admin\"\nsha256 = \"{}\"\nscopes = [\"read\", \"write\", \"admin\"]\n",
-            smdb::auth::table::hex(&smdb::auth::table::sha256(b"admin-x"))
-        );
+        let mut tokens = vec![token_entry("admin", "admin-x", ALL_SCOPES)];
         if with {
-            cfg.push_str(&format!(
-                "[[auth.tokens]]\nname = \"dash\"\nsha256 = \"{}\"\nscopes = [\"read\"]\n",
-                smdb::auth::table::hex(&smdb::auth::table::sha256(token.as_bytes()))
-            ));
+            tokens.push(token_entry("dash", token, &["read"]));
         }
-        cfg
+        http_required(&tokens)
     };
     let (mut s, _d) = Server::start(&auth(true));
     let h = Http::connect(s.http_addr.unwrap()).with_token(token);
@@ -269,8 +257,7 @@ fn a_reader_that_never_reads_is_closed_once_it_lagged() {
     use std::io::Write;
     use std::os::fd::AsRawFd;
     let (s, _d) = Server::start("[http]\nenabled = true\n[subscriptions]\nqueue_max = 8");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     create(&mut c, "busy");
     c.call(
         "APPLY_EVENT",

@@ -13,23 +13,13 @@ const JSON_LOGS: &str = "[logging]\nformat = \"json\"";
 
 /// `2026-01-31T12:00:00.123Z`: UTC, milliseconds, `Z`.
 fn is_utc_millis(ts: &str) -> bool {
-    let b = ts.as_bytes();
-    let digits = |r: std::ops::Range<usize>| r.into_iter().all(|i| b[i].is_ascii_digit());
-    b.len() == 24
-        && digits(0..4)
-        && b[4] == b'-'
-        && digits(5..7)
-        && b[7] == b'-'
-        && digits(8..10)
-        && b[10] == b'T'
-        && digits(11..13)
-        && b[13] == b':'
-        && digits(14..16)
-        && b[16] == b':'
-        && digits(17..19)
-        && b[19] == b'.'
-        && digits(20..23)
-        && b[23] == b'Z'
+    // `d` stands for a digit; every other byte for itself.
+    const SHAPE: &[u8] = b"dddd-dd-ddTdd:dd:dd.dddZ";
+    ts.len() == SHAPE.len()
+        && ts.bytes().zip(SHAPE).all(|(c, &want)| match want {
+            b'd' => c.is_ascii_digit(),
+            _ => c == want,
+        })
 }
 
 /// Parses every line of the server's stderr as a JSON log line and checks the common fields.
@@ -78,11 +68,17 @@ fn exercise(s: &Server) {
     let _ = c.call("NO_SUCH_OP", json!({}));
 }
 
-#[test]
-fn json_lines_carry_the_required_fields_and_formats() {
-    let (mut s, _d) = Server::start_with_env(JSON_LOGS, &[("RUST_LOG", "debug")]);
+/// A server with `extra` and `RUST_LOG=rust_log` that ran `exercise` and stopped cleanly.
+fn exercised(extra: &str, rust_log: &str) -> (Server, common::TestDir) {
+    let (mut s, d) = Server::start_with_env(extra, &[("RUST_LOG", rust_log)]);
     exercise(&s);
     assert!(s.terminate().success());
+    (s, d)
+}
+
+#[test]
+fn json_lines_carry_the_required_fields_and_formats() {
+    let (s, _d) = exercised(JSON_LOGS, "debug");
     let lines = json_lines(&s);
     assert!(
         lines.iter().any(
@@ -120,9 +116,7 @@ fn json_lines_carry_the_required_fields_and_formats() {
 #[test]
 fn request_lines_are_debug_only_unless_slow() {
     // Level info, the default threshold: requests are fast, so no request lines at all.
-    let (mut s, _d) = Server::start_with_env(JSON_LOGS, &[("RUST_LOG", "")]);
-    exercise(&s);
-    assert!(s.terminate().success());
+    let (s, _d) = exercised(JSON_LOGS, "");
     let lines = json_lines(&s);
     assert!(lines.iter().all(|v| v["level"] != "DEBUG"), "level info");
     assert!(
@@ -132,9 +126,7 @@ fn request_lines_are_debug_only_unless_slow() {
 
     // A threshold of 0 ms makes every request slow: each one logs at info.
     let extra = format!("{JSON_LOGS}\nslow_request_ms = 0");
-    let (mut s, _d) = Server::start_with_env(&extra, &[("RUST_LOG", "")]);
-    exercise(&s);
-    assert!(s.terminate().success());
+    let (s, _d) = exercised(&extra, "");
     let lines = json_lines(&s);
     let requests = request_lines(&lines);
     assert!(requests.len() >= 8, "{requests:#?}");
@@ -147,18 +139,14 @@ fn request_lines_are_debug_only_unless_slow() {
 #[test]
 fn logging_level_sets_the_level_and_rust_log_overrides_it() {
     let extra = format!("{JSON_LOGS}\nlevel = \"warn\"");
-    let (mut s, _d) = Server::start_with_env(&extra, &[("RUST_LOG", "")]);
-    exercise(&s);
-    assert!(s.terminate().success());
+    let (s, _d) = exercised(&extra, "");
     assert!(
         s.log().is_empty(),
         "warn: a clean run logs nothing:\n{}",
         s.log()
     );
 
-    let (mut s, _d) = Server::start_with_env(&extra, &[("RUST_LOG", "smdb::request=debug")]);
-    exercise(&s);
-    assert!(s.terminate().success());
+    let (s, _d) = exercised(&extra, "smdb::request=debug");
     let lines = json_lines(&s);
     assert!(!request_lines(&lines).is_empty());
     assert!(
@@ -169,9 +157,7 @@ fn logging_level_sets_the_level_and_rust_log_overrides_it() {
 
 #[test]
 fn text_format_is_the_default() {
-    let (mut s, _d) = Server::start_with_env("", &[("RUST_LOG", "debug")]);
-    exercise(&s);
-    assert!(s.terminate().success());
+    let (s, _d) = exercised("", "debug");
     let log = s.log();
     let listening = log
         .lines()
@@ -203,8 +189,7 @@ fn apply_event_throughput_with_and_without_request_lines() {
     for rust_log in ["info", "debug", "info", "debug"] {
         let extra = format!("{JSON_LOGS}\n[storage]\nfsync = \"never\"");
         let (mut s, _d) = Server::start_with_env(&extra, &[("RUST_LOG", rust_log)]);
-        let mut c = s.client();
-        put_order_machine(&mut c);
+        let mut c = s.order_client();
         for i in 0..INSTANCES {
             let id = format!("t{i}");
             let p = json!({"machine": "order", "version": 1, "id": id, "context": {"total": 0}});

@@ -7,9 +7,10 @@ mod common;
 
 use std::io::Read;
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::run::{output, output_ok, output_with_stdin};
 use common::scrape::*;
 use common::tools::promtool;
 use common::*;
@@ -58,14 +59,6 @@ const PRIMARY: [(&str, &str); 6] = [
 ];
 
 const REPLICA: [&str; 2] = ["svc_replication_lag_entries", "svc_replication_lag_seconds"];
-
-fn create(c: &mut Client, id: &str, total: i64) {
-    c.call(
-        "CREATE_INSTANCE",
-        json!({"machine": "order", "version": 1, "id": id, "context": {"total": total}}),
-    )
-    .expect("CREATE_INSTANCE");
-}
 
 fn apply(c: &mut Client, id: &str, event: &str, payload: Value) -> Result<Value, ClientError> {
     c.call(
@@ -164,10 +157,9 @@ fn frame_errors_are_counted_under_op_frame() {
 #[test]
 fn engine_metrics_follow_creates_transitions_and_deletes() {
     let (s, _d) = Server::start(&with_metrics("[shards]\ncount = 2"));
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     for id in ["o1", "o2", "o3"] {
-        create(&mut c, id, 10);
+        create_order(&mut c, id, 10);
     }
     apply(&mut c, "o1", "pay", json!({"amount": 10})).unwrap(); // new -> paid
     let refused = apply(&mut c, "o2", "pay", json!({"amount": 5}));
@@ -214,11 +206,10 @@ fn engine_metrics_follow_creates_transitions_and_deletes() {
 #[test]
 fn wal_metrics_count_each_entry_write_and_fsync() {
     let (s, _d) = Server::start(&with_metrics("[storage]\nfsync = \"always\""));
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     let before = scrape(&s);
     for i in 0..5 {
-        create(&mut c, &format!("w{i}"), 1);
+        create_order(&mut c, &format!("w{i}"), 1);
     }
     for i in 0..3 {
         apply(&mut c, &format!("w{i}"), "pay", json!({"amount": 1})).unwrap();
@@ -251,10 +242,9 @@ fn wal_metrics_count_each_entry_write_and_fsync() {
 #[test]
 fn instances_by_state_is_exact_after_recovery() {
     let (mut s, _d) = Server::start(&with_metrics("[shards]\ncount = 2"));
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     for id in ["r1", "r2", "r3", "r4"] {
-        create(&mut c, id, 1);
+        create_order(&mut c, id, 1);
     }
     apply(&mut c, "r1", "pay", json!({"amount": 1})).unwrap();
     apply(&mut c, "r2", "cancel", json!({})).unwrap();
@@ -439,27 +429,13 @@ const SPEC_LINT_EXCEPTIONS: [&str; 3] = [
 ];
 
 fn promtool_check_metrics(text: &str) {
-    let mut child = Command::new(promtool())
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run promtool");
-    let mut stdin = child.stdin.take().unwrap();
-    std::io::Write::write_all(&mut stdin, text.as_bytes()).unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, stdout, stderr) =
+        output_with_stdin(Command::new(promtool()).args(["check", "metrics"]), text);
+    let report = format!("{stdout}{stderr}");
     // promtool exits 3 when it only has lint findings, 1 when the text does not parse.
     assert!(
-        matches!(out.status.code(), Some(0) | Some(3)),
-        "promtool failed ({:?}):\n{report}\n{text}",
-        out.status
+        matches!(code, 0 | 3),
+        "promtool failed (exit {code}):\n{report}\n{text}"
     );
     for line in report.lines().filter(|l| !l.trim().is_empty()) {
         assert!(
@@ -474,9 +450,8 @@ fn promtool_accepts_the_exposition() {
     let (s, _d) = Server::start(&with_metrics(
         "[shards]\ncount = 2\n[replication]\nrole = \"primary\"",
     ));
-    let mut c = s.client();
-    put_order_machine(&mut c);
-    create(&mut c, "p1", 1);
+    let mut c = s.order_client();
+    create_order(&mut c, "p1", 1);
     apply(&mut c, "p1", "pay", json!({"amount": 1})).unwrap();
     let _ = c.call("NO_SUCH_OP", json!({}));
     let r = http_get(metrics_addr(&s), "/metrics", &[]);
@@ -485,16 +460,7 @@ fn promtool_accepts_the_exposition() {
 
 #[test]
 fn promtool_accepts_the_alert_rules() {
-    let out = Command::new(promtool())
-        .args(["check", "rules", ALERTS])
-        .output()
-        .expect("run promtool");
-    assert!(
-        out.status.success(),
-        "promtool check rules:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    output_ok(Command::new(promtool()).args(["check", "rules", ALERTS]));
 }
 
 /// Every family the server can expose (including both replication roles), built through the
@@ -627,16 +593,7 @@ fn alert_rules_pass_their_promtool_unit_tests() {
         env!("CARGO_MANIFEST_DIR"),
         "/docs/monitoring/alerts.test.yml"
     );
-    let out = Command::new(promtool())
-        .args(["test", "rules", tests])
-        .output()
-        .expect("run promtool");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    output_ok(Command::new(promtool()).args(["test", "rules", tests]));
 }
 
 /// Each dashboard query, with Grafana's variables filled in, parses as PromQL (promtool checks
@@ -664,17 +621,9 @@ fn dashboard_queries_are_valid_promql() {
     let dir = temp_dir();
     let path = dir.path().join("dashboard-rules.yml");
     std::fs::write(&path, &rules).unwrap();
-    let out = Command::new(promtool())
-        .args(["check", "rules"])
-        .arg(&path)
-        .output()
-        .expect("run promtool");
-    assert!(
-        out.status.success(),
-        "{}{}\n{rules}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, stdout, stderr) =
+        output(Command::new(promtool()).args(["check", "rules"]).arg(&path));
+    assert_eq!(code, 0, "{stdout}{stderr}\n{rules}");
 }
 
 /// Subscriptions show in `svc_subscriptions_active` while they live, and every push sent counts
@@ -682,10 +631,9 @@ fn dashboard_queries_are_valid_promql() {
 #[test]
 fn subscription_metrics_follow_watches_and_pushes() {
     let (s, _d) = Server::start(&with_metrics("[shards]\ncount = 2"));
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     for id in ["w1", "w2", "w3"] {
-        create(&mut c, id, 1);
+        create_order(&mut c, id, 1);
     }
     let mut sub = s.client();
     let w = sub

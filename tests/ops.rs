@@ -8,14 +8,6 @@ use serde_json::{json, Value};
 
 const TWO_SHARDS: &str = "[shards]\ncount = 2";
 
-fn create(c: &mut Client, id: &str, total: i64) -> Value {
-    c.call(
-        "CREATE_INSTANCE",
-        json!({"machine": "order", "version": 1, "id": id, "context": {"total": total}}),
-    )
-    .unwrap()
-}
-
 #[test]
 fn machine_definition_ops() {
     let (s, _d) = Server::start(TWO_SHARDS);
@@ -102,20 +94,18 @@ fn invalid_definitions_are_refused_with_reason() {
 #[test]
 fn definitions_are_visible_on_every_shard() {
     let (s, _d) = Server::start("[shards]\ncount = 4");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     // 64 ids spread over all four shards: each create needs the definition on its shard.
     for i in 0..64 {
-        create(&mut c, &format!("spread-{i}"), 1);
+        create_order(&mut c, &format!("spread-{i}"), 1);
     }
 }
 
 #[test]
 fn instance_lifecycle() {
     let (s, _d) = Server::start(TWO_SHARDS);
-    let mut c = s.client();
-    put_order_machine(&mut c);
-    let r = create(&mut c, "o1", 10);
+    let mut c = s.order_client();
+    let r = create_order(&mut c, "o1", 10);
     assert_eq!(r["state"], "new");
     assert_eq!(r["context"], json!({"total": 10}));
     assert!(r["wal_offset"].as_u64().unwrap() >= 1);
@@ -198,9 +188,8 @@ fn instance_lifecycle() {
 #[test]
 fn event_errors_guards_and_expectations() {
     let (s, _d) = Server::start(TWO_SHARDS);
-    let mut c = s.client();
-    put_order_machine(&mut c);
-    create(&mut c, "e1", 10);
+    let mut c = s.order_client();
+    create_order(&mut c, "e1", 10);
     let apply = |c: &mut Client, p: Value| c.call("APPLY_EVENT", p);
     assert_eq!(
         err_code(apply(
@@ -264,8 +253,7 @@ fn event_errors_guards_and_expectations() {
 #[test]
 fn idempotency_keys_replay_the_first_result() {
     let (s, _d) = Server::start(TWO_SHARDS);
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     let p = json!({"machine":"order","version":1,"id":"k1","context":{"total":1},
         "idempotency_key":"create-k1"});
     let first = c.call("CREATE_INSTANCE", p.clone()).unwrap();
@@ -287,9 +275,8 @@ fn idempotency_keys_replay_the_first_result() {
 #[test]
 fn history_lists_applied_events_in_order() {
     let (s, _d) = Server::start("");
-    let mut c = s.client();
-    put_order_machine(&mut c);
-    create(&mut c, "h1", 1);
+    let mut c = s.order_client();
+    create_order(&mut c, "h1", 1);
     c.call(
         "APPLY_EVENT",
         json!({"instance_id":"h1","event":"pay","payload":{"amount":1}}),
@@ -319,10 +306,9 @@ fn history_lists_applied_events_in_order() {
 #[test]
 fn list_instances_paginates_across_shards_with_filters() {
     let (s, _d) = Server::start("[shards]\ncount = 3");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     for i in 0..25 {
-        create(&mut c, &format!("l{i:02}"), 1);
+        create_order(&mut c, &format!("l{i:02}"), 1);
         if i % 5 == 0 {
             c.call(
                 "APPLY_EVENT",

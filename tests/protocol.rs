@@ -173,13 +173,8 @@ fn bye_answers_then_closes() {
 #[test]
 fn info_reports_shards_limits_and_totals() {
     let (s, _d) = Server::start("[shards]\ncount = 2\n[network]\nmax_connections = 77");
-    let mut c = s.client();
-    put_order_machine(&mut c);
-    c.call(
-        "CREATE_INSTANCE",
-        json!({"machine":"order","version":1,"id":"i1","context":{"total":1}}),
-    )
-    .unwrap();
+    let mut c = s.order_client();
+    create_order(&mut c, "i1", 1);
     let info = c.call("INFO", Value::Null).unwrap();
     assert_eq!(info["shards"], 2);
     assert_eq!(info["limits"]["max_connections"], 77);
@@ -192,8 +187,7 @@ fn info_reports_shards_limits_and_totals() {
 #[test]
 fn pipelined_requests_across_shards_come_back_in_order() {
     let (s, _d) = Server::start("[shards]\ncount = 3");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     let mut ids = Vec::new();
     for i in 0..100 {
         let p = json!({"machine":"order","version":1,"id":format!("p{i}"),"context":{"total":5}});
@@ -250,8 +244,7 @@ fn connection_limit_rejects_with_code() {
 #[test]
 fn fifty_clients_unaffected_by_one_sending_garbage() {
     let (s, _d) = Server::start("[shards]\ncount = 2");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     let addr = s.addr;
     let garbage = std::thread::spawn(move || {
         for i in 0..200u32 {

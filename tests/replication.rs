@@ -9,12 +9,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::ha::create_paid;
 use common::replicas::wait_converged;
 use common::scrape::scrape;
+use common::writes::{assert_present_once_within, Load};
 use common::*;
 use serde_json::{json, Value};
 
@@ -22,15 +22,16 @@ const METRICS: &str = "[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"";
 /// Small segments: every server here zero-fills its first segment at start-up, and a dozen
 /// servers start at once in this file.
 const SMALL_SEGMENTS: &str = "[storage]\nsegment_bytes = 1048576";
+/// Touches acknowledged per instance that a test here may check (a history keeps its newest
+/// 1000 items; this file's loads stay well under).
+const ACKED_PER_INSTANCE_MAX: usize = 500;
 
 /// A primary on a fixed port (so a restart keeps its address).
 fn primary(extra: &str) -> (Server, common::TestDir) {
-    let port = free_port();
     let cfg = format!(
-        "[network]\nbind_addr = \"127.0.0.1:{port}\"\n[replication]\nrole = \"primary\"\n\
-         heartbeat_ms = 200\n{METRICS}\n{SMALL_SEGMENTS}\n{extra}"
+        "[replication]\nrole = \"primary\"\nheartbeat_ms = 200\n{METRICS}\n{SMALL_SEGMENTS}\n{extra}"
     );
-    Server::start(&cfg)
+    Server::start(&fixed_port(&cfg))
 }
 
 fn replica_config(upstream: &str, id: &str, extra: &str) -> String {
@@ -69,20 +70,6 @@ fn put_machine(c: &mut Client) {
     put_order_machine(c);
 }
 
-/// Creates `id` and pays it (`touch` is allowed in `paid`).
-fn create(c: &mut Client, id: &str) -> Value {
-    c.call(
-        "CREATE_INSTANCE",
-        json!({"machine": "order", "version": 1, "id": id, "context": {"total": 1}}),
-    )
-    .unwrap();
-    c.call(
-        "APPLY_EVENT",
-        json!({"instance_id": id, "event": "pay", "payload": {"amount": 1}}),
-    )
-    .unwrap()
-}
-
 fn touch(c: &mut Client, id: &str, i: u64) -> Result<Value, ClientError> {
     c.call(
         "APPLY_EVENT",
@@ -118,7 +105,7 @@ fn a_replica_converges_mirrors_offsets_and_refuses_writes() {
     put_machine(&mut w);
     let ids = ids("a", 30);
     for (i, id) in ids.iter().enumerate() {
-        create(&mut w, id);
+        create_paid(&mut w, id);
         touch(&mut w, id, i as u64).unwrap();
     }
     let (r, _rd) = replica_of(&p, "r1", "");
@@ -194,7 +181,7 @@ fn a_replica_subscriber_receives_pushes_as_entries_apply() {
     let (p, _pd) = primary("");
     let mut w = p.client();
     put_machine(&mut w);
-    create(&mut w, "s-1");
+    create_paid(&mut w, "s-1");
     let (r, _rd) = replica_of(&p, "r1", "");
     converge(&p, &r);
     let mut sub = r.client();
@@ -206,85 +193,6 @@ fn a_replica_subscriber_receives_pushes_as_entries_apply() {
     assert_eq!(push["wal_offset"], applied["wal_offset"]);
 }
 
-/// A writer thread applying events and recording what was acknowledged.
-struct Load {
-    stop: Arc<AtomicBool>,
-    acked: Arc<Mutex<Vec<(String, u64)>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Load {
-    fn start(addr: std::net::SocketAddr, ids: Vec<String>) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let acked = Arc::new(Mutex::new(Vec::new()));
-        let (s2, a2) = (stop.clone(), acked.clone());
-        let thread = std::thread::spawn(move || {
-            let mut i = 0u64;
-            let mut c: Option<Client> = None;
-            while !s2.load(Ordering::Relaxed) {
-                if c.is_none() {
-                    c = Client::connect_hello(addr, "load").ok();
-                    if c.is_none() {
-                        std::thread::sleep(Duration::from_millis(20));
-                        continue;
-                    }
-                }
-                let id = &ids[i as usize % ids.len()];
-                match touch(c.as_mut().unwrap(), id, i) {
-                    Ok(_) => a2.lock().unwrap().push((id.clone(), i)),
-                    Err(_) => c = None,
-                }
-                i += 1;
-            }
-        });
-        Load {
-            stop,
-            acked,
-            thread: Some(thread),
-        }
-    }
-
-    fn finish(mut self) -> Vec<(String, u64)> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().unwrap().join().unwrap();
-        self.acked.lock().unwrap().clone()
-    }
-}
-
-/// Every acknowledged touch is in the instance's history exactly once.
-fn assert_acked_present_once(s: &Server, acked: &[(String, u64)]) {
-    let mut by_id: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for (id, i) in acked {
-        by_id.entry(id).or_default().push(*i);
-    }
-    let mut c = s.client();
-    for (id, want) in by_id {
-        // The history keeps the newest 1000 items; a check of the older ones would be void.
-        assert!(
-            want.len() < 500,
-            "{id}: {} touches acknowledged; the test must spread them over more instances",
-            want.len()
-        );
-        let h = c
-            .call("GET_HISTORY", json!({"instance_id": id, "limit": 1000}))
-            .unwrap();
-        let got: Vec<u64> = h["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["event"] == "touch")
-            .map(|e| e["payload"]["i"].as_u64().unwrap())
-            .collect();
-        for i in &want {
-            assert_eq!(
-                got.iter().filter(|g| *g == i).count(),
-                1,
-                "{id}: acknowledged touch {i} must be there exactly once: {got:?}"
-            );
-        }
-    }
-}
-
 #[test]
 fn sigkill_of_replica_and_primary_under_load_loses_and_repeats_nothing() {
     let (mut p, _pd) = primary("");
@@ -294,10 +202,10 @@ fn sigkill_of_replica_and_primary_under_load_loses_and_repeats_nothing() {
     // the speed: older items would leave the history and could not be checked.
     let ids = ids("k", 64);
     for id in &ids {
-        create(&mut w, id);
+        create_paid(&mut w, id);
     }
     let (mut r, _rd) = replica_of(&p, "r1", "");
-    let load = Load::start(p.addr, ids.clone());
+    let load = Load::start(vec![p.addr], ids.clone());
     for round in 0..3 {
         std::thread::sleep(Duration::from_millis(300 + 137 * round));
         r.kill();
@@ -316,7 +224,7 @@ fn sigkill_of_replica_and_primary_under_load_loses_and_repeats_nothing() {
     let acked = load.finish();
     assert!(acked.len() > 50, "the load ran: {}", acked.len());
     converge(&p, &r);
-    assert_acked_present_once(&p, &acked);
+    assert_present_once_within(&p, &acked, ACKED_PER_INSTANCE_MAX);
     assert_eq!(
         snapshot_of(&r, &ids),
         snapshot_of(&p, &ids),
@@ -329,7 +237,7 @@ fn promotion_keeps_offsets_and_a_cursor_resumes_without_gap_or_duplicate() {
     let (mut p, _pd) = primary("");
     let mut w = p.client();
     put_machine(&mut w);
-    create(&mut w, "c-1");
+    create_paid(&mut w, "c-1");
     let (r, _rd) = replica_of(&p, "r1", "");
     let mut sub = p.client();
     sub.call("WATCH_ALL", json!({"events": ["touch"]})).unwrap();
@@ -353,13 +261,7 @@ fn promotion_keeps_offsets_and_a_cursor_resumes_without_gap_or_duplicate() {
         "offsets continue: {after}"
     );
     // The cursor taken on the old primary resumes on the new one: events 3, 4, 5.
-    let mut again = r.client();
-    again
-        .call(
-            "WATCH_ALL",
-            json!({"events": ["touch"], "from_cursor": cursor}),
-        )
-        .unwrap();
+    let mut again = r.watcher(json!({"events": ["touch"], "from_cursor": cursor}));
     let got: Vec<u64> = (0..3)
         .map(|_| again.recv_push().unwrap()["payload"]["i"].as_u64().unwrap())
         .collect();
@@ -378,7 +280,7 @@ fn a_former_primary_rejoins_as_a_replica_and_drops_its_unreplicated_tail() {
     put_machine(&mut w);
     let ids = ids("t", 4);
     for id in &ids {
-        create(&mut w, id);
+        create_paid(&mut w, id);
     }
     let (mut r, _rd) = replica_of(&p, "r1", "");
     converge(&p, &r);
@@ -421,7 +323,7 @@ fn a_replica_that_starts_after_compaction_converges_from_a_snapshot() {
     put_machine(&mut w);
     let ids = ids("z", 20);
     for id in &ids {
-        create(&mut w, id);
+        create_paid(&mut w, id);
     }
     let blob = "x".repeat(900);
     for i in 0..3000u64 {
@@ -482,7 +384,7 @@ fn a_replica_catches_up_from_a_streamed_snapshot_and_an_older_one_is_refused() {
     put_machine(&mut w);
     let ids = ids("s", 100);
     for id in &ids {
-        create(&mut w, id);
+        create_paid(&mut w, id);
     }
     let blob = "y".repeat(1500);
     for i in 0..5000u64 {
@@ -550,7 +452,7 @@ fn sync_mode_times_out_on_a_stopped_replica_and_the_write_is_committed() {
     put_machine(&mut w);
     // With the replica attached, sync writes succeed.
     let t = Instant::now();
-    create(&mut w, "y-1");
+    create_paid(&mut w, "y-1");
     touch(&mut w, "y-1", 1).unwrap();
     assert!(t.elapsed() < Duration::from_millis(400 * 2));
     converge(&p, &r);
@@ -586,7 +488,7 @@ fn a_resent_sync_timed_out_write_is_never_ok_before_a_replica_holds_it() {
     converge(&p, &r);
     let mut w = p.client();
     put_machine(&mut w);
-    create(&mut w, "k-1");
+    create_paid(&mut w, "k-1");
     converge(&p, &r);
     r.signal(libc::SIGSTOP);
     let apply = json!({"instance_id": "k-1", "event": "touch", "payload": {"i": 1},
@@ -639,15 +541,15 @@ fn promotion_after_the_primary_dies_keeps_every_sync_acknowledged_write() {
     let ids = ids("q", 4);
     let mut acked = Vec::new();
     for id in &ids {
-        create(&mut w, id);
+        create_paid(&mut w, id);
     }
     for i in 0..40u64 {
         touch(&mut w, &ids[i as usize % 4], i).unwrap();
-        acked.push((ids[i as usize % 4].clone(), i));
+        acked.push((ids[i as usize % 4].clone(), i, Instant::now()));
     }
     p.kill();
     r.client().call("PROMOTE", json!({})).unwrap();
-    assert_acked_present_once(&r, &acked);
+    assert_present_once_within(&r, &acked, ACKED_PER_INSTANCE_MAX);
 }
 
 #[test]
@@ -655,7 +557,7 @@ fn a_slow_replica_is_dropped_counted_and_catches_up() {
     let (p, _pd) = primary("[replication]\nfanout_max = 16\n[storage]\nfsync = \"never\"");
     let mut w = p.client();
     put_machine(&mut w);
-    create(&mut w, "l-1");
+    create_paid(&mut w, "l-1");
     let (r, _rd) = replica_of(&p, "slow", "");
     converge(&p, &r);
     r.signal(libc::SIGSTOP);
@@ -705,26 +607,8 @@ fn sha256_hex(s: &str) -> String {
 }
 
 fn run_to_exit_stdin(input: &str) -> (i32, String, String) {
-    use std::io::Write;
-    let mut child = std::process::Command::new(common::cli_bin())
-        .arg("hash-token")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
+    let mut cmd = std::process::Command::new(common::cli_bin());
+    common::run::output_with_stdin(cmd.arg("hash-token"), input)
 }
 
 #[test]
@@ -856,12 +740,11 @@ fn the_largest_record_the_config_allows_reaches_a_replica() {
     let limit = smdb::limits::REQUEST_FRAME_BYTES_MAX;
     // Segments large enough for the largest record (the default 64 MiB holds slightly less).
     let storage = "[storage]\nsegment_bytes = 134217728\nfsync = \"never\"";
-    let port = free_port();
     let cfg = format!(
-        "[network]\nbind_addr = \"127.0.0.1:{port}\"\nmax_frame_bytes = {limit}\n\
+        "[network]\nmax_frame_bytes = {limit}\n\
          [replication]\nrole = \"primary\"\nheartbeat_ms = 200\n{METRICS}\n{storage}"
     );
-    let (p, _pd) = Server::start(&cfg);
+    let (p, _pd) = Server::start(&fixed_port(&cfg));
     let (r, _rd) = replica_of(
         &p,
         "r-big",

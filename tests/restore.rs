@@ -6,10 +6,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{cli_bin, put_order_machine, run_to_exit, temp_dir, Client, Server};
+use common::run::{cli_at, output_ok};
+use common::{run_to_exit, temp_dir, Client, Server};
 use serde_json::{json, Value};
 use smdb_format::archive::ArchivedSegment;
 
@@ -50,18 +51,10 @@ fn heads(s: &Server) -> Vec<u64> {
 }
 
 fn backup(s: &Server, out: &Path) {
-    let o = Command::new(cli_bin())
-        .args(["--addr", &s.addr.to_string(), "backup", "--out"])
-        .arg(out)
-        .env_remove("SMDB_ADDR")
-        .env_remove("SMDB_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run smdb-cli");
-    assert!(
-        o.status.success(),
-        "backup: {}",
-        String::from_utf8_lossy(&o.stderr)
+    output_ok(
+        cli_at(&s.addr.to_string())
+            .args(["backup", "--out"])
+            .arg(out),
     );
 }
 
@@ -142,8 +135,7 @@ fn a_backup_and_the_archive_restore_to_the_end_and_to_offsets_and_a_gap_is_refus
     let dir = temp_dir();
     let archive = dir.path().join("archive");
     let mut s = Server::start_in(dir.path(), &config(&archive, 2)).unwrap();
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     for i in 0..50 {
         create(&mut c, &format!("before-{i}"), 2000);
     }
@@ -236,8 +228,7 @@ fn point_in_time_restore_keeps_what_was_acknowledged_before_and_nothing_sent_aft
     let dir = temp_dir();
     let archive = dir.path().join("archive");
     let mut s = Server::start_in(dir.path(), &config(&archive, 2)).unwrap();
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     let out = dir.path().join("backup");
     backup(&s, &out);
     // (id, sent, acknowledged), wall-clock milliseconds, one write every ~2 ms for ~1.2 s.
@@ -297,8 +288,7 @@ fn after_a_failover_the_deposed_primarys_archived_tail_is_not_replayed() {
         config(&archive, 1)
     );
     let mut p = Server::start_in(pdir.path(), &pcfg).unwrap();
-    let mut w = p.client();
-    put_order_machine(&mut w);
+    let mut w = p.order_client();
     for i in 0..20 {
         create(&mut w, &format!("first-{i}"), 100);
     }

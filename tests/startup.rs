@@ -20,18 +20,15 @@ fn help_and_version() {
 fn bad_config_exits_78_naming_the_key() {
     let dir = temp_dir();
     let path = dir.path().join("bad.toml");
-    std::fs::write(&path, "[network]\nbind_adress = \"127.0.0.1:1\"\n").unwrap();
-    let (code, _, err) = run_to_exit(&["--config", path.to_str().unwrap()]);
+    let (code, _, err) = run_config_to_exit(&path, "[network]\nbind_adress = \"127.0.0.1:1\"\n");
     assert_eq!(code, 78);
     assert!(err.contains("bind_adress"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one-line message: {err}");
-    std::fs::write(&path, "[storage]\nfsync = \"sometimes\"\n").unwrap();
-    let (code, _, _) = run_to_exit(&["--config", path.to_str().unwrap()]);
+    let (code, _, _) = run_config_to_exit(&path, "[storage]\nfsync = \"sometimes\"\n");
     assert_eq!(code, 78);
     // A frame limit above what one log record holds could accept requests the log (and so
     // every replica) cannot take: refused at load, naming the key (src/limits.rs).
-    std::fs::write(&path, "[network]\nmax_frame_bytes = 104857600\n").unwrap();
-    let (code, _, err) = run_to_exit(&["--config", path.to_str().unwrap()]);
+    let (code, _, err) = run_config_to_exit(&path, "[network]\nmax_frame_bytes = 104857600\n");
     assert_eq!(code, 78);
     assert!(err.contains("network.max_frame_bytes"), "{err}");
 }
@@ -74,8 +71,7 @@ fn shard_count_mismatch_is_refused_naming_both_counts() {
 #[test]
 fn sigterm_finishes_in_flight_requests_and_exits_zero() {
     let (mut s, _d) = Server::start("[shards]\ncount = 2");
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     let mut ids = Vec::new();
     for i in 0..50 {
         let p = json!({"machine":"order","version":1,"id":format!("t{i}"),"context":{}});

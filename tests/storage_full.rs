@@ -124,8 +124,7 @@ fn a_full_disk_refuses_writes_serves_reads_and_heals_without_a_restart() {
     let state = temp_dir();
     let mut s = Server::start_in(state.path(), &config(&fs.mnt.join("data")))
         .unwrap_or_else(|e| panic!("start: {e}"));
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     // Leave room for a few segments: the log fills it, then cannot allocate the next one.
     let filler = fs.fill_leaving(6 * SEGMENT_BYTES);
     let pad = "x".repeat(CONTEXT_BYTES);
@@ -234,14 +233,9 @@ fn start_up_on_a_completely_full_disk_exits_1_leaving_no_temporary_file() {
 fn start_up_exits_1(data: &Path) -> String {
     let state = temp_dir();
     let cfg_path = state.path().join("smdb.toml");
-    std::fs::write(&cfg_path, base_config(state.path(), &config(data))).expect("config");
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&cfg_path)
-        .output()
-        .expect("run smdb-server");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, _, stderr) =
+        run_config_to_exit(&cfg_path, &base_config(state.path(), &config(data)));
+    assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains(&data.display().to_string()), "{stderr}");
     stderr
 }

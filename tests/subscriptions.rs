@@ -129,8 +129,7 @@ fn wait_for_shard_subscriptions(c: &mut Client, want: u64) {
 fn watch_instance_pushes_content_and_order() {
     let _g = serial();
     let (s, _dir) = Server::start(TWO_SHARDS);
-    let mut w = s.client();
-    put_order_machine(&mut w);
+    let mut w = s.order_client();
     create(&mut w, "o1", 30);
     create(&mut w, "o2", 30);
     let mut sub = s.client();
@@ -198,8 +197,7 @@ fn watch_instance_pushes_content_and_order() {
 fn watch_all_filters_events_across_shards() {
     let _g = serial();
     let (s, _dir) = Server::start(TWO_SHARDS);
-    let mut w = s.client();
-    put_order_machine(&mut w);
+    let mut w = s.order_client();
     let doc = json!({"states": ["draft", "final"], "initial": "draft",
         "transitions": [{"from": "draft", "event": "pay", "to": "final"}]});
     w.call(
@@ -273,8 +271,7 @@ fn watch_all_filters_events_across_shards() {
 fn resume_after_disconnect_yields_exactly_the_missed_events() {
     let _g = serial();
     let (s, _dir) = Server::start(TWO_SHARDS);
-    let mut w = s.client();
-    put_order_machine(&mut w);
+    let mut w = s.order_client();
     let ids = ids_on_shards("r", 2, 2);
     for id in &ids {
         create(&mut w, id, 1);
@@ -336,8 +333,7 @@ fn resume_after_disconnect_yields_exactly_the_missed_events() {
 fn replay_works_across_a_restart() {
     let _g = serial();
     let (mut s, _dir) = Server::start(TWO_SHARDS);
-    let mut w = s.client();
-    put_order_machine(&mut w);
+    let mut w = s.order_client();
     let ids = ids_on_shards("k", 2, 2);
     let mut before = BTreeSet::new();
     for id in &ids {
@@ -378,8 +374,7 @@ fn replay_works_across_a_restart() {
 fn unwatch_stops_pushes_and_frees_the_shards() {
     let _g = serial();
     let (s, _dir) = Server::start(TWO_SHARDS);
-    let mut w = s.client();
-    put_order_machine(&mut w);
+    let mut w = s.order_client();
     create(&mut w, "u1", 1);
     let mut sub = s.client();
     let r = sub.call("WATCH_ALL", json!({})).unwrap();
@@ -430,8 +425,7 @@ fn unwatch_stops_pushes_and_frees_the_shards() {
 fn disconnect_removes_every_shard_registration() {
     let _g = serial();
     let (s, _dir) = Server::start(TWO_SHARDS);
-    let mut w = s.client();
-    put_order_machine(&mut w);
+    let mut w = s.order_client();
     create(&mut w, "d1", 1);
     let mut subs: Vec<Client> = (0..3).map(|_| s.client()).collect();
     for c in &mut subs {
@@ -463,8 +457,7 @@ fn disconnect_removes_every_shard_registration() {
 fn bad_positions_are_rejected_clearly() {
     let _g = serial();
     let (s, _dir) = Server::start(TWO_SHARDS);
-    let mut c = s.client();
-    put_order_machine(&mut c);
+    let mut c = s.order_client();
     create(&mut c, "b1", 1);
     for (params, needle) in [
         (json!({"from_cursor": "c1-0"}), "2"),
@@ -499,8 +492,7 @@ fn a_cursor_older_than_the_retained_log_names_the_oldest_offset() {
     let extra = "[shards]\ncount = 1\n[storage]\nfsync = \"never\"\nsegment_bytes = 1048576\n\
                  snapshot_every_entries = 300\nretain_bytes = 0";
     let (s, _dir) = Server::start(extra);
-    let mut w = s.client();
-    put_order_machine(&mut w);
+    let mut w = s.order_client();
     create(&mut w, "t1", 1);
     apply(&mut w, "t1", "pay", json!({"amount": 1}));
     let blob = "x".repeat(4096);
@@ -548,8 +540,7 @@ fn a_cursor_older_than_the_retained_log_names_the_oldest_offset() {
 fn idle_timeout_spares_a_silent_subscriber() {
     let _g = serial();
     let (s, _dir) = Server::start("[network]\nidle_timeout_secs = 1");
-    let mut w = s.client();
-    put_order_machine(&mut w);
+    let mut w = s.order_client();
     create(&mut w, "i1", 1);
     let mut sub = s.client();
     sub.call("WATCH_INSTANCE", json!({"instance_id": "i1"}))
@@ -587,8 +578,7 @@ fn write_burst(c: &mut Client, ids: &[String], n: usize, blob: &str) -> (f64, Ve
 fn a_stuck_subscriber_lags_without_slowing_writers_and_resumes_exactly() {
     let _g = serial();
     let (s, _dir) = Server::start("[shards]\ncount = 2\n[subscriptions]\nqueue_max = 64");
-    let mut w = s.client();
-    put_order_machine(&mut w);
+    let mut w = s.order_client();
     let ids = ids_on_shards("s", 2, 4);
     for id in &ids {
         create(&mut w, id, 1);
@@ -651,13 +641,7 @@ fn a_stuck_subscriber_lags_without_slowing_writers_and_resumes_exactly() {
     }
 
     // Resume: the union of pushes equals the events applied, without duplicates.
-    let mut again = s.client();
-    again
-        .call(
-            "WATCH_ALL",
-            json!({"events": ["touch"], "from_cursor": resume}),
-        )
-        .unwrap();
+    let mut again = s.watcher(json!({"events": ["touch"], "from_cursor": resume}));
     let rest = events(&mut again, OPS - got.len());
     let mut all: Vec<(u64, u64)> = got.clone();
     all.extend(rest.iter().map(key));
@@ -671,8 +655,7 @@ fn a_stuck_subscriber_lags_without_slowing_writers_and_resumes_exactly() {
 fn two_shards_never_deliver_a_duplicate_across_the_replay_seam() {
     let _g = serial();
     let (s, _dir) = Server::start(TWO_SHARDS);
-    let mut w = s.client();
-    put_order_machine(&mut w);
+    let mut w = s.order_client();
     let ids = ids_on_shards("n", 2, 3);
     for id in &ids {
         create(&mut w, id, 1);

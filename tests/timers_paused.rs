@@ -8,13 +8,13 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::http::Http;
+use common::run::{cli_at, output};
+use common::tokens::{http_required, token};
 use common::*;
 use serde_json::{json, Value};
-use smdb::auth::table::{hex, sha256};
 use smdb::datadir::TIMERS_PAUSED_FILE;
 
 const AFTER_MS: u64 = 300;
@@ -68,21 +68,13 @@ fn info(c: &mut Client) -> Value {
 
 /// `smdb-cli --addr ADDR [--json] timers resume`: (exit code, stdout).
 fn cli_resume(s: &Server, json: bool) -> (i32, String) {
-    let mut cmd = Command::new(cli_bin());
-    cmd.arg("--addr").arg(s.addr.to_string());
+    let mut cmd = cli_at(&s.addr.to_string());
     if json {
         cmd.arg("--json");
     }
-    let out = cmd
-        .args(["timers", "resume"])
-        .env_remove("SMDB_ADDR")
-        .env_remove("SMDB_TOKEN")
-        .output()
-        .expect("run smdb-cli");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "smdb-cli: {stdout}{stderr}");
-    (out.status.code().unwrap_or(-1), stdout)
+    let (code, stdout, stderr) = output(cmd.args(["timers", "resume"]));
+    assert_eq!(code, 0, "smdb-cli: {stdout}{stderr}");
+    (code, stdout)
 }
 
 fn marker(s: &Server) -> std::path::PathBuf {
@@ -152,17 +144,10 @@ const ADMIN: &str = "admin-secret-5e1d";
 const READER: &str = "reader-secret-9a0b";
 
 fn token_config() -> String {
-    let entry = |name: &str, token: &str, scope: &str| {
-        format!(
-            "[[auth.tokens]]\nname = \"{name}\"\nsha256 = \"{}\"\nscopes = [\"{scope}\"]\n",
-            hex(&sha256(token.as_bytes()))
-        )
-    };
-    format!(
-        "[http]\nenabled = true\n[auth]\nrequired = true\n{}{}",
-        entry("admin", ADMIN, "admin"),
-        entry("reader", READER, "read")
-    )
+    http_required(&[
+        token("admin", ADMIN, &["admin"]),
+        token("reader", READER, &["read"]),
+    ])
 }
 
 #[test]
@@ -187,7 +172,7 @@ fn timers_resume_needs_admin_and_reports_was_paused_false_when_not_paused() {
     let r = Http::connect(addr)
         .with_token(READER)
         .request("POST", "/timers/resume", &[], None);
-    assert_eq!((r.status, r.code()), (403, "FORBIDDEN".to_string()));
+    r.assert_error(403, "FORBIDDEN");
     let r = Http::connect(addr)
         .with_token(ADMIN)
         .request("POST", "/timers/resume", &[], None);

@@ -11,6 +11,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::run::output;
 use common::{put_order_machine, Client, Server};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -118,6 +119,13 @@ fn connect(server: &Server, tls: ClientTlsOptions) -> Result<Client, smdb_client
     Client::connect_with(&server.addr.to_string(), &opts)
 }
 
+/// A TLS server with the test PKI, and a client that trusts its CA.
+fn tls_server(pki: &Pki) -> (Server, common::TestDir, Client) {
+    let (server, d) = Server::start(&tls_config(pki, ""));
+    let c = connect(&server, trust(pki)).expect("TLS connect + HELLO");
+    (server, d, c)
+}
+
 fn ping(c: &mut Client) {
     assert_eq!(c.call("PING", json!({})).unwrap()["pong"], true);
 }
@@ -139,8 +147,7 @@ fn assert_closed_by_server(s: &mut TcpStream) {
 #[test]
 fn a_tls_client_runs_hello_ping_create_and_get() {
     let pki = pki();
-    let (server, _d) = Server::start(&tls_config(&pki, ""));
-    let mut c = connect(&server, trust(&pki)).expect("TLS connect + HELLO");
+    let (_server, _d, mut c) = tls_server(&pki);
     assert_eq!(c.hello_result().unwrap()["server_name"], "smdb");
     ping(&mut c);
     put_order_machine(&mut c);
@@ -165,8 +172,7 @@ fn a_tls_client_runs_hello_ping_create_and_get() {
 #[test]
 fn plaintext_and_garbage_clients_are_closed_while_a_tls_client_keeps_working() {
     let pki = pki();
-    let (server, _d) = Server::start(&tls_config(&pki, ""));
-    let mut good = connect(&server, trust(&pki)).unwrap();
+    let (server, _d, mut good) = tls_server(&pki);
     ping(&mut good);
 
     let mut plain = Client::connect(server.addr).unwrap();
@@ -308,8 +314,8 @@ fn tls_config_errors_exit_78_naming_the_key() {
     ];
     for (i, (cfg, key)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("bad{i}.toml"));
-        std::fs::write(&path, common::base_config(dir.path(), cfg)).unwrap();
-        let (code, _, err) = common::run_to_exit(&["--config", path.to_str().unwrap()]);
+        let (code, _, err) =
+            common::run_config_to_exit(&path, &common::base_config(dir.path(), cfg));
         assert_eq!(code, 78, "{cfg}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(key), "{key} not named in: {err}");
@@ -317,16 +323,11 @@ fn tls_config_errors_exit_78_naming_the_key() {
 }
 
 fn cli(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(common::cli_bin())
-        .args(args)
-        .env_remove("SMDB_ADDR")
-        .env_remove("SMDB_TOKEN")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    let mut cmd = Command::new(common::cli_bin());
+    output(
+        cmd.args(args)
+            .env_remove("SMDB_ADDR")
+            .env_remove("SMDB_TOKEN"),
     )
 }
 
@@ -353,8 +354,7 @@ fn the_cli_speaks_tls() {
 #[test]
 fn a_backup_streams_over_tls_and_verifies() {
     let pki = pki();
-    let (server, d) = Server::start(&tls_config(&pki, ""));
-    let mut c = connect(&server, trust(&pki)).unwrap();
+    let (server, d, mut c) = tls_server(&pki);
     put_order_machine(&mut c);
     for i in 0..20 {
         c.call(

@@ -2,8 +2,12 @@
 //! section, and the config it suggests is one the server accepts; the unit and sysctl files
 //! carry the settings the guide promises.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
+
+use common::run::output;
 
 fn tuning(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -13,16 +17,7 @@ fn tuning(file: &str) -> PathBuf {
 
 /// Runs check-host.sh with `args`; returns (exit code, stdout, stderr).
 fn check_host(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("bash")
-        .arg(tuning("check-host.sh"))
-        .args(args)
-        .output()
-        .expect("run bash");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    output(Command::new("bash").arg(tuning("check-host.sh")).args(args))
 }
 
 /// The indented TOML between "suggested config" and "suggested systemd".

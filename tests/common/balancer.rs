@@ -1,10 +1,13 @@
 //! HAProxy in front of a failover cluster (tests/ha.rs, tests/failover_trial.rs): the balancer
-//! with tuning/haproxy-ha.cfg, and the health checks it uses.
+//! with tuning/haproxy-ha.cfg, the health checks it uses, and the options of a client that
+//! rides out what happens behind it (tests/haproxy.rs too).
 
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use smdb_client::{ConnectOptions, RetryPolicy};
 
 use super::scrape::{http_get, metrics_addr};
 use super::Server;
@@ -68,5 +71,21 @@ impl Drop for Balancer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Options of a client named `name` through a balancer: each call times out after 10 s, and a
+/// failed connection or call is tried again `attempts` times, backing off from 20 ms up to
+/// `max_backoff`.
+pub fn retrying(name: String, attempts: u32, max_backoff: Duration) -> ConnectOptions {
+    ConnectOptions {
+        client_name: name,
+        timeout: Some(Duration::from_secs(10)),
+        retry: RetryPolicy {
+            attempts,
+            initial_backoff: Duration::from_millis(20),
+            max_backoff,
+        },
+        ..ConnectOptions::default()
     }
 }

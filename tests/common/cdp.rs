@@ -5,7 +5,7 @@
 //! here in ~80 lines rather than pulling a WebSocket crate and its dependency tree into every
 //! test build.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -163,17 +163,11 @@ impl Browser {
             .spawn()
             .expect("start chromium");
         let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("DevTools listening on ") {
-                    let _ = tx.send(url.trim().to_string());
-                }
-            }
-        });
-        let url = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("DevTools endpoint");
+        let url = super::first_line(stderr, Duration::from_secs(60), |line| {
+            let url = line.strip_prefix("DevTools listening on ")?;
+            Some(url.trim().to_string())
+        })
+        .expect("DevTools endpoint");
         let mut b = Browser {
             child,
             _profile: profile,

@@ -1,12 +1,10 @@
 //! Failover tests' shared pieces (tests/ha.rs, tests/ha_ops.rs, tests/ha_clients.rs): a
 //! member's config, three members started at once, their REPLICATION_STATUS, waiting for one
-//! primary, a write load that records every `ok`, the check that each is in a member's
-//! histories, and the lock that runs these tests one at a time.
+//! primary, and the lock that runs these tests one at a time (the write load and its check
+//! are in writes.rs).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -51,6 +49,18 @@ pub fn start_members(
         })
         .collect();
     (dirs, members)
+}
+
+/// `start_members`, then waits (at most 20 s) for one primary; returns its index too.
+pub fn start_cluster(
+    etcd: &Etcd,
+    cluster: &str,
+    mode: &str,
+    extra: &str,
+) -> (Vec<tempfile::TempDir>, Vec<Server>, usize) {
+    let (dirs, members) = start_members(etcd, cluster, mode, extra);
+    let primary = one_primary(&members.iter().collect::<Vec<_>>(), Duration::from_secs(20));
+    (dirs, members, primary)
 }
 
 pub fn status(addr: SocketAddr) -> Option<Value> {
@@ -131,141 +141,10 @@ pub fn becomes_primary(members: &[&Server], want: usize, limit: Duration) {
     }
 }
 
-/// A writer that sends `touch` events to whichever member accepts them, recording each one
-/// acknowledged `ok` and the time of each `ok`.
-pub struct Load {
-    stop: Arc<AtomicBool>,
-    acked: Arc<Mutex<Vec<(String, u64, Instant)>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Load {
-    pub fn start(addrs: Vec<SocketAddr>, ids: Vec<String>) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let acked = Arc::new(Mutex::new(Vec::new()));
-        let (s2, a2) = (stop.clone(), acked.clone());
-        let thread = std::thread::spawn(move || {
-            let (mut i, mut at) = (0u64, 0usize);
-            let mut c: Option<Client> = None;
-            while !s2.load(Ordering::Relaxed) {
-                let Some(client) = c.as_mut() else {
-                    at = (at + 1) % addrs.len();
-                    c = Client::connect_hello(addrs[at], "load").ok();
-                    if let Some(c) = c.as_mut() {
-                        let _ = c.set_timeout(Some(Duration::from_secs(10)));
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                    continue;
-                };
-                let id = &ids[i as usize % ids.len()];
-                let r = client.call(
-                    "APPLY_EVENT",
-                    json!({"instance_id": id, "event": "touch", "payload": {"i": i}}),
-                );
-                match r {
-                    Ok(_) => a2.lock().unwrap().push((id.clone(), i, Instant::now())),
-                    Err(_) => c = None, // not acknowledged: try the next member
-                }
-                i += 1;
-            }
-        });
-        Load {
-            stop,
-            acked,
-            thread: Some(thread),
-        }
-    }
-
-    pub fn acked(&self) -> Vec<(String, u64, Instant)> {
-        self.acked.lock().unwrap().clone()
-    }
-
-    pub fn finish(mut self) -> Vec<(String, u64, Instant)> {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-        self.acked()
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Every acknowledged touch is in `s`'s histories exactly once.
-pub fn assert_acked_present_once(s: &Server, acked: &[(String, u64, Instant)]) {
-    let mut by_id: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for (id, i, _) in acked {
-        by_id.entry(id).or_default().push(*i);
-    }
-    let mut c = s.client();
-    for (id, want) in by_id {
-        assert!(
-            want.len() < 900,
-            "{id}: spread the load over more instances"
-        );
-        let h = c
-            .call("GET_HISTORY", json!({"instance_id": id, "limit": 1000}))
-            .unwrap();
-        let got: Vec<u64> = h["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["event"] == "touch")
-            .map(|e| e["payload"]["i"].as_u64().unwrap())
-            .collect();
-        for i in &want {
-            let n = got.iter().filter(|g| *g == i).count();
-            assert_eq!(
-                n, 1,
-                "{id}: acknowledged touch {i} must be there once: {got:?}"
-            );
-        }
-    }
-}
-
 /// Waits until `r` holds `p`'s log heads (at most 30 s).
 pub fn converge(p: &Server, r: &Server) {
     let statuses = || (status(p.addr), status(r.addr));
     let same = |a: &Value, b: &Value| a["positions"] == b["positions"];
     let (limit, every) = (Duration::from_secs(30), Duration::from_millis(100));
     wait_converged(r, limit, every, statuses, same);
-}
-
-/// The acknowledged touches missing from `s`'s histories; each one that is there is there
-/// exactly once (a duplicate fails).
-pub fn acked_missing(s: &Server, acked: &[(String, u64, Instant)]) -> Vec<(String, u64)> {
-    let mut by_id: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for (id, i, _) in acked {
-        by_id.entry(id).or_default().push(*i);
-    }
-    let mut c = s.client();
-    let mut missing = Vec::new();
-    for (id, want) in by_id {
-        assert!(
-            want.len() < 900,
-            "{id}: spread the load over more instances"
-        );
-        let h = c
-            .call("GET_HISTORY", json!({"instance_id": id, "limit": 1000}))
-            .unwrap();
-        let got: Vec<u64> = h["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["event"] == "touch")
-            .map(|e| e["payload"]["i"].as_u64().unwrap())
-            .collect();
-        for i in want {
-            match got.iter().filter(|g| **g == i).count() {
-                0 => missing.push((id.to_string(), i)),
-                1 => {}
-                n => panic!("{id}: acknowledged touch {i} is there {n} times: {got:?}"),
-            }
-        }
-    }
-    missing
 }

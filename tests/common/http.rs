@@ -16,12 +16,27 @@ pub struct Resp {
     pub body: Vec<u8>,
 }
 
+/// The value of header `name` (any case) among `headers`.
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        header(&self.headers, name)
+    }
+
+    /// The response is an error: `status`, and `code` in its body.
+    pub fn assert_error(&self, status: u16, code: &str) {
+        assert_eq!(
+            (self.status, self.code()),
+            (status, code.to_string()),
+            "{}",
+            self.text()
+        );
     }
 
     pub fn json(&self) -> Value {

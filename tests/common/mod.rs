@@ -9,8 +9,11 @@ pub mod ha;
 pub mod http;
 pub mod pipeline;
 pub mod replicas;
+pub mod run;
 pub mod scrape;
+pub mod tokens;
 pub mod tools;
+pub mod writes;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -113,6 +116,15 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port on 127.0.0.1")
+}
+
+/// A `[network] bind_addr` on a port free now, then `extra`: a server started with it comes back
+/// at the same address after a restart.
+pub fn fixed_port(extra: &str) -> String {
+    format!(
+        "[network]\nbind_addr = \"127.0.0.1:{}\"\n{extra}",
+        free_port()
+    )
 }
 
 /// A fresh temp directory under /tmp (a real filesystem: tmpfs would hide O_DIRECT bugs).
@@ -354,6 +366,20 @@ impl Server {
         c
     }
 
+    /// A connected client (HELLO done) once the `order` machine is defined through it.
+    pub fn order_client(&self) -> Client {
+        let mut c = self.client();
+        put_order_machine(&mut c);
+        c
+    }
+
+    /// A client subscribed by `WATCH_ALL` with `params` (the reply is not needed).
+    pub fn watcher(&self, params: Value) -> Client {
+        let mut c = self.client();
+        c.call("WATCH_ALL", params).expect("WATCH_ALL");
+        c
+    }
+
     /// A connected client without HELLO.
     pub fn raw_client(&self) -> Client {
         let c = Client::connect(self.addr).expect("connect");
@@ -466,6 +492,25 @@ pub fn http_addr_of(line: &str) -> Option<String> {
     v["http_addr"].as_str().map(str::to_string)
 }
 
+/// Reads `out` (a child's stdout or stderr) line by line on a thread; the first `f(line)` that
+/// is `Some`, if one comes within `limit`. The thread reads on to the end, so the child never
+/// blocks on a full pipe.
+pub fn first_line<T: Send + 'static>(
+    out: impl std::io::Read + Send + 'static,
+    limit: Duration,
+    f: impl Fn(&str) -> Option<T> + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if let Some(found) = f(&line) {
+                let _ = tx.send(found);
+            }
+        }
+    });
+    rx.recv_timeout(limit).ok()
+}
+
 pub fn wait_timeout(c: &mut Child, t: Duration) -> Option<ExitStatus> {
     let deadline = std::time::Instant::now() + t;
     loop {
@@ -482,15 +527,14 @@ pub fn wait_timeout(c: &mut Child, t: Duration) -> Option<ExitStatus> {
 
 /// Runs the binary with `args` expecting it to exit by itself; returns (code, stderr).
 pub fn run_to_exit(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(server_bin())
-        .args(args)
-        .output()
-        .expect("run smdb-server");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run::output(Command::new(server_bin()).args(args))
+}
+
+/// Writes `config` to `path` and runs the server on it, expecting it to exit by itself (a
+/// config or start-up error); returns (code, stdout, stderr).
+pub fn run_config_to_exit(path: &Path, config: &str) -> (i32, String, String) {
+    std::fs::write(path, config).expect("write the config");
+    run_to_exit(&["--config", path.to_str().expect("a UTF-8 path")])
 }
 
 /// An order workflow used across tests: guarded payment, final states.
@@ -516,6 +560,15 @@ pub fn put_order_machine(c: &mut Client) {
         json!({"machine": "order", "version": 1, "definition": def}),
     )
     .expect("PUT_MACHINE order");
+}
+
+/// Creates `order` instance `id` (version 1) with context `{"total": total}`; the reply.
+pub fn create_order(c: &mut Client, id: &str, total: i64) -> Value {
+    c.call(
+        "CREATE_INSTANCE",
+        json!({"machine": "order", "version": 1, "id": id, "context": {"total": total}}),
+    )
+    .unwrap_or_else(|e| panic!("create {id}: {e}"))
 }
 
 /// The error code of a failed call (panics on success).

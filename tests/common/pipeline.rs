@@ -4,9 +4,12 @@
 //! response to its request by id and records it `ok` (with the time it was read) or its error
 //! code. Requests still unanswered when the connection closes (or at `finish`) got no answer.
 //! Request `w<i>` touches `ids[i % ids.len()]` with payload `{"i": i}`, so every write is
-//! identifiable in the histories (the shape `control::ha::assert_acked_present_once` checks).
+//! identifiable in the histories (the shape `writes::assert_acked_present_once` checks).
+//!
+//! `write_windowed` is the simpler in-order writer on the project's client (tests/durability.rs,
+//! tests/batch.rs): any requests, up to a window in flight, each response checked `ok`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use smdb_client::frame::{encode_frame, HEADER_LEN};
+use smdb_client::Client;
 
 #[derive(Default)]
 struct State {
@@ -240,5 +244,39 @@ impl Drop for Pipeline {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.cv.notify_all();
         let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// Keeps `window` requests in flight on one connection to `addr`, request `n` (numbered from
+/// `start + 1`) being `request(n)` (an op and its params); each response, read in order, must
+/// be `ok`, and `acked(n, response)` sees it. Returns at the first I/O error (the server was
+/// killed) or, between responses, once `stop` is set.
+pub fn write_windowed(
+    addr: SocketAddr,
+    name: &str,
+    window: usize,
+    start: u64,
+    stop: &AtomicBool,
+    mut request: impl FnMut(u64) -> (&'static str, Value),
+    mut acked: impl FnMut(u64, &Value),
+) {
+    let Ok(mut c) = Client::connect_hello(addr, name) else {
+        return;
+    };
+    let mut next = start + 1;
+    let mut inflight = VecDeque::new();
+    while !stop.load(Ordering::Relaxed) {
+        while inflight.len() < window {
+            let (op, params) = request(next);
+            if c.send(op, &params).is_err() {
+                return;
+            }
+            inflight.push_back(next);
+            next += 1;
+        }
+        let Ok(resp) = c.recv_response() else { return };
+        let n = inflight.pop_front().unwrap_or(0);
+        assert_eq!(resp["status"], "ok", "{resp}");
+        acked(n, &resp);
     }
 }

@@ -4,7 +4,6 @@
 //! loopback path, which no fault touches), so a cut-off member still answers the harness.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -217,15 +216,8 @@ impl<'n> Cluster<'n> {
             .spawn()
             .expect("start smdb-server");
         let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains("listening") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+        let listening = |line: &str| line.contains("listening").then_some(());
+        if crate::common::first_line(stdout, Duration::from_secs(60), listening).is_none() {
             let _ = child.kill();
             let log = std::fs::read_to_string(m.dir.join("server.log")).unwrap_or_default();
             panic!("{} did not start; log:\n{log}", m.node);
