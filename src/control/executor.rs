@@ -2,7 +2,7 @@
 //! (copying definitions, loading `storage.definitions_dir`), the metrics listener
 //! (`control::metrics::http`), and replication (`crate::control::replication::hub`).
 
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use futures_lite::AsyncReadExt;
@@ -14,7 +14,8 @@ use crate::mesh::router::{NoPushes, Router, RouterChannels};
 
 pub struct ControlSetup {
     pub channels: RouterChannels,
-    pub shutdown_fd: RawFd,
+    /// One end of a socketpair made at boot for this executor alone; a byte on it stops it.
+    pub shutdown_fd: OwnedFd,
     pub definitions_dir: Option<PathBuf>,
     pub ready: std::sync::mpsc::Sender<Result<(), String>>,
     /// Present when `metrics.enabled`.
@@ -38,8 +39,9 @@ pub async fn run(setup: ControlSetup) {
     // main waits on this; if it is gone, start-up was abandoned and we just stop.
     let _ = setup.ready.send(started);
     if !failed {
-        // SAFETY: one end of a socketpair made in main for this executor alone.
-        let mut shutdown = unsafe { UnixStream::from_raw_fd(setup.shutdown_fd) };
+        // SAFETY: `into_raw_fd` hands over the only owner of this socket (an `OwnedFd` made at
+        // boot for this executor alone); the stream takes its ownership.
+        let mut shutdown = unsafe { UnixStream::from_raw_fd(setup.shutdown_fd.into_raw_fd()) };
         let mut b = [0u8; 1];
         let _ = shutdown.read(&mut b).await;
     }

@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -54,8 +54,10 @@ pub struct ServerInfo {
 pub struct FrontSetup {
     pub index: u32,
     /// A dup of the listening socket, owned by this executor.
-    pub listener_fd: RawFd,
-    pub shutdown_fd: RawFd,
+    /// A dup of the bound, listening client socket, owned by this front.
+    pub listener_fd: OwnedFd,
+    /// One end of a socketpair made at boot for this front alone (`drain::STOP_*` bytes).
+    pub shutdown_fd: OwnedFd,
     pub channels: RouterChannels,
     /// This front's replication relay channels (when `replication.role` is set).
     pub relay: Option<crate::mesh::relay::FrontEnds>,
@@ -144,11 +146,11 @@ pub async fn run(setup: FrontSetup) {
         Some(ends) => Some(crate::front::relay::Relay::connect(ends, setup.index).await),
         None => None,
     };
-    // SAFETY: main created this fd for this executor alone (a dup of the bound, listening,
-    // exclusive socket) and nothing else closes it; the listener takes ownership.
-    let listener = unsafe { TcpListener::from_raw_fd(setup.listener_fd) };
-    // SAFETY: one end of a socketpair made in main for this executor alone.
-    let mut shutdown = unsafe { UnixStream::from_raw_fd(setup.shutdown_fd) };
+    // SAFETY: `into_raw_fd` hands over the only owner of this socket (an `OwnedFd` dup of the
+    // bound, listening, exclusive socket, made at boot for this front); the listener takes it.
+    let listener = unsafe { TcpListener::from_raw_fd(setup.listener_fd.into_raw_fd()) };
+    // SAFETY: as above: the only owner of one end of a socketpair made for this front.
+    let mut shutdown = unsafe { UnixStream::from_raw_fd(setup.shutdown_fd.into_raw_fd()) };
     let front = Rc::new(Front {
         router,
         subs,
@@ -167,7 +169,7 @@ pub async fn run(setup: FrontSetup) {
     });
     let gate = Gate::new();
     glommio::spawn_local(super::demotion::watch(front.clone())).detach();
-    if let Some(http) = &setup.http {
+    if let Some(http) = setup.http {
         let accept = crate::front::http::listen::run(front.clone(), http.listener_fd, gate.clone());
         glommio::spawn_local(accept).detach();
     }

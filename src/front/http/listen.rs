@@ -4,7 +4,7 @@
 //! `tls.enabled` (the client port's certificate), then serves the connection. Connections are
 //! tracked with the front's RCP1 ones, so the drain and the stop-now path cover both.
 
-use std::os::fd::FromRawFd;
+use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -21,10 +21,10 @@ use crate::tls::ServerTls;
 const REJECT_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Accepts until the front drains.
-pub async fn run(front: Rc<Front>, listener_fd: std::os::fd::RawFd, gate: Gate) {
-    // SAFETY: main made this fd for this front alone (a dup of the bound, listening socket)
-    // and nothing else closes it; the listener takes ownership.
-    let listener = unsafe { TcpListener::from_raw_fd(listener_fd) };
+pub async fn run(front: Rc<Front>, listener_fd: std::os::fd::OwnedFd, gate: Gate) {
+    // SAFETY: `into_raw_fd` hands over the only owner of this socket (an `OwnedFd` dup of the
+    // bound, listening socket, made at boot for this front); the listener takes it.
+    let listener = unsafe { TcpListener::from_raw_fd(listener_fd.into_raw_fd()) };
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             front.drain.stopped().await;

@@ -74,6 +74,6 @@ impl Settings {
 /// What one front needs to serve HTTP: its copy of the listening socket and the settings.
 pub struct FrontHttp {
     /// A dup of the bound, listening socket, owned by this front.
-    pub listener_fd: std::os::fd::RawFd,
+    pub listener_fd: std::os::fd::OwnedFd,
     pub settings: Arc<Settings>,
 }

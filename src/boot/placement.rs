@@ -1,0 +1,29 @@
+//! Where each executor runs: fronts and control from core 0 up, shards on the cores after.
+
+use crate::config::Config;
+
+/// Where each executor runs.
+#[derive(Debug, Clone)]
+pub struct Placements {
+    pub shards: Vec<usize>,
+    pub fronts: Vec<usize>,
+    pub control: usize,
+}
+
+/// Default placement: fronts and control from core 0 up, shards on the remaining cores (wrapping
+/// when there are more executors than cores). `shards.cores` overrides the shard cores.
+pub fn placements(config: &Config, cpus: usize) -> Placements {
+    let cpus = cpus.max(1);
+    let shard_count = config.shard_count(cpus) as usize;
+    let fronts_n = config.network.acceptor_cores as usize;
+    let fronts: Vec<usize> = (0..fronts_n).map(|i| i % cpus).collect();
+    let shards = match &config.shards.cores {
+        Some(c) => c.clone(),
+        None => (0..shard_count).map(|i| (fronts_n + i) % cpus).collect(),
+    };
+    Placements {
+        shards,
+        fronts,
+        control: 0,
+    }
+}
