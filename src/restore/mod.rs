@@ -273,12 +273,18 @@ fn restore_shard(
             ));
         }
     }
-    for path in &out.written {
+    verify_written(&out.written)?;
+    Ok(outcome)
+}
+
+/// Checks each segment restore wrote as `smdb-cli verify` would.
+fn verify_written(written: &[PathBuf]) -> Result<(), RestoreError> {
+    for path in written {
         let mut f = std::fs::File::open(path).map_err(|e| RestoreError::io(path, e))?;
         smdb_format::verify::check_segment(&mut f).map_err(|e| RestoreError::Written {
             path: path.clone(),
             why: e.to_string(),
         })?;
     }
-    Ok(outcome)
+    Ok(())
 }
