@@ -9,6 +9,8 @@ use std::path::Path;
 
 use smdb_format::archive::{History, HISTORY_DIR};
 
+use super::error::RestoreError;
+
 /// One epoch chain, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chain {
@@ -21,7 +23,7 @@ pub struct Chain {
 
 impl Chain {
     /// Reads `ARCHIVE/history/*.json` and picks the chain for a backup taken at `backup_epoch`.
-    pub fn load(archive: &Path, backup_epoch: u64) -> Result<Chain, String> {
+    pub fn load(archive: &Path, backup_epoch: u64) -> Result<Chain, RestoreError> {
         let all = read_histories(archive)?;
         Ok(Chain::pick(&all, backup_epoch))
     }
@@ -78,25 +80,26 @@ impl Chain {
     /// Per shard, where each chain epoch began: `(from, epoch)` ascending, the root at 0.
     /// An epoch of the chain that does not say where it began on `shard` is an error: the
     /// previous epoch's entries on that shard could not be bounded.
-    pub fn bounds(&self, shard: u32) -> Result<Bounds, String> {
+    pub fn bounds(&self, shard: u32) -> Result<Bounds, RestoreError> {
         let key = shard.to_string();
         let mut starts = vec![(0u64, self.root)];
         for h in &self.epochs {
             let Some(&from) = h.from.get(&key) else {
-                return Err(format!(
-                    "shard {shard}: {HISTORY_DIR}/{}.json does not say where epoch {} began on \
-                     this shard, so the end of epoch {} there is unknown (restore with \
-                     --until-offset, or once the archive has caught up)",
+                let why = format!(
+                    "{HISTORY_DIR}/{}.json does not say where epoch {} began on this shard, so \
+                     the end of epoch {} there is unknown (restore with --until-offset, or once \
+                     the archive has caught up)",
                     h.epoch, h.epoch, h.follows
-                ));
+                );
+                return Err(RestoreError::shard(shard, why));
             };
             if let Some(&(prev, _)) = starts.last() {
                 if from < prev {
-                    return Err(format!(
-                        "shard {shard}: epoch {} began at offset {from}, before the epoch it \
-                         follows ({prev})",
+                    let why = format!(
+                        "epoch {} began at offset {from}, before the epoch it follows ({prev})",
                         h.epoch
-                    ));
+                    );
+                    return Err(RestoreError::shard(shard, why));
                 }
             }
             starts.push((from, h.epoch));
@@ -127,16 +130,16 @@ impl Bounds {
     }
 }
 
-fn read_histories(archive: &Path) -> Result<BTreeMap<u64, History>, String> {
+fn read_histories(archive: &Path) -> Result<BTreeMap<u64, History>, RestoreError> {
     let dir = archive.join(HISTORY_DIR);
     let mut out = BTreeMap::new();
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(format!("{}: {e}", dir.display())),
+        Err(e) => return Err(RestoreError::io(&dir, e)),
     };
     for entry in entries {
-        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let entry = entry.map_err(|e| RestoreError::io(&dir, e))?;
         let name = entry.file_name();
         let Some(epoch) = name
             .to_str()
@@ -146,15 +149,12 @@ fn read_histories(archive: &Path) -> Result<BTreeMap<u64, History>, String> {
             continue;
         };
         let path = entry.path();
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bytes = std::fs::read(&path).map_err(|e| RestoreError::io(&path, e))?;
         let h: History = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("{}: not a history file: {e}", path.display()))?;
+            .map_err(|e| RestoreError::file(&path, format!("not a history file: {e}")))?;
         if h.epoch != epoch {
-            return Err(format!(
-                "{}: says epoch {}, its name {epoch}",
-                path.display(),
-                h.epoch
-            ));
+            let why = format!("says epoch {}, its name {epoch}", h.epoch);
+            return Err(RestoreError::file(&path, why));
         }
         out.insert(epoch, h);
     }
@@ -213,7 +213,7 @@ mod tests {
             .collect();
         let c = Chain::pick(&all, 1);
         assert!(c.bounds(0).is_ok());
-        let e = c.bounds(1).unwrap_err();
+        let e = c.bounds(1).unwrap_err().to_string();
         assert!(e.contains("shard 1") && e.contains("2.json"), "{e}");
     }
 }

@@ -3,12 +3,14 @@
 //! (`storage.archive_dir`), replaying archived segments along one epoch chain after the
 //! backup's cut up to `--until` a time or per-shard offsets. One entry point, [`run`].
 //!
+//! * `error`: why a restore refused, with the path, the shard or the flag;
 //! * `chain`: which epochs the restore follows, and where each began on each shard;
 //! * `segments`: the archive's segment files and the entries they hold;
 //! * `replay`: one shard's walk from the backup's cut along the chain;
 //! * `target`: the staging directory and the segments written into it.
 
 mod chain;
+mod error;
 mod replay;
 mod segments;
 mod target;
@@ -20,6 +22,7 @@ use std::time::Instant;
 use shards::engine::rfc3339;
 use smdb_format::verify::{read_manifest, verify};
 
+pub use error::RestoreError;
 pub use replay::{Limit, Outcome, Stop};
 
 /// What `smdb-server restore` was asked.
@@ -44,12 +47,14 @@ pub enum Until {
 
 impl Until {
     /// Reads the two flags (at most one given).
-    pub fn parse(time: Option<&str>, offsets: Option<&str>) -> Result<Until, String> {
+    pub fn parse(time: Option<&str>, offsets: Option<&str>) -> Result<Until, RestoreError> {
         match (time, offsets) {
-            (Some(_), Some(_)) => Err("--until and --until-offset exclude each other".into()),
-            (Some(t), None) => rfc3339::parse_ms(t)
-                .map(Until::Time)
-                .ok_or_else(|| format!("--until {t:?}: not an RFC 3339 time with Z or an offset")),
+            (Some(_), Some(_)) => Err(flag("--until and --until-offset exclude each other")),
+            (Some(t), None) => rfc3339::parse_ms(t).map(Until::Time).ok_or_else(|| {
+                flag(format!(
+                    "--until {t:?}: not an RFC 3339 time with Z or an offset"
+                ))
+            }),
             (None, Some(list)) => parse_offsets(list).map(Until::Offsets),
             (None, None) => Ok(Until::Everything),
         }
@@ -64,21 +69,27 @@ impl Until {
     }
 }
 
-fn parse_offsets(list: &str) -> Result<BTreeMap<u32, u64>, String> {
+fn flag(why: impl Into<String>) -> RestoreError {
+    RestoreError::Flag(why.into())
+}
+
+fn parse_offsets(list: &str) -> Result<BTreeMap<u32, u64>, RestoreError> {
     let mut out = BTreeMap::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let parsed = item
             .split_once(':')
             .and_then(|(s, o)| Some((s.trim().parse().ok()?, o.trim().parse().ok()?)));
         let Some((shard, offset)) = parsed else {
-            return Err(format!("--until-offset: {item:?} is not SHARD:OFFSET"));
+            return Err(flag(format!(
+                "--until-offset: {item:?} is not SHARD:OFFSET"
+            )));
         };
         if out.insert(shard, offset).is_some() {
-            return Err(format!("--until-offset: shard {shard} named twice"));
+            return Err(flag(format!("--until-offset: shard {shard} named twice")));
         }
     }
     if out.is_empty() {
-        return Err("--until-offset: no SHARD:OFFSET given".into());
+        return Err(flag("--until-offset: no SHARD:OFFSET given"));
     }
     Ok(out)
 }
@@ -147,17 +158,19 @@ impl std::fmt::Display for Report {
 }
 
 /// Runs a restore; the error says what was refused and why.
-pub fn run(o: &Options) -> Result<Report, String> {
+pub fn run(o: &Options) -> Result<Report, RestoreError> {
     let started = Instant::now();
-    let files = verify(&o.backup)
-        .map_err(|p| format!("{}: the backup does not verify: {p}", o.backup.display()))?;
-    let manifest = read_manifest(&o.backup).map_err(|p| p.to_string())?;
+    let files = verify(&o.backup).map_err(|problem| RestoreError::Backup {
+        path: o.backup.clone(),
+        problem,
+    })?;
+    let manifest = read_manifest(&o.backup).map_err(|p| RestoreError::Manifest(p.to_string()))?;
     if let Until::Offsets(m) = &o.until {
         if let Some(s) = m.keys().find(|&&s| s >= manifest.shards) {
-            return Err(format!(
+            return Err(flag(format!(
                 "--until-offset names shard {s}; the backup has {}",
                 manifest.shards
-            ));
+            )));
         }
     }
     let staging = target::Staging::create(&o.data_dir)?;
@@ -175,7 +188,9 @@ pub fn run(o: &Options) -> Result<Report, String> {
             .positions
             .get(&shard.to_string())
             .copied()
-            .ok_or_else(|| format!("the manifest has no position for shard {shard}"))?;
+            .ok_or_else(|| {
+                RestoreError::Manifest(format!("the manifest has no position for shard {shard}"))
+            })?;
         shards.push(restore_shard(o, &staging, &chain, shard, pos)?);
     }
     if o.pause_timers {
@@ -198,23 +213,25 @@ fn restore_shard(
     chain: &chain::Chain,
     shard: u32,
     pos: u64,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, RestoreError> {
     let limit = o.until.limit(shard);
     match limit {
         Limit::Offset(l) if l < pos => {
-            return Err(format!(
-                "shard {shard}: --until-offset {l} is before the backup's position {pos}"
+            return Err(RestoreError::shard(
+                shard,
+                format!("--until-offset {l} is before the backup's position {pos}"),
             ));
         }
         Limit::Time(t) => {
             if let Some((offset, at)) = replay::backup_last_time(staging.path(), shard)? {
                 if at > t {
-                    return Err(format!(
-                        "shard {shard}: the backup holds offset {offset} from {}, after --until \
-                         {}: restore from an older backup",
+                    let why = format!(
+                        "the backup holds offset {offset} from {}, after --until {}: restore \
+                         from an older backup",
                         rfc3339::format_ms(at),
                         rfc3339::format_ms(t)
-                    ));
+                    );
+                    return Err(RestoreError::shard(shard, why));
                 }
             }
         }
@@ -223,9 +240,12 @@ fn restore_shard(
     let Some(archive) = &o.archive else {
         if let Limit::Offset(l) = limit {
             if l > pos {
-                return Err(format!(
-                    "shard {shard}: --until-offset {l} is past the backup ({pos}) and no \
-                     --archive was given"
+                return Err(RestoreError::shard(
+                    shard,
+                    format!(
+                        "--until-offset {l} is past the backup ({pos}) and no --archive was \
+                         given"
+                    ),
                 ));
             }
         }
@@ -244,16 +264,27 @@ fn restore_shard(
     let outcome = replay::shard(archive, shard, pos, &bounds, limit, &mut out)?;
     if let Limit::Offset(l) = limit {
         if outcome.reached < l {
-            return Err(format!(
-                "shard {shard}: the archive ends at offset {}, before --until-offset {l}",
-                outcome.reached
+            return Err(RestoreError::shard(
+                shard,
+                format!(
+                    "the archive ends at offset {}, before --until-offset {l}",
+                    outcome.reached
+                ),
             ));
         }
     }
-    for path in &out.written {
-        let mut f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        smdb_format::verify::check_segment(&mut f)
-            .map_err(|e| format!("{} as written: {e}", path.display()))?;
-    }
+    verify_written(&out.written)?;
     Ok(outcome)
+}
+
+/// Checks each segment restore wrote as `smdb-cli verify` would.
+fn verify_written(written: &[PathBuf]) -> Result<(), RestoreError> {
+    for path in written {
+        let mut f = std::fs::File::open(path).map_err(|e| RestoreError::io(path, e))?;
+        smdb_format::verify::check_segment(&mut f).map_err(|e| RestoreError::Written {
+            path: path.clone(),
+            why: e.to_string(),
+        })?;
+    }
+    Ok(())
 }

@@ -9,6 +9,7 @@ use shards::engine::{entry_time_of, Record};
 use smdb_format::segment::SegmentEpoch;
 
 use super::chain::Bounds;
+use super::error::RestoreError;
 use super::segments::{list, Archived, SegmentData};
 use super::target::SegmentWriter;
 
@@ -57,7 +58,7 @@ pub fn shard(
     bounds: &Bounds,
     limit: Limit,
     out: &mut SegmentWriter,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, RestoreError> {
     let segs = list(archive, shard)?;
     let mut o = Outcome {
         shard,
@@ -81,11 +82,12 @@ pub fn shard(
             .max_by_key(|a| a.name.last)
         else {
             if let Some(later) = segs.iter().find(|a| usable_after(a, next, bounds)) {
-                return Err(format!(
-                    "shard {shard}: the archive has no segment holding offset {next} of epoch \
-                     {want} (a gap: {} holds later entries of this timeline)",
+                let why = format!(
+                    "the archive has no segment holding offset {next} of epoch {want} (a gap: \
+                     {} holds later entries of this timeline)",
                     later.path.display()
-                ));
+                );
+                return Err(RestoreError::shard(shard, why));
             }
             break;
         };
@@ -121,12 +123,13 @@ pub fn shard(
             o.entries += 1;
         }
         if o.reached < end {
-            return Err(format!(
-                "shard {shard}: {} ends at offset {}, its name says {}",
+            let why = format!(
+                "{} ends at offset {}, its name says {}",
                 seg.path.display(),
                 o.reached,
                 seg.name.last
-            ));
+            );
+            return Err(RestoreError::shard(shard, why));
         }
     }
     out.close()?;
@@ -149,22 +152,23 @@ fn usable_after(a: &Archived, next: u64, bounds: &Bounds) -> bool {
 }
 
 /// The time an entry carries (none for an epoch record).
-pub fn entry_time(payload: &[u8], shard: u32, offset: u64) -> Result<Option<u64>, String> {
+pub fn entry_time(payload: &[u8], shard: u32, offset: u64) -> Result<Option<u64>, RestoreError> {
     match Record::decode(payload) {
         Ok(Record::Event(ev)) => Ok(Some(ev.at_ms)),
         Ok(Record::Entry(e)) => Ok(entry_time_of(&e)),
-        Err(e) => Err(format!(
-            "shard {shard}: the entry at offset {offset} does not decode: {e}"
+        Err(e) => Err(RestoreError::shard(
+            shard,
+            format!("the entry at offset {offset} does not decode: {e}"),
         )),
     }
 }
 
 /// The time of the last entry of the backup's log for `shard` (None: no entry, or none that
 /// carries a time, after the snapshot).
-pub fn backup_last_time(data_dir: &Path, shard: u32) -> Result<Option<(u64, u64)>, String> {
+pub fn backup_last_time(data_dir: &Path, shard: u32) -> Result<Option<(u64, u64)>, RestoreError> {
     let wal = data_dir.join(format!("shard-{shard}")).join("wal");
     let listing =
-        smdb_format::segment::list_segments(&wal).map_err(|e| format!("{}: {e}", wal.display()))?;
+        smdb_format::segment::list_segments(&wal).map_err(|e| RestoreError::io(&wal, e))?;
     for (_, path) in listing.files.iter().rev() {
         let data = SegmentData::read_plain(path)?;
         if let Some((offset, payload)) = data.last() {

@@ -8,6 +8,8 @@ use smdb_format::limits::SEGMENT_HEADER_BYTES;
 use smdb_format::record::{decode, Decoded, KIND_ENTRY};
 use smdb_format::segment::{decode_epoch, decode_header, SegmentEpoch};
 
+use super::error::RestoreError;
+
 /// An archived segment of one shard: what its name says, and where it is.
 #[derive(Debug, Clone)]
 pub struct Archived {
@@ -17,16 +19,16 @@ pub struct Archived {
 
 /// Every archived segment of `shard`, sorted by first offset then epoch. An absent
 /// directory is an empty archive for that shard.
-pub fn list(archive: &Path, shard: u32) -> Result<Vec<Archived>, String> {
+pub fn list(archive: &Path, shard: u32) -> Result<Vec<Archived>, RestoreError> {
     let dir = shard_dir(archive, shard);
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("{}: {e}", dir.display())),
+        Err(e) => return Err(RestoreError::io(&dir, e)),
     };
     let mut out = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let entry = entry.map_err(|e| RestoreError::io(&dir, e))?;
         let Some(name) = entry.file_name().to_str().and_then(ArchivedSegment::parse) else {
             continue;
         };
@@ -51,9 +53,9 @@ impl SegmentData {
     /// Reads `path`, expecting shard `shard` and the offsets `name` says. Records are read up
     /// to the end of the data (a zero length or the end of the file); anything else before the
     /// name's last offset is an error naming the byte.
-    pub fn read(a: &Archived, shard: u32) -> Result<SegmentData, String> {
-        let at = |why: String| format!("{}: {why}", a.path.display());
-        let bytes = std::fs::read(&a.path).map_err(|e| at(e.to_string()))?;
+    pub fn read(a: &Archived, shard: u32) -> Result<SegmentData, RestoreError> {
+        let at = |why: String| RestoreError::file(&a.path, why);
+        let bytes = std::fs::read(&a.path).map_err(|e| RestoreError::io(&a.path, e))?;
         let header_len = SEGMENT_HEADER_BYTES as usize;
         let block = bytes
             .get(..header_len)
@@ -67,7 +69,7 @@ impl SegmentData {
                 h.shard, h.first_offset, epoch.epoch, a.name.first, a.name.epoch
             )));
         }
-        let (entries, next) = entries_in(&bytes, a.name.first, a.name.last).map_err(at)?;
+        let (entries, next) = entries_in(&bytes, a.name.first, a.name.last, &a.path)?;
         if next <= a.name.last {
             return Err(at(format!(
                 "holds offsets up to {} but its name says {}",
@@ -91,15 +93,15 @@ impl SegmentData {
 
     /// Reads a data directory's segment file (`wal/<first>.seg`): the header's first offset,
     /// then its entries to the end of the data.
-    pub fn read_plain(path: &Path) -> Result<SegmentData, String> {
-        let at = |why: String| format!("{}: {why}", path.display());
-        let bytes = std::fs::read(path).map_err(|e| at(e.to_string()))?;
+    pub fn read_plain(path: &Path) -> Result<SegmentData, RestoreError> {
+        let at = |why: String| RestoreError::file(path, why);
+        let bytes = std::fs::read(path).map_err(|e| RestoreError::io(path, e))?;
         let block = bytes
             .get(..SEGMENT_HEADER_BYTES as usize)
             .ok_or_else(|| at("no header".into()))?;
         let h = decode_header(block).map_err(at)?;
         let epoch = decode_epoch(block).map_err(at)?;
-        let (entries, _) = entries_in(&bytes, h.first_offset, u64::MAX).map_err(at)?;
+        let (entries, _) = entries_in(&bytes, h.first_offset, u64::MAX, path)?;
         Ok(SegmentData {
             epoch,
             bytes,
@@ -119,8 +121,14 @@ impl SegmentData {
 type Entries = Vec<(u64, std::ops::Range<usize>)>;
 
 /// The entry records after the header, from `first` on with contiguous offsets, up to `last`
-/// or the end of the data; returns them and the offset after the last one.
-fn entries_in(bytes: &[u8], first: u64, last: u64) -> Result<(Entries, u64), String> {
+/// or the end of the data; returns them and the offset after the last one. An error names
+/// the byte of `path`, the file `bytes` were read from.
+fn entries_in(
+    bytes: &[u8],
+    first: u64,
+    last: u64,
+    path: &Path,
+) -> Result<(Entries, u64), RestoreError> {
     let mut entries = Vec::new();
     let (mut pos, mut next) = (SEGMENT_HEADER_BYTES as usize, first);
     while pos < bytes.len() && next <= last {
@@ -128,10 +136,8 @@ fn entries_in(bytes: &[u8], first: u64, last: u64) -> Result<(Entries, u64), Str
             Decoded::Record(r) => {
                 if r.kind == KIND_ENTRY {
                     if r.offset != next {
-                        return Err(format!(
-                            "byte {pos}: expected offset {next}, found {}",
-                            r.offset
-                        ));
+                        let why = format!("byte {pos}: expected offset {next}, found {}", r.offset);
+                        return Err(RestoreError::file(path, why));
                     }
                     entries.push((r.offset, pos + r.payload.start..pos + r.payload.end));
                     next += 1;
@@ -139,7 +145,9 @@ fn entries_in(bytes: &[u8], first: u64, last: u64) -> Result<(Entries, u64), Str
                 pos += r.size;
             }
             Decoded::End | Decoded::Incomplete(_) => break,
-            Decoded::Bad(why) => return Err(format!("byte {pos}: {why}")),
+            Decoded::Bad(why) => {
+                return Err(RestoreError::file(path, format!("byte {pos}: {why}")));
+            }
         }
     }
     Ok((entries, next))

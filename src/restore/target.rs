@@ -13,6 +13,7 @@ use smdb_format::segment::{
     encode_epoch, encode_header, segment_path, SegmentEpoch, SegmentHeader,
 };
 
+use super::error::RestoreError;
 use crate::datadir::TIMERS_PAUSED_FILE;
 
 /// Bytes buffered before a write to a segment being built.
@@ -32,20 +33,16 @@ impl Staging {
     /// Refuses a `target` that holds anything. An absent target is built as
     /// `.<name>.restore-<pid>` beside it; an empty one (which may be a mount point, where a
     /// rename from outside would cross file systems) as `.restore-<pid>` inside it.
-    pub fn create(target: &Path) -> Result<Staging, String> {
+    pub fn create(target: &Path) -> Result<Staging, RestoreError> {
         let inside = match std::fs::read_dir(target) {
             Ok(mut entries) => {
                 if entries.next().is_some() {
-                    return Err(format!(
-                        "{} is not empty: restore never writes into a directory that holds \
-                         anything",
-                        target.display()
-                    ));
+                    return Err(RestoreError::NotEmpty(target.to_path_buf()));
                 }
                 true
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(e) => return Err(format!("{}: {e}", target.display())),
+            Err(e) => return Err(io(target, e)),
         };
         let dir = if inside {
             target.join(format!(".restore-{}", std::process::id()))
@@ -53,7 +50,7 @@ impl Staging {
             let name = target
                 .file_name()
                 .and_then(|n| n.to_str())
-                .ok_or_else(|| format!("{}: not a directory name", target.display()))?;
+                .ok_or_else(|| RestoreError::file(target, "not a directory name"))?;
             let parent = parent_of(target);
             std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
             parent.join(format!(".{name}.restore-{}", std::process::id()))
@@ -73,7 +70,7 @@ impl Staging {
 
     /// Copies every file the manifest lists (the manifest itself stays behind: the result is
     /// a data directory, not a backup). Returns the bytes copied.
-    pub fn copy_backup(&self, backup: &Path, manifest: &Manifest) -> Result<u64, String> {
+    pub fn copy_backup(&self, backup: &Path, manifest: &Manifest) -> Result<u64, RestoreError> {
         let mut bytes = 0;
         for f in &manifest.files {
             let from = backup.join(&f.path);
@@ -90,7 +87,7 @@ impl Staging {
     }
 
     /// Writes the marker that keeps a server's timers paused until `smdb-cli timers resume`.
-    pub fn pause_timers(&self, why: &str) -> Result<(), String> {
+    pub fn pause_timers(&self, why: &str) -> Result<(), RestoreError> {
         let path = self.dir.join(TIMERS_PAUSED_FILE);
         let mut f = File::create(&path).map_err(|e| io(&path, e))?;
         f.write_all(why.as_bytes())
@@ -101,15 +98,13 @@ impl Staging {
     /// Fsyncs every directory, then puts the result in place: renamed onto the absent target
     /// (its parent fsynced), or its entries moved up into the empty target (the target
     /// fsynced, the staging directory removed).
-    pub fn commit(mut self) -> Result<(), String> {
+    pub fn commit(mut self) -> Result<(), RestoreError> {
         sync_tree(&self.dir)?;
         if !self.inside {
-            std::fs::rename(&self.dir, &self.target).map_err(|e| {
-                format!(
-                    "renaming {} to {}: {e}",
-                    self.dir.display(),
-                    self.target.display()
-                )
+            std::fs::rename(&self.dir, &self.target).map_err(|source| RestoreError::Rename {
+                from: self.dir.clone(),
+                to: self.target.clone(),
+                source,
             })?;
             self.committed = true;
             return sync_dir(parent_of(&self.target));
@@ -159,7 +154,7 @@ struct Open {
 }
 
 impl SegmentWriter {
-    pub fn new(data_dir: &Path, shard: u32) -> Result<SegmentWriter, String> {
+    pub fn new(data_dir: &Path, shard: u32) -> Result<SegmentWriter, RestoreError> {
         let wal = data_dir.join(format!("shard-{shard}")).join("wal");
         std::fs::create_dir_all(&wal).map_err(|e| io(&wal, e))?;
         Ok(SegmentWriter {
@@ -173,13 +168,13 @@ impl SegmentWriter {
     }
 
     /// The next entry pushed starts a new segment at `first`, labelled `epoch`.
-    pub fn begin(&mut self, first: u64, epoch: SegmentEpoch) -> Result<(), String> {
+    pub fn begin(&mut self, first: u64, epoch: SegmentEpoch) -> Result<(), RestoreError> {
         self.close()?;
         self.pending = Some((first, epoch));
         Ok(())
     }
 
-    pub fn push(&mut self, offset: u64, payload: &[u8]) -> Result<(), String> {
+    pub fn push(&mut self, offset: u64, payload: &[u8]) -> Result<(), RestoreError> {
         if let Some((first, epoch)) = self.pending.take() {
             debug_assert_eq!(first, offset);
             self.create(first, epoch)?;
@@ -193,7 +188,7 @@ impl SegmentWriter {
 
     /// A backup whose shard holds no entry after its snapshot has an empty segment starting
     /// where the replay starts: replaced (it holds nothing).
-    fn create(&mut self, first: u64, epoch: SegmentEpoch) -> Result<(), String> {
+    fn create(&mut self, first: u64, epoch: SegmentEpoch) -> Result<(), RestoreError> {
         let path = segment_path(&self.wal, first);
         let mut file = File::create(&path).map_err(|e| io(&path, e))?;
         let mut block = vec![0u8; SEGMENT_HEADER_BYTES as usize];
@@ -214,7 +209,7 @@ impl SegmentWriter {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), String> {
+    fn flush(&mut self) -> Result<(), RestoreError> {
         if let Some(o) = self.open.as_mut() {
             o.file.write_all(&self.buf).map_err(|e| io(&o.path, e))?;
             o.bytes += self.buf.len() as u64;
@@ -224,7 +219,7 @@ impl SegmentWriter {
     }
 
     /// Pads the open segment to a whole block (a zero length ends the data) and fsyncs it.
-    pub fn close(&mut self) -> Result<(), String> {
+    pub fn close(&mut self) -> Result<(), RestoreError> {
         self.pending = None;
         self.flush()?;
         if let Some(mut o) = self.open.take() {
@@ -239,7 +234,7 @@ impl SegmentWriter {
     }
 }
 
-fn sync_tree(dir: &Path) -> Result<(), String> {
+fn sync_tree(dir: &Path) -> Result<(), RestoreError> {
     for e in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
         let e = e.map_err(|e| io(dir, e))?;
         if e.file_type().map_err(|err| io(&e.path(), err))?.is_dir() {
@@ -249,12 +244,12 @@ fn sync_tree(dir: &Path) -> Result<(), String> {
     sync_dir(dir)
 }
 
-fn sync_dir(dir: &Path) -> Result<(), String> {
+fn sync_dir(dir: &Path) -> Result<(), RestoreError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io(dir, e))
 }
 
-fn io(path: &Path, e: std::io::Error) -> String {
-    format!("{}: {e}", path.display())
+fn io(path: &Path, e: std::io::Error) -> RestoreError {
+    RestoreError::io(path, e)
 }

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use shards::{ErrorCode, Rejection};
 
+use super::error::HaError;
 use super::session::Session;
 use super::shared::Shared;
 use super::Ctx;
@@ -76,7 +77,7 @@ impl Done {
 }
 
 /// An outcome: what was done, or why not.
-pub type Outcome = Result<Done, String>;
+pub type Outcome = Result<Done, HaError>;
 
 #[derive(Debug, Default)]
 pub struct Requests {
@@ -92,10 +93,12 @@ struct Inner {
 
 impl Requests {
     /// Queues a request; its ticket, or why it cannot be queued.
-    fn ask(&self, ask: Ask) -> Result<u64, String> {
-        let mut i = self.inner.lock().map_err(|_| "the HA state is poisoned")?;
+    fn ask(&self, ask: Ask) -> Result<u64, HaError> {
+        let poisoned = || HaError::Refused("the HA state is poisoned".into());
+        let mut i = self.inner.lock().map_err(|_| poisoned())?;
         if i.pending.len() >= PENDING_MAX {
-            return Err(format!("{PENDING_MAX} requests are already waiting"));
+            let busy = format!("{PENDING_MAX} requests are already waiting");
+            return Err(HaError::Refused(busy));
         }
         i.next += 1;
         let ticket = i.next;
@@ -233,12 +236,12 @@ mod tests {
         );
         assert_eq!(r.take(|a| *a == Ask::Force), vec![(force, Ask::Force)]);
         r.finish(tickets[0], Ok(Done::epoch(0)));
-        assert_eq!(r.outcome(tickets[0]), Some(Ok(Done::epoch(0))));
-        assert_eq!(r.outcome(tickets[0]), None, "taken once");
+        assert!(matches!(r.outcome(tickets[0]), Some(Ok(d)) if d == Done::epoch(0)));
+        assert!(r.outcome(tickets[0]).is_none(), "taken once");
         for t in 0..(OUTCOMES_MAX as u64 + 5) {
-            r.finish(1000 + t, Err("x".into()));
+            r.finish(1000 + t, Err(HaError::Refused("x".into())));
         }
-        assert_eq!(r.outcome(1000), None, "the oldest outcomes are dropped");
+        assert!(r.outcome(1000).is_none(), "the oldest outcomes are dropped");
         assert!(r.outcome(1000 + OUTCOMES_MAX as u64).is_some());
     }
 }

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::error::HaError;
 use super::shared::{Shared, Want};
 use crate::config::Role;
 use crate::control::replication::follower;
@@ -112,20 +113,31 @@ async fn carry_out(
     }
 }
 
+/// Shard `shard` refused a step of `lead`.
+fn refused(shard: u32, r: shards::Rejection) -> HaError {
+    HaError::Shard {
+        shard,
+        why: r.message,
+    }
+}
+
 /// Writes the term's epoch records, starts timers, then accepts writes.
-async fn lead(hub: &Rc<Hub>, epoch: u64) -> Result<(), String> {
+async fn lead(hub: &Rc<Hub>, epoch: u64) -> Result<(), HaError> {
     let mut offsets = Vec::new();
     for shard in 0..hub.router.shard_count() {
         let reply = hub
             .router
             .call(shard, ShardCall::BeginEpoch { epoch })
             .await;
-        match reply.map_err(|r| format!("shard {shard}: {}", r.message))? {
+        match reply.map_err(|r| refused(shard, r))? {
             ReplyBody::Json(v) => {
                 let v: Value = serde_json::from_slice(&v).unwrap_or_default();
                 offsets.push(v["offset"].as_u64().unwrap_or(0));
             }
-            _ => return Err(format!("shard {shard}: unexpected reply to BeginEpoch")),
+            _ => {
+                let why = "unexpected reply to BeginEpoch".to_string();
+                return Err(HaError::Shard { shard, why });
+            }
         }
     }
     hub.reset_quorum();
@@ -133,7 +145,7 @@ async fn lead(hub: &Rc<Hub>, epoch: u64) -> Result<(), String> {
         hub.router
             .call(shard, ShardCall::Promote)
             .await
-            .map_err(|r| format!("shard {shard}: {}", r.message))?;
+            .map_err(|r| refused(shard, r))?;
     }
     hub.state.see_epoch(epoch);
     hub.state.become_primary();

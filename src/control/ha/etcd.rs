@@ -25,6 +25,7 @@ use etcd_client::{
     LeaseKeeper, PutOptions, PutResponse, Txn, TxnResponse, WatchOptions, WatchStream,
 };
 
+use super::error::{Fault, HaError};
 use crate::config::ha::Ha;
 
 /// How long an endpoint whose call failed is passed over (unless every endpoint is down).
@@ -87,7 +88,7 @@ fn status_fault(code: i32) -> bool {
 }
 
 impl Etcd {
-    pub fn new(cfg: &Ha) -> Result<Arc<Etcd>, String> {
+    pub fn new(cfg: &Ha) -> Result<Arc<Etcd>, HaError> {
         let timeout = call_timeout(cfg.ttl_ms, cfg.safety_margin_ms);
         let mut opts = ConnectOptions::new()
             .with_connect_timeout(timeout)
@@ -103,7 +104,7 @@ impl Etcd {
         }
         let urls = super::tls::endpoints(cfg);
         if urls.is_empty() {
-            return Err("ha.etcd_endpoints is empty".into());
+            return Err(HaError::Config("ha.etcd_endpoints is empty"));
         }
         let state = Mutex::new(Pins {
             pinned: 0,
@@ -122,7 +123,7 @@ impl Etcd {
     }
 
     /// Marks endpoint `i` down and moves the pin off it; returns `why`.
-    pub fn failed(&self, i: usize, why: String) -> String {
+    pub fn failed<E: std::fmt::Display>(&self, i: usize, why: E) -> E {
         let Ok(mut s) = self.state.lock() else {
             return why;
         };
@@ -156,27 +157,31 @@ impl Etcd {
         &self,
         what: &str,
         f: impl FnOnce(Client) -> Fut,
-    ) -> Result<(usize, T), String>
+    ) -> Result<(usize, T), HaError>
     where
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let i = self.state.lock().map(|s| s.pinned).unwrap_or(0);
         let client = self.client(i).await?;
-        let url = &self.urls[i];
+        let call = |fault| HaError::Call {
+            what: what.to_string(),
+            endpoint: self.urls[i].clone(),
+            fault,
+        };
         match tokio::time::timeout(self.timeout, f(client)).await {
             Ok(Ok(v)) => Ok((i, v)),
-            Ok(Err(e)) if endpoint_fault(&e) => {
-                Err(self.failed(i, format!("etcd {what} ({url}): {e}")))
-            }
-            Ok(Err(e)) => Err(format!("etcd {what} ({url}): {e}")),
-            Err(_) => {
-                let why = format!("etcd {what} ({url}): no answer within {:?}", self.timeout);
-                Err(self.failed(i, why))
-            }
+            Ok(Err(e)) if endpoint_fault(&e) => Err(self.failed(i, call(Fault::Etcd(e)))),
+            Ok(Err(e)) => Err(call(Fault::Etcd(e))),
+            Err(_) => Err(self.failed(i, call(Fault::NoAnswerWithin(self.timeout)))),
         }
     }
 
-    pub async fn get(&self, what: &str, key: String, o: GetOptions) -> Result<GetResponse, String> {
+    pub async fn get(
+        &self,
+        what: &str,
+        key: String,
+        o: GetOptions,
+    ) -> Result<GetResponse, HaError> {
         let f = |mut c: Client| async move { c.get(key, Some(o)).await };
         Ok(self.on_pinned(what, f).await?.1)
     }
@@ -187,29 +192,29 @@ impl Etcd {
         key: String,
         value: Vec<u8>,
         o: Option<PutOptions>,
-    ) -> Result<PutResponse, String> {
+    ) -> Result<PutResponse, HaError> {
         let f = |mut c: Client| async move { c.put(key, value, o).await };
         Ok(self.on_pinned(what, f).await?.1)
     }
 
-    pub async fn delete(&self, what: &str, key: String) -> Result<DeleteResponse, String> {
+    pub async fn delete(&self, what: &str, key: String) -> Result<DeleteResponse, HaError> {
         let f = |mut c: Client| async move { c.delete(key, None).await };
         Ok(self.on_pinned(what, f).await?.1)
     }
 
-    pub async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse, String> {
+    pub async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse, HaError> {
         let f = |mut c: Client| async move { c.txn(txn).await };
         Ok(self.on_pinned(what, f).await?.1)
     }
 
     /// A new lease of `ttl` seconds: its id.
-    pub async fn lease_grant(&self, ttl: i64) -> Result<i64, String> {
+    pub async fn lease_grant(&self, ttl: i64) -> Result<i64, HaError> {
         let f = |mut c: Client| async move { c.lease_grant(ttl, None).await };
         Ok(self.on_pinned("lease grant", f).await?.1.id())
     }
 
     /// Revokes `lease` (best effort: its keys go at once instead of at its expiry).
-    pub async fn lease_revoke(&self, lease: i64) -> Result<(), String> {
+    pub async fn lease_revoke(&self, lease: i64) -> Result<(), HaError> {
         let f = |mut c: Client| async move { c.lease_revoke(lease).await };
         self.on_pinned("lease revoke", f).await.map(|_| ())
     }
@@ -218,7 +223,7 @@ impl Etcd {
     pub async fn keep_alive(
         &self,
         lease: i64,
-    ) -> Result<(usize, LeaseKeeper, LeaseKeepAliveStream), String> {
+    ) -> Result<(usize, LeaseKeeper, LeaseKeepAliveStream), HaError> {
         let f = |mut c: Client| async move { c.lease_keep_alive(lease).await };
         let (i, (keeper, stream)) = self.on_pinned("lease keep-alive", f).await?;
         Ok((i, keeper, stream))
@@ -234,7 +239,7 @@ impl Etcd {
         &self,
         lease: i64,
         failed: usize,
-    ) -> Result<(usize, LeaseKeeper, LeaseKeepAliveStream, i64), String> {
+    ) -> Result<(usize, LeaseKeeper, LeaseKeepAliveStream, i64), HaError> {
         let mut attempts = tokio::task::JoinSet::new();
         for i in (0..self.urls.len()).filter(|&i| i != failed || self.urls.len() == 1) {
             let client = match self.client(i).await {
@@ -258,18 +263,15 @@ impl Etcd {
                     self.pin(i);
                     return Ok((i, keeper, stream, ttl));
                 }
-                Ok(Err(e)) => why.push(self.failed(i, format!("{}: {e}", self.urls[i]))),
-                Err(_) => why.push(self.failed(i, format!("{}: no answer", self.urls[i]))),
+                Ok(Err(e)) => why.push(self.failed(i, self.on(i, Fault::Etcd(e)))),
+                Err(_) => why.push(self.failed(i, self.on(i, Fault::NoAnswer))),
             }
         }
-        Err(format!(
-            "etcd keep-alive on every endpoint failed: {}",
-            why.join("; ")
-        ))
+        Err(HaError::Nowhere(why))
     }
 
     /// Endpoint `i`'s client, connected now if it has none yet (bounded by the deadline).
-    async fn client(&self, i: usize) -> Result<Client, String> {
+    async fn client(&self, i: usize) -> Result<Client, HaError> {
         let known = self
             .state
             .lock()
@@ -280,15 +282,27 @@ impl Etcd {
         }
         let url = &self.urls[i];
         let connect = Client::connect([url.as_str()], Some(self.opts.clone()));
+        let failed = |fault| HaError::Connect {
+            endpoint: url.clone(),
+            fault,
+        };
         let c = match tokio::time::timeout(self.timeout, connect).await {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(self.failed(i, format!("etcd connect {url}: {e}"))),
-            Err(_) => return Err(self.failed(i, format!("etcd connect {url}: timed out"))),
+            Ok(Err(e)) => return Err(self.failed(i, failed(Fault::Etcd(e)))),
+            Err(_) => return Err(self.failed(i, failed(Fault::TimedOut))),
         };
         if let Ok(mut s) = self.state.lock() {
             s.endpoints[i].client = Some(c.clone());
         }
         Ok(c)
+    }
+
+    /// Endpoint `i`'s part of a renewal tried on every endpoint.
+    fn on(&self, i: usize, fault: Fault) -> HaError {
+        HaError::Endpoint {
+            endpoint: self.urls[i].clone(),
+            fault,
+        }
     }
 
     /// Calls go to endpoint `i` from now on.
@@ -303,7 +317,7 @@ impl Etcd {
     }
 
     /// A watch of `prefix` on the pinned endpoint.
-    pub async fn watch(&self, prefix: String) -> Result<WatchStream, String> {
+    pub async fn watch(&self, prefix: String) -> Result<WatchStream, HaError> {
         let opts = WatchOptions::new().with_prefix();
         let f = |mut c: Client| async move { c.watch(prefix, Some(opts)).await };
         Ok(self.on_pinned("watch", f).await?.1)
@@ -356,17 +370,17 @@ mod tests {
     fn a_failed_endpoint_moves_the_pin_to_the_next_one_up() {
         let e = three();
         assert_eq!(pinned(&e), 0);
-        e.failed(0, "silent".into());
+        e.failed(0, "silent");
         assert_eq!(pinned(&e), 1);
-        e.failed(1, "silent".into());
+        e.failed(1, "silent");
         assert_eq!(pinned(&e), 2, "0 and 1 are down: 2 is the one up");
-        e.failed(2, "silent".into());
+        e.failed(2, "silent");
         assert_eq!(
             pinned(&e),
             0,
             "all down: the one whose down time ends first"
         );
-        e.failed(1, "a call on an endpoint not pinned".into());
+        e.failed(1, "a call on an endpoint not pinned");
         assert_eq!(pinned(&e), 0, "the pin stays");
     }
 

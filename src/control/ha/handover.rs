@@ -20,6 +20,7 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 use super::admin::{Ask, Done, Outcome, Step};
+use super::error::HaError;
 use super::keys::Switchover;
 use super::session::{Session, Snapshot};
 use super::shared::Demotion;
@@ -53,7 +54,9 @@ pub(super) async fn carry_out(term: &mut Term, ctx: &Ctx, s: &mut Session, snap:
         };
         let outcome = match (step, ours) {
             (Step::Abort(why), _) => abort(term, ctx, s, &why).await,
-            (_, None) => Err("this member is not the primary (it holds no leader key)".into()),
+            (_, None) => Err(refused(
+                "this member is not the primary (it holds no leader key)",
+            )),
             (Step::Begin(to), Some(rev)) => begin(term, ctx, s, snap, to.as_deref(), rev).await,
             (Step::Resign, Some(rev)) => resign(term, ctx, s, rev).await,
         };
@@ -77,7 +80,7 @@ async fn begin(
     rev: i64,
 ) -> Outcome {
     if term.handover.is_some() || snap.switchover.is_some() {
-        return Err("a switchover is already under way".into());
+        return Err(refused("a switchover is already under way"));
     }
     let to = pick(ctx, snap, to)?;
     let value = Switchover {
@@ -95,7 +98,7 @@ async fn begin(
         )])
         .and_then([put]);
     if !s.etcd.txn("switchover txn", txn).await?.succeeded() {
-        return Err("the leader key changed meanwhile".into());
+        return Err(refused("the leader key changed meanwhile"));
     }
     let until_ns = boottime_ns() + (CATCH_UP_MAX + ABORT_GRACE).as_nanos() as u64;
     term.handover = Some(Handover {
@@ -112,7 +115,7 @@ async fn begin(
 
 async fn resign(term: &mut Term, ctx: &Ctx, s: &mut Session, rev: i64) -> Outcome {
     let Some(h) = term.handover.clone() else {
-        return Err("no switchover is under way on this member".into());
+        return Err(refused("no switchover is under way on this member"));
     };
     let value = Switchover {
         from: ctx.node_id.clone(),
@@ -129,7 +132,7 @@ async fn resign(term: &mut Term, ctx: &Ctx, s: &mut Session, rev: i64) -> Outcom
         )])
         .and_then([TxnOp::delete(ctx.keys.leader(), None), put]);
     if !s.etcd.txn("resign txn", txn).await?.succeeded() {
-        return Err("the leader key changed meanwhile".into());
+        return Err(refused("the leader key changed meanwhile"));
     }
     term.handover = None;
     let why = format!("handed over to {} (SWITCHOVER)", h.to);
@@ -163,16 +166,16 @@ async fn put_key(
     s: &mut Session,
     value: &Switchover,
     ttl: Duration,
-) -> Result<TxnOp, String> {
+) -> Result<TxnOp, HaError> {
     let secs = ttl.as_millis().div_ceil(1000) as i64;
     let lease = s.etcd.lease_grant(secs).await?;
-    let value = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+    let value = serde_json::to_vec(value)?;
     let opts = PutOptions::new().with_lease(lease);
     Ok(TxnOp::put(ctx.keys.switchover(), value, Some(opts)))
 }
 
 /// The target: `to` if eligible, else the eligible member that acknowledged most.
-fn pick(ctx: &Ctx, snap: &Snapshot, to: Option<&str>) -> Result<String, String> {
+fn pick(ctx: &Ctx, snap: &Snapshot, to: Option<&str>) -> Result<String, HaError> {
     let members = snap.members.iter().map(|(m, _)| m);
     let Some(to) = to else {
         return members
@@ -180,30 +183,31 @@ fn pick(ctx: &Ctx, snap: &Snapshot, to: Option<&str>) -> Result<String, String> 
             .max_by(|(a, x), (b, y)| a.cmp(b).then(y.node_id.cmp(&x.node_id)))
             .map(|(_, m)| m.node_id.clone())
             .ok_or_else(|| {
-                "no member is eligible (live, following this primary over a connected stream, \
-                 without ha.nofailover)"
-                    .into()
+                refused(
+                    "no member is eligible (live, following this primary over a connected \
+                     stream, without ha.nofailover)",
+                )
             });
     };
     let m = (snap.members.iter().map(|(m, _)| m))
         .find(|m| m.node_id == to)
         .ok_or_else(|| {
-            format!(
+            HaError::Refused(format!(
                 "{to:?} is not a live member of cluster {:?}",
                 ctx.cfg.cluster
-            )
+            ))
         })?;
-    eligible(ctx, m).map_err(|why| format!("{to:?} is not eligible: {why}"))?;
+    eligible(ctx, m).map_err(|why| HaError::Refused(format!("{to:?} is not eligible: {why}")))?;
     Ok(to.to_string())
 }
 
 /// Why `m` may not take over, or the entries it has acknowledged to this primary.
-fn eligible(ctx: &Ctx, m: &super::keys::Member) -> Result<u64, String> {
+fn eligible(ctx: &Ctx, m: &super::keys::Member) -> Result<u64, &'static str> {
     if m.node_id == ctx.node_id {
-        return Err("it is this member, the primary".into());
+        return Err("it is this member, the primary");
     }
     if m.nofailover {
-        return Err("it has ha.nofailover set".into());
+        return Err("it has ha.nofailover set");
     }
     let replicas = ctx
         .state
@@ -213,6 +217,11 @@ fn eligible(ctx: &Ctx, m: &super::keys::Member) -> Result<u64, String> {
         .map_err(|_| "the replica table is poisoned")?;
     match replicas.get(&m.node_id) {
         Some(view) if m.following => Ok(view.acked_sequence()),
-        _ => Err("it does not follow this primary over a connected stream".into()),
+        _ => Err("it does not follow this primary over a connected stream"),
     }
+}
+
+/// A refusal the op answers (`BAD_REQUEST`, its message).
+fn refused(why: &str) -> HaError {
+    HaError::Refused(why.to_string())
 }

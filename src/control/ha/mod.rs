@@ -14,7 +14,7 @@
 //!   decisions; `shared`: the thread ↔ executor exchange; `driver`: the executor's side;
 //!   `admin`: the operator's requests to the thread; `switchover` (the op) and `handover`
 //!   (its etcd steps): a planned handover; `syncset`: the sync set a sync-mode primary keeps;
-//!   `watch`: the etcd watch that, like the driver and `admin`, wakes the thread early
+//!   `error`: what goes wrong, with its context; `watch`: the etcd watch that, like the driver and `admin`, wakes the thread early
 //!   (`wake`): it reads and decides at once instead of at its next poll.
 //! - Elsewhere: the `[ha]` section (`crate::config::ha`), the lease clock and the fence
 //!   (`crate::member`).
@@ -22,6 +22,7 @@
 pub mod admin;
 pub mod driver;
 pub mod elect;
+mod error;
 mod etcd;
 mod handover;
 pub mod keys;
@@ -40,6 +41,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::member::ReplState;
+pub use error::HaError;
 use shared::Shared;
 
 /// Everything the HA thread works with.
@@ -59,12 +61,11 @@ pub struct Ctx {
 
 /// Starts the HA thread for a member whose clients reach it at `addr`. Returns what the
 /// control executor's driver needs.
-pub fn start(config: &Config, state: Arc<ReplState>, addr: String) -> Result<Arc<Shared>, String> {
+pub fn start(config: &Config, state: Arc<ReplState>, addr: String) -> Result<Arc<Shared>, HaError> {
     let cfg = config.ha.clone();
-    let node_id = cfg
-        .node_id
-        .clone()
-        .ok_or("ha.node_id is required when ha.enabled = true")?;
+    let node_id = cfg.node_id.clone().ok_or(HaError::Config(
+        "ha.node_id is required when ha.enabled = true",
+    ))?;
     let shared = Arc::new(Shared::default());
     shared.update_view(|v| {
         v.cluster.clone_from(&cfg.cluster);
@@ -88,7 +89,10 @@ pub fn start(config: &Config, state: Arc<ReplState>, addr: String) -> Result<Arc
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("ha: tokio runtime: {e}"))?;
+        .map_err(|source| HaError::Thread {
+            what: "tokio runtime",
+            source,
+        })?;
     log::info!(
         "ha: member {} of cluster {:?} at {}, etcd {:?}",
         ctx.node_id,
@@ -99,6 +103,9 @@ pub fn start(config: &Config, state: Arc<ReplState>, addr: String) -> Result<Arc
     std::thread::Builder::new()
         .name("ha".into())
         .spawn(move || runtime.block_on(session::run(ctx)))
-        .map_err(|e| format!("ha: spawning the control thread: {e}"))?;
+        .map_err(|source| HaError::Thread {
+            what: "spawning the control thread",
+            source,
+        })?;
     Ok(shared)
 }

@@ -13,6 +13,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
 };
 
+use super::error::{Fault, HaError};
 use super::etcd::Etcd;
 use super::keys::{Leader, Member};
 use super::term::Term;
@@ -30,14 +31,14 @@ pub enum Renewal {
     Expired,
     /// No endpoint renewed it in time (or the answer was an error): tried again while the
     /// lease deadline lies ahead.
-    Failed(String),
+    Failed(HaError),
 }
 
 impl std::fmt::Display for Renewal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Renewal::Expired => f.write_str("the lease expired in etcd"),
-            Renewal::Failed(why) => f.write_str(why),
+            Renewal::Failed(why) => write!(f, "{why}"),
         }
     }
 }
@@ -84,7 +85,7 @@ pub struct Session {
     stream_on: usize,
 }
 
-pub async fn connect(etcd: &Arc<Etcd>, ctx: &Ctx) -> Result<Session, String> {
+pub async fn connect(etcd: &Arc<Etcd>, ctx: &Ctx) -> Result<Session, HaError> {
     let lease = etcd.lease_grant(ctx.cfg.ttl_secs()).await?;
     let (stream_on, keeper, stream) = etcd.keep_alive(lease).await?;
     Ok(Session {
@@ -119,7 +120,12 @@ impl Session {
                 let (on, keeper, stream, ttl) =
                     (self.etcd.renew_anywhere(self.lease, self.stream_on))
                         .await
-                        .map_err(|again| Renewal::Failed(format!("{e}; {again}")))?;
+                        .map_err(|again| {
+                            Renewal::Failed(HaError::Again {
+                                first: Box::new(e),
+                                again: Box::new(again),
+                            })
+                        })?;
                 (self.stream_on, self.keeper, self.stream) = (on, keeper, stream);
                 return deadline(sent, ttl, margin);
             }
@@ -128,8 +134,12 @@ impl Session {
     }
 
     /// One renewal on the current stream: the TTL etcd answered.
-    async fn renew_on_stream(&mut self) -> Result<i64, String> {
-        let url = self.etcd.url(self.stream_on).to_string();
+    async fn renew_on_stream(&mut self) -> Result<i64, HaError> {
+        let call = |fault| HaError::Call {
+            what: "keep-alive".into(),
+            endpoint: self.etcd.url(self.stream_on).to_string(),
+            fault,
+        };
         let limit = self.etcd.timeout();
         let answer = tokio::time::timeout(limit, async {
             self.keeper.keep_alive().await?;
@@ -137,16 +147,14 @@ impl Session {
         });
         match answer.await {
             Ok(Ok(Some(resp))) => Ok(resp.ttl()),
-            Ok(Ok(None)) => Err(format!("etcd keep-alive ({url}): the stream ended")),
-            Ok(Err(e)) => Err(format!("etcd keep-alive ({url}): {e}")),
-            Err(_) => Err(format!(
-                "etcd keep-alive ({url}): no answer within {limit:?}"
-            )),
+            Ok(Ok(None)) => Err(call(Fault::StreamEnded)),
+            Ok(Err(e)) => Err(call(Fault::Etcd(e))),
+            Err(_) => Err(call(Fault::NoAnswerWithin(limit))),
         }
     }
 
     /// Reads every key of the cluster.
-    pub async fn read(&mut self, ctx: &Ctx) -> Result<Snapshot, String> {
+    pub async fn read(&mut self, ctx: &Ctx) -> Result<Snapshot, HaError> {
         let opts = GetOptions::new().with_prefix();
         let resp = self
             .etcd
@@ -201,8 +209,8 @@ impl Session {
     }
 
     /// Writes this member's key on the session's lease; returns the write's revision.
-    pub async fn put_member(&mut self, ctx: &Ctx, member: &Member) -> Result<i64, String> {
-        let value = serde_json::to_vec(member).map_err(|e| e.to_string())?;
+    pub async fn put_member(&mut self, ctx: &Ctx, member: &Member) -> Result<i64, HaError> {
+        let value = serde_json::to_vec(member)?;
         let opts = PutOptions::new().with_lease(self.lease);
         let key = ctx.keys.member(&ctx.node_id);
         let resp = self.etcd.put("put member", key, value, Some(opts)).await?;
@@ -210,7 +218,7 @@ impl Session {
     }
 
     /// Deletes `key` if its mod revision is still `rev` (a guarded delete).
-    pub async fn delete_if(&mut self, key: String, rev: i64) -> Result<bool, String> {
+    pub async fn delete_if(&mut self, key: String, rev: i64) -> Result<bool, HaError> {
         let txn = Txn::new()
             .when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)])
             .and_then([TxnOp::delete(key, None)]);
@@ -223,11 +231,11 @@ impl Session {
 /// stays unchanged belongs to a dead process and goes with its lease. This process's own key
 /// from an earlier session (etcd was out of reach past the lease deadline, but the key's lease
 /// still lives in etcd) is taken back at once (`take_back`), not waited out.
-pub async fn claim_member_key(ctx: &Ctx, s: &mut Session, first: &Member) -> Result<(), String> {
+pub async fn claim_member_key(ctx: &Ctx, s: &mut Session, first: &Member) -> Result<(), HaError> {
     let key = ctx.keys.member(&ctx.node_id);
     let mut seen: Option<i64> = None;
     loop {
-        let value = serde_json::to_vec(first).map_err(|e| e.to_string())?;
+        let value = serde_json::to_vec(first)?;
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
@@ -267,7 +275,7 @@ pub async fn claim_member_key(ctx: &Ctx, s: &mut Session, first: &Member) -> Res
 /// Moves this process's member key from an earlier session's lease to this session's (if it
 /// is still at `held.rev`), then revokes that lease: whatever else it held (a leader key of a
 /// term this member already gave up) goes at once instead of at its expiry.
-async fn take_back(s: &Session, key: &str, value: Vec<u8>, held: &Held) -> Result<bool, String> {
+async fn take_back(s: &Session, key: &str, value: Vec<u8>, held: &Held) -> Result<bool, HaError> {
     let txn = Txn::new()
         .when([Compare::mod_revision(key, CompareOp::Equal, held.rev)])
         .and_then([TxnOp::put(
@@ -355,9 +363,12 @@ pub async fn run(ctx: Ctx) {
 }
 
 /// One session: claim, clean up, then poll until the lease is lost.
-async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String> {
+async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), HaError> {
     claim_member_key(ctx, s, &term.member(ctx)).await?;
-    term.lease_deadline = s.renew(ctx.margin).await.map_err(|e| e.to_string())?;
+    term.lease_deadline = s.renew(ctx.margin).await.map_err(|e| match e {
+        Renewal::Expired => HaError::Expired,
+        Renewal::Failed(e) => e,
+    })?;
     ctx.shared.update_view(|v| v.etcd_reachable = true);
     // Every sixth of the TTL: when etcd's own leader goes (its host cut off), no renewal can
     // succeed until etcd has elected another (0.5-1 s with etcd's default election timeout);
@@ -377,7 +388,7 @@ async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String
                         log::debug!("ha: {e}");
                     }
                 }
-                Err(Renewal::Expired) => return Err(Renewal::Expired.to_string()),
+                Err(Renewal::Expired) => return Err(HaError::Expired),
                 Err(Renewal::Failed(e)) => note_error(ctx, term, e)?,
             }
         }
@@ -394,13 +405,13 @@ async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), String
 }
 
 /// A failed call: counted; fatal to the session once the lease deadline has passed.
-fn note_error(ctx: &Ctx, term: &Term, e: String) -> Result<(), String> {
+fn note_error(ctx: &Ctx, term: &Term, e: HaError) -> Result<(), HaError> {
     ctx.shared
         .stats
         .etcd_errors
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if boottime_ns() >= term.lease_deadline {
-        return Err(format!("{e}; the lease deadline has passed"));
+        return Err(HaError::PastDeadline(Box::new(e)));
     }
     log::debug!("ha: {e}; retrying");
     Ok(())

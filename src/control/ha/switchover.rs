@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use shards::{ErrorCode, Rejection};
 
 use super::admin::{wait_outcome, Ask, Step};
+use super::error::HaError;
 use super::handover::{CATCH_UP_MAX, TAKE_OVER_MAX};
 use super::shared::Shared;
 use crate::control::replication::hub::Hub;
@@ -44,7 +45,7 @@ pub async fn op(hub: &Hub, ha: Option<&Shared>, params: Option<&[u8]>) -> Result
     let begun = wait_outcome(shared, Ask::Switchover(Step::Begin(params.to)), NAME).await?;
     let to = begun.node;
     if let Err(why) = caught_up(hub, &to).await {
-        abort(shared, &why).await;
+        abort(shared, &why.to_string()).await;
         let msg = format!("{NAME} to {to} abandoned: {why}; this member takes writes again");
         return Err(Rejection::new(ErrorCode::SyncTimeout, msg).with("to", to.as_str()));
     }
@@ -68,7 +69,7 @@ async fn abort(shared: &Shared, why: &str) {
 /// Waits until `to` has acknowledged every entry in this member's log (the heads, appended
 /// or durable, re-read until they hold still: a write that passed the lease check just before
 /// writes stopped may still land).
-async fn caught_up(hub: &Hub, to: &str) -> Result<(), String> {
+async fn caught_up(hub: &Hub, to: &str) -> Result<(), HaError> {
     let deadline = Instant::now() + CATCH_UP_MAX;
     let mut heads = heads(hub).await?;
     loop {
@@ -85,17 +86,18 @@ async fn caught_up(hub: &Hub, to: &str) -> Result<(), String> {
             continue;
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "{to} did not acknowledge the head {heads:?} within {CATCH_UP_MAX:?} (it \
-                 acknowledged {acked:?})"
-            ));
+            return Err(HaError::NotCaughtUp {
+                to: to.to_string(),
+                heads,
+                acked,
+            });
         }
         glommio::timer::sleep(LOOK_EVERY).await;
     }
 }
 
-async fn heads(hub: &Hub) -> Result<Vec<u64>, String> {
-    let logs = hub.positions().await.map_err(|r| r.message)?;
+async fn heads(hub: &Hub) -> Result<Vec<u64>, HaError> {
+    let logs = (hub.positions().await).map_err(|r| HaError::Refused(r.message))?;
     Ok(logs.iter().map(|l| l.head.max(l.durable)).collect())
 }
 

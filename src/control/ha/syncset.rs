@@ -20,6 +20,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 
+use super::error::HaError;
 use super::keys::SyncSet;
 use super::session::{Session, Snapshot};
 use super::Ctx;
@@ -97,7 +98,7 @@ pub async fn maintain(
     snap: &Snapshot,
     epoch: u64,
     leader_rev: i64,
-) -> Result<(), String> {
+) -> Result<(), HaError> {
     if kept.start.is_empty() {
         return Ok(());
     }
@@ -134,7 +135,7 @@ pub async fn maintain(
         return Ok(());
     }
     let value = SyncSet { epoch, members };
-    let bytes = serde_json::to_vec(&value).map_err(|e| e.to_string())?;
+    let bytes = serde_json::to_vec(&value)?;
     let sync_key = ctx.keys.sync();
     let unchanged = match snap.sync.as_ref() {
         Some((_, rev)) => Compare::mod_revision(sync_key.clone(), CompareOp::Equal, *rev),

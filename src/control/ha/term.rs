@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 use super::elect::{self, Seen};
+use super::error::HaError;
 use super::keys::{History, Leader, Member};
 use super::session::{Session, Snapshot};
 use super::shared::{Demotion, MemberView, Want};
@@ -123,7 +124,7 @@ impl Term {
         ctx: &Ctx,
         s: &mut Session,
         snap: Snapshot,
-    ) -> Result<(), String> {
+    ) -> Result<(), HaError> {
         self.publish_view(ctx, &snap);
         let asked = ctx.shared.admin.take(|a| *a == super::admin::Ask::Force);
         self.forcing
@@ -187,7 +188,7 @@ impl Term {
         ctx: &Ctx,
         s: &mut Session,
         snap: &Snapshot,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, HaError> {
         let report = ctx.shared.report();
         let full_for = match report.storage_full {
             true => self.full_since.get_or_insert_with(Instant::now).elapsed(),
@@ -229,7 +230,7 @@ impl Term {
         s: &mut Session,
         snap: &Snapshot,
         rev: i64,
-    ) -> Result<(), String> {
+    ) -> Result<(), HaError> {
         let gen = ctx.shared.decide(Want::Lead { epoch: self.epoch });
         let report = ctx.shared.report();
         if report.done == gen && report.leading && !report.lead_failed && !self.history_done {
@@ -240,7 +241,7 @@ impl Term {
                 started_at_ms: self.started_at_ms,
                 start_offsets: report.positions.clone(),
             };
-            let value = serde_json::to_vec(&history).map_err(|e| e.to_string())?;
+            let value = serde_json::to_vec(&history)?;
             (s.etcd)
                 .put("put history", ctx.keys.history(self.epoch), value, None)
                 .await?;
@@ -267,7 +268,7 @@ impl Term {
         ctx: &Ctx,
         s: &mut Session,
         snap: Snapshot,
-    ) -> Result<(), String> {
+    ) -> Result<(), HaError> {
         if self.leading {
             self.step_down(ctx, Demotion::LeaderKeyLost, "the leader key is gone");
         }
@@ -376,7 +377,7 @@ impl Term {
         ctx: &Ctx,
         s: &mut Session,
         snap: &Snapshot,
-    ) -> Result<(), String> {
+    ) -> Result<(), HaError> {
         if boottime_ns() >= self.lease_deadline {
             return Ok(());
         }
@@ -389,7 +390,7 @@ impl Term {
             addr: ctx.addr.clone(),
             epoch,
         };
-        let value = serde_json::to_vec(&leader).map_err(|e| e.to_string())?;
+        let value = serde_json::to_vec(&leader)?;
         let started_at_ms = crate::util::time::now_ms();
         let history = History {
             epoch,
@@ -397,10 +398,10 @@ impl Term {
             started_at_ms,
             start_offsets: Vec::new(),
         };
-        let history = serde_json::to_vec(&history).map_err(|e| e.to_string())?;
+        let history = serde_json::to_vec(&history)?;
         let sync = ctx.rules.mode == ReplicationMode::Sync;
         let first_set = super::syncset::first(ctx, epoch);
-        let first_set_bytes = serde_json::to_vec(&first_set).map_err(|e| e.to_string())?;
+        let first_set_bytes = serde_json::to_vec(&first_set)?;
         // Sync mode: the term starts with its primary alone in the sync set (`syncset`).
         let sync_put = sync.then(|| TxnOp::put(ctx.keys.sync(), first_set_bytes, None));
         let txn = Txn::new()
@@ -460,11 +461,11 @@ impl Term {
         for ticket in self.forcing.drain(..) {
             let outcome = match leader.node_id == ctx.node_id && self.leading {
                 true => Ok(super::admin::Done::epoch(leader.epoch)),
-                false => Err(format!(
+                false => Err(HaError::Refused(format!(
                     "{} holds the leader key (epoch {}); a forced promotion takes it only when \
                      no member does",
                     leader.node_id, leader.epoch
-                )),
+                ))),
             };
             ctx.shared.admin.finish(ticket, outcome);
         }

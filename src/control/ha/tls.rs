@@ -2,6 +2,7 @@
 
 use etcd_client::{Certificate, Identity, TlsOptions};
 
+use super::error::HaError;
 use crate::config::ha::Ha;
 
 /// `ha.etcd_endpoints` as URLs: a bare `host:port` gets `https://` when TLS is configured,
@@ -23,12 +24,16 @@ pub fn endpoints(cfg: &Ha) -> Vec<String> {
 }
 
 /// TLS options when `ha.etcd_ca_path` or a client certificate is set.
-pub fn options(cfg: &Ha) -> Result<Option<TlsOptions>, String> {
+pub fn options(cfg: &Ha) -> Result<Option<TlsOptions>, HaError> {
     if cfg.etcd_ca_path.is_none() && cfg.etcd_cert_path.is_none() {
         return Ok(None);
     }
-    let read = |key: &str, p: &std::path::Path| {
-        std::fs::read(p).map_err(|e| format!("{key}: {}: {e}", p.display()))
+    let read = |key: &'static str, p: &std::path::Path| {
+        std::fs::read(p).map_err(|source| HaError::ReadFile {
+            key,
+            path: p.to_path_buf(),
+            source,
+        })
     };
     let mut tls = TlsOptions::new();
     if let Some(ca) = &cfg.etcd_ca_path {

@@ -67,7 +67,7 @@ impl Watcher {
                 Ok(mut stream) => self.follow(&mut stream, again).await,
                 Err(e) => {
                     self.shared.stats.etcd_errors.fetch_add(1, Relaxed);
-                    (e, false)
+                    (e.to_string(), false)
                 }
             };
             retry = if worked {

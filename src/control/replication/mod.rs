@@ -8,10 +8,12 @@
 //! - `promote`: PROMOTE, and the epoch a primary starts with.
 //! - `status`: REPLICATION_STATUS.
 //! - `preflight`: a new replica learns the primary's shard count before its shards start.
+//! - `error`: what ends a replica's stream on the primary, with its context.
 //!
 //! Elsewhere: the role and epoch every executor reads (`crate::member`), the front's side of a
 //! REPLICATE link (`crate::front::relay`) and the stream's frames (`crate::protocol::stream`).
 
+mod error;
 pub mod follower;
 pub mod hub;
 pub mod preflight;

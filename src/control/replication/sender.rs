@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use shards::wal::{LogHandle, LogReader, SnapshotStream, WalError};
 
+use super::error::ReplError;
 use super::hub::Hub;
 use crate::config::ReplicationMode;
 use crate::member::ReplState;
@@ -113,7 +114,7 @@ pub async fn run(hub: Rc<Hub>, link: Rc<Link>, handles: Vec<LogHandle>) {
     hub.remove_link(link.id);
 }
 
-async fn stream(hub: &Hub, link: &Link, readers: &mut [LogReader], next: &mut [u64]) -> String {
+async fn stream(hub: &Hub, link: &Link, readers: &mut [LogReader], next: &mut [u64]) -> ReplError {
     let max = hub.settings.fanout_max;
     let mut last_beat: Option<Instant> = None;
     // Failover, sync mode: the acknowledged offsets the replica was last told.
@@ -146,7 +147,7 @@ async fn stream(hub: &Hub, link: &Link, readers: &mut [LogReader], next: &mut [u
             return e;
         }
     }
-    "stopped".into()
+    ReplError::Stopped
 }
 
 /// Entries sent to the replica and not yet acknowledged, over all shards.
@@ -166,7 +167,7 @@ async fn read_entries(
     next: &mut [u64],
     mut room: u64,
     out: &mut Vec<u8>,
-) -> Result<u64, String> {
+) -> Result<u64, ReplError> {
     let mut sent = 0u64;
     for (shard, reader) in readers.iter_mut().enumerate() {
         if room == 0 {
@@ -183,10 +184,8 @@ async fn read_entries(
             Ok(records) if records.is_empty() => {}
             Ok(records) => {
                 if records[0].0 != next[shard] {
-                    return Err(format!(
-                        "shard {shard}: log read gave offset {} for {}",
-                        records[0].0, next[shard]
-                    ));
+                    let why = format!("log read gave offset {} for {}", records[0].0, next[shard]);
+                    return Err(ReplError::shard(shard, why));
                 }
                 let first = next[shard];
                 let bodies: Vec<Vec<u8>> = records.into_iter().map(|(_, b)| b).collect();
@@ -202,27 +201,27 @@ async fn read_entries(
                 link.floor.borrow_mut()[shard] = at;
                 link.last_ack.set(Instant::now());
             }
-            Err(e) => return Err(format!("shard {shard}: reading the log: {e}")),
+            Err(e) => return Err(ReplError::shard(shard, format!("reading the log: {e}"))),
         }
     }
     Ok(sent)
 }
 
 /// Hands encoded frames to the front that holds the replica's connection.
-async fn send(hub: &Hub, link: &Link, bytes: Vec<u8>) -> Result<(), String> {
+async fn send(hub: &Hub, link: &Link, bytes: Vec<u8>) -> Result<(), ReplError> {
     let frames = Down::Frames {
         link: link.id,
         bytes,
     };
     match hub.down(link.front, frames).await {
         true => Ok(()),
-        false => Err("front gone".into()),
+        false => Err(ReplError::FrontGone),
     }
 }
 
 /// Waits before the next read: for an ack when the window is full (too long without one is
 /// too slow), for entries to gather when caught up in async mode.
-async fn pace(hub: &Hub, link: &Link, room: u64, sent: u64) -> Result<(), String> {
+async fn pace(hub: &Hub, link: &Link, room: u64, sent: u64) -> Result<(), ReplError> {
     let beat = hub.settings.heartbeat;
     if room == 0 {
         if link.last_ack.get().elapsed() >= beat * 2 {
@@ -230,11 +229,10 @@ async fn pace(hub: &Hub, link: &Link, room: u64, sent: u64) -> Result<(), String
                 .stats
                 .slow_replica_disconnects
                 .fetch_add(1, Relaxed);
-            return Err(format!(
-                "too slow: {} entries (replication.fanout_max) unacknowledged for {} ms",
-                hub.settings.fanout_max,
-                (beat * 2).as_millis()
-            ));
+            return Err(ReplError::TooSlow {
+                fanout_max: hub.settings.fanout_max,
+                ms: (beat * 2).as_millis(),
+            });
         }
         wait(link, beat / 4).await;
     } else if hub.settings.mode == ReplicationMode::Async
@@ -282,21 +280,21 @@ async fn send_snapshot(
     reader: &mut LogReader,
     shard: usize,
     oldest: u64,
-) -> Result<u64, String> {
+) -> Result<u64, ReplError> {
     let snap = reader
         .newest_snapshot_stream()
         .await
-        .map_err(|e| format!("shard {shard}: reading the snapshot: {e}"))?;
+        .map_err(|e| ReplError::shard(shard, format!("reading the snapshot: {e}")))?;
     let Some(mut snap) = snap else {
-        return Err(format!(
-            "shard {shard}: the replica needs entries before offset {oldest}, which were compacted, and there is no snapshot"
-        ));
+        return Err(ReplError::shard(shard, format!(
+            "the replica needs entries before offset {oldest}, which were compacted, and there is no snapshot"
+        )));
     };
     let sent = send_parts(hub, link, &mut snap, shard, oldest).await;
     let closed = snap
         .close()
         .await
-        .map_err(|e| format!("shard {shard}: {e}"));
+        .map_err(|e| ReplError::shard(shard, e.to_string()));
     sent.and_then(|offset| closed.map(|()| offset))
 }
 
@@ -306,7 +304,7 @@ async fn send_parts(
     snap: &mut SnapshotStream,
     shard: usize,
     oldest: u64,
-) -> Result<u64, String> {
+) -> Result<u64, ReplError> {
     usable(hub, link, snap, shard, oldest).await?;
     let offset = snap.offset();
     log::info!(
@@ -335,22 +333,28 @@ async fn usable(
     snap: &SnapshotStream,
     shard: usize,
     oldest: u64,
-) -> Result<(), String> {
+) -> Result<(), ReplError> {
     let offset = snap.offset();
     if offset + 1 < oldest {
-        return Err(format!(
-            "shard {shard}: the newest snapshot (offset {offset}) is older than the oldest entry kept ({oldest})"
+        return Err(ReplError::shard(
+            shard,
+            format!(
+            "the newest snapshot (offset {offset}) is older than the oldest entry kept ({oldest})"
+        ),
         ));
     }
     if !link.snapshot_versions.contains(&snap.version()) {
-        let why = format!(
-            "shard {shard}: the replica needs the snapshot at offset {offset}, which is in \
-             snapshot format {}, and it reads formats {:?} only: upgrade replicas first",
-            snap.version(),
-            link.snapshot_versions
+        let why = ReplError::shard(
+            shard,
+            format!(
+                "the replica needs the snapshot at offset {offset}, which is in snapshot \
+                 format {}, and it reads formats {:?} only: upgrade replicas first",
+                snap.version(),
+                link.snapshot_versions
+            ),
         );
         let mut out = Vec::new();
-        stream::error_frame(&mut out, hub.state.epoch(), &why);
+        stream::error_frame(&mut out, hub.state.epoch(), &why.to_string());
         let _ = send(hub, link, out).await;
         return Err(why);
     }
@@ -364,8 +368,8 @@ async fn send_part_frames(
     snap: &mut SnapshotStream,
     info: &stream::SnapshotInfo,
     shard: usize,
-) -> Result<(), String> {
-    let read = |e| format!("shard {shard}: reading the snapshot: {e}");
+) -> Result<(), ReplError> {
+    let read = |e| ReplError::shard(shard, format!("reading the snapshot: {e}"));
     let mut next = snap
         .next_part(stream::SNAPSHOT_PART_BYTES)
         .await

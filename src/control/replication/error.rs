@@ -1,0 +1,42 @@
+//! What ends a replication stream or keeps it from starting, with its context: the shard and
+//! what was being done to it, the step of the connection, the setting. `Display` gives the
+//! text logged (`replica ...: disconnecting: ...`) and told to the replica in an `error` frame,
+//! word for word as before these types.
+
+use std::fmt;
+
+/// An error of the primary's side of a replication stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplError {
+    /// The link was stopped (the replica went, shutdown, failover).
+    Stopped,
+    /// The front that holds the replica's connection is gone.
+    FrontGone,
+    /// The replica left `fanout_max` entries unacknowledged for `ms` milliseconds.
+    TooSlow { fanout_max: u64, ms: u128 },
+    /// Shard `shard`'s log or snapshot could not give what the replica needs.
+    Shard { shard: usize, why: String },
+}
+
+impl ReplError {
+    pub fn shard(shard: usize, why: impl Into<String>) -> ReplError {
+        let why = why.into();
+        ReplError::Shard { shard, why }
+    }
+}
+
+impl fmt::Display for ReplError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplError::Stopped => f.write_str("stopped"),
+            ReplError::FrontGone => f.write_str("front gone"),
+            ReplError::TooSlow { fanout_max, ms } => write!(
+                f,
+                "too slow: {fanout_max} entries (replication.fanout_max) unacknowledged for {ms} ms"
+            ),
+            ReplError::Shard { shard, why } => write!(f, "shard {shard}: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ReplError {}
