@@ -96,7 +96,9 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
         fronts: shutdowns,
         drained,
     };
-    stop(&config, &mut signals, &shared, running)?;
+    for h in stop(&config, &mut signals, &shared, running) {
+        h.join().map_err(|e| format!("executor failed: {e}"))?;
+    }
     drop(data_dir);
     log::info!("stopped");
     Ok(())
@@ -142,13 +144,14 @@ struct Running {
 }
 
 /// After the first SIGTERM or SIGINT: the drain (`shut_down`), then the control executor is
-/// told to stop, and every executor is joined (shards sync and stop once their clients hung up).
+/// told to stop. Returns the executors to join (shards sync and stop once their clients hung
+/// up).
 fn stop(
     config: &Config,
     signals: &mut Signals,
     shared: &Shared,
     mut running: Running,
-) -> Result<(), String> {
+) -> spawn::Handles {
     let network = &config.network;
     shut_down(
         signals,
@@ -159,10 +162,7 @@ fn stop(
         Duration::from_millis(network.drain_timeout_ms),
     );
     let _ = running.control.write_all(b"x");
-    for h in running.handles {
-        h.join().map_err(|e| format!("executor failed: {e}"))?;
-    }
-    Ok(())
+    running.handles
 }
 
 /// Whether the data dir starts with its timers paused; says so once when it does.
