@@ -2,7 +2,7 @@
 //! (copying definitions, loading `storage.definitions_dir`), the metrics listener
 //! (`control::metrics::http`), and replication (`crate::control::replication::hub`).
 
-use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use futures_lite::AsyncReadExt;
@@ -39,9 +39,7 @@ pub async fn run(setup: ControlSetup) {
     // main waits on this; if it is gone, start-up was abandoned and we just stop.
     let _ = setup.ready.send(started);
     if !failed {
-        // SAFETY: `into_raw_fd` hands over the only owner of this socket (an `OwnedFd` made at
-        // boot for this executor alone); the stream takes its ownership.
-        let mut shutdown = unsafe { UnixStream::from_raw_fd(setup.shutdown_fd.into_raw_fd()) };
+        let mut shutdown: UnixStream = crate::util::fd::adopt(setup.shutdown_fd);
         let mut b = [0u8; 1];
         let _ = shutdown.read(&mut b).await;
     }

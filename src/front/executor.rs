@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -146,11 +146,8 @@ pub async fn run(setup: FrontSetup) {
         Some(ends) => Some(crate::front::relay::Relay::connect(ends, setup.index).await),
         None => None,
     };
-    // SAFETY: `into_raw_fd` hands over the only owner of this socket (an `OwnedFd` dup of the
-    // bound, listening, exclusive socket, made at boot for this front); the listener takes it.
-    let listener = unsafe { TcpListener::from_raw_fd(setup.listener_fd.into_raw_fd()) };
-    // SAFETY: as above: the only owner of one end of a socketpair made for this front.
-    let mut shutdown = unsafe { UnixStream::from_raw_fd(setup.shutdown_fd.into_raw_fd()) };
+    let listener: TcpListener = crate::util::fd::adopt(setup.listener_fd);
+    let mut shutdown: UnixStream = crate::util::fd::adopt(setup.shutdown_fd);
     let front = Rc::new(Front {
         router,
         subs,
@@ -318,11 +315,17 @@ async fn reject(stream: TcpStream, limit: u64, tls: Option<ServerTls>) {
         .with("max_connections", limit);
     let mut out = Vec::new();
     encode_error(&mut out, None, &rej);
+    send_refusal(stream, tls, &out).await;
+}
+
+/// Sends `bytes` and closes, over TLS when it is on (so the client can read them): a
+/// connection refused at accept (RCP1 and HTTP alike).
+pub(crate) async fn send_refusal(stream: TcpStream, tls: Option<ServerTls>, bytes: &[u8]) {
     match tls {
-        None => send_and_close(stream, &out).await,
+        None => send_and_close(stream, bytes).await,
         Some(tls) => {
             if let Ok(s) = tls.accept(stream).await {
-                send_and_close(s, &out).await;
+                send_and_close(s, bytes).await;
             }
         }
     }

@@ -1,5 +1,6 @@
 //! Small primitives shared by the front, the shard runtime and the server's other parts.
 
+pub mod fd;
 pub mod notify;
 pub mod random;
 pub mod slot;

@@ -9,7 +9,6 @@
 //! control executor's router, bounded by `SCRAPE_TIMEOUT`.
 
 use std::cell::Cell;
-use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -62,9 +61,8 @@ pub struct MetricsServer {
 
 /// Starts serving on `listener` (bound by `boot::run`).
 pub fn start(setup: MetricsSetup, router: Rc<Router>) -> MetricsServer {
-    // SAFETY: `setup.listener` is a bound, listening, exclusive std socket that we own; its fd
-    // moves into the glommio listener, which closes it on drop.
-    let listener = unsafe { TcpListener::from_raw_fd(setup.listener.into_raw_fd()) };
+    // The bound, listening, exclusive std socket moves into the glommio listener.
+    let listener: TcpListener = crate::util::fd::adopt(setup.listener.into());
     let state = Rc::new(State {
         setup: setup.sources,
         router,

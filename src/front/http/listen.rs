@@ -4,11 +4,9 @@
 //! `tls.enabled` (the client port's certificate), then serves the connection. Connections are
 //! tracked with the front's RCP1 ones, so the drain and the stop-now path cover both.
 
-use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
-use futures_lite::AsyncWriteExt;
 use glommio::net::{TcpListener, TcpStream};
 use glommio::sync::Gate;
 use shards::ErrorCode;
@@ -22,9 +20,7 @@ const REJECT_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Accepts until the front drains.
 pub async fn run(front: Rc<Front>, listener_fd: std::os::fd::OwnedFd, gate: Gate) {
-    // SAFETY: `into_raw_fd` hands over the only owner of this socket (an `OwnedFd` dup of the
-    // bound, listening socket, made at boot for this front); the listener takes it.
-    let listener = unsafe { TcpListener::from_raw_fd(listener_fd.into_raw_fd()) };
+    let listener: TcpListener = crate::util::fd::adopt(listener_fd);
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             front.drain.stopped().await;
@@ -71,18 +67,5 @@ async fn reject(stream: TcpStream, limit: u64, tls: Option<ServerTls>) {
     let msg = format!("http.max_connections ({limit}) connections are open");
     let mut out = Vec::new();
     plain(503, ErrorCode::ConnectionLimit, msg).encode(&mut out, true);
-    match tls {
-        None => send_and_close(stream, &out).await,
-        Some(tls) => {
-            if let Ok(s) = tls.accept(stream).await {
-                send_and_close(s, &out).await;
-            }
-        }
-    }
-}
-
-async fn send_and_close<S: futures_lite::AsyncWrite + Unpin>(mut stream: S, bytes: &[u8]) {
-    let _ = stream.write_all(bytes).await;
-    let _ = stream.flush().await;
-    let _ = stream.close().await;
+    crate::front::executor::send_refusal(stream, tls, &out).await;
 }
