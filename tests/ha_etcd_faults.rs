@@ -8,6 +8,12 @@
 //!   the new one keeps its term. (Before each member pinned one endpoint and moved off a
 //!   failed one, a third of the calls went to the silent member and hung for the whole call
 //!   timeout: the lease renewal missed its deadline and terms were lost.)
+//! - etcd without a leader for longer than the primary's lease deadline costs no term either:
+//!   the primary stops writing at its deadline but keeps its term while etcd still holds its
+//!   lease (a new etcd leader extends every lease), and writes resume on the next renewal.
+//!   (Before, the primary gave up its term at the deadline and the cluster had no primary
+//!   until the next election after etcd came back: the nemesis's isolated replica whose host
+//!   held etcd's leader.)
 //! - A primary cut off from etcd alone steps down and never names itself as the primary: its
 //!   writes answer `NO_PRIMARY`, not `READ_ONLY_MODE` with its own address (which sent clients
 //!   that follow the redirect round in a loop), and its `ha.primary` is never its own node id
@@ -94,6 +100,57 @@ fn a_silent_etcd_member_costs_no_term_and_a_killed_primary_is_replaced_promptly(
     etcd.signal_member(silent, libc::SIGCONT);
 }
 
+#[test]
+fn etcd_leaderless_past_the_lease_deadline_costs_no_term() {
+    let _serial = serial();
+    let mut etcd = Etcd::start(3);
+    let (_dirs, members, p) = start_cluster(&etcd, "leaderless", "sync", "");
+    let mut c = members[p].order_client();
+    create_paid(&mut c, "l-1");
+    drop(c);
+    let before = epoch_of(&members[p]);
+    // etcd's leader gone and one of the two others silent: no quorum, no leader, for longer
+    // than the primary's deadline (ttl_ms - safety_margin_ms after its last renewal).
+    let leader = etcd.leader().expect("etcd has a leader");
+    let silent = (0..3).find(|&i| i != leader).unwrap_or(0);
+    etcd.kill_member(leader);
+    etcd.signal_member(silent, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(TTL_MS + 200));
+    let fenced = status(members[p].addr).unwrap_or_default();
+    etcd.signal_member(silent, libc::SIGCONT);
+    let back = Instant::now();
+    let mut c = members[p].client();
+    c.set_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut refusals = Vec::new();
+    loop {
+        let r = c.call(
+            "APPLY_EVENT",
+            json!({"instance_id": "l-1", "event": "touch", "payload": {"i": 1}}),
+        );
+        match r {
+            Ok(_) => break,
+            Err(e) => refusals.push(e.code().unwrap_or("?").to_string()),
+        }
+        assert!(
+            back.elapsed() < failover_limit(),
+            "no write taken {:?} after etcd came back: {refusals:?}",
+            back.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!(
+        "a write taken {:?} after etcd came back (refused meanwhile: {refusals:?}); during the \
+         outage the primary said {}",
+        back.elapsed(),
+        fenced["ha"]
+    );
+    assert_eq!(
+        epoch_of(&members[p]),
+        before,
+        "the primary kept its term across etcd's leaderless window"
+    );
+}
+
 /// `ha.etcd_endpoints` of member `n0`: its own etcd member only, so stopping that member cuts
 /// it off from etcd while the others keep a majority.
 fn config_with_one_endpoint(etcd: &Etcd, cluster: &str) -> String {
@@ -178,7 +235,13 @@ fn a_primary_cut_off_from_etcd_never_names_itself_as_the_primary() {
         if answer == ("READ_ONLY_MODE".into(), Some(want.clone())) {
             break;
         }
-        assert!(Instant::now() < deadline, "n0 answers {answer:?}");
+        assert!(
+            Instant::now() < deadline,
+            "n0 answers {answer:?}, want {want}; others {:?}",
+            rest.iter()
+                .map(|s| (s.addr, status(s.addr).map(|v| v["role"].clone())))
+                .collect::<Vec<_>>()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

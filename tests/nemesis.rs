@@ -304,7 +304,8 @@ fn new_primary(c: &Cluster, old: usize, limit: Duration) -> usize {
 }
 
 /// Random faults for NEMESIS_MINUTES (5) in NEMESIS_MODE (sync), reproducible by NEMESIS_SEED:
-/// one fault per round, fresh instances per round, the checker run per round.
+/// one fault per round, fresh instances per round, the checker run per round. NEMESIS_FAULT
+/// (e.g. `stop_0:9s`) keeps only the rounds whose name starts with it, to repeat one fault.
 #[test]
 #[ignore = "the nemesis soak: run by tuning/nemesis-soak.sh"]
 fn soak() {
@@ -341,6 +342,9 @@ fn soak() {
         }
         let d = 3 + rng.below(8);
         let name = format!("{}:{}s", n.name(), d);
+        if !env("NEMESIS_FAULT").is_none_or(|f| name.starts_with(&f)) {
+            continue;
+        }
         let r = round::run(&mut c, &mut rounds, &name, &mut |c, p| inflict(c, p, n, d));
         eprintln!("soak | round {:>3} | {}", reports.len() + 1, r.line());
         reports.push(r);

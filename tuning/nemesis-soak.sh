@@ -7,7 +7,8 @@
 # nftables) and the Debian packages etcd-server, etcd-client, nftables.
 #   tuning/nemesis-soak.sh [minutes=5] [seed=random] [mode=sync|async]
 # SOAK_PROFILE=debug uses the test build (`cargo test`'s profile; no release build, which takes
-# about 10 minutes on 2 cores); the default is release.
+# about 10 minutes on 2 cores); the default is release. NEMESIS_FAULT=stop_0:9s repeats one fault
+# (only the rounds whose name starts with it run).
 # Prints each round as it ends and a summary table at the end; exits non-zero if a round failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -144,11 +144,13 @@ pub fn run(
     c.wait_healed(Duration::from_secs(30));
     let fin = c.read_final(&ids, trunc0);
     let mut problems = expectations(&monitor, expect, p, (t0, t1, t2));
-    let overlap = monitor.longest_overlap(t0, t2);
+    let (overlap, since) = monitor.longest_overlap(t0, t2);
     if !overlap.is_zero() {
         eprintln!(
-            "nemesis: {name}: two members answered 200 on /health/primary for {:.3} s",
-            overlap.as_secs_f64()
+            "nemesis: {name}: two members answered 200 on /health/primary for {:.3} s from {:.3} s; the answers around it:\n{}",
+            overlap.as_secs_f64(),
+            since as f64 / 1e9,
+            monitor.answers(since.saturating_sub(2_000_000_000), since + overlap.as_nanos() as u64 + 1_000_000_000),
         );
     }
     if overlap > OVERLAP_MAX {
@@ -173,7 +175,7 @@ pub fn run(
             ops,
             fin,
         },
-        monitor.longest_gap(t0, t2),
+        monitor.longest_gap(t0, t2).0,
         problems,
         began,
     )
@@ -224,8 +226,17 @@ fn expectations(
                     "the primary changed although only a replica was cut: {during:?}, was {p}"
                 ));
             }
-            let gap = m.longest_gap(t0, t2);
+            let (gap, since) = m.longest_gap(t0, t2);
             if gap > Duration::from_millis(TTL_MS) {
+                eprintln!(
+                    "nemesis: no primary for {:.3} s from {:.3} s; the answers around it:\n{}",
+                    gap.as_secs_f64(),
+                    since as f64 / 1e9,
+                    m.answers(
+                        since.saturating_sub(1_000_000_000),
+                        since + gap.as_nanos() as u64 + 500_000_000
+                    ),
+                );
                 v.push(format!(
                     "{:.2} s without a primary, over one TTL",
                     gap.as_secs_f64()

@@ -396,8 +396,32 @@ impl Workload {
     }
 }
 
-/// One member's `/health/primary` answers: (ns since the run began, 200 or not).
-type Samples = Arc<Mutex<Vec<(u64, bool)>>>;
+/// One `/health/primary` answer: when it was asked and answered (ns since the run began),
+/// 200 or not, and the epoch the member named.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub asked: u64,
+    pub answered: u64,
+    pub up: bool,
+    pub epoch: Option<u64>,
+}
+
+impl Sample {
+    /// When the answer counts from: a member SIGSTOPped after computing a 200 delivers it on
+    /// SIGCONT, seconds later (found by the soak); what it says is what it was when the
+    /// question was sent, not when the answer arrived. A 503 is dated when it arrives, so a
+    /// stall never shortens a gap.
+    fn at(&self) -> u64 {
+        if self.up {
+            self.asked
+        } else {
+            self.answered
+        }
+    }
+}
+
+/// One member's `/health/primary` answers, in the order they came.
+type Samples = Arc<Mutex<Vec<Sample>>>;
 
 /// `/health/primary` of every member every 100 ms, each polled inside its own host.
 pub struct Monitor {
@@ -417,14 +441,21 @@ impl Monitor {
                 samples.push(mine.clone());
                 net::spawn_in(ns, "monitor", move || {
                     while !stop.load(Ordering::Relaxed) {
-                        // Dated when asked: a member SIGSTOPped after computing a 200 delivers it
-                        // on SIGCONT, seconds later (found by the soak); what it says is what it
-                        // was when the question was sent, not when the answer arrived. A 503 is
-                        // dated when it arrives, so a stall never shortens a gap.
                         let asked = shared.now_ns();
-                        let up = http_get(m, "/health/primary").is_some_and(|(c, _)| c == 200);
-                        let at = if up { asked } else { shared.now_ns() };
-                        mine.lock().unwrap().push((at, up));
+                        let answer = http_get(m, "/health/primary");
+                        let answered = shared.now_ns();
+                        let up = answer.as_ref().is_some_and(|(c, _)| *c == 200);
+                        let epoch = answer.and_then(|(_, body)| {
+                            let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+                            v["epoch"].as_u64()
+                        });
+                        let s = Sample {
+                            asked,
+                            answered,
+                            up,
+                            epoch,
+                        };
+                        mine.lock().unwrap().push(s);
                         std::thread::sleep(Duration::from_millis(100));
                     }
                 })
@@ -444,38 +475,40 @@ impl Monitor {
         }
     }
 
-    /// The longest interval within `[from, to]` (ns) in which no member answered 200.
-    pub fn longest_gap(&self, from: u64, to: u64) -> Duration {
+    /// The longest interval within `[from, to]` (ns) in which no member answered 200, and
+    /// when it began.
+    pub fn longest_gap(&self, from: u64, to: u64) -> (Duration, u64) {
         self.longest(from, to, |up| up == 0)
     }
 
     /// The longest interval within `[from, to]` in which two members or more answered 200
-    /// (by their latest answers; each is up to 100 ms old).
-    pub fn longest_overlap(&self, from: u64, to: u64) -> Duration {
+    /// (by their latest answers; each is up to 100 ms old), and when it began.
+    pub fn longest_overlap(&self, from: u64, to: u64) -> (Duration, u64) {
         self.longest(from, to, |up| up >= 2)
     }
 
-    /// The longest interval within `[from, to]` in which `held(members answering 200)`.
-    fn longest(&self, from: u64, to: u64, held: impl Fn(usize) -> bool) -> Duration {
+    /// The longest interval within `[from, to]` in which `held(members answering 200)`, and
+    /// when it began.
+    fn longest(&self, from: u64, to: u64, held: impl Fn(usize) -> bool) -> (Duration, u64) {
         let mut events: Vec<(u64, usize, bool)> = Vec::new();
         let mut state = vec![false; self.samples.len()];
         for (m, s) in self.samples.iter().enumerate() {
-            for &(t, up) in s.lock().unwrap().iter() {
-                match t {
-                    t if t <= from => state[m] = up,
-                    t if t <= to => events.push((t, m, up)),
+            for s in s.lock().unwrap().iter() {
+                match s.at() {
+                    t if t <= from => state[m] = s.up,
+                    t if t <= to => events.push((t, m, s.up)),
                     _ => {}
                 }
             }
         }
         events.sort();
         let count = |state: &[bool]| state.iter().filter(|&&u| u).count();
-        let (mut longest, mut since) = (0, held(count(&state)).then_some(from));
+        let (mut longest, mut since) = ((0, from), held(count(&state)).then_some(from));
         for (t, m, up) in events {
             state[m] = up;
             match (held(count(&state)), since) {
                 (false, Some(s)) => {
-                    longest = longest.max(t - s);
+                    longest = longest.max((t - s, s));
                     since = None;
                 }
                 (true, None) => since = Some(t),
@@ -483,9 +516,28 @@ impl Monitor {
             }
         }
         if let Some(s) = since {
-            longest = longest.max(to - s);
+            longest = longest.max((to - s, s));
         }
-        Duration::from_nanos(longest)
+        (Duration::from_nanos(longest.0), longest.1)
+    }
+
+    /// Every member's answers asked within `[from, to]`, a line each (for a failed round).
+    pub fn answers(&self, from: u64, to: u64) -> String {
+        let mut out = String::new();
+        for (m, s) in self.samples.iter().enumerate() {
+            for s in s.lock().unwrap().iter() {
+                if s.asked >= from && s.asked <= to {
+                    out.push_str(&format!(
+                        "  member {m}: asked {:.3} s, answered {:.3} s: {} (epoch {:?})\n",
+                        s.asked as f64 / 1e9,
+                        s.answered as f64 / 1e9,
+                        if s.up { 200 } else { 503 },
+                        s.epoch,
+                    ));
+                }
+            }
+        }
+        out
     }
 
     /// The members (indexes) that answered 200 at some time within `[from, to]`.
@@ -493,7 +545,7 @@ impl Monitor {
         (0..self.samples.len())
             .filter(|&m| {
                 let s = self.samples[m].lock().unwrap();
-                s.iter().any(|&(t, up)| up && t >= from && t <= to)
+                s.iter().any(|s| s.up && s.at() >= from && s.at() <= to)
             })
             .collect()
     }

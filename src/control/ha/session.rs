@@ -404,13 +404,14 @@ async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), HaErro
     }
 }
 
-/// A failed call: counted; fatal to the session once the lease deadline has passed.
+/// A failed call: counted; fatal to the session at `Term::give_up_at` (past the lease
+/// deadline the member is fenced already: `ReplState::fenced`).
 fn note_error(ctx: &Ctx, term: &Term, e: HaError) -> Result<(), HaError> {
     ctx.shared
         .stats
         .etcd_errors
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if boottime_ns() >= term.lease_deadline {
+    if boottime_ns() >= term.give_up_at(ctx) {
         return Err(HaError::PastDeadline(Box::new(e)));
     }
     log::debug!("ha: {e}; retrying");

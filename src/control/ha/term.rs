@@ -40,6 +40,8 @@ pub struct Term {
     full_since: Option<Instant>,
     /// Sync mode, leading: this term's sync set (`syncset`).
     sync: super::syncset::Kept,
+    /// Leading past the lease deadline on a lease etcd still holds (`past_deadline`), said.
+    kept_past_deadline: bool,
 }
 
 impl Term {
@@ -56,6 +58,7 @@ impl Term {
             handover: None,
             full_since: None,
             sync: Default::default(),
+            kept_past_deadline: false,
         }
     }
 
@@ -84,8 +87,16 @@ impl Term {
     }
 
     /// A renewal succeeded: the primary's deadline moves on (not while a switchover keeps
-    /// writes stopped).
+    /// writes stopped). A primary whose deadline had passed takes writes again: etcd kept its
+    /// lease, so nobody else can have been elected meanwhile (docs/ha.md, "Self-fencing").
     pub fn renewed(&mut self, ctx: &Ctx, deadline: u64) {
+        if self.leading && self.kept_past_deadline {
+            log::warn!(
+                "ha: the lease of epoch {} renewed after its deadline had passed; writes resume",
+                self.epoch
+            );
+        }
+        self.kept_past_deadline = false;
         self.lease_deadline = deadline;
         if self.leading && self.handover.is_none() {
             ctx.state.set_lease_until(deadline);
@@ -118,6 +129,38 @@ impl Term {
         ctx.shared.decide(Want::Fence);
     }
 
+    /// Past the lease deadline without a renewal this member appends and acknowledges nothing
+    /// (`ReplState::fenced`), but while a read shows the leader key on its lease the lease is
+    /// alive in etcd (an etcd leader change extends every lease): it keeps the term and renews
+    /// on, and gives it up only at `give_up_at` or when the key is gone.
+    fn past_deadline(&mut self, ctx: &Ctx, s: &Session, snap: &Snapshot) {
+        let ours = snap.leader.as_ref().is_some_and(|(l, lease, _)| {
+            l.node_id == ctx.node_id && l.instance == ctx.instance && *lease == s.lease
+        });
+        if !ours || boottime_ns() >= self.give_up_at(ctx) {
+            self.step_down(
+                ctx,
+                Demotion::LeaseExpired,
+                "the lease deadline passed without a renewal",
+            );
+        } else if !self.kept_past_deadline {
+            self.kept_past_deadline = true;
+            log::warn!(
+                "ha: the lease deadline of epoch {} passed without a renewal; writes stop until \
+                 one succeeds (etcd still holds the lease and this member's leader key)",
+                self.epoch
+            );
+        }
+    }
+
+    /// When a session that cannot renew ends: two TTLs past the lease deadline. Until then a
+    /// primary stays fenced in its term, so a renewal that gets through (etcd electing a new
+    /// leader of its own takes most of a TTL) costs no election.
+    pub fn give_up_at(&self, ctx: &Ctx) -> u64 {
+        let ttl_ns = ctx.cfg.ttl_ms.saturating_mul(1_000_000);
+        self.lease_deadline.saturating_add(2 * ttl_ns)
+    }
+
     /// One poll's decision from the cluster's keys.
     pub async fn decide(
         &mut self,
@@ -133,11 +176,7 @@ impl Term {
             self.refuse_forcing(ctx, leader);
         }
         if self.leading && boottime_ns() >= self.lease_deadline {
-            self.step_down(
-                ctx,
-                Demotion::LeaseExpired,
-                "the lease deadline passed without a renewal",
-            );
+            self.past_deadline(ctx, s, &snap);
         }
         if self.log_health(ctx, s, &snap).await? {
             return Ok(()); // resigned: the next read shows the cluster without this member
