@@ -151,12 +151,12 @@ fn etcd_leaderless_past_the_lease_deadline_costs_no_term() {
     );
 }
 
-/// `ha.etcd_endpoints` of member `n0`: its own etcd member only, so stopping that member cuts
-/// it off from etcd while the others keep a majority.
-fn config_with_one_endpoint(etcd: &Etcd, cluster: &str) -> String {
+/// `ha.etcd_endpoints` of member `n0`: etcd member `k` only, so stopping that member cuts it
+/// off from etcd while the others keep a majority.
+fn config_with_one_endpoint(etcd: &Etcd, cluster: &str, k: usize) -> String {
     member_config(etcd, cluster, "n0", "async").replace(
         &format!("etcd_endpoints = {}", etcd.toml_endpoints()),
-        &format!("etcd_endpoints = [\"{}\"]", etcd.endpoints[0]),
+        &format!("etcd_endpoints = [\"{}\"]", etcd.endpoints[k]),
     )
 }
 
@@ -180,7 +180,13 @@ fn a_primary_cut_off_from_etcd_never_names_itself_as_the_primary() {
     let _serial = serial();
     let etcd = Etcd::start(3);
     let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
-    let n0 = Server::start_in(dirs[0].path(), &config_with_one_endpoint(&etcd, "cutoff")).unwrap();
+    // Not etcd's raft leader: etcd 3.4.23 (Debian's) has a leader that resumes from a pause
+    // revoke the leases that expired in its own view meanwhile, the new primary's among them
+    // (etcd issue 12528, fixed by etcd PR 16822): a second failover this test is not about.
+    let leader = etcd.leader().expect("etcd has a leader");
+    let k = (0..3).find(|&i| i != leader).unwrap_or(0);
+    let cfg = config_with_one_endpoint(&etcd, "cutoff", k);
+    let n0 = Server::start_in(dirs[0].path(), &cfg).unwrap();
     one_primary(&[&n0], Duration::from_secs(20));
     let others: Vec<Server> = (1..3)
         .map(|i| {
@@ -194,7 +200,7 @@ fn a_primary_cut_off_from_etcd_never_names_itself_as_the_primary() {
     create_paid(&mut c, "c-1");
     drop(c);
     let own = n0.addr.to_string();
-    etcd.signal_member(0, libc::SIGSTOP);
+    etcd.signal_member(k, libc::SIGSTOP);
     let mut seen: Vec<(String, Option<String>)> = Vec::new();
     let end = Instant::now() + Duration::from_millis(3 * TTL_MS + 2000);
     while Instant::now() < end {
@@ -225,7 +231,7 @@ fn a_primary_cut_off_from_etcd_never_names_itself_as_the_primary() {
     );
     let rest: Vec<&Server> = others.iter().collect();
     let q = one_primary(&rest, failover_limit());
-    etcd.signal_member(0, libc::SIGCONT);
+    etcd.signal_member(k, libc::SIGCONT);
     // Back in reach of etcd, n0 follows the new primary and names it.
     let want = rest[q].addr.to_string();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -237,10 +243,15 @@ fn a_primary_cut_off_from_etcd_never_names_itself_as_the_primary() {
         }
         assert!(
             Instant::now() < deadline,
-            "n0 answers {answer:?}, want {want}; others {:?}",
+            "n0 answers {answer:?}, want {want}; others {:?}\n--- n0\n{}\n--- others\n{}",
             rest.iter()
                 .map(|s| (s.addr, status(s.addr).map(|v| v["role"].clone())))
+                .collect::<Vec<_>>(),
+            n0.log(),
+            rest.iter()
+                .map(|s| s.log())
                 .collect::<Vec<_>>()
+                .join("\n----\n")
         );
         std::thread::sleep(Duration::from_millis(100));
     }
