@@ -83,6 +83,12 @@ pub struct Session {
     stream: LeaseKeepAliveStream,
     /// The endpoint the keep-alive stream runs on.
     stream_on: usize,
+    /// Keep-alives sent on `stream` whose answers have not been read. A renewal that timed out
+    /// leaves its answer on the stream; the next renewal must not take that answer for its
+    /// own (it would date etcd's TTL from its later send time: a deadline past the lease's
+    /// real end, which once made a primary resumed from SIGSTOP answer as primary for a poll
+    /// after it had been replaced). Each renewal reads until its own answer.
+    unanswered: u32,
 }
 
 pub async fn connect(etcd: &Arc<Etcd>, ctx: &Ctx) -> Result<Session, HaError> {
@@ -94,6 +100,7 @@ pub async fn connect(etcd: &Arc<Etcd>, ctx: &Ctx) -> Result<Session, HaError> {
         keeper,
         stream,
         stream_on,
+        unanswered: 0,
     })
 }
 
@@ -127,6 +134,7 @@ impl Session {
                             })
                         })?;
                 (self.stream_on, self.keeper, self.stream) = (on, keeper, stream);
+                self.unanswered = 0; // first_renewal read its own answer
                 return deadline(sent, ttl, margin);
             }
         };
@@ -143,7 +151,18 @@ impl Session {
         let limit = self.etcd.timeout();
         let answer = tokio::time::timeout(limit, async {
             self.keeper.keep_alive().await?;
-            self.stream.message().await
+            self.unanswered += 1;
+            loop {
+                let resp = self.stream.message().await?;
+                if resp.is_none() {
+                    return Ok(None);
+                }
+                self.unanswered = self.unanswered.saturating_sub(1);
+                if self.unanswered == 0 {
+                    return Ok(resp);
+                }
+                // The answer to an earlier keep-alive that timed out: not this one's.
+            }
         });
         match answer.await {
             Ok(Ok(Some(resp))) => Ok(resp.ttl()),
