@@ -68,8 +68,8 @@ fn a_silent_etcd_member_costs_no_term_and_a_killed_primary_is_replaced_promptly(
     let before = epoch_of(&members[p]);
     // Each etcd member that does not lead etcd's raft, silent in turn for three leases: the
     // primary keeps its term and writes go on.
-    let leader = etcd.leader().expect("etcd has a leader");
-    for i in (0..3).filter(|&i| i != leader) {
+    let (_, followers) = etcd.leader_and_followers();
+    for &i in &followers {
         etcd.signal_member(i, libc::SIGSTOP);
         let n = writes_ok_for(&members[p], "s-1", Duration::from_millis(3 * TTL_MS));
         assert_eq!(epoch_of(&members[p]), before, "etcd member {i} silent");
@@ -78,7 +78,7 @@ fn a_silent_etcd_member_costs_no_term_and_a_killed_primary_is_replaced_promptly(
         etcd.wait_healthy(Duration::from_secs(30));
     }
     // A silent etcd member, and the primary killed: the others elect one of them promptly.
-    let silent = (0..3).find(|&i| i != leader).unwrap_or(0);
+    let silent = followers[0];
     etcd.signal_member(silent, libc::SIGSTOP);
     let killed_at = Instant::now();
     members[p].kill();
@@ -111,8 +111,8 @@ fn etcd_leaderless_past_the_lease_deadline_costs_no_term() {
     let before = epoch_of(&members[p]);
     // etcd's leader gone and one of the two others silent: no quorum, no leader, for longer
     // than the primary's deadline (ttl_ms - safety_margin_ms after its last renewal).
-    let leader = etcd.leader().expect("etcd has a leader");
-    let silent = (0..3).find(|&i| i != leader).unwrap_or(0);
+    let (leader, followers) = etcd.leader_and_followers();
+    let silent = followers[0];
     etcd.kill_member(leader);
     etcd.signal_member(silent, libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(TTL_MS + 200));
@@ -183,8 +183,7 @@ fn a_primary_cut_off_from_etcd_never_names_itself_as_the_primary() {
     // Not etcd's raft leader: etcd 3.4.23 (Debian's) has a leader that resumes from a pause
     // revoke the leases that expired in its own view meanwhile, the new primary's among them
     // (etcd issue 12528, fixed by etcd PR 16822): a second failover this test is not about.
-    let leader = etcd.leader().expect("etcd has a leader");
-    let k = (0..3).find(|&i| i != leader).unwrap_or(0);
+    let k = etcd.leader_and_followers().1[0];
     let cfg = config_with_one_endpoint(&etcd, "cutoff", k);
     let n0 = Server::start_in(dirs[0].path(), &cfg).unwrap();
     one_primary(&[&n0], Duration::from_secs(20));

@@ -227,8 +227,7 @@ fn the_primary_keeps_its_term_while_etcds_followers_restart_one_at_a_time() {
     // new stream at its next renewal and keep its term. (It fails without that in the two
     // cases of three where the stream is on a restarted member: the renewals fail until the
     // lease deadline and the member steps down.)
-    let leader = etcd.leader().expect("etcd has a leader");
-    for i in (0..3).filter(|&i| i != leader) {
+    for i in etcd.leader_and_followers().1 {
         etcd.kill_member(i);
         // Past the lease deadline of a renewal that stopped at the kill (ttl - margin).
         std::thread::sleep(Duration::from_millis(common::ha::TTL_MS + 500));

@@ -119,6 +119,15 @@ impl Etcd {
         self.endpoints.iter().position(|e| e == at)
     }
 
+    /// etcd's raft leader now and the other members (its followers), by index; panics when
+    /// etcd has no leader.
+    #[allow(dead_code)]
+    pub fn leader_and_followers(&self) -> (usize, Vec<usize>) {
+        let leader = self.leader().expect("etcd has a leader");
+        let followers = (0..self.endpoints.len()).filter(|&i| i != leader).collect();
+        (leader, followers)
+    }
+
     /// The `[ha]` endpoints list as TOML.
     pub fn toml_endpoints(&self) -> String {
         let quoted: Vec<String> = self.endpoints.iter().map(|e| format!("\"{e}\"")).collect();

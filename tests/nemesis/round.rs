@@ -147,10 +147,8 @@ pub fn run(
     let (overlap, since) = monitor.longest_overlap(t0, t2);
     if !overlap.is_zero() {
         eprintln!(
-            "nemesis: {name}: two members answered 200 on /health/primary for {:.3} s from {:.3} s; the answers around it:\n{}",
-            overlap.as_secs_f64(),
-            since as f64 / 1e9,
-            monitor.answers(since.saturating_sub(2_000_000_000), since + overlap.as_nanos() as u64 + 1_000_000_000),
+            "nemesis: {name}: two members answered 200 on /health/primary for {}",
+            monitor.around(overlap, since)
         );
     }
     if overlap > OVERLAP_MAX {
@@ -228,15 +226,7 @@ fn expectations(
             }
             let (gap, since) = m.longest_gap(t0, t2);
             if gap > Duration::from_millis(TTL_MS) {
-                eprintln!(
-                    "nemesis: no primary for {:.3} s from {:.3} s; the answers around it:\n{}",
-                    gap.as_secs_f64(),
-                    since as f64 / 1e9,
-                    m.answers(
-                        since.saturating_sub(1_000_000_000),
-                        since + gap.as_nanos() as u64 + 500_000_000
-                    ),
-                );
+                eprintln!("nemesis: no primary for {}", m.around(gap, since));
                 v.push(format!(
                     "{:.2} s without a primary, over one TTL",
                     gap.as_secs_f64()

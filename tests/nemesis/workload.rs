@@ -521,8 +521,20 @@ impl Monitor {
         (Duration::from_nanos(longest.0), longest.1)
     }
 
-    /// Every member's answers asked within `[from, to]`, a line each (for a failed round).
-    pub fn answers(&self, from: u64, to: u64) -> String {
+    /// An interval `len` long from `since` (a gap or an overlap a round failed on), with
+    /// every member's answers asked from a second before it to a second after.
+    pub fn around(&self, len: Duration, since: u64) -> String {
+        let end = since + len.as_nanos() as u64;
+        format!(
+            "{:.3} s from {:.3} s; the answers around it:\n{}",
+            len.as_secs_f64(),
+            since as f64 / 1e9,
+            self.answers(since.saturating_sub(1_000_000_000), end + 1_000_000_000)
+        )
+    }
+
+    /// Every member's answers asked within `[from, to]`, a line each.
+    fn answers(&self, from: u64, to: u64) -> String {
         let mut out = String::new();
         for (m, s) in self.samples.iter().enumerate() {
             for s in s.lock().unwrap().iter() {

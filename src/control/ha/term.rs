@@ -134,9 +134,7 @@ impl Term {
     /// alive in etcd (an etcd leader change extends every lease): it keeps the term and renews
     /// on, and gives it up only at `give_up_at` or when the key is gone.
     fn past_deadline(&mut self, ctx: &Ctx, s: &Session, snap: &Snapshot) {
-        let ours = snap.leader.as_ref().is_some_and(|(l, lease, _)| {
-            l.node_id == ctx.node_id && l.instance == ctx.instance && *lease == s.lease
-        });
+        let ours = (snap.leader.as_ref()).is_some_and(|(l, lease, _)| holds(ctx, s, l, *lease));
         if !ours || boottime_ns() >= self.give_up_at(ctx) {
             self.step_down(
                 ctx,
@@ -184,7 +182,7 @@ impl Term {
         super::handover::carry_out(self, ctx, s, &snap).await;
         match snap.leader.clone() {
             Some((leader, lease, rev)) if leader.node_id == ctx.node_id => {
-                if leader.instance == ctx.instance && lease == s.lease && self.leading {
+                if holds(ctx, s, &leader, lease) && self.leading {
                     return self.keep_leading(ctx, s, &snap, rev).await;
                 }
                 // An earlier process (or session) of this node: never trusted, removed.
@@ -567,4 +565,9 @@ fn primary_heads(members: &[(Member, i64)], own: &[u64]) -> Vec<u64> {
         .max_by_key(|h| h.iter().sum::<u64>())
         .cloned()
         .unwrap_or_else(|| own.to_vec())
+}
+
+/// Whether the leader key `leader` on `lease` is this process's, on this session's lease.
+fn holds(ctx: &Ctx, s: &Session, leader: &Leader, lease: i64) -> bool {
+    leader.node_id == ctx.node_id && leader.instance == ctx.instance && lease == s.lease
 }
