@@ -24,6 +24,8 @@ pub(crate) struct Catalog {
     /// name -> version -> machine. Hashed by name for the hot path, ordered by version.
     machines: NameMap<String, BTreeMap<u32, StoredMachine>>,
     versions: usize,
+    /// Stored versions that declare an index (`engine::indexes`).
+    indexed: usize,
 }
 
 impl Catalog {
@@ -43,12 +45,22 @@ impl Catalog {
         Some(versions.values())
     }
 
+    /// Every stored (version, machine) of `name`, ascending (`None`: no such machine).
+    pub(crate) fn numbered_versions(
+        &self,
+        name: &str,
+    ) -> Option<impl Iterator<Item = (u32, &StoredMachine)>> {
+        let versions = self.machines.get(name).filter(|v| !v.is_empty())?;
+        Some(versions.iter().map(|(v, m)| (*v, m)))
+    }
+
     /// Stores a new version; returns false (and stores nothing) when it already exists.
     pub(crate) fn insert(&mut self, name: String, version: u32, stored: StoredMachine) -> bool {
         let versions = self.machines.entry(name).or_default();
         if versions.contains_key(&version) {
             return false;
         }
+        self.indexed += usize::from(!stored.compiled.indexes().is_empty());
         versions.insert(version, stored);
         self.versions += 1;
         true
@@ -59,6 +71,11 @@ impl Catalog {
         (self.machines.values())
             .flat_map(|versions| versions.values())
             .any(|m| m.compiled.has_timers())
+    }
+
+    /// Whether any stored machine version declares an index.
+    pub(crate) fn has_indexes(&self) -> bool {
+        self.indexed > 0
     }
 
     /// Number of stored machine versions.

@@ -3,13 +3,15 @@
 //!
 //! Definition object: `{"states":[..], "initial":S, "final":[..]?, "transitions":[{"from":
 //! S | [S,..] | "*", "event":E, "to":S, "guard":EXPR?, "after_ms":N?, "at":"ctx.<path>"?}]}`.
-//! Unknown fields are refused. `after_ms` / `at` make a transition timed (docs/protocol.md, "Timed transitions"; `definition::compile` validates them, `engine::timers` computes deadlines).
+//! `"indexes": ["ctx.<path>", ..]` declares indexes (`definition::indexed`). Unknown fields are
+//! refused. `after_ms` / `at` make a transition timed (docs/protocol.md, "Timed transitions"; `definition::compile` validates them, `engine::timers` computes deadlines).
 //!
 //! The normalised form always has `final` (possibly empty) and omits absent guards, so two
 //! definitions that differ only in those spellings are the same version. The canonical JSON is
 //! the normalised form with object keys sorted and no whitespace; its CRC32C is the checksum.
 
 mod compile;
+mod indexed;
 mod timed;
 
 use serde::de::Error as _;
@@ -17,6 +19,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 pub use compile::{CompiledMachine, Resolution};
+pub use indexed::IndexPath;
 pub use timed::{Delay, TIMER_DELAY_MS_MAX};
 
 /// The definition object as sent by a client.
@@ -31,6 +34,10 @@ pub struct Definition {
     pub finals: Vec<String>,
     #[serde(default)]
     pub transitions: Vec<TransitionDef>,
+    /// Context paths to index (docs/queries.md); omitted from the normalised form when empty,
+    /// so definitions without indexes keep their checksums.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub indexes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -145,6 +152,9 @@ impl Definition {
         );
         map.insert("final".into(), strings(&self.finals));
         map.insert("transitions".into(), Value::Array(transitions));
+        if !self.indexes.is_empty() {
+            map.insert("indexes".into(), strings(&self.indexes));
+        }
         Value::Object(map)
     }
 

@@ -270,7 +270,7 @@ impl InstanceMap {
     }
 
     /// Every record, in no particular order.
-    pub(crate) fn records(&self) -> impl Iterator<Item = &InstanceRecord> {
+    pub(crate) fn records(&self) -> impl Iterator<Item = &InstanceRecord> + Clone {
         self.tables
             .iter()
             .flat_map(|t| t.iter())

@@ -21,6 +21,10 @@ pub const GUARD_SOURCE_BYTES_MAX: usize = 4096;
 /// Nesting depth of a guard expression: bounds parser and evaluator recursion (stack use).
 pub const GUARD_DEPTH_MAX: usize = 64;
 
+/// Declared indexes per machine version: each costs a B-tree entry per instance and work on
+/// every write that changes its field (docs/queries.md).
+pub const INDEXES_PER_VERSION_MAX: usize = 8;
+
 /// Bytes in an instance id (docs/protocol.md, "Instances and events").
 pub const INSTANCE_ID_BYTES_MAX: usize = 256;
 

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::catalog::Catalog;
 use super::index::InstanceMap;
+use super::indexes::Indexes;
 use super::instance::InstanceView;
 use super::names::{CountMap, Interner, Name};
 use super::ops::rejections;
@@ -49,6 +50,8 @@ pub struct Engine {
     pub(super) catalog: Catalog,
     /// The primary index: id -> instance record.
     pub(super) instances: InstanceMap,
+    /// Ordered indexes over the instances, derived from them (`engine::indexes`).
+    pub(super) indexes: Indexes,
     pub(super) stats: EngineStats,
     /// Machine, state and event names shared by history items and counters.
     pub(super) names: Interner,

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use crate::engine::context::Fields;
 
+use super::indexed::{parse_indexes, IndexPath};
 use super::timed::{Delay, Timed};
 use super::{Definition, DefinitionError, FromSpec, TransitionDef};
 use crate::engine::guard::Guard;
@@ -26,6 +27,8 @@ pub struct CompiledMachine {
     by_event: NameMap<String, Vec<Transition>>,
     /// The timed transitions (`after_ms` / `at`), in definition order.
     pub(super) timed: Vec<Timed>,
+    /// The declared indexes, in definition order.
+    indexes: Vec<IndexPath>,
 }
 
 #[derive(Debug, Clone)]
@@ -128,6 +131,7 @@ impl CompiledMachine {
             finals,
             by_event: NameMap::default(),
             timed: Vec::new(),
+            indexes: parse_indexes(&def.indexes)?,
         };
         machine.add_transitions(&def.transitions)?;
         Ok(machine)
@@ -232,6 +236,11 @@ impl CompiledMachine {
     /// The declared states, in definition order.
     pub fn states(&self) -> &[String] {
         &self.states
+    }
+
+    /// The declared indexes (docs/queries.md), in definition order.
+    pub fn indexes(&self) -> &[IndexPath] {
+        &self.indexes
     }
 
     /// The index of `state`, if declared.

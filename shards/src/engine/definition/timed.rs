@@ -16,8 +16,9 @@ use crate::engine::rfc3339;
 /// refuses delays that can only be typos.
 pub const TIMER_DELAY_MS_MAX: u64 = 100 * 365 * 86_400_000;
 
-/// Bytes in an `at` path: it is kept per definition and walked on every arm.
-const AT_PATH_BYTES_MAX: usize = 512;
+/// Bytes in a context path (`at`, `indexes`): it is kept per definition and walked on every
+/// arm or indexed write.
+const CTX_PATH_BYTES_MAX: usize = 512;
 
 /// When a timed transition fires.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,21 +51,22 @@ impl Delay {
                 "`after_ms` above {TIMER_DELAY_MS_MAX} (100 years)"
             ))),
             (Some(ms), None) => Ok(Some(Delay::After(ms))),
-            (None, Some(path)) => parse_at(path).map(|p| Some(Delay::At(p))),
+            (None, Some(path)) => parse_ctx_path("`at`", path).map(|p| Some(Delay::At(p))),
         }
     }
 }
 
-/// `ctx.<segment>(.<segment>)*`, segments of letters, digits, `_` and `-`.
-fn parse_at(path: &str) -> Result<Vec<String>, DefinitionError> {
+/// `ctx.<segment>(.<segment>)*`, segments of letters, digits, `_` and `-`: the segments after
+/// `ctx.`. `what` names the field in the refusal (`` `at` ``, an index).
+pub(super) fn parse_ctx_path(what: &str, path: &str) -> Result<Vec<String>, DefinitionError> {
     let bad = || {
         DefinitionError::new(format!(
-            "`at` must name a context field as `ctx.<path>`, got {path:?}"
+            "{what} must name a context field as `ctx.<path>`, got {path:?}"
         ))
     };
-    if path.len() > AT_PATH_BYTES_MAX {
+    if path.len() > CTX_PATH_BYTES_MAX {
         return Err(DefinitionError::new(format!(
-            "`at` longer than {AT_PATH_BYTES_MAX} bytes"
+            "{what} longer than {CTX_PATH_BYTES_MAX} bytes"
         )));
     }
     let rest = path.strip_prefix("ctx.").ok_or_else(bad)?;
@@ -91,7 +93,7 @@ fn deadline_of(value: &Value) -> Option<u64> {
     }
 }
 
-fn lookup<'c>(ctx: &'c impl Fields, path: &[String]) -> Option<&'c Value> {
+pub(super) fn lookup<'c>(ctx: &'c impl Fields, path: &[String]) -> Option<&'c Value> {
     let (first, rest) = path.split_first()?;
     rest.iter()
         .try_fold(ctx.field(first)?, |v, seg| v.as_object()?.get(seg))

@@ -15,6 +15,7 @@ use crate::engine::definition::Resolution;
 use crate::engine::divergence::{self, Divergence};
 use crate::engine::history::NewItem;
 use crate::engine::index::{prefetch, InstanceMap};
+use crate::engine::indexes;
 use crate::engine::instance::{InstanceRecord, InstanceView};
 use crate::engine::{Decision, Engine, EventCommand, EventRef, Fields, Instance};
 use crate::{ErrorCode, Rejection};
@@ -290,7 +291,9 @@ impl Engine {
             at_ms: ev.at_ms,
             wal_offset: offset,
         };
+        let watch = indexes::EventWatch::before(&self.catalog, record, &item);
         let (from, cancelled) = record.advance(item, to, to_id);
+        watch.after(&mut self.indexes, names, record, to_id);
         let instance = &record.instance;
         self.stats
             .count_event(&instance.machine, &from, &instance.state);

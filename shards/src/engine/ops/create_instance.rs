@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::rejections::{bad_field, check_idempotency_key, machine_not_found, misrouted, replayed};
 use crate::engine::divergence;
+use crate::engine::indexes::Group;
 use crate::engine::instance::{CreatedWithKey, InstanceRecord, InstanceView, Keys};
 use crate::engine::limits::INSTANCE_ID_BYTES_MAX;
 use crate::engine::{Command, Decision, Engine, Entry, Instance};
@@ -90,11 +91,13 @@ impl Engine {
         else {
             return None; // `Engine::apply` routes only Create entries here.
         };
+        let (machine_name, machine_id) = self.names.intern_with_id(&machine);
+        let (state_name, state_id) = self.names.intern_with_id(&state);
         let instance = Instance {
             id: id.as_str().into(),
-            machine: self.names.intern(&machine),
+            machine: machine_name,
             version,
-            state: self.names.intern(&state),
+            state: state_name,
             context: context.into(),
             created_at_ms: at_ms,
             updated_at_ms: at_ms,
@@ -107,6 +110,12 @@ impl Engine {
             divergence::record(&mut self.divergence, offset, reason);
             return None;
         };
+        let group = Group {
+            machine: machine_id,
+            state: state_id,
+            armed: false,
+        };
+        (self.indexes).created(&self.catalog, group, record);
         if self.catalog.get(&machine, version).is_none() {
             // Created as logged (the state follows the log), but no decide would have allowed it.
             let reason =

@@ -3,6 +3,7 @@
 use serde_json::{json, Value};
 
 use super::rejections::{instance_not_found, misrouted};
+use crate::engine::indexes::Group;
 use crate::engine::instance::InstanceView;
 use crate::engine::{Command, Decision, Engine, Entry};
 use crate::Rejection;
@@ -40,6 +41,8 @@ impl Engine {
         if record.timer_due_ms != 0 {
             self.timers_armed = self.timers_armed.saturating_sub(1);
         }
+        let group = Group::of(&record, &mut self.names);
+        (self.indexes).deleted(&self.catalog, group, &record);
         let instance = &record.instance;
         self.stats.count_delete(&instance.machine, &instance.state);
         Some(json!({"id": id, "deleted": true, "wal_offset": offset}))

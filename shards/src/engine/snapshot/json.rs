@@ -126,6 +126,7 @@ impl Engine {
         engine.names = names;
         engine.stats = snapshot.stats.into();
         engine.set_epochs(snapshot.epochs)?;
+        engine.rebuild_indexes();
         Ok(engine)
     }
 }

@@ -155,6 +155,8 @@ impl Items {
                 ));
             }
         }
-        Ok(self.engine)
+        let mut engine = self.engine;
+        engine.rebuild_indexes();
+        Ok(engine)
     }
 }

@@ -6,6 +6,7 @@ mod clock;
 mod divergence;
 mod epochs;
 mod events;
+mod find;
 mod instances;
 mod machines;
 mod model;

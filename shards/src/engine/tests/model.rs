@@ -319,6 +319,10 @@ fn run(shard: &mut Shard, op: &Op) -> Result<Value, ErrorCode> {
 
 fn agrees(shard: &Shard, model: &Model) -> Result<(), TestCaseError> {
     prop_assert_eq!(shard.engine.instance_count(), model.instances.len());
+    prop_assert!(
+        shard.engine.indexes_match_a_rebuild(),
+        "indexes as a rebuild gives them"
+    );
     for id in IDS {
         let got = shard.engine.instance(id);
         let want = model.instances.get(id);

@@ -121,6 +121,7 @@ fn a_false_guard_refuses_and_spending_disarms() {
     let mut s = shard();
     let at = create_payment(&mut s, "p", false);
     arm(&mut s, "p", at);
+    assert!(s.engine.indexes_match_a_rebuild());
     let fire = s.engine.decide_timer("p", at, s.now_ms + 100);
     assert!(
         matches!(&fire, Fire::Refused(r) if r.code == ErrorCode::GuardFailed),
@@ -143,6 +144,7 @@ fn a_false_guard_refuses_and_spending_disarms() {
             .len(),
         1
     );
+    assert!(s.engine.indexes_match_a_rebuild());
 }
 
 #[test]

@@ -1,0 +1,95 @@
+//! SCAN_INSTANCES on one shard, one slice at a time: a machine's instances in id order after a
+//! cursor (from the placement index), each tested against `where` conditions on any context
+//! path, by the same comparison FIND uses (docs/queries.md). A slice examines at most the
+//! budget the caller gives; the shard runtime runs slices with a yield between them.
+
+use serde_json::Value;
+
+use super::find::Compiled;
+use super::indexes::GroupFilter;
+use super::{Condition, Engine};
+use crate::Rejection;
+
+/// A validated SCAN_INSTANCES request as one shard runs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScanQuery {
+    pub machine: String,
+    /// (path as written, `ctx.<path>`, and its condition); none: every instance matches.
+    pub conditions: Vec<(String, Condition)>,
+    pub state: Option<String>,
+    /// The last id examined by the previous call.
+    pub after: Option<String>,
+    /// Matches per call.
+    pub limit: usize,
+    pub include_context: bool,
+}
+
+/// One slice of a scan.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScanSlice {
+    /// Matching instances, in id order.
+    pub instances: Vec<Value>,
+    /// Instances examined.
+    pub examined: usize,
+    /// The last id examined, when instances past it remain to examine (None: the walk is done).
+    pub through: Option<String>,
+}
+
+impl Engine {
+    /// Examines at most `budget` instances of `q.machine` after `after` (and `q.state`),
+    /// stopping early once `want` of them match.
+    pub fn scan_slice(
+        &self,
+        q: &ScanQuery,
+        after: Option<&str>,
+        budget: usize,
+        want: usize,
+    ) -> Result<ScanSlice, Rejection> {
+        let compiled = Compiled::all(&q.conditions)?;
+        let mut slice = ScanSlice::default();
+        let (Some(machine), state) = (self.names.get_id(&q.machine), q.state.as_deref()) else {
+            return Ok(slice);
+        };
+        let state = match state.map(|s| self.names.get_id(s)) {
+            Some(None) => return Ok(slice),
+            Some(Some(id)) => Some(id),
+            None => None,
+        };
+        let filter = GroupFilter {
+            machine: Some(machine),
+            state,
+            armed: None,
+        };
+        let (ids, more) = self.indexes.placement.page(filter, after, budget);
+        let listed = ids.len();
+        let mut last = None;
+        for id in ids {
+            slice.examined += 1;
+            last = Some(id);
+            let Some(record) = self.instances.get(id) else {
+                continue;
+            };
+            let instance = &record.instance;
+            if compiled.iter().all(|c| c.holds(&instance.context, id)) {
+                if let Some(json) = self.instance_json(id) {
+                    slice.instances.push(trimmed(json, q.include_context));
+                }
+                if slice.instances.len() >= want {
+                    break;
+                }
+            }
+        }
+        if more || slice.examined < listed {
+            slice.through = last.map(str::to_owned);
+        }
+        Ok(slice)
+    }
+}
+
+/// An instance's JSON without its context unless asked for.
+pub(crate) fn trimmed(mut json: Value, include_context: bool) -> Value {
+    if let (false, Some(map)) = (include_context, json.as_object_mut()) {
+        map.remove("context");
+    }
+    json
+}
