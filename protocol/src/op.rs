@@ -492,6 +492,20 @@ op_table! {
         follower: Follower::Serve, fenced: false,
         http: &[http!(Get, "/instances")],
     },
+    /// Instances by their declared indexes (docs/queries.md), merged by id across shards.
+    FindInstances = "FIND_INSTANCES" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: AllShards,
+        follower: Follower::Serve, fenced: false,
+        http: &[],
+    },
+    /// Instances by any context path, a bounded walk per call (docs/queries.md).
+    ScanInstances = "SCAN_INSTANCES" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: AllShards,
+        follower: Follower::Serve, fenced: false,
+        http: &[],
+    },
     DeleteInstance = "DELETE_INSTANCE" {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
@@ -674,6 +688,8 @@ mod tests {
             (Op::CreateInstance, write, Effect::Write, true, Route::Instance, refuse, false),
             (Op::GetInstance, read, Effect::Read, true, Route::Instance, serve, false),
             (Op::ListInstances, read, Effect::Read, false, Route::AllShards, serve, false),
+            (Op::FindInstances, read, Effect::Read, false, Route::AllShards, serve, false),
+            (Op::ScanInstances, read, Effect::Read, false, Route::AllShards, serve, false),
             (Op::DeleteInstance, write, Effect::Write, true, Route::Instance, refuse, false),
             (Op::ApplyEvent, write, Effect::Write, true, Route::Instance, refuse, false),
             (Op::GetHistory, read, Effect::Read, false, Route::Instance, serve, false),

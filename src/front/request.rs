@@ -107,6 +107,12 @@ fn all_shards(op: routes::AllShards, params: Option<Vec<u8>>, front: &Rc<Front>)
         A::ListInstances => spawn_fanout(front, params, |f, p| async move {
             fanout::list_instances(&f.router, p).await
         }),
+        A::FindInstances => spawn_fanout(front, params, |f, p| async move {
+            fanout::find_instances(&f.router, p).await
+        }),
+        A::ScanInstances => spawn_fanout(front, params, |f, p| async move {
+            fanout::scan_instances(&f.router, p).await
+        }),
         A::MachineStats => spawn_fanout(front, params, |f, p| async move {
             fanout::machine_stats(&f.router, p).await
         }),

@@ -1,5 +1,6 @@
 //! Operations that involve more than one shard: PUT_MACHINE (decided on shard 0, then copied to
-//! every other shard before the client hears back), LIST_INSTANCES (a merge of per-shard pages),
+//! every other shard before the client hears back), LIST_INSTANCES and FIND_INSTANCES (merges
+//! of per-shard pages), SCAN_INSTANCES (a merge of bounded walks),
 //! INFO (totals from every shard), and the start-up copy of definitions.
 
 use serde_json::{json, Value};
@@ -7,7 +8,7 @@ use shards::engine::Entry;
 use shards::{ErrorCode, Rejection};
 
 use super::router::{Reply, Router};
-use crate::ops::instances::{encode_cursor, list_query};
+use crate::ops::instances::{encode_cursor, find_query, list_query, scan_query};
 use crate::shard::{ReplyBody, ShardCall, ShardOp};
 use crate::timers_pause::TimersPause;
 
@@ -73,19 +74,82 @@ pub async fn list_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
             _ => return Err(unexpected()),
         }
     }
-    all.sort_by(|a, b| id_of(a).cmp(id_of(b)));
-    if all.len() > q.limit {
-        all.truncate(q.limit);
-        more = true;
-    }
-    let next = match (more, all.last()) {
-        (true, Some(last)) => Value::String(encode_cursor(id_of(last))),
-        _ => Value::Null,
-    };
+    let next = merge_by_id(&mut all, more, q.limit);
     let body = json!({ "instances": all, "next_cursor": next });
     Ok(ReplyBody::Json(
         serde_json::to_vec(&body).unwrap_or_default(),
     ))
+}
+
+/// FIND_INSTANCES: every shard's first `limit` matches after the cursor, merged by id; the
+/// versions searched are every shard's (each holds every definition).
+pub async fn find_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
+    let q = Box::new(find_query(params.as_deref())?);
+    let (mut all, mut more, mut versions) = (Vec::new(), false, Vec::new());
+    for shard in 0..router.shard_count() {
+        match router.call(shard, ShardCall::Find(q.clone())).await? {
+            ReplyBody::Found(page) => {
+                more |= page.more;
+                all.extend(page.instances);
+                versions = page.versions;
+            }
+            _ => return Err(unexpected()),
+        }
+    }
+    let next = merge_by_id(&mut all, more, q.limit);
+    let body = json!({ "instances": all, "next_cursor": next, "versions": versions });
+    Ok(ReplyBody::Json(
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
+}
+
+/// SCAN_INSTANCES: each shard walks its part (`shard::scan`); the page holds the matches up to
+/// the smallest id a shard that has not finished examined through (past it, a shard has not
+/// looked yet), at most `limit` of them, and the cursor goes on from there.
+pub async fn scan_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
+    let q = Box::new(scan_query(params.as_deref())?);
+    let (mut all, mut examined) = (Vec::new(), 0usize);
+    let mut bound: Option<String> = None;
+    for shard in 0..router.shard_count() {
+        match router.call(shard, ShardCall::Scan(q.clone())).await? {
+            ReplyBody::Scanned(slice) => {
+                examined += slice.examined;
+                all.extend(slice.instances);
+                if let Some(through) = slice.through {
+                    if bound.as_ref().is_none_or(|b| through < *b) {
+                        bound = Some(through);
+                    }
+                }
+            }
+            _ => return Err(unexpected()),
+        }
+    }
+    if let Some(bound) = &bound {
+        all.retain(|i| id_of(i) <= bound.as_str());
+    }
+    let truncated = merge_by_id(&mut all, false, q.limit);
+    let next = match (truncated, bound) {
+        (Value::Null, Some(bound)) => Value::String(encode_cursor(&bound)),
+        (next, _) => next,
+    };
+    let body = json!({ "instances": all, "next_cursor": next, "examined": examined });
+    Ok(ReplyBody::Json(
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
+}
+
+/// Sorts shards' pages by id and keeps the first `limit`; the next page's cursor (the last id
+/// kept), or null when no shard has more.
+fn merge_by_id(all: &mut Vec<Value>, mut more: bool, limit: usize) -> Value {
+    all.sort_by(|a, b| id_of(a).cmp(id_of(b)));
+    if all.len() > limit {
+        all.truncate(limit);
+        more = true;
+    }
+    match (more, all.last()) {
+        (true, Some(last)) => Value::String(encode_cursor(id_of(last))),
+        _ => Value::Null,
+    }
 }
 
 fn id_of(v: &Value) -> &str {

@@ -49,6 +49,8 @@ pub fn registry(s: &Scrape) -> Registry {
     );
     machines(&mut r, &s.shards);
     timers(&mut r, &s.shards);
+    indexes(&mut r, &s.shards);
+    queries(&mut r, s);
     wal(&mut r, &s.shards);
     super::snapshots::register(&mut r, &s.shards);
     gauge(
@@ -117,6 +119,26 @@ fn connections(r: &mut Registry, s: &Scrape) {
         "svc_connections_limit",
         "The connection limit (network.max_connections)",
         s.connections_limit,
+    );
+}
+
+/// The ops whose durations `svc_query_duration_seconds` shows (docs/queries.md).
+const QUERY_OPS: [Op; 3] = [Op::ListInstances, Op::FindInstances, Op::ScanInstances];
+
+/// Query durations (docs/queries.md): the request durations of the query ops, under their own
+/// name so a dashboard of queries needs no op filter.
+fn queries(r: &mut Registry, s: &Scrape) {
+    let mut duration = Series::new(MetricType::Histogram);
+    for op in QUERY_OPS {
+        if s.fronts.requests[op.index()] > 0 {
+            let h = Hist(s.fronts.durations[op.index()].clone());
+            duration.push(labels(&[("op", op.as_str())]), h);
+        }
+    }
+    r.register(
+        "svc_query_duration_seconds",
+        "Duration of LIST, FIND and SCAN requests in seconds",
+        duration,
     );
 }
 
@@ -206,6 +228,28 @@ fn machines(r: &mut Registry, shards: &[ShardStats]) {
         "svc_transitions_total",
         "State changes per machine and state pair",
         c,
+    );
+}
+
+/// Entries of the declared indexes (docs/queries.md), summed over shards.
+fn indexes(r: &mut Registry, shards: &[ShardStats]) {
+    let mut entries: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for s in shards {
+        for (m, path, n) in &s.index_entries {
+            *entries.entry((m, path)).or_default() += n;
+        }
+    }
+    let mut g = Series::new(MetricType::Gauge);
+    for ((m, path), n) in entries {
+        g.push(
+            labels(&[("machine", m), ("index", path)]),
+            ConstGauge::new(n),
+        );
+    }
+    r.register(
+        "svc_index_entries",
+        "Entries of each declared index, by machine and index path",
+        g,
     );
 }
 

@@ -30,6 +30,8 @@ pub struct ShardStats {
     pub queue_depth: u64,
     /// Instances with an armed durable timer.
     pub timers_pending: u64,
+    /// (machine, index path, entries) of every declared index (`Engine::index_sizes`).
+    pub index_entries: Vec<(String, String, u64)>,
     /// Seconds from a timer's due time to its fire (empty until the first fire).
     pub timer_lateness: HistogramSnapshot,
     /// Sync replication: write replies that became `SYNC_TIMEOUT` (0 unless sync mode).

@@ -1,8 +1,9 @@
-//! CREATE_INSTANCE, GET_INSTANCE, LIST_INSTANCES, DELETE_INSTANCE params.
+//! CREATE_INSTANCE, GET_INSTANCE, LIST_INSTANCES, FIND_INSTANCES, SCAN_INSTANCES and
+//! DELETE_INSTANCE params.
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use shards::engine::Command;
+use shards::engine::{Command, Condition, FindQuery, ScanQuery};
 use shards::{ErrorCode, Rejection};
 
 use super::params::{check_id, parse};
@@ -95,29 +96,110 @@ pub struct ListQuery {
 
 pub fn list_query(raw: Option<&[u8]>) -> Result<ListQuery, Rejection> {
     let p: ListParams = parse(raw)?;
-    let limit = p.limit.unwrap_or(LIST_LIMIT_DEFAULT);
+    Ok(ListQuery {
+        machine: p.machine,
+        state: p.state,
+        limit: page_limit(p.limit)?,
+        after: page_after(p.cursor.as_deref())?,
+        has_timer: p.has_timer,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FindParams {
+    machine: String,
+    #[serde(rename = "where")]
+    conditions: Map<String, Value>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    cursor: Option<String>,
+    #[serde(default)]
+    include_context: bool,
+}
+
+/// FIND_INSTANCES params (docs/queries.md): a machine, at least one `where` condition on a
+/// `ctx.<path>`, and LIST's `limit` and `cursor`.
+pub fn find_query(raw: Option<&[u8]>) -> Result<FindQuery, Rejection> {
+    let p: FindParams = parse(raw)?;
+    if p.conditions.is_empty() {
+        return Err(Rejection::new(
+            ErrorCode::BadRequest,
+            "where needs at least one condition (SCAN_INSTANCES walks every instance)",
+        ));
+    }
+    Ok(FindQuery {
+        machine: p.machine,
+        conditions: conditions(&p.conditions)?,
+        state: p.state,
+        after: page_after(p.cursor.as_deref())?,
+        limit: page_limit(p.limit)?,
+        include_context: p.include_context,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScanParams {
+    machine: String,
+    #[serde(default, rename = "where")]
+    conditions: Map<String, Value>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    cursor: Option<String>,
+    #[serde(default)]
+    include_context: bool,
+}
+
+/// SCAN_INSTANCES params (docs/queries.md): FIND's, with `where` on any `ctx.<path>` and
+/// optional.
+pub fn scan_query(raw: Option<&[u8]>) -> Result<ScanQuery, Rejection> {
+    let p: ScanParams = parse(raw)?;
+    Ok(ScanQuery {
+        machine: p.machine,
+        conditions: conditions(&p.conditions)?,
+        state: p.state,
+        after: page_after(p.cursor.as_deref())?,
+        limit: page_limit(p.limit)?,
+        include_context: p.include_context,
+    })
+}
+
+fn conditions(raw: &Map<String, Value>) -> Result<Vec<(String, Condition)>, Rejection> {
+    (raw.iter())
+        .map(|(path, v)| Ok((path.clone(), Condition::parse(path, v)?)))
+        .collect()
+}
+
+/// A page's `limit`: 1 to `LIST_LIMIT_MAX`, `LIST_LIMIT_DEFAULT` when absent.
+fn page_limit(limit: Option<usize>) -> Result<usize, Rejection> {
+    let limit = limit.unwrap_or(LIST_LIMIT_DEFAULT);
     if limit == 0 || limit > LIST_LIMIT_MAX {
         return Err(Rejection::new(
             ErrorCode::BadRequest,
             format!("limit must be in 1..={LIST_LIMIT_MAX}"),
         ));
     }
-    let after = match p.cursor.as_deref() {
-        None | Some("") => None,
-        Some(c) => Some(decode_cursor(c).ok_or_else(|| {
+    Ok(limit)
+}
+
+/// A page's decoded cursor: the last id of the previous page.
+fn page_after(cursor: Option<&str>) -> Result<Option<String>, Rejection> {
+    match cursor {
+        None | Some("") => Ok(None),
+        Some(c) => Ok(Some(decode_cursor(c).ok_or_else(|| {
             Rejection::new(
                 ErrorCode::BadRequest,
                 "cursor is not one this server issued",
             )
-        })?),
-    };
-    Ok(ListQuery {
-        machine: p.machine,
-        state: p.state,
-        limit,
-        after,
-        has_timer: p.has_timer,
-    })
+        })?)),
+    }
 }
 
 /// List cursors are the hex of the last id returned: opaque to clients, safe in any JSON.

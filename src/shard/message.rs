@@ -1,7 +1,7 @@
 //! Messages between front/control executors and shards.
 
 use serde_json::Value;
-use shards::engine::{Entry, ListPage};
+use shards::engine::{Entry, FindPage, FindQuery, ListPage, ScanQuery, ScanSlice};
 use shards::wal::LogHandle;
 use shards::Rejection;
 
@@ -76,6 +76,10 @@ pub enum ShardCall {
     MachineEntries,
     /// One page of instances ordered by id.
     List(crate::ops::instances::ListQuery),
+    /// One page of FIND_INSTANCES, ordered by id.
+    Find(Box<FindQuery>),
+    /// One call of SCAN_INSTANCES: a bounded walk in slices (`shard::scan`).
+    Scan(Box<ScanQuery>),
     /// Counts and log position for INFO.
     Info,
     /// Figures for a metrics scrape or health check.
@@ -168,6 +172,8 @@ pub enum ReplyBody {
     },
     Entries(Vec<Entry>),
     Page(ListPage),
+    Found(FindPage),
+    Scanned(ScanSlice),
     Value(Value),
     Stats(Box<ShardStats>),
     /// `Subscribe`: pushes follow for offsets above `head`; `oldest` is the oldest offset a

@@ -18,6 +18,7 @@ mod push_hold;
 mod replay;
 mod replica;
 pub mod runtime;
+mod scan;
 pub mod snapshot;
 pub mod subs;
 pub mod sync;

@@ -236,6 +236,8 @@ impl Shard {
                 Needs::NOTHING,
             ),
             ShardCall::List(q) => self.list_page(&q),
+            ShardCall::Find(q) => self.find_page(&q),
+            ShardCall::Scan(q) => self.scan(&q).await,
             ShardCall::Info => (Ok(ReplyBody::Value(self.info())), Needs::NOTHING),
             ShardCall::Stats => (Ok(ReplyBody::Stats(Box::new(self.stats()))), Needs::NOTHING),
             ShardCall::LogPosition => (Ok(self.position()), Needs::NOTHING),
@@ -266,6 +268,13 @@ impl Shard {
         let engine = self.engine.borrow();
         let page = engine.list_instances(machine, state, after, q.has_timer, q.limit);
         (Ok(ReplyBody::Page(page)), Needs::durable(self.log.head()))
+    }
+
+    /// One page of FIND_INSTANCES (ordered by id), once the log is durable to the head.
+    fn find_page(&self, q: &shards::engine::FindQuery) -> Outcome {
+        let page = self.engine.borrow().find_instances(q);
+        let needs = Needs::durable(self.log.head());
+        (page.map(ReplyBody::Found), needs)
     }
 
     /// A client op, refused on a follower (`follower_refuses`).
@@ -424,6 +433,7 @@ impl Shard {
             machines: engine.machine_count() as u64,
             queue_depth: self.queued.get(),
             timers_pending: engine.timers_armed(),
+            index_entries: engine.index_sizes(),
             timer_lateness: crate::metrics::shard::snapshot(&self.timers.lateness()),
             sync_timeouts: self.sync.as_ref().map_or(0, SyncState::timeouts),
             log: LogStats::from(&self.log.stats()),

@@ -91,7 +91,7 @@ pub fn run(
     let tls = opts.tls_options();
     let tag = super::run_tag();
     let mut c = setup::connect(addr, opts.token.as_deref(), tls.as_ref(), "smdb-bench-fill")?;
-    setup::put_machine(&mut c)?;
+    setup::put_machine(&mut c, opts.indexes)?;
     drop(c);
     std::thread::sleep(SETTLE);
     let mut report = FillReport {
@@ -105,16 +105,17 @@ pub fn run(
     let mut handles = Vec::new();
     for t in 0..threads {
         let (addr, token, tls) = (addr.to_string(), opts.token.clone(), tls.clone());
-        let ids: Vec<String> = (t as u64..opts.instances)
+        let ids: Vec<(u64, String)> = (t as u64..opts.instances)
             .step_by(threads)
-            .map(|k| format!("f{tag}-{k}"))
+            .map(|k| (k, format!("f{tag}-{k}")))
             .collect();
-        let (window, events) = (opts.in_flight, opts.events_per_instance);
+        let (window, events, indexes) = (opts.in_flight, opts.events_per_instance, opts.indexes);
         handles.push(std::thread::spawn(move || -> Result<(), String> {
             let mut c = setup::connect(&addr, token.as_deref(), tls.as_ref(), "smdb-bench-fill")?;
-            pipelined(&mut c, window, ids.iter().map(|id| create(id)))?;
+            let creates = ids.iter().map(|(k, id)| create(id, *k, indexes));
+            pipelined(&mut c, window, creates)?;
             for k in 1..=events {
-                pipelined(&mut c, window, ids.iter().map(|id| event(id, k)))?;
+                pipelined(&mut c, window, ids.iter().map(|(_, id)| event(id, k)))?;
             }
             Ok(())
         }));
@@ -136,9 +137,11 @@ pub fn run(
     Ok(report)
 }
 
-fn create(id: &str) -> (&'static str, Value) {
+fn create(id: &str, k: u64, indexes: Option<u8>) -> (&'static str, Value) {
+    let mut context = json!({"n": 0});
+    super::workload::with_indexed_fields(&mut context, indexes, k);
     let params = json!({"machine": MACHINE, "version": MACHINE_VERSION, "id": id,
-                        "context": {"n": 0}});
+                        "context": context});
     ("CREATE_INSTANCE", params)
 }
 

@@ -190,8 +190,9 @@ fn run_load(opts: &Options, target: &Target) -> Result<RunReport, String> {
     };
     let plan =
         Plan::new(mix, instances, opts.payload_bytes, &run_tag()).with_batch_size(batch_size);
+    let plan = plan.with_indexes(opts.indexes);
     if mix.needs_machine() {
-        setup::put_machine(&mut c)?;
+        setup::put_machine(&mut c, opts.indexes)?;
     }
     if mix.needs_instances() {
         setup::precreate(&mut c, &plan)?;

@@ -98,6 +98,12 @@ pub struct Options {
     #[arg(long, default_value_t = 0, value_name = "K")]
     pub events_per_instance: u64,
 
+    /// Declare N indexes (0-2: ctx.customer, ctx.region) in the bench machine, and give every
+    /// instance those fields (customer one of 100,000, region one of 8; with 0 too, for a
+    /// baseline of the same context). Without it, contexts are as before.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub indexes: Option<u8>,
+
     /// With --fill --spawn: SIGKILL the server after the fill, restart it on the same data and
     /// report the recovery time and the bytes per instance after recovery.
     #[arg(long, requires = "fill")]

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use smdb_client::{into_result, Client, ClientError, ClientTlsOptions};
 
-use super::workload::{machine_definition, Plan, MACHINE, MACHINE_VERSION};
+use super::workload::{machine_definition, with_indexed_fields, Plan, MACHINE, MACHINE_VERSION};
 
 /// Requests the pre-create step keeps in flight on its one connection: enough to hide the
 /// round trip and the group commit, far below `network.max_inflight_per_connection`.
@@ -51,10 +51,10 @@ pub fn shard_count(c: &mut Client) -> Result<u32, String> {
 }
 
 /// Defines the bench machine (idempotent: the same definition again is `created: false`).
-pub fn put_machine(c: &mut Client) -> Result<(), String> {
+pub fn put_machine(c: &mut Client, indexes: Option<u8>) -> Result<(), String> {
     c.call(
         "PUT_MACHINE",
-        json!({"machine": MACHINE, "version": MACHINE_VERSION, "definition": machine_definition()}),
+        json!({"machine": MACHINE, "version": MACHINE_VERSION, "definition": machine_definition(indexes)}),
     )
     .map(|_| ())
     .map_err(|e| format!("PUT_MACHINE {MACHINE}: {e}"))
@@ -70,6 +70,8 @@ pub fn precreate(c: &mut Client, plan: &Plan) -> Result<(), String> {
     while next < plan.instances || !pending.is_empty() {
         while next < plan.instances && pending.len() < PRECREATE_WINDOW {
             let id = plan.instance_id(next);
+            let mut context = context.clone();
+            with_indexed_fields(&mut context, plan.indexes, next);
             let params = json!({"machine": MACHINE, "version": MACHINE_VERSION, "id": id,
                                 "context": context});
             c.send("CREATE_INSTANCE", &params)

@@ -19,12 +19,30 @@ pub const MACHINE_VERSION: u32 = 1;
 pub const EVENT: &str = "inc";
 
 /// The definition of `MACHINE` (PUT_MACHINE `definition`).
-pub fn machine_definition() -> serde_json::Value {
-    serde_json::json!({
+/// The bench machine, declaring the first `indexes` of `INDEXED` (`--indexes`).
+pub fn machine_definition(indexes: Option<u8>) -> serde_json::Value {
+    let mut def = serde_json::json!({
         "states": ["on"],
         "initial": "on",
         "transitions": [{"from": "on", "event": EVENT, "to": "on"}]
-    })
+    });
+    let n = usize::from(indexes.unwrap_or(0));
+    if n > 0 {
+        def["indexes"] = INDEXED[..n.min(INDEXED.len())].into();
+    }
+    def
+}
+
+/// The paths `--indexes` declares, in order.
+pub const INDEXED: [&str; 2] = ["ctx.customer", "ctx.region"];
+
+/// With `--indexes`: the indexed fields of instance number `k` (customer one of 100,000,
+/// region one of 8) added to `context`.
+pub fn with_indexed_fields(context: &mut serde_json::Value, indexes: Option<u8>, k: u64) {
+    if indexes.is_some() {
+        context["customer"] = format!("c-{}", k % 100_000).into();
+        context["region"] = format!("r-{}", k % 8).into();
+    }
 }
 
 /// The `--workload` names.
@@ -220,6 +238,8 @@ pub struct Plan {
     /// Ops per BATCH (0 unless the mix sends batches): instances come in groups of this
     /// many that share a hash tag, and a batch changes every member of one group.
     pub batch_size: u64,
+    /// `--indexes`: pre-created instances carry the indexed fields.
+    pub indexes: Option<u8>,
 }
 
 impl Plan {
@@ -232,7 +252,14 @@ impl Plan {
             create_prefix: format!("n{tag}-"),
             payload_json: payload_object(payload_bytes),
             batch_size: 0,
+            indexes: None,
         }
+    }
+
+    /// The plan with `--indexes` set.
+    pub fn with_indexes(mut self, indexes: Option<u8>) -> Plan {
+        self.indexes = indexes;
+        self
     }
 
     /// Instances in groups of `size` sharing a hash tag, for the batch workload.

@@ -182,6 +182,18 @@ pub enum Command {
         all: bool,
     },
 
+    /// Find instances of a machine by its declared indexes, in id order (FIND_INSTANCES).
+    ///
+    /// Each --where is PATH OP VALUE with OP one of = > >= < <= (quote it for the shell):
+    /// `--where ctx.customer=c-9 --where 'ctx.total>=10'`. VALUE is JSON when it parses as a
+    /// number, true, false, null or a quoted string, else a plain string; `PATH=in:a,b` is
+    /// one of several values. Every PATH must be an index the machine declares.
+    Find(QueryArgs),
+
+    /// Look for instances of a machine by any context path, a bounded walk per page
+    /// (SCAN_INSTANCES); the same arguments as find, --where optional.
+    Scan(QueryArgs),
+
     /// Delete an instance (DELETE_INSTANCE).
     Delete {
         /// Instance id.
@@ -428,4 +440,29 @@ pub enum TimersCommand {
 pub enum ReplicationCommand {
     /// Role, peers, positions and lag (REPLICATION_STATUS).
     Status,
+}
+
+/// `find` and `scan` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct QueryArgs {
+    /// Machine name.
+    pub machine: String,
+    /// A condition, PATH OP VALUE (repeatable; see the command's help).
+    #[arg(long = "where", short = 'w', value_name = "COND")]
+    pub conditions: Vec<String>,
+    /// Only instances in this state.
+    #[arg(long, short = 's')]
+    pub state: Option<String>,
+    /// Page size (server default when omitted).
+    #[arg(long, short = 'l')]
+    pub limit: Option<u64>,
+    /// Resume after the `next_cursor` of a previous page.
+    #[arg(long)]
+    pub cursor: Option<String>,
+    /// Follow `next_cursor` until the last page.
+    #[arg(long, conflicts_with = "cursor")]
+    pub all: bool,
+    /// Include each instance's context.
+    #[arg(long)]
+    pub context: bool,
 }

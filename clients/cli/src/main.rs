@@ -18,6 +18,7 @@ mod commands;
 mod error;
 mod ha;
 mod interrupt;
+mod query;
 mod render;
 mod repl;
 mod session;

@@ -51,6 +51,14 @@ pub const OPS: &[(&str, &str)] = &[
         "LIST_INSTANCES",
         r#"{"machine":M?,"state":S?,"limit":N?,"cursor":C?}"#,
     ),
+    (
+        "FIND_INSTANCES",
+        r#"{"machine":M,"where":{"ctx.P":V},"state":S?,"limit":N?,"cursor":C?,"include_context":B?}"#,
+    ),
+    (
+        "SCAN_INSTANCES",
+        r#"{"machine":M,"where":{"ctx.P":V}?,"state":S?,"limit":N?,"cursor":C?,"include_context":B?}"#,
+    ),
     ("DELETE_INSTANCE", r#"{"id":I}"#),
     (
         "APPLY_EVENT",

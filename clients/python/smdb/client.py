@@ -352,6 +352,46 @@ class Client:
         p = _params(machine=machine, state=state, has_timer=has_timer, limit=limit, cursor=cursor)
         return await self.request("LIST_INSTANCES", p, safe=True)
 
+    async def find_instances(
+        self,
+        machine: str,
+        where: JSON,
+        *,
+        state: Optional[str] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+        include_context: Optional[bool] = None,
+    ) -> JSON:
+        """One page of FIND_INSTANCES: ``where`` maps declared index paths (``"ctx.customer"``)
+        to a value, ``{"in": [..]}`` or ``{"gte": x, "lt": y}``."""
+        p = _params(machine=machine, where=where, state=state, limit=limit, cursor=cursor,
+                    include_context=include_context)
+        return await self.request("FIND_INSTANCES", p, safe=True)
+
+    async def find_pages(self, machine: str, where: JSON, **kw: Any) -> AsyncIterator[JSON]:
+        """Every page of FIND_INSTANCES from ``cursor`` (or the start) to the last."""
+        while True:
+            page = await self.find_instances(machine, where, **kw)
+            yield page
+            if page.get("next_cursor") is None:
+                return
+            kw["cursor"] = page["next_cursor"]
+
+    async def scan_instances(
+        self,
+        machine: str,
+        where: Optional[JSON] = None,
+        *,
+        state: Optional[str] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+        include_context: Optional[bool] = None,
+    ) -> JSON:
+        """One page of SCAN_INSTANCES: any context path; a page may be short and go on."""
+        p = _params(machine=machine, where=where or {}, state=state, limit=limit, cursor=cursor,
+                    include_context=include_context)
+        return await self.request("SCAN_INSTANCES", p, safe=True)
+
     async def delete_instance(self, id: str) -> JSON:
         return await self.request("DELETE_INSTANCE", {"id": id}, safe=False)
 

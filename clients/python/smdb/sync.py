@@ -98,6 +98,21 @@ class Client:
     def list_instances(self, **kw: Any) -> JSON:
         return self._loop.run(self._client.list_instances(**kw))
 
+    def find_instances(self, machine: str, where: JSON, **kw: Any) -> JSON:
+        return self._loop.run(self._client.find_instances(machine, where, **kw))
+
+    def find_pages(self, machine: str, where: JSON, **kw: Any) -> Iterator[JSON]:
+        """Every page of FIND_INSTANCES, fetched as the iteration asks for it."""
+        while True:
+            page = self.find_instances(machine, where, **kw)
+            yield page
+            if page.get("next_cursor") is None:
+                return
+            kw["cursor"] = page["next_cursor"]
+
+    def scan_instances(self, machine: str, where: Optional[JSON] = None, **kw: Any) -> JSON:
+        return self._loop.run(self._client.scan_instances(machine, where, **kw))
+
     def delete_instance(self, id: str) -> JSON:
         return self._loop.run(self._client.delete_instance(id))
 

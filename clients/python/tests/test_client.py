@@ -105,6 +105,23 @@ def test_every_op_sync(server):
         sub.close()
 
 
+def test_find_pages_and_scan(server):
+    accounts = {"states": ["open"], "initial": "open", "indexes": ["ctx.customer"],
+                "transitions": [{"from": "open", "event": "set", "to": "open"}]}
+    with smdb.Client("127.0.0.1", server.port) as c:
+        c.put_machine("acct", 1, accounts)
+        for i in range(5):
+            c.create_instance("acct", 1, f"a{i}", {"customer": "c-1" if i % 2 == 0 else "c-2", "n": i})
+        pages = list(c.find_pages("acct", {"ctx.customer": "c-1"}, limit=2))
+        assert [[i["id"] for i in p["instances"]] for p in pages] == [["a0", "a2"], ["a4"]]
+        assert pages[0]["versions"] == [1] and "context" not in pages[0]["instances"][0]
+        with pytest.raises(smdb.ServerError) as e:
+            c.find_instances("acct", {"ctx.n": 1})
+        assert e.value.code == "BAD_REQUEST" and e.value.details["index"] == "ctx.n"
+        scanned = c.scan_instances("acct", {"ctx.n": {"gte": 3}}, include_context=True)
+        assert [i["context"]["n"] for i in scanned["instances"]] == [3, 4]
+
+
 def test_a_pipelined_burst_of_ten_thousand_answers_in_order(server):
     async def main():
         c = await aio.Client.connect("127.0.0.1", server.port)

@@ -16,6 +16,7 @@ pub mod error;
 pub use smdb_protocol::frame;
 pub mod message;
 pub mod ops;
+pub mod queries;
 pub mod resume;
 pub mod retry;
 pub use smdb_protocol::tls;
@@ -27,6 +28,7 @@ pub use blocking::{Client, ConnectOptions, Subscription, Transport};
 pub use error::{ClientError, Code, Error, ErrorCode, Result};
 pub use message::{into_result, Incoming};
 pub use ops::*;
+pub use queries::{FindQuery, FoundPage};
 pub use retry::RetryPolicy;
 pub use tls::ClientTlsOptions;
 

@@ -182,6 +182,8 @@ pub struct Instance {
     pub machine: String,
     pub version: u64,
     pub state: String,
+    /// Null in FIND and SCAN items without `include_context`.
+    #[serde(default)]
     pub context: Value,
     #[serde(default)]
     pub created_at: String,

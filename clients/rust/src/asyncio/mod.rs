@@ -322,6 +322,22 @@ impl Client {
         self.run(ops::list_instances(filter)).await
     }
 
+    /// FIND_INSTANCES: one page.
+    pub async fn find_instances(
+        &self,
+        q: &crate::queries::FindQuery,
+    ) -> Result<crate::queries::FoundPage> {
+        self.run(crate::queries::find_instances(q)).await
+    }
+
+    /// SCAN_INSTANCES: one page.
+    pub async fn scan_instances(
+        &self,
+        q: &crate::queries::FindQuery,
+    ) -> Result<crate::queries::FoundPage> {
+        self.run(crate::queries::scan_instances(q)).await
+    }
+
     pub async fn delete_instance(&self, id: &str) -> Result<Deleted> {
         self.run(ops::delete_instance(id)).await
     }

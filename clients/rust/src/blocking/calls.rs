@@ -6,6 +6,7 @@ use serde_json::Value;
 use super::{Client, Subscription};
 use crate::error::Result;
 use crate::ops::{self, *};
+use crate::queries::{FindQuery, FoundPage};
 
 impl Client {
     /// PING → `{pong: true}`. Allowed before HELLO.
@@ -79,6 +80,37 @@ impl Client {
     /// LIST_INSTANCES: one page.
     pub fn list_instances(&mut self, filter: &ListFilter) -> Result<InstancePage> {
         self.run(ops::list_instances(filter))
+    }
+
+    /// FIND_INSTANCES: one page.
+    pub fn find_instances(&mut self, q: &FindQuery) -> Result<FoundPage> {
+        self.run(crate::queries::find_instances(q))
+    }
+
+    /// SCAN_INSTANCES: one page (it may hold fewer than `limit` items and still go on).
+    pub fn scan_instances(&mut self, q: &FindQuery) -> Result<FoundPage> {
+        self.run(crate::queries::scan_instances(q))
+    }
+
+    /// FIND_INSTANCES page after page from `q.cursor` to the last: an iterator of pages that
+    /// stops after the last page or the first error.
+    pub fn find_pages(&mut self, q: FindQuery) -> impl Iterator<Item = Result<FoundPage>> + '_ {
+        let mut next = Some(q);
+        std::iter::from_fn(move || {
+            let q = next.take()?;
+            let page = self.find_instances(&q);
+            if let Ok(FoundPage {
+                next_cursor: Some(cursor),
+                ..
+            }) = &page
+            {
+                next = Some(FindQuery {
+                    cursor: Some(cursor.clone()),
+                    ..q
+                });
+            }
+            Some(page)
+        })
     }
 
     /// DELETE_INSTANCE.

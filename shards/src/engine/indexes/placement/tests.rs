@@ -119,11 +119,9 @@ proptest! {
         let mut model: Vec<(Group, String)> = Vec::new();
         for op in ops {
             match op {
-                Op::Insert(g, id) => {
-                    if !model.iter().any(|(_, m)| *m == id) {
-                        p.insert(g, id.as_str().into());
-                        model.push((g, id));
-                    }
+                Op::Insert(g, id) if !model.iter().any(|(_, m)| *m == id) => {
+                    p.insert(g, id.as_str().into());
+                    model.push((g, id));
                 }
                 Op::Move(i, to) if !model.is_empty() => {
                     let i = i % model.len();

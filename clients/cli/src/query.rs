@@ -1,0 +1,135 @@
+//! `smdb-cli find` and `smdb-cli scan` (FIND_INSTANCES, SCAN_INSTANCES; docs/queries.md):
+//! `--where PATH OP VALUE` arguments into a `where` object, pages followed with `--all`.
+
+use serde_json::{json, Map, Value};
+
+use super::args::QueryArgs;
+use super::commands::Output;
+use super::error::CliError;
+use super::session::Session;
+
+/// Runs `op` (FIND_INSTANCES or SCAN_INSTANCES) with `args`, printing the page (or, with
+/// `--all`, every page's instances as one).
+pub fn run(
+    op: &str,
+    args: &QueryArgs,
+    s: &mut Session,
+    out: &mut Output<'_>,
+) -> Result<(), CliError> {
+    let mut params = json!({"machine": args.machine, "where": where_object(&args.conditions)?});
+    if let Some(state) = &args.state {
+        params["state"] = json!(state);
+    }
+    if let Some(limit) = args.limit {
+        params["limit"] = json!(limit);
+    }
+    if let Some(cursor) = &args.cursor {
+        params["cursor"] = json!(cursor);
+    }
+    if args.context {
+        params["include_context"] = json!(true);
+    }
+    let mut page = s.run(|c| c.call(op, params.clone()))?;
+    if args.all {
+        let mut instances = take_array(&mut page["instances"]);
+        while let Some(next) = page["next_cursor"].as_str() {
+            params["cursor"] = json!(next);
+            page = s.run(|c| c.call(op, params.clone()))?;
+            instances.extend(take_array(&mut page["instances"]));
+        }
+        page["instances"] = Value::Array(instances);
+    }
+    // The instances render as LIST's do; the cursor line says how to go on.
+    out.result("LIST_INSTANCES", &page)
+}
+
+fn take_array(v: &mut Value) -> Vec<Value> {
+    match v.take() {
+        Value::Array(a) => a,
+        _ => Vec::new(),
+    }
+}
+
+/// The operators of a `--where` argument, longest spelling first.
+const OPERATORS: [(&str, Option<&str>); 5] = [
+    (">=", Some("gte")),
+    ("<=", Some("lte")),
+    (">", Some("gt")),
+    ("<", Some("lt")),
+    ("=", None),
+];
+
+/// `--where` arguments as a `where` object: `PATH=V` exact (`PATH=in:a,b` one of several), the
+/// comparisons of one path merged into one range object.
+pub fn where_object(conditions: &[String]) -> Result<Value, CliError> {
+    let mut out = Map::new();
+    for arg in conditions {
+        let (at, op, name) = OPERATORS
+            .iter()
+            .filter_map(|(op, name)| arg.find(op).map(|at| (at, *op, *name)))
+            .min_by_key(|(at, op, _)| (*at, usize::MAX - op.len()))
+            .ok_or_else(|| CliError::usage(format!("--where {arg:?}: no =, >, >=, < or <=")))?;
+        let (path, text) = (&arg[..at], &arg[at + op.len()..]);
+        if path.is_empty() {
+            return Err(CliError::usage(format!(
+                "--where {arg:?}: no path before {op}"
+            )));
+        }
+        let value = match (name, text.strip_prefix("in:")) {
+            (None, Some(list)) => json!({"in": list.split(',').map(value_of).collect::<Vec<_>>()}),
+            _ => value_of(text),
+        };
+        match name {
+            None => {
+                out.insert(path.to_owned(), value);
+            }
+            Some(name) => {
+                let range = out.entry(path.to_owned()).or_insert_with(|| json!({}));
+                let Some(range) = range.as_object_mut() else {
+                    return Err(CliError::usage(format!(
+                        "--where {arg:?}: {path} has a value"
+                    )));
+                };
+                range.insert(name.to_owned(), value);
+            }
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+/// A value as the HTTP API reads one (docs/queries.md): JSON when it parses as a number,
+/// `true`, `false`, `null` or a quoted string, else the text itself.
+fn value_of(text: &str) -> Value {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ (Value::Number(_) | Value::Bool(_) | Value::Null | Value::String(_))) => v,
+        _ => Value::String(text.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(args: &[&str]) -> Value {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        where_object(&args).unwrap()
+    }
+
+    #[test]
+    fn where_arguments_become_conditions() {
+        assert_eq!(w(&["ctx.customer=c-9"]), json!({"ctx.customer": "c-9"}));
+        assert_eq!(
+            w(&["ctx.n=5", "ctx.ok=true", "ctx.s=\"5\""]),
+            json!({"ctx.n": 5, "ctx.ok": true, "ctx.s": "5"})
+        );
+        assert_eq!(
+            w(&["ctx.total>=5", "ctx.total<10.5"]),
+            json!({"ctx.total": {"gte": 5, "lt": 10.5}})
+        );
+        assert_eq!(w(&["ctx.c=in:a,2"]), json!({"ctx.c": {"in": ["a", 2]}}));
+        assert_eq!(w(&["ctx.t=a>b"]), json!({"ctx.t": "a>b"}));
+        assert!(where_object(&["ctx.n".into()]).is_err());
+        assert!(where_object(&["=1".into()]).is_err());
+        assert!(where_object(&["ctx.n=1".into(), "ctx.n>2".into()]).is_err());
+    }
+}
