@@ -11,7 +11,6 @@
 //!     Frobnicate = "FROBNICATE" {
 //!         need: Need::Scope(Scope::Write), before_hello: false,
 //!         effect: Effect::Write, batch: false, route: Instance,
-//!         fenced: true,
 //!         http: &[],
 //!     },
 //! }
@@ -29,13 +28,13 @@
 //!         Get = "GET" {
 //!             need: Need::Nothing, before_hello: false,
 //!             effect: Effect::Read, batch: false, route: Instance,
-//!             follower: Follower::Serve, fenced: false, http: &[],
+//!             follower: Follower::Serve, http: &[],
 //!         },
 //!         /// A new op: its row is complete, its handler below was not written.
 //!         Frobnicate = "FROBNICATE" {
 //!             need: Need::Nothing, before_hello: false,
 //!             effect: Effect::Write, batch: false, route: Instance,
-//!             follower: Follower::Refuse, fenced: true, http: &[],
+//!             follower: Follower::Refuse, http: &[],
 //!         },
 //!     }
 //! }
@@ -56,7 +55,7 @@
 //!         Get = "GET" {
 //!             need: Need::Nothing, before_hello: false,
 //!             effect: Effect::Read, batch: false, route: Instance,
-//!             follower: Follower::Serve, fenced: false, http: &[],
+//!             follower: Follower::Serve, http: &[],
 //!         },
 //!     }
 //! }
@@ -74,7 +73,8 @@
 //!
 //! Every layer asks this table: authorization (`need`), the follower gate and the shard's own
 //! check (`effect`, `follower`), BATCH (`batch`), the dispatchers (`route`, `Op::route`), the
-//! primary's lease (`fenced`), metrics (`Op::ALL`, `Op::COUNT`) and the HTTP router (`http`).
+//! release of a write's reply (`effect`: it waits for replicas, and a primary past its lease
+//! holds it back), metrics (`Op::ALL`, `Op::COUNT`) and the HTTP router (`http`).
 //! The member's role is a run-time input (`Facts::refused_on`): failover changes it without a
 //! restart.
 
@@ -122,7 +122,9 @@ pub enum Effect {
     Session,
     /// Reads state; never appends to a log.
     Read,
-    /// Decided on the primary and appended to a shard's log (replicas receive the entry).
+    /// Decided on the primary and appended to a shard's log (replicas receive the entry). Its
+    /// reply is released once durable (and replicated, with sync replication); under failover
+    /// a primary past its lease appends nothing and releases no such reply (`NO_PRIMARY`).
     Write,
     /// Acts on the member or the cluster (replication, roles), not on a shard's state.
     Control,
@@ -245,9 +247,6 @@ pub struct Facts {
     pub batch: bool,
     pub route: Route,
     pub follower: Follower,
-    /// Checked against the primary's lease before its entry is appended and when its reply
-    /// is released (a primary past its lease answers `NO_PRIMARY`).
-    pub fenced: bool,
     /// The HTTP paths that run it (empty: RCP1 only).
     pub http: &'static [HttpRoute],
 }
@@ -366,7 +365,7 @@ macro_rules! op_table {
     ($( $(#[$doc:meta])* $variant:ident = $name:literal {
         need: $need:expr, before_hello: $before_hello:expr,
         effect: $effect:expr, batch: $batch:expr, route: $route:ident,
-        follower: $follower:expr, fenced: $fenced:expr,
+        follower: $follower:expr,
         http: $http:expr $(,)?
     } ),* $(,)?) => {
         /// Every operation the server knows, plus the label-only pseudo-ops `Frame` (errors
@@ -392,7 +391,6 @@ macro_rules! op_table {
                         batch: $batch,
                         route: Route::$route,
                         follower: $follower,
-                        fenced: $fenced,
                         http: $http,
                     }, )*
                 }
@@ -415,45 +413,45 @@ op_table! {
     Hello = "HELLO" {
         need: Need::Nothing, before_hello: true,
         effect: Effect::Session, batch: false, route: Session,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[],
     },
     Ping = "PING" {
         need: Need::Nothing, before_hello: true,
         effect: Effect::Session, batch: false, route: Session,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[],
     },
     /// Answered, then the server closes the connection.
     Bye = "BYE" {
         need: Need::Nothing, before_hello: true,
         effect: Effect::Session, batch: false, route: Session,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[],
     },
     Info = "INFO" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[http!(Get, "/info")],
     },
     Auth = "AUTH" {
         need: Need::Nothing, before_hello: false,
         effect: Effect::Session, batch: false, route: Session,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[],
     },
     /// Decided on the definitions shard, installed on every shard.
     PutMachine = "PUT_MACHINE" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Write, batch: false, route: AllShards,
-        follower: Follower::Refuse, fenced: true,
+        follower: Follower::Refuse,
         http: &[http!(Put, "/machines/{machine}/versions/{version}")],
     },
     GetMachine = "GET_MACHINE" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Definitions,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[
             http!(Get, "/machines/{machine}"),
             http!(Get, "/machines/{machine}/versions/{version}"),
@@ -463,7 +461,7 @@ op_table! {
     ListMachines = "LIST_MACHINES" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Definitions,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[http!(Get, "/machines")],
     },
     /// Live instance counts per state of one machine (all versions), from every shard's
@@ -471,76 +469,76 @@ op_table! {
     MachineStats = "MACHINE_STATS" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[http!(Get, "/machines/{machine}/stats")],
     },
     CreateInstance = "CREATE_INSTANCE" {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
-        follower: Follower::Refuse, fenced: true,
+        follower: Follower::Refuse,
         http: &[http!(Post, "/instances")],
     },
     GetInstance = "GET_INSTANCE" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: true, route: Instance,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[http!(Get, "/instances/{id}")],
     },
     ListInstances = "LIST_INSTANCES" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[http!(Get, "/instances")],
     },
     DeleteInstance = "DELETE_INSTANCE" {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
-        follower: Follower::Refuse, fenced: true,
+        follower: Follower::Refuse,
         http: &[http!(Delete, "/instances/{id}")],
     },
     ApplyEvent = "APPLY_EVENT" {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
-        follower: Follower::Refuse, fenced: true,
+        follower: Follower::Refuse,
         http: &[http!(Post, "/instances/{id}/events")],
     },
     GetHistory = "GET_HISTORY" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Instance,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[http!(Get, "/instances/{id}/events")],
     },
     /// Pushes one instance's events (HTTP: `GET /stream?instance=ID`).
     WatchInstance = "WATCH_INSTANCE" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Subscriptions,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[http!(Get, "/stream", Stream)],
     },
     /// Pushes every matching event of every shard (HTTP: `GET /stream`).
     WatchAll = "WATCH_ALL" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Subscriptions,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[http!(Get, "/stream", Stream)],
     },
     Unwatch = "UNWATCH" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Subscriptions,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[],
     },
     Batch = "BATCH" {
         need: Need::EachOpsScope, before_hello: false,
         effect: Effect::EachOp, batch: false, route: Batch,
-        follower: Follower::EachOp, fenced: false,
+        follower: Follower::EachOp,
         http: &[http!(Post, "/batch")],
     },
     /// Turns the connection into a replication stream (only a primary serves one).
     Replicate = "REPLICATE" {
         need: Need::Scope(Scope::Replicate), before_hello: false,
         effect: Effect::Control, batch: false, route: Stream,
-        follower: Follower::Refuse, fenced: false,
+        follower: Follower::Refuse,
         http: &[],
     },
     /// Turns the connection into a backup stream: one cut for all shards, then per shard a
@@ -548,41 +546,41 @@ op_table! {
     Backup = "BACKUP" {
         need: Need::Scope(Scope::Replicate), before_hello: false,
         effect: Effect::Control, batch: false, route: Stream,
-        follower: Follower::Refuse, fenced: false,
+        follower: Follower::Refuse,
         http: &[],
     },
     ReplicationStatus = "REPLICATION_STATUS" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Control,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[http!(Get, "/replication")],
     },
     /// Makes a replica the primary (a follower's op by nature).
     Promote = "PROMOTE" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[],
     },
     /// Stops automatic failover cluster-wide (failover on; docs/ha.md, "Maintenance").
     HaPause = "HA_PAUSE" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[],
     },
     /// Restarts automatic failover after `HA_PAUSE`.
     HaResume = "HA_RESUME" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[],
     },
     /// Planned handover of the primary role (failover on; docs/ha.md, "Switchover").
     Switchover = "SWITCHOVER" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
-        follower: Follower::Refuse, fenced: false,
+        follower: Follower::Refuse,
         http: &[http!(Post, "/switchover")],
     },
     /// Lets the timers of a data dir marked `timers.paused` (`smdb-server restore
@@ -590,21 +588,21 @@ op_table! {
     TimersResume = "TIMERS_RESUME" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: AllShards,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[http!(Post, "/timers/resume")],
     },
     /// Label: an error before a request could be read.
     Frame = "FRAME" {
         need: Need::Nothing, before_hello: false,
         effect: Effect::Session, batch: false, route: Label,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[],
     },
     /// Label: an op name this server does not serve.
     Unknown = "UNKNOWN" {
         need: Need::Nothing, before_hello: false,
         effect: Effect::Session, batch: false, route: Label,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve,
         http: &[],
     },
 }
@@ -708,8 +706,6 @@ mod tests {
             assert_eq!(f.route, route, "{op:?} route");
             assert_eq!(f.follower, follower, "{op:?} follower");
             assert_eq!(f.before_hello, before_hello, "{op:?} before HELLO");
-            // Only writes are fenced by the lease, and every write is.
-            assert_eq!(f.fenced, f.writes(), "{op:?} fenced");
             // A write is never served by a follower.
             if f.writes() {
                 assert!(f.refused_on(Role::Follower), "{op:?}");
