@@ -11,7 +11,7 @@
 //!     Frobnicate = "FROBNICATE" {
 //!         need: Need::Scope(Scope::Write), before_hello: false,
 //!         effect: Effect::Write, batch: false, route: Instance,
-//!         http: &[],
+//!         resend: Resend::Never, http: &[],
 //!     },
 //! }
 //! ```
@@ -28,13 +28,13 @@
 //!         Get = "GET" {
 //!             need: Need::Nothing, before_hello: false,
 //!             effect: Effect::Read, batch: false, route: Instance,
-//!             follower: Follower::Serve, http: &[],
+//!             follower: Follower::Serve, resend: Resend::Safe, http: &[],
 //!         },
 //!         /// A new op: its row is complete, its handler below was not written.
 //!         Frobnicate = "FROBNICATE" {
 //!             need: Need::Nothing, before_hello: false,
 //!             effect: Effect::Write, batch: false, route: Instance,
-//!             follower: Follower::Refuse, http: &[],
+//!             follower: Follower::Refuse, resend: Resend::Never, http: &[],
 //!         },
 //!     }
 //! }
@@ -55,7 +55,7 @@
 //!         Get = "GET" {
 //!             need: Need::Nothing, before_hello: false,
 //!             effect: Effect::Read, batch: false, route: Instance,
-//!             follower: Follower::Serve, http: &[],
+//!             follower: Follower::Serve, resend: Resend::Safe, http: &[],
 //!         },
 //!     }
 //! }
@@ -74,7 +74,8 @@
 //! Every layer asks this table: authorization (`need`), the follower gate and the shard's own
 //! check (`effect`, `follower`), BATCH (`batch`), the dispatchers (`route`, `Op::route`), the
 //! release of a write's reply (`effect`: it waits for replicas, and a primary past its lease
-//! holds it back), metrics (`Op::ALL`, `Op::COUNT`) and the HTTP router (`http`).
+//! holds it back), metrics (`Op::ALL`, `Op::COUNT`), the HTTP router (`http`) and the Rust
+//! client's resending (`resend`).
 //! The member's role is a run-time input (`Facts::refused_on`): failover changes it without a
 //! restart.
 
@@ -169,6 +170,40 @@ pub enum Follower {
     EachOp,
 }
 
+/// Whether a client may send an op again by itself, after a refusal the server marks retryable
+/// or a lost connection, with no risk of acting twice or of answering otherwise than the first
+/// time would have (clients/rust's `Retry`). A refusal the server surely did not act on
+/// (`SHUTTING_DOWN`, `RATE_LIMITED`, `CONNECTION_LIMIT`, ...) lets any op go again whatever
+/// this says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resend {
+    /// A read, or a write whose repetition is harmless (the same PUT_MACHINE again answers
+    /// `created: false`).
+    Safe,
+    /// Only with an idempotency key (the op's `idempotency_key`, HTTP's `Idempotency-Key`): the
+    /// server answers a repeat with the first result.
+    WithKey,
+    /// Never: a repeat may act twice or answer otherwise (a second DELETE_INSTANCE finds no
+    /// instance, a second TIMERS_RESUME says `was_paused: false`), or the op is no request a
+    /// client resends (a stream, a label).
+    Never,
+    /// BATCH: safe when every op inside is.
+    EachOp,
+}
+
+impl Resend {
+    /// Whether a request may go again: `keyed` says it carries an idempotency key, `each_safe`
+    /// that every op inside a BATCH may go again.
+    pub const fn allows(self, keyed: bool, each_safe: bool) -> bool {
+        match self {
+            Resend::Safe => true,
+            Resend::WithKey => keyed,
+            Resend::Never => false,
+            Resend::EachOp => each_safe,
+        }
+    }
+}
+
 /// An HTTP method of the API (docs/http.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
@@ -247,6 +282,8 @@ pub struct Facts {
     pub batch: bool,
     pub route: Route,
     pub follower: Follower,
+    /// Whether a client may send it again by itself (clients/rust's `Retry`).
+    pub resend: Resend,
     /// The HTTP paths that run it (empty: RCP1 only).
     pub http: &'static [HttpRoute],
 }
@@ -365,7 +402,7 @@ macro_rules! op_table {
     ($( $(#[$doc:meta])* $variant:ident = $name:literal {
         need: $need:expr, before_hello: $before_hello:expr,
         effect: $effect:expr, batch: $batch:expr, route: $route:ident,
-        follower: $follower:expr,
+        follower: $follower:expr, resend: $resend:expr,
         http: $http:expr $(,)?
     } ),* $(,)?) => {
         /// Every operation the server knows, plus the label-only pseudo-ops `Frame` (errors
@@ -391,6 +428,7 @@ macro_rules! op_table {
                         batch: $batch,
                         route: Route::$route,
                         follower: $follower,
+                        resend: $resend,
                         http: $http,
                     }, )*
                 }
@@ -413,45 +451,45 @@ op_table! {
     Hello = "HELLO" {
         need: Need::Nothing, before_hello: true,
         effect: Effect::Session, batch: false, route: Session,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[],
     },
     Ping = "PING" {
         need: Need::Nothing, before_hello: true,
         effect: Effect::Session, batch: false, route: Session,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[],
     },
     /// Answered, then the server closes the connection.
     Bye = "BYE" {
         need: Need::Nothing, before_hello: true,
         effect: Effect::Session, batch: false, route: Session,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
     Info = "INFO" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[http!(Get, "/info")],
     },
     Auth = "AUTH" {
         need: Need::Nothing, before_hello: false,
         effect: Effect::Session, batch: false, route: Session,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[],
     },
     /// Decided on the definitions shard, installed on every shard.
     PutMachine = "PUT_MACHINE" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Write, batch: false, route: AllShards,
-        follower: Follower::Refuse,
+        follower: Follower::Refuse, resend: Resend::Safe,
         http: &[http!(Put, "/machines/{machine}/versions/{version}")],
     },
     GetMachine = "GET_MACHINE" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Definitions,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[
             http!(Get, "/machines/{machine}"),
             http!(Get, "/machines/{machine}/versions/{version}"),
@@ -461,7 +499,7 @@ op_table! {
     ListMachines = "LIST_MACHINES" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Definitions,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[http!(Get, "/machines")],
     },
     /// Live instance counts per state of one machine (all versions), from every shard's
@@ -469,76 +507,76 @@ op_table! {
     MachineStats = "MACHINE_STATS" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[http!(Get, "/machines/{machine}/stats")],
     },
     CreateInstance = "CREATE_INSTANCE" {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
-        follower: Follower::Refuse,
+        follower: Follower::Refuse, resend: Resend::WithKey,
         http: &[http!(Post, "/instances")],
     },
     GetInstance = "GET_INSTANCE" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: true, route: Instance,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[http!(Get, "/instances/{id}")],
     },
     ListInstances = "LIST_INSTANCES" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[http!(Get, "/instances")],
     },
     DeleteInstance = "DELETE_INSTANCE" {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
-        follower: Follower::Refuse,
+        follower: Follower::Refuse, resend: Resend::Never,
         http: &[http!(Delete, "/instances/{id}")],
     },
     ApplyEvent = "APPLY_EVENT" {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
-        follower: Follower::Refuse,
+        follower: Follower::Refuse, resend: Resend::WithKey,
         http: &[http!(Post, "/instances/{id}/events")],
     },
     GetHistory = "GET_HISTORY" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Instance,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[http!(Get, "/instances/{id}/events")],
     },
     /// Pushes one instance's events (HTTP: `GET /stream?instance=ID`).
     WatchInstance = "WATCH_INSTANCE" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Subscriptions,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[http!(Get, "/stream", Stream)],
     },
     /// Pushes every matching event of every shard (HTTP: `GET /stream`).
     WatchAll = "WATCH_ALL" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Subscriptions,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[http!(Get, "/stream", Stream)],
     },
     Unwatch = "UNWATCH" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Subscriptions,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
     Batch = "BATCH" {
         need: Need::EachOpsScope, before_hello: false,
         effect: Effect::EachOp, batch: false, route: Batch,
-        follower: Follower::EachOp,
+        follower: Follower::EachOp, resend: Resend::EachOp,
         http: &[http!(Post, "/batch")],
     },
     /// Turns the connection into a replication stream (only a primary serves one).
     Replicate = "REPLICATE" {
         need: Need::Scope(Scope::Replicate), before_hello: false,
         effect: Effect::Control, batch: false, route: Stream,
-        follower: Follower::Refuse,
+        follower: Follower::Refuse, resend: Resend::Never,
         http: &[],
     },
     /// Turns the connection into a backup stream: one cut for all shards, then per shard a
@@ -546,41 +584,41 @@ op_table! {
     Backup = "BACKUP" {
         need: Need::Scope(Scope::Replicate), before_hello: false,
         effect: Effect::Control, batch: false, route: Stream,
-        follower: Follower::Refuse,
+        follower: Follower::Refuse, resend: Resend::Never,
         http: &[],
     },
     ReplicationStatus = "REPLICATION_STATUS" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Control,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[http!(Get, "/replication")],
     },
     /// Makes a replica the primary (a follower's op by nature).
     Promote = "PROMOTE" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
     /// Stops automatic failover cluster-wide (failover on; docs/ha.md, "Maintenance").
     HaPause = "HA_PAUSE" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
     /// Restarts automatic failover after `HA_PAUSE`.
     HaResume = "HA_RESUME" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
     /// Planned handover of the primary role (failover on; docs/ha.md, "Switchover").
     Switchover = "SWITCHOVER" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
-        follower: Follower::Refuse,
+        follower: Follower::Refuse, resend: Resend::Never,
         http: &[http!(Post, "/switchover")],
     },
     /// Lets the timers of a data dir marked `timers.paused` (`smdb-server restore
@@ -588,21 +626,21 @@ op_table! {
     TimersResume = "TIMERS_RESUME" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: AllShards,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[http!(Post, "/timers/resume")],
     },
     /// Label: an error before a request could be read.
     Frame = "FRAME" {
         need: Need::Nothing, before_hello: false,
         effect: Effect::Session, batch: false, route: Label,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
     /// Label: an op name this server does not serve.
     Unknown = "UNKNOWN" {
         need: Need::Nothing, before_hello: false,
         effect: Effect::Session, batch: false, route: Label,
-        follower: Follower::Serve,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
 }
@@ -744,6 +782,28 @@ mod tests {
                 assert_eq!(route, Route::Subscriptions, "{op:?} {}", r.path);
             }
         }
+    }
+
+    /// The ops a client may not resend freely, named once more; every other op is `Safe`.
+    #[test]
+    fn every_op_has_its_resend_class() {
+        let keyed = [Op::CreateInstance, Op::ApplyEvent];
+        #[rustfmt::skip]
+        let never = [
+            Op::Bye, Op::DeleteInstance, Op::Unwatch, Op::Replicate, Op::Backup, Op::Promote,
+            Op::HaPause, Op::HaResume, Op::Switchover, Op::TimersResume, Op::Frame, Op::Unknown,
+        ];
+        for &op in Op::ALL {
+            let want = match op {
+                Op::Batch => Resend::EachOp,
+                _ if keyed.contains(&op) => Resend::WithKey,
+                _ if never.contains(&op) => Resend::Never,
+                _ => Resend::Safe,
+            };
+            assert_eq!(op.facts().resend, want, "{op:?}");
+        }
+        assert!(Resend::WithKey.allows(true, false) && !Resend::WithKey.allows(false, true));
+        assert!(Resend::EachOp.allows(false, true) && !Resend::EachOp.allows(true, false));
     }
 
     /// docs/protocol.md's scope table names, for each scope, exactly the ops that need it
