@@ -204,59 +204,37 @@ impl Resend {
     }
 }
 
-/// An HTTP method of the API (docs/http.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    Get,
-    Post,
-    Put,
-    Delete,
-}
+mod http;
+pub use http::{Body, Created, HttpReply, HttpRoute, Method, Query, QueryKind};
 
-impl Method {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Method::Get => "GET",
-            Method::Post => "POST",
-            Method::Put => "PUT",
-            Method::Delete => "DELETE",
-        }
-    }
-}
-
-/// What an HTTP path answers with, made from its op's result (docs/http.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HttpReply {
-    /// The op's `result` object as the JSON body.
-    Result,
-    /// GET_MACHINE's definition drawn (`?format=svg|dot|mermaid`).
-    Diagram,
-    /// A subscription's events as Server-Sent Events.
-    Stream,
-}
-
-/// One HTTP path that runs an op; `{name}` segments are path parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HttpRoute {
-    pub method: Method,
-    pub path: &'static str,
-    pub reply: HttpReply,
-}
-
-/// `http!(Get, "/path")`: one `HttpRoute` answering with the op's result; `http!(Get, "/path",
-/// Diagram)` names another reply (a struct literal, so rows stay constants).
+/// `http!(Get, "/path")`: one `HttpRoute` answering the op's result with a plain 200;
+/// `http!(Post, "/path", body: Body::Members, etag: true)` names the facts that differ from
+/// `HttpRoute::PLAIN` (a struct literal, so rows stay constants).
 macro_rules! http {
-    ($method:ident, $path:literal) => {
-        http!($method, $path, Result)
-    };
-    ($method:ident, $path:literal, $reply:ident) => {
+    ($method:ident, $path:literal $(, $fact:ident: $value:expr)* $(,)?) => {
         HttpRoute {
             method: Method::$method,
             path: $path,
-            reply: HttpReply::$reply,
+            $( $fact: $value, )*
+            ..HttpRoute::PLAIN
         }
     };
 }
+
+/// The event stream's path, run by WATCH_INSTANCE and WATCH_ALL (`HttpReply::Stream`).
+const STREAM: &[HttpRoute] = &[http!(
+    Get,
+    "/stream",
+    reply: HttpReply::Stream,
+    query: &[
+        Query::list("machines"),
+        Query::list("events"),
+        Query::list("from_states"),
+        Query::list("to_states"),
+        Query::str("instance").member("instance_id"),
+        Query::bool("include_context"),
+    ],
+)];
 
 /// The role a member holds now, as the op table sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -417,20 +395,23 @@ macro_rules! op_table {
             /// All ops in declaration order (sizes per-op metric arrays).
             pub const ALL: &'static [Op] = &[$(Op::$variant),*];
 
-            /// Everything about this op.
+            /// Everything about this op (each row a constant, so its facts may call `const fn`s).
             pub const fn facts(self) -> &'static Facts {
                 match self {
-                    $( Op::$variant => &Facts {
-                        name: $name,
-                        before_hello: $before_hello,
-                        need: $need,
-                        effect: $effect,
-                        batch: $batch,
-                        route: Route::$route,
-                        follower: $follower,
-                        resend: $resend,
-                        http: $http,
-                    }, )*
+                    $( Op::$variant => {
+                        const FACTS: Facts = Facts {
+                            name: $name,
+                            before_hello: $before_hello,
+                            need: $need,
+                            effect: $effect,
+                            batch: $batch,
+                            route: Route::$route,
+                            follower: $follower,
+                            resend: $resend,
+                            http: $http,
+                        };
+                        &FACTS
+                    } )*
                 }
             }
 
@@ -471,7 +452,7 @@ op_table! {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
         follower: Follower::Serve, resend: Resend::Safe,
-        http: &[http!(Get, "/info")],
+        http: &[http!(Get, "/info", scopes: true)],
     },
     Auth = "AUTH" {
         need: Need::Nothing, before_hello: false,
@@ -484,7 +465,12 @@ op_table! {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Write, batch: false, route: AllShards,
         follower: Follower::Refuse, resend: Resend::Safe,
-        http: &[http!(Put, "/machines/{machine}/versions/{version}")],
+        http: &[http!(
+            Put,
+            "/machines/{machine}/versions/{version}",
+            body: Body::Member("definition"),
+            created: Created::IfTrue("created"),
+        )],
     },
     GetMachine = "GET_MACHINE" {
         need: Need::Scope(Scope::Read), before_hello: false,
@@ -493,7 +479,11 @@ op_table! {
         http: &[
             http!(Get, "/machines/{machine}"),
             http!(Get, "/machines/{machine}/versions/{version}"),
-            http!(Get, "/machines/{machine}/versions/{version}/diagram", Diagram),
+            http!(
+                Get,
+                "/machines/{machine}/versions/{version}/diagram",
+                reply: HttpReply::Diagram,
+            ),
         ],
     },
     ListMachines = "LIST_MACHINES" {
@@ -514,19 +504,35 @@ op_table! {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
         follower: Follower::Refuse, resend: Resend::WithKey,
-        http: &[http!(Post, "/instances")],
+        http: &[http!(
+            Post,
+            "/instances",
+            body: Body::Members,
+            etag: true,
+            created: Created::UnlessFalse("applied"),
+            location: Some("/instances/{id}"),
+        )],
     },
     GetInstance = "GET_INSTANCE" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: true, route: Instance,
         follower: Follower::Serve, resend: Resend::Safe,
-        http: &[http!(Get, "/instances/{id}")],
+        http: &[http!(Get, "/instances/{id}", etag: true)],
     },
     ListInstances = "LIST_INSTANCES" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
         follower: Follower::Serve, resend: Resend::Safe,
-        http: &[http!(Get, "/instances")],
+        http: &[http!(
+            Get,
+            "/instances",
+            query: &[
+                Query::str("machine"),
+                Query::str("state"),
+                Query::u64("limit"),
+                Query::str("cursor"),
+            ],
+        )],
     },
     DeleteInstance = "DELETE_INSTANCE" {
         need: Need::Scope(Scope::Write), before_hello: false,
@@ -538,27 +544,38 @@ op_table! {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
         follower: Follower::Refuse, resend: Resend::WithKey,
-        http: &[http!(Post, "/instances/{id}/events")],
+        http: &[http!(
+            Post,
+            "/instances/{id}/events",
+            rename: &[("id", "instance_id")],
+            body: Body::Members,
+            etag: true,
+            if_match: true,
+        )],
     },
     GetHistory = "GET_HISTORY" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Instance,
         follower: Follower::Serve, resend: Resend::Safe,
-        http: &[http!(Get, "/instances/{id}/events")],
+        http: &[http!(
+            Get,
+            "/instances/{id}/events",
+            query: &[Query::u64("from"), Query::u64("limit")],
+        )],
     },
     /// Pushes one instance's events (HTTP: `GET /stream?instance=ID`).
     WatchInstance = "WATCH_INSTANCE" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Subscriptions,
         follower: Follower::Serve, resend: Resend::Safe,
-        http: &[http!(Get, "/stream", Stream)],
+        http: STREAM,
     },
     /// Pushes every matching event of every shard (HTTP: `GET /stream`).
     WatchAll = "WATCH_ALL" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Subscriptions,
         follower: Follower::Serve, resend: Resend::Safe,
-        http: &[http!(Get, "/stream", Stream)],
+        http: STREAM,
     },
     Unwatch = "UNWATCH" {
         need: Need::Scope(Scope::Read), before_hello: false,
@@ -570,7 +587,7 @@ op_table! {
         need: Need::EachOpsScope, before_hello: false,
         effect: Effect::EachOp, batch: false, route: Batch,
         follower: Follower::EachOp, resend: Resend::EachOp,
-        http: &[http!(Post, "/batch")],
+        http: &[http!(Post, "/batch", body: Body::Members)],
     },
     /// Turns the connection into a replication stream (only a primary serves one).
     Replicate = "REPLICATE" {
@@ -619,7 +636,7 @@ op_table! {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
         follower: Follower::Refuse, resend: Resend::Never,
-        http: &[http!(Post, "/switchover")],
+        http: &[http!(Post, "/switchover", body: Body::OptionalMembers)],
     },
     /// Lets the timers of a data dir marked `timers.paused` (`smdb-server restore
     /// --pause-timers`) fire: deletes the marker, then every shard fires what is overdue.
@@ -824,6 +841,37 @@ mod tests {
                 .filter(|op| op.facts().need == Need::Scope(scope))
                 .collect();
             assert_eq!(listed, want, "docs/protocol.md's {scope:?} row");
+        }
+    }
+
+    /// Each path's HTTP facts hold together, and the ones the HTTP layer leans on hold.
+    #[test]
+    fn every_http_route_states_facts_that_fit() {
+        for op in Op::ALL {
+            for r in op.facts().http {
+                let params: Vec<&str> = (r.path.split('/'))
+                    .filter_map(|p| p.strip_prefix('{')?.strip_suffix('}'))
+                    .collect();
+                for (param, _) in r.rename {
+                    assert!(params.contains(param), "{op:?} renames {param}");
+                }
+                for q in r.query {
+                    // Read by the HTTP layer itself (diagram format, stream start).
+                    assert!(!["format", "from_cursor"].contains(&q.name), "{op:?}");
+                }
+                assert!(!r.if_match || r.etag, "{op:?}: If-Match without an ETag");
+                let created = r.created != Created::Never;
+                assert!(
+                    r.location.is_none() || created,
+                    "{op:?}: Location without 201"
+                );
+                if op.facts().resend == Resend::WithKey {
+                    assert_ne!(r.body, Body::No, "{op:?}: a keyed write takes a body");
+                }
+                if r.reply == HttpReply::Stream {
+                    assert_eq!(op.facts().http, STREAM, "{op:?}");
+                }
+            }
         }
     }
 
