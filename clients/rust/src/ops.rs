@@ -860,7 +860,6 @@ mod tests {
         let def = json!({});
         let keyed = CreateOptions {
             idempotency_key: Some("k".into()),
-            ..Default::default()
         };
         let unkeyed = CreateOptions::default();
         let get = || BatchOp::from(get_instance("a"));
