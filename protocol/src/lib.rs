@@ -19,4 +19,4 @@ pub mod tls;
 pub use codes::{ErrorCode, Execution, Rejection};
 pub use envelope::{encode_error, encode_ok, parse_request, RequestEnvelope};
 pub use frame::{decode_frame, encode_frame, FrameError, HEADER_LEN, MAGIC};
-pub use op::{routes, Effect, Facts, Follower, Need, Op, Role, Route, Routed, Scope};
+pub use op::{routes, Effect, Facts, Follower, Need, Op, Resend, Role, Route, Routed, Scope};

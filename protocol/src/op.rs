@@ -11,8 +11,7 @@
 //!     Frobnicate = "FROBNICATE" {
 //!         need: Need::Scope(Scope::Write), before_hello: false,
 //!         effect: Effect::Write, batch: false, route: Instance,
-//!         fenced: true,
-//!         http: &[],
+//!         resend: Resend::Never, http: &[],
 //!     },
 //! }
 //! ```
@@ -29,13 +28,13 @@
 //!         Get = "GET" {
 //!             need: Need::Nothing, before_hello: false,
 //!             effect: Effect::Read, batch: false, route: Instance,
-//!             follower: Follower::Serve, fenced: false, http: &[],
+//!             follower: Follower::Serve, resend: Resend::Safe, http: &[],
 //!         },
 //!         /// A new op: its row is complete, its handler below was not written.
 //!         Frobnicate = "FROBNICATE" {
 //!             need: Need::Nothing, before_hello: false,
 //!             effect: Effect::Write, batch: false, route: Instance,
-//!             follower: Follower::Refuse, fenced: true, http: &[],
+//!             follower: Follower::Refuse, resend: Resend::Never, http: &[],
 //!         },
 //!     }
 //! }
@@ -56,7 +55,7 @@
 //!         Get = "GET" {
 //!             need: Need::Nothing, before_hello: false,
 //!             effect: Effect::Read, batch: false, route: Instance,
-//!             follower: Follower::Serve, fenced: false, http: &[],
+//!             follower: Follower::Serve, resend: Resend::Safe, http: &[],
 //!         },
 //!     }
 //! }
@@ -74,7 +73,9 @@
 //!
 //! Every layer asks this table: authorization (`need`), the follower gate and the shard's own
 //! check (`effect`, `follower`), BATCH (`batch`), the dispatchers (`route`, `Op::route`), the
-//! primary's lease (`fenced`), metrics (`Op::ALL`, `Op::COUNT`) and the HTTP router (`http`).
+//! release of a write's reply (`effect`: it waits for replicas, and a primary past its lease
+//! holds it back), metrics (`Op::ALL`, `Op::COUNT`), the HTTP router (`http`) and the Rust
+//! client's resending (`resend`).
 //! The member's role is a run-time input (`Facts::refused_on`): failover changes it without a
 //! restart.
 
@@ -122,7 +123,9 @@ pub enum Effect {
     Session,
     /// Reads state; never appends to a log.
     Read,
-    /// Decided on the primary and appended to a shard's log (replicas receive the entry).
+    /// Decided on the primary and appended to a shard's log (replicas receive the entry). Its
+    /// reply is released once durable (and replicated, with sync replication); under failover
+    /// a primary past its lease appends nothing and releases no such reply (`NO_PRIMARY`).
     Write,
     /// Acts on the member or the cluster (replication, roles), not on a shard's state.
     Control,
@@ -167,59 +170,71 @@ pub enum Follower {
     EachOp,
 }
 
-/// An HTTP method of the API (docs/http.md).
+/// Whether a client may send an op again by itself, after a refusal the server marks retryable
+/// or a lost connection, with no risk of acting twice or of answering otherwise than the first
+/// time would have (clients/rust's `Retry`). A refusal the server surely did not act on
+/// (`SHUTTING_DOWN`, `RATE_LIMITED`, `CONNECTION_LIMIT`, ...) lets any op go again whatever
+/// this says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    Get,
-    Post,
-    Put,
-    Delete,
+pub enum Resend {
+    /// A read, or a write whose repetition is harmless (the same PUT_MACHINE again answers
+    /// `created: false`).
+    Safe,
+    /// Only with an idempotency key (the op's `idempotency_key`, HTTP's `Idempotency-Key`): the
+    /// server answers a repeat with the first result.
+    WithKey,
+    /// Never: a repeat may act twice or answer otherwise (a second DELETE_INSTANCE finds no
+    /// instance, a second TIMERS_RESUME says `was_paused: false`), or the op is no request a
+    /// client resends (a stream, a label).
+    Never,
+    /// BATCH: safe when every op inside is.
+    EachOp,
 }
 
-impl Method {
-    pub const fn as_str(self) -> &'static str {
+impl Resend {
+    /// Whether a request may go again: `keyed` says it carries an idempotency key, `each_safe`
+    /// that every op inside a BATCH may go again.
+    pub const fn allows(self, keyed: bool, each_safe: bool) -> bool {
         match self {
-            Method::Get => "GET",
-            Method::Post => "POST",
-            Method::Put => "PUT",
-            Method::Delete => "DELETE",
+            Resend::Safe => true,
+            Resend::WithKey => keyed,
+            Resend::Never => false,
+            Resend::EachOp => each_safe,
         }
     }
 }
 
-/// What an HTTP path answers with, made from its op's result (docs/http.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HttpReply {
-    /// The op's `result` object as the JSON body.
-    Result,
-    /// GET_MACHINE's definition drawn (`?format=svg|dot|mermaid`).
-    Diagram,
-    /// A subscription's events as Server-Sent Events.
-    Stream,
-}
+mod http;
+pub use http::{Body, Created, HttpReply, HttpRoute, Method, Query, QueryKind};
 
-/// One HTTP path that runs an op; `{name}` segments are path parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HttpRoute {
-    pub method: Method,
-    pub path: &'static str,
-    pub reply: HttpReply,
-}
-
-/// `http!(Get, "/path")`: one `HttpRoute` answering with the op's result; `http!(Get, "/path",
-/// Diagram)` names another reply (a struct literal, so rows stay constants).
+/// `http!(Get, "/path")`: one `HttpRoute` answering the op's result with a plain 200;
+/// `http!(Post, "/path", body: Body::Members, etag: true)` names the facts that differ from
+/// `HttpRoute::PLAIN` (a struct literal, so rows stay constants).
 macro_rules! http {
-    ($method:ident, $path:literal) => {
-        http!($method, $path, Result)
-    };
-    ($method:ident, $path:literal, $reply:ident) => {
+    ($method:ident, $path:literal $(, $fact:ident: $value:expr)* $(,)?) => {
         HttpRoute {
             method: Method::$method,
             path: $path,
-            reply: HttpReply::$reply,
+            $( $fact: $value, )*
+            ..HttpRoute::PLAIN
         }
     };
 }
+
+/// The event stream's path, run by WATCH_INSTANCE and WATCH_ALL (`HttpReply::Stream`).
+const STREAM: &[HttpRoute] = &[http!(
+    Get,
+    "/stream",
+    reply: HttpReply::Stream,
+    query: &[
+        Query::list("machines"),
+        Query::list("events"),
+        Query::list("from_states"),
+        Query::list("to_states"),
+        Query::str("instance").member("instance_id"),
+        Query::bool("include_context"),
+    ],
+)];
 
 /// The role a member holds now, as the op table sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,9 +260,8 @@ pub struct Facts {
     pub batch: bool,
     pub route: Route,
     pub follower: Follower,
-    /// Checked against the primary's lease before its entry is appended and when its reply
-    /// is released (a primary past its lease answers `NO_PRIMARY`).
-    pub fenced: bool,
+    /// Whether a client may send it again by itself (clients/rust's `Retry`).
+    pub resend: Resend,
     /// The HTTP paths that run it (empty: RCP1 only).
     pub http: &'static [HttpRoute],
 }
@@ -366,7 +380,7 @@ macro_rules! op_table {
     ($( $(#[$doc:meta])* $variant:ident = $name:literal {
         need: $need:expr, before_hello: $before_hello:expr,
         effect: $effect:expr, batch: $batch:expr, route: $route:ident,
-        follower: $follower:expr, fenced: $fenced:expr,
+        follower: $follower:expr, resend: $resend:expr,
         http: $http:expr $(,)?
     } ),* $(,)?) => {
         /// Every operation the server knows, plus the label-only pseudo-ops `Frame` (errors
@@ -381,20 +395,23 @@ macro_rules! op_table {
             /// All ops in declaration order (sizes per-op metric arrays).
             pub const ALL: &'static [Op] = &[$(Op::$variant),*];
 
-            /// Everything about this op.
+            /// Everything about this op (each row a constant, so its facts may call `const fn`s).
             pub const fn facts(self) -> &'static Facts {
                 match self {
-                    $( Op::$variant => &Facts {
-                        name: $name,
-                        before_hello: $before_hello,
-                        need: $need,
-                        effect: $effect,
-                        batch: $batch,
-                        route: Route::$route,
-                        follower: $follower,
-                        fenced: $fenced,
-                        http: $http,
-                    }, )*
+                    $( Op::$variant => {
+                        const FACTS: Facts = Facts {
+                            name: $name,
+                            before_hello: $before_hello,
+                            need: $need,
+                            effect: $effect,
+                            batch: $batch,
+                            route: Route::$route,
+                            follower: $follower,
+                            resend: $resend,
+                            http: $http,
+                        };
+                        &FACTS
+                    } )*
                 }
             }
 
@@ -415,55 +432,64 @@ op_table! {
     Hello = "HELLO" {
         need: Need::Nothing, before_hello: true,
         effect: Effect::Session, batch: false, route: Session,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[],
     },
     Ping = "PING" {
         need: Need::Nothing, before_hello: true,
         effect: Effect::Session, batch: false, route: Session,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[],
     },
     /// Answered, then the server closes the connection.
     Bye = "BYE" {
         need: Need::Nothing, before_hello: true,
         effect: Effect::Session, batch: false, route: Session,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
     Info = "INFO" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
-        follower: Follower::Serve, fenced: false,
-        http: &[http!(Get, "/info")],
+        follower: Follower::Serve, resend: Resend::Safe,
+        http: &[http!(Get, "/info", scopes: true)],
     },
     Auth = "AUTH" {
         need: Need::Nothing, before_hello: false,
         effect: Effect::Session, batch: false, route: Session,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[],
     },
     /// Decided on the definitions shard, installed on every shard.
     PutMachine = "PUT_MACHINE" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Write, batch: false, route: AllShards,
-        follower: Follower::Refuse, fenced: true,
-        http: &[http!(Put, "/machines/{machine}/versions/{version}")],
+        follower: Follower::Refuse, resend: Resend::Safe,
+        http: &[http!(
+            Put,
+            "/machines/{machine}/versions/{version}",
+            body: Body::Member("definition"),
+            created: Created::IfTrue("created"),
+        )],
     },
     GetMachine = "GET_MACHINE" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Definitions,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[
             http!(Get, "/machines/{machine}"),
             http!(Get, "/machines/{machine}/versions/{version}"),
-            http!(Get, "/machines/{machine}/versions/{version}/diagram", Diagram),
+            http!(
+                Get,
+                "/machines/{machine}/versions/{version}/diagram",
+                reply: HttpReply::Diagram,
+            ),
         ],
     },
     ListMachines = "LIST_MACHINES" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Definitions,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[http!(Get, "/machines")],
     },
     /// Live instance counts per state of one machine (all versions), from every shard's
@@ -471,26 +497,42 @@ op_table! {
     MachineStats = "MACHINE_STATS" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[http!(Get, "/machines/{machine}/stats")],
     },
     CreateInstance = "CREATE_INSTANCE" {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
-        follower: Follower::Refuse, fenced: true,
-        http: &[http!(Post, "/instances")],
+        follower: Follower::Refuse, resend: Resend::WithKey,
+        http: &[http!(
+            Post,
+            "/instances",
+            body: Body::Members,
+            etag: true,
+            created: Created::UnlessFalse("applied"),
+            location: Some("/instances/{id}"),
+        )],
     },
     GetInstance = "GET_INSTANCE" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: true, route: Instance,
-        follower: Follower::Serve, fenced: false,
-        http: &[http!(Get, "/instances/{id}")],
+        follower: Follower::Serve, resend: Resend::Safe,
+        http: &[http!(Get, "/instances/{id}", etag: true)],
     },
     ListInstances = "LIST_INSTANCES" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
-        follower: Follower::Serve, fenced: false,
-        http: &[http!(Get, "/instances")],
+        follower: Follower::Serve, resend: Resend::Safe,
+        http: &[http!(
+            Get,
+            "/instances",
+            query: &[
+                Query::str("machine"),
+                Query::str("state"),
+                Query::u64("limit"),
+                Query::str("cursor"),
+            ],
+        )],
     },
     /// Instances by their declared indexes (docs/queries.md), merged by id across shards.
     FindInstances = "FIND_INSTANCES" {
@@ -509,52 +551,63 @@ op_table! {
     DeleteInstance = "DELETE_INSTANCE" {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
-        follower: Follower::Refuse, fenced: true,
+        follower: Follower::Refuse, resend: Resend::Never,
         http: &[http!(Delete, "/instances/{id}")],
     },
     ApplyEvent = "APPLY_EVENT" {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
-        follower: Follower::Refuse, fenced: true,
-        http: &[http!(Post, "/instances/{id}/events")],
+        follower: Follower::Refuse, resend: Resend::WithKey,
+        http: &[http!(
+            Post,
+            "/instances/{id}/events",
+            rename: &[("id", "instance_id")],
+            body: Body::Members,
+            etag: true,
+            if_match: true,
+        )],
     },
     GetHistory = "GET_HISTORY" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Instance,
-        follower: Follower::Serve, fenced: false,
-        http: &[http!(Get, "/instances/{id}/events")],
+        follower: Follower::Serve, resend: Resend::Safe,
+        http: &[http!(
+            Get,
+            "/instances/{id}/events",
+            query: &[Query::u64("from"), Query::u64("limit")],
+        )],
     },
     /// Pushes one instance's events (HTTP: `GET /stream?instance=ID`).
     WatchInstance = "WATCH_INSTANCE" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Subscriptions,
-        follower: Follower::Serve, fenced: false,
-        http: &[http!(Get, "/stream", Stream)],
+        follower: Follower::Serve, resend: Resend::Safe,
+        http: STREAM,
     },
     /// Pushes every matching event of every shard (HTTP: `GET /stream`).
     WatchAll = "WATCH_ALL" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Subscriptions,
-        follower: Follower::Serve, fenced: false,
-        http: &[http!(Get, "/stream", Stream)],
+        follower: Follower::Serve, resend: Resend::Safe,
+        http: STREAM,
     },
     Unwatch = "UNWATCH" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Subscriptions,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
     Batch = "BATCH" {
         need: Need::EachOpsScope, before_hello: false,
         effect: Effect::EachOp, batch: false, route: Batch,
-        follower: Follower::EachOp, fenced: false,
-        http: &[http!(Post, "/batch")],
+        follower: Follower::EachOp, resend: Resend::EachOp,
+        http: &[http!(Post, "/batch", body: Body::Members)],
     },
     /// Turns the connection into a replication stream (only a primary serves one).
     Replicate = "REPLICATE" {
         need: Need::Scope(Scope::Replicate), before_hello: false,
         effect: Effect::Control, batch: false, route: Stream,
-        follower: Follower::Refuse, fenced: false,
+        follower: Follower::Refuse, resend: Resend::Never,
         http: &[],
     },
     /// Turns the connection into a backup stream: one cut for all shards, then per shard a
@@ -562,63 +615,63 @@ op_table! {
     Backup = "BACKUP" {
         need: Need::Scope(Scope::Replicate), before_hello: false,
         effect: Effect::Control, batch: false, route: Stream,
-        follower: Follower::Refuse, fenced: false,
+        follower: Follower::Refuse, resend: Resend::Never,
         http: &[],
     },
     ReplicationStatus = "REPLICATION_STATUS" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: Control,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[http!(Get, "/replication")],
     },
     /// Makes a replica the primary (a follower's op by nature).
     Promote = "PROMOTE" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
     /// Stops automatic failover cluster-wide (failover on; docs/ha.md, "Maintenance").
     HaPause = "HA_PAUSE" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
     /// Restarts automatic failover after `HA_PAUSE`.
     HaResume = "HA_RESUME" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
     /// Planned handover of the primary role (failover on; docs/ha.md, "Switchover").
     Switchover = "SWITCHOVER" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: Control,
-        follower: Follower::Refuse, fenced: false,
-        http: &[http!(Post, "/switchover")],
+        follower: Follower::Refuse, resend: Resend::Never,
+        http: &[http!(Post, "/switchover", body: Body::OptionalMembers)],
     },
     /// Lets the timers of a data dir marked `timers.paused` (`smdb-server restore
     /// --pause-timers`) fire: deletes the marker, then every shard fires what is overdue.
     TimersResume = "TIMERS_RESUME" {
         need: Need::Scope(Scope::Admin), before_hello: false,
         effect: Effect::Control, batch: false, route: AllShards,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[http!(Post, "/timers/resume")],
     },
     /// Label: an error before a request could be read.
     Frame = "FRAME" {
         need: Need::Nothing, before_hello: false,
         effect: Effect::Session, batch: false, route: Label,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
     /// Label: an op name this server does not serve.
     Unknown = "UNKNOWN" {
         need: Need::Nothing, before_hello: false,
         effect: Effect::Session, batch: false, route: Label,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
 }
@@ -724,8 +777,6 @@ mod tests {
             assert_eq!(f.route, route, "{op:?} route");
             assert_eq!(f.follower, follower, "{op:?} follower");
             assert_eq!(f.before_hello, before_hello, "{op:?} before HELLO");
-            // Only writes are fenced by the lease, and every write is.
-            assert_eq!(f.fenced, f.writes(), "{op:?} fenced");
             // A write is never served by a follower.
             if f.writes() {
                 assert!(f.refused_on(Role::Follower), "{op:?}");
@@ -766,6 +817,28 @@ mod tests {
         }
     }
 
+    /// The ops a client may not resend freely, named once more; every other op is `Safe`.
+    #[test]
+    fn every_op_has_its_resend_class() {
+        let keyed = [Op::CreateInstance, Op::ApplyEvent];
+        #[rustfmt::skip]
+        let never = [
+            Op::Bye, Op::DeleteInstance, Op::Unwatch, Op::Replicate, Op::Backup, Op::Promote,
+            Op::HaPause, Op::HaResume, Op::Switchover, Op::TimersResume, Op::Frame, Op::Unknown,
+        ];
+        for &op in Op::ALL {
+            let want = match op {
+                Op::Batch => Resend::EachOp,
+                _ if keyed.contains(&op) => Resend::WithKey,
+                _ if never.contains(&op) => Resend::Never,
+                _ => Resend::Safe,
+            };
+            assert_eq!(op.facts().resend, want, "{op:?}");
+        }
+        assert!(Resend::WithKey.allows(true, false) && !Resend::WithKey.allows(false, true));
+        assert!(Resend::EachOp.allows(false, true) && !Resend::EachOp.allows(true, false));
+    }
+
     /// docs/protocol.md's scope table names, for each scope, exactly the ops that need it
     /// (BATCH, which needs each op's own, may be named in passing).
     #[test]
@@ -784,6 +857,37 @@ mod tests {
                 .filter(|op| op.facts().need == Need::Scope(scope))
                 .collect();
             assert_eq!(listed, want, "docs/protocol.md's {scope:?} row");
+        }
+    }
+
+    /// Each path's HTTP facts hold together, and the ones the HTTP layer leans on hold.
+    #[test]
+    fn every_http_route_states_facts_that_fit() {
+        for op in Op::ALL {
+            for r in op.facts().http {
+                let params: Vec<&str> = (r.path.split('/'))
+                    .filter_map(|p| p.strip_prefix('{')?.strip_suffix('}'))
+                    .collect();
+                for (param, _) in r.rename {
+                    assert!(params.contains(param), "{op:?} renames {param}");
+                }
+                for q in r.query {
+                    // Read by the HTTP layer itself (diagram format, stream start).
+                    assert!(!["format", "from_cursor"].contains(&q.name), "{op:?}");
+                }
+                assert!(!r.if_match || r.etag, "{op:?}: If-Match without an ETag");
+                let created = r.created != Created::Never;
+                assert!(
+                    r.location.is_none() || created,
+                    "{op:?}: Location without 201"
+                );
+                if op.facts().resend == Resend::WithKey {
+                    assert_ne!(r.body, Body::No, "{op:?}: a keyed write takes a body");
+                }
+                if r.reply == HttpReply::Stream {
+                    assert_eq!(op.facts().http, STREAM, "{op:?}");
+                }
+            }
         }
     }
 

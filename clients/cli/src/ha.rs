@@ -4,7 +4,8 @@
 //! `HA_RESUME`; `switchover` sends `SWITCHOVER`. With `--json` each prints the raw object.
 
 use serde_json::{json, Value};
-use smdb_client::ops::{Request, Retry};
+use smdb_client::ops::Request;
+use smdb_protocol::op::Op;
 
 use super::args::HaCommand;
 use super::commands::Output;
@@ -31,8 +32,8 @@ pub fn run(cmd: &HaCommand, s: &mut Session, out: &mut Output<'_>) -> Result<(),
         }
         HaCommand::Pause | HaCommand::Resume => {
             let op = match cmd {
-                HaCommand::Pause => "HA_PAUSE",
-                _ => "HA_RESUME",
+                HaCommand::Pause => Op::HaPause,
+                _ => Op::HaResume,
             };
             let r = s.run(|c| c.run(admin(op, json!({}))))?;
             match out.json {
@@ -45,9 +46,10 @@ pub fn run(cmd: &HaCommand, s: &mut Session, out: &mut Output<'_>) -> Result<(),
 }
 
 /// A failover admin op as a typed request: with several `--addr`, the client follows a
-/// follower's `READ_ONLY_MODE` to the primary it names. Never resent once sent (it acts).
-fn admin(op: &'static str, params: Value) -> Request<Value> {
-    Request::new(op, params, Retry::Unsafe)
+/// follower's `READ_ONLY_MODE` to the primary it names. Never resent once sent (it acts: the
+/// op table's `Resend::Never`).
+fn admin(op: Op, params: Value) -> Request<Value> {
+    Request::of(op, params)
 }
 
 /// `switchover [--to NODE]`.
@@ -56,7 +58,7 @@ pub fn switchover(to: Option<&str>, s: &mut Session, out: &mut Output<'_>) -> Re
         Some(to) => json!({ "to": to }),
         None => json!({}),
     };
-    let r = s.run(|c| c.run(admin("SWITCHOVER", params.clone())))?;
+    let r = s.run(|c| c.run(admin(Op::Switchover, params.clone())))?;
     match out.json {
         true => out.line(&r.to_string()),
         false => out.line(&format!(

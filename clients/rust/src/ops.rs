@@ -10,10 +10,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use smdb_protocol::op::Op;
+
 use crate::error::{Error, Result};
 
 /// Whether a request may be sent again after an error or a lost connection without risk of
-/// applying it twice.
+/// applying it twice. Each op's class is in the op table (`smdb_protocol::op::Resend`, the
+/// `resend` fact of its row): `Retry::of` reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retry {
     /// A read, or a write whose repetition is harmless (the same PUT_MACHINE again is
@@ -21,6 +24,17 @@ pub enum Retry {
     Safe,
     /// A write without an idempotency key: never resent by the client.
     Unsafe,
+}
+
+impl Retry {
+    /// A request of `op`'s class by the op table: `keyed` says it carries an idempotency key,
+    /// `each_safe` (BATCH) that every op inside is `Safe`.
+    pub const fn of(op: Op, keyed: bool, each_safe: bool) -> Retry {
+        match op.facts().resend.allows(keyed, each_safe) {
+            true => Retry::Safe,
+            false => Retry::Unsafe,
+        }
+    }
 }
 
 /// A request ready to send: op name, params, retry safety, and the type of its result.
@@ -41,6 +55,17 @@ impl<T: DeserializeOwned> Request<T> {
             retry,
             result: PhantomData,
         }
+    }
+
+    /// A request of `op` (its wire name and, without an idempotency key, its retry class from
+    /// the op table).
+    pub fn of(op: Op, params: Value) -> Request<T> {
+        Request::keyed(op, params, false)
+    }
+
+    /// A request of `op` that carries an idempotency key when `keyed`.
+    fn keyed(op: Op, params: Value, keyed: bool) -> Request<T> {
+        Request::new(op.as_str(), params, Retry::of(op, keyed, false))
     }
 
     /// Decodes the `result` of this request's response.
@@ -541,39 +566,33 @@ fn with(opts: Result<Map<String, Value>>, fields: Value) -> Value {
 pub const PROTOCOL_VERSION: u32 = 1;
 
 pub fn hello(client_name: &str) -> Request<Hello> {
-    Request::new(
-        "HELLO",
+    Request::of(
+        Op::Hello,
         json!({"protocol_version": PROTOCOL_VERSION, "client_name": client_name,
                "client_version": env!("CARGO_PKG_VERSION")}),
-        Retry::Safe,
     )
 }
 
 pub fn ping() -> Request<Pong> {
-    Request::new("PING", Value::Null, Retry::Safe)
+    Request::of(Op::Ping, Value::Null)
 }
 
 pub fn bye() -> Request<Value> {
-    Request::new("BYE", Value::Null, Retry::Unsafe)
+    Request::of(Op::Bye, Value::Null)
 }
 
 pub fn info() -> Request<Info> {
-    Request::new("INFO", Value::Null, Retry::Safe)
+    Request::of(Op::Info, Value::Null)
 }
 
 pub fn auth(token: &str) -> Request<Authenticated> {
-    Request::new(
-        "AUTH",
-        json!({"method": "bearer", "token": token}),
-        Retry::Safe,
-    )
+    Request::of(Op::Auth, json!({"method": "bearer", "token": token}))
 }
 
 pub fn put_machine(machine: &str, version: u64, definition: &Value) -> Request<MachinePut> {
-    Request::new(
-        "PUT_MACHINE",
+    Request::of(
+        Op::PutMachine,
         json!({"machine": machine, "version": version, "definition": definition}),
-        Retry::Safe,
     )
 }
 
@@ -582,11 +601,11 @@ pub fn get_machine(machine: &str, version: Option<u64>) -> Request<Machine> {
     if let Some(v) = version {
         p["version"] = json!(v);
     }
-    Request::new("GET_MACHINE", p, Retry::Safe)
+    Request::of(Op::GetMachine, p)
 }
 
 pub fn list_machines() -> Request<Machines> {
-    Request::new("LIST_MACHINES", json!({}), Retry::Safe)
+    Request::of(Op::ListMachines, json!({}))
 }
 
 pub fn create_instance(
@@ -596,31 +615,23 @@ pub fn create_instance(
     context: &Value,
     opts: &CreateOptions,
 ) -> Request<Created> {
-    let retry = match opts.idempotency_key {
-        Some(_) => Retry::Safe,
-        None => Retry::Unsafe,
-    };
     let p = with(
         object(opts),
         json!({"machine": machine, "version": version, "id": id, "context": context}),
     );
-    Request::new("CREATE_INSTANCE", p, retry)
+    Request::keyed(Op::CreateInstance, p, opts.idempotency_key.is_some())
 }
 
 pub fn get_instance(id: &str) -> Request<Instance> {
-    Request::new("GET_INSTANCE", json!({"id": id}), Retry::Safe)
+    Request::of(Op::GetInstance, json!({"id": id}))
 }
 
 pub fn list_instances(filter: &ListFilter) -> Request<InstancePage> {
-    Request::new(
-        "LIST_INSTANCES",
-        with(object(filter), Value::Null),
-        Retry::Safe,
-    )
+    Request::of(Op::ListInstances, with(object(filter), Value::Null))
 }
 
 pub fn delete_instance(id: &str) -> Request<Deleted> {
-    Request::new("DELETE_INSTANCE", json!({"id": id}), Retry::Unsafe)
+    Request::of(Op::DeleteInstance, json!({"id": id}))
 }
 
 pub fn apply_event(
@@ -633,7 +644,7 @@ pub fn apply_event(
     // Cannot fail: `ApplyParams` holds strings, a `Value` and an integer, and serde_json only
     // refuses maps with non-string keys or a failing `Serialize` impl.
     let params = serde_json::to_value(p).unwrap_or(Value::Null);
-    Request::new("APPLY_EVENT", params, p.retry())
+    Request::new(Op::ApplyEvent.as_str(), params, p.retry())
 }
 
 /// APPLY_EVENT's params, borrowed: the one definition of what `apply_event` sends. The async
@@ -670,12 +681,9 @@ impl<'a> ApplyParams<'a> {
     }
 
     /// Safe to resend only with an idempotency key (the server then answers a repeat with the
-    /// first result).
+    /// first result; the op table's `Resend::WithKey`).
     pub fn retry(&self) -> Retry {
-        match self.idempotency_key {
-            Some(_) => Retry::Safe,
-            None => Retry::Unsafe,
-        }
+        Retry::of(Op::ApplyEvent, self.idempotency_key.is_some(), false)
     }
 }
 
@@ -687,35 +695,27 @@ pub fn get_history(id: &str, from: Option<u64>, limit: Option<u64>) -> Request<H
     if let Some(l) = limit {
         p["limit"] = json!(l);
     }
-    Request::new("GET_HISTORY", p, Retry::Safe)
+    Request::of(Op::GetHistory, p)
 }
 
 pub fn watch_instance(instance_id: &str, opts: &WatchOptions) -> Request<Watching> {
-    Request::new(
-        "WATCH_INSTANCE",
+    Request::of(
+        Op::WatchInstance,
         with(object(opts), json!({"instance_id": instance_id})),
-        Retry::Safe,
     )
 }
 
 pub fn watch_all(filter: &WatchAllFilter) -> Request<Watching> {
-    Request::new("WATCH_ALL", with(object(filter), Value::Null), Retry::Safe)
+    Request::of(Op::WatchAll, with(object(filter), Value::Null))
 }
 
 pub fn unwatch(subscription_id: &Value) -> Request<Unwatched> {
-    Request::new(
-        "UNWATCH",
-        json!({"subscription_id": subscription_id}),
-        Retry::Unsafe,
-    )
+    Request::of(Op::Unwatch, json!({"subscription_id": subscription_id}))
 }
 
 /// BATCH of `ops`; safe to resend only when every op is.
 pub fn batch(mode: BatchMode, ops: &[BatchOp]) -> Request<BatchResults> {
-    let retry = match ops.iter().all(|o| o.retry == Retry::Safe) {
-        true => Retry::Safe,
-        false => Retry::Unsafe,
-    };
+    let retry = Retry::of(Op::Batch, false, ops.iter().all(|o| o.retry == Retry::Safe));
     let list: Vec<Value> = ops
         .iter()
         .map(|o| json!({"op": o.op, "params": o.params}))
@@ -724,21 +724,25 @@ pub fn batch(mode: BatchMode, ops: &[BatchOp]) -> Request<BatchResults> {
         BatchMode::Atomic => "atomic",
         BatchMode::BestEffort => "best_effort",
     };
-    Request::new("BATCH", json!({"mode": mode, "ops": list}), retry)
+    Request::new(
+        Op::Batch.as_str(),
+        json!({"mode": mode, "ops": list}),
+        retry,
+    )
 }
 
 pub fn replication_status() -> Request<ReplicationStatus> {
-    Request::new("REPLICATION_STATUS", json!({}), Retry::Safe)
+    Request::of(Op::ReplicationStatus, json!({}))
 }
 
 pub fn promote() -> Request<Value> {
-    Request::new("PROMOTE", json!({}), Retry::Unsafe)
+    Request::of(Op::Promote, json!({}))
 }
 
 /// TIMERS_RESUME: `{"resumed": true, "was_paused": bool}`. Idempotent, but a resend after
 /// the first reply was lost would report `was_paused: false`, so it is not resent.
 pub fn timers_resume() -> Request<Value> {
-    Request::new("TIMERS_RESUME", json!({}), Retry::Unsafe)
+    Request::of(Op::TimersResume, json!({}))
 }
 
 #[cfg(test)]
@@ -848,6 +852,60 @@ mod tests {
         assert_eq!(get_instance("a").retry, Retry::Safe);
         let ops = [get_instance("a").into(), delete_instance("a").into()];
         assert_eq!(batch(BatchMode::BestEffort, &ops).retry, Retry::Unsafe);
+    }
+
+    /// Every typed request's retry class, as it was written by hand before the op table held
+    /// it (`Resend`): reads and PUT_MACHINE are safe, keyed writes only with their key.
+    #[test]
+    fn every_request_has_the_retry_class_of_its_op() {
+        use Retry::{Safe, Unsafe};
+        let def = json!({});
+        let keyed = CreateOptions {
+            idempotency_key: Some("k".into()),
+        };
+        let unkeyed = CreateOptions::default();
+        let get = || BatchOp::from(get_instance("a"));
+        let create = |o| BatchOp::from(create_instance("m", 1, "a", &def, o));
+        let got = [
+            (hello("c").untyped(), Safe),
+            (ping().untyped(), Safe),
+            (bye(), Unsafe),
+            (info().untyped(), Safe),
+            (auth("t").untyped(), Safe),
+            (put_machine("m", 1, &def).untyped(), Safe),
+            (get_machine("m", None).untyped(), Safe),
+            (list_machines().untyped(), Safe),
+            (
+                create_instance("m", 1, "a", &def, &unkeyed).untyped(),
+                Unsafe,
+            ),
+            (create_instance("m", 1, "a", &def, &keyed).untyped(), Safe),
+            (get_instance("a").untyped(), Safe),
+            (list_instances(&ListFilter::default()).untyped(), Safe),
+            (delete_instance("a").untyped(), Unsafe),
+            (get_history("a", None, None).untyped(), Safe),
+            (
+                watch_instance("a", &WatchOptions::default()).untyped(),
+                Safe,
+            ),
+            (watch_all(&WatchAllFilter::default()).untyped(), Safe),
+            (unwatch(&json!(1)).untyped(), Unsafe),
+            (
+                batch(BatchMode::Atomic, &[get(), create(&keyed)]).untyped(),
+                Safe,
+            ),
+            (
+                batch(BatchMode::Atomic, &[get(), create(&unkeyed)]).untyped(),
+                Unsafe,
+            ),
+            (replication_status().untyped(), Safe),
+            (promote(), Unsafe),
+            (timers_resume(), Unsafe),
+        ];
+        for (r, want) in got {
+            assert_eq!(r.retry, want, "{}", r.op);
+            assert!(smdb_protocol::Op::parse(r.op).is_some(), "{}", r.op);
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! An HTTP request turned into the op and params an RCP1 frame would carry (docs/http.md,
 //! "Paths"): path parameters, query parameters, the JSON body and a few headers
-//! (`Idempotency-Key`, `If-Match`, `Last-Event-ID`) become params members. The params are then
+//! (`Idempotency-Key`, `If-Match`, `Last-Event-ID`) become params members. What each path
+//! takes is its row's `HttpRoute` in the op table (`smdb_protocol::op`); the params are then
 //! parsed by the op's own parser on the shard, exactly as over RCP1, so both codecs accept and
 //! refuse the same things.
 //!
@@ -10,7 +11,7 @@ use serde_json::value::RawValue;
 use shards::{ErrorCode, Rejection};
 use smdb_diagram::Format;
 use smdb_protocol::codes::quote;
-use smdb_protocol::op::HttpReply;
+use smdb_protocol::op::{Body, HttpReply, HttpRoute, QueryKind, Resend};
 
 use super::parse::Head;
 use super::target::Target;
@@ -31,105 +32,70 @@ pub struct Call {
     pub diagram: Option<Format>,
 }
 
-/// The kinds of query values.
-#[derive(Clone, Copy)]
-enum Kind {
-    Str,
-    U64,
-    Bool,
-    /// Comma-separated, sent as a list of strings.
-    List,
-}
-
-/// (query name, params member, kind) accepted by `op`; any other query parameter is refused.
-fn query_spec(op: Op, reply: HttpReply) -> &'static [(&'static str, &'static str, Kind)] {
-    use Kind::*;
-    match (op, reply) {
-        (Op::ListInstances, _) => &[
-            ("machine", "machine", Str),
-            ("state", "state", Str),
-            ("limit", "limit", U64),
-            ("cursor", "cursor", Str),
-        ],
-        (Op::GetHistory, _) => &[("from", "from", U64), ("limit", "limit", U64)],
-        (Op::WatchAll | Op::WatchInstance, _) => &[
-            ("machines", "machines", List),
-            ("events", "events", List),
-            ("from_states", "from_states", List),
-            ("to_states", "to_states", List),
-            ("instance", "instance_id", Str),
-            ("include_context", "include_context", Bool),
-        ],
-        _ => &[],
-    }
-}
-
 /// Query parameters handled here rather than copied into params.
 const SPECIAL_QUERY: [&str; 2] = ["format", "from_cursor"];
 
 /// The op a request runs: its row's, except that an event stream is WATCH_INSTANCE when it
 /// names an instance (`?instance=`) and WATCH_ALL otherwise.
-pub fn op_for(op: Op, reply: HttpReply, target: &Target) -> Op {
-    match (reply, target.get("instance")) {
+pub fn op_for(op: Op, route: &HttpRoute, target: &Target) -> Op {
+    match (route.reply, target.get("instance")) {
         (HttpReply::Stream, Some(_)) => Op::WatchInstance,
         (HttpReply::Stream, None) => Op::WatchAll,
         _ => op,
     }
 }
 
-/// Builds the call for `op` (`params` are the path's `{name}` segments).
+/// Builds the call for `op` on `route` (`path` are the path's `{name}` segments).
 pub fn build(
     op: Op,
-    reply: HttpReply,
+    route: &HttpRoute,
     path: &[(&'static str, String)],
     target: &Target,
     body: Option<&[u8]>,
     head: &Head,
     shards: u32,
 ) -> Result<Call, Rejection> {
-    let op = op_for(op, reply, target);
+    let op = op_for(op, route, target);
     let mut obj = Obj::new();
     for (name, value) in path {
         match *name {
             "version" => obj.num(name, parse_u64("version", value)?),
-            "id" if op == Op::ApplyEvent => obj.str("instance_id", value),
-            _ => obj.str(name, value),
+            _ => obj.str(route.member(name), value),
         }
     }
-    query(&mut obj, op, reply, target)?;
+    query(&mut obj, route, target)?;
     let mut call = Call {
         op,
         params: Vec::new(),
         version: Version::Untagged,
         if_match: false,
-        diagram: diagram_format(reply, target)?,
+        diagram: diagram_format(route.reply, target)?,
     };
-    headers(&mut obj, &mut call, head)?;
-    if reply == HttpReply::Stream {
+    headers(&mut obj, &mut call, route, head)?;
+    if route.reply == HttpReply::Stream {
         stream_start(&mut obj, op, target, head, shards)?;
     }
-    call.params = with_body(obj, op, body)?;
+    call.params = with_body(obj, route.body, body)?;
     Ok(call)
 }
 
-/// Copies the query parameters `op` takes into params; refuses any other.
-fn query(obj: &mut Obj, op: Op, reply: HttpReply, target: &Target) -> Result<(), Rejection> {
-    let spec = query_spec(op, reply);
+/// Copies the query parameters `route` takes into params; refuses any other.
+fn query(obj: &mut Obj, route: &HttpRoute, target: &Target) -> Result<(), Rejection> {
     for (name, value) in &target.query {
         if SPECIAL_QUERY.contains(&name.as_str()) {
             continue;
         }
-        let Some(&(_, member, kind)) = spec.iter().find(|(q, _, _)| q == name) else {
+        let Some(q) = route.query.iter().find(|q| q.name == name) else {
             return Err(bad(format!(
                 "query parameter {:?} is not taken by this path",
                 quote(name)
             )));
         };
-        match kind {
-            Kind::Str => obj.str(member, value),
-            Kind::U64 => obj.num(member, parse_u64(name, value)?),
-            Kind::Bool => obj.raw(member, parse_bool(name, value)?.as_bytes()),
-            Kind::List => obj.list(member, value.split(',').filter(|v| !v.is_empty())),
+        match q.kind {
+            QueryKind::Str => obj.str(q.member, value),
+            QueryKind::U64 => obj.num(q.member, parse_u64(name, value)?),
+            QueryKind::Bool => obj.raw(q.member, parse_bool(name, value)?.as_bytes()),
+            QueryKind::List => obj.list(q.member, value.split(',').filter(|v| !v.is_empty())),
         }
     }
     Ok(())
@@ -153,27 +119,31 @@ fn diagram_format(reply: HttpReply, target: &Target) -> Result<Option<Format>, R
     }
 }
 
-/// `Idempotency-Key` and `If-Match`: members of CREATE_INSTANCE and APPLY_EVENT params.
-fn headers(obj: &mut Obj, call: &mut Call, head: &Head) -> Result<(), Rejection> {
-    let op = call.op;
-    if matches!(op, Op::GetInstance | Op::ApplyEvent | Op::CreateInstance) {
+/// The version a path's reply carries (`ETag`), and the headers that are params members:
+/// `Idempotency-Key` (an op that takes an idempotency key, `Resend::WithKey`) and `If-Match`
+/// (a path that takes it, as the op's `expected_wal_offset`).
+fn headers(
+    obj: &mut Obj,
+    call: &mut Call,
+    route: &HttpRoute,
+    head: &Head,
+) -> Result<(), Rejection> {
+    if route.etag {
         call.version = Version::Tagged { if_match: None };
     }
     if let Some(key) = &head.idempotency_key {
-        if !matches!(op, Op::CreateInstance | Op::ApplyEvent) {
-            return Err(bad("Idempotency-Key is taken by POST /instances and POST \
-                            /instances/{id}/events"
-                .into()));
+        if !takes_key(call.op) {
+            let paths = paths_where(|op, _| takes_key(op));
+            return Err(bad(format!("Idempotency-Key is taken by {paths}")));
         }
         obj.str("idempotency_key", key);
     }
     let Some(tag) = &head.if_match else {
         return Ok(());
     };
-    if op != Op::ApplyEvent {
-        return Err(bad(
-            "If-Match is taken by POST /instances/{id}/events".into()
-        ));
+    if !route.if_match {
+        let paths = paths_where(|_, r| r.if_match);
+        return Err(bad(format!("If-Match is taken by {paths}")));
     }
     call.if_match = true;
     if tag == "*" {
@@ -194,6 +164,25 @@ fn headers(obj: &mut Obj, call: &mut Call, head: &Head) -> Result<(), Rejection>
         if_match: Some((epoch, offset)),
     };
     Ok(())
+}
+
+/// Whether `op` takes an `idempotency_key` (its resend class says a key makes it safe).
+fn takes_key(op: Op) -> bool {
+    op.facts().resend == Resend::WithKey
+}
+
+/// The paths `takes` picks from the op table, `"METHOD /path"` joined by `and` (for the
+/// refusals that say where a header is taken).
+fn paths_where(takes: impl Fn(Op, &HttpRoute) -> bool) -> String {
+    let mut names: Vec<String> = Vec::new();
+    for &op in Op::ALL {
+        for r in op.facts().http.iter().filter(|r| takes(op, r)) {
+            if !names.contains(&r.name()) {
+                names.push(r.name());
+            }
+        }
+    }
+    names.join(" and ")
 }
 
 /// `"<epoch>.<wal_offset>"`, a strong ETag of ours.
@@ -233,26 +222,21 @@ fn stream_start(
     Ok(())
 }
 
-/// The params: the members built so far, then the body's (a JSON object) for the ops that
-/// take one. A member given twice (in the path and the body, say) is refused by the op's
+/// The params: the members built so far, then the body's (a JSON object) as the path's
+/// `Body` says. A member given twice (in the path and the body, say) is refused by the op's
 /// parser, as over RCP1.
-fn with_body(mut obj: Obj, op: Op, body: Option<&[u8]>) -> Result<Vec<u8>, Rejection> {
-    let takes = matches!(
-        op,
-        Op::PutMachine | Op::CreateInstance | Op::ApplyEvent | Op::Batch
-    );
+fn with_body(mut obj: Obj, takes: Body, body: Option<&[u8]>) -> Result<Vec<u8>, Rejection> {
     let raw = match (takes, body) {
-        // SWITCHOVER's body (`{to}`) is optional.
-        (false, Some(b)) if op == Op::Switchover => object(b)?,
-        (false, None) => return Ok(obj.finish()),
-        (false, Some(_)) => return Err(bad("this path takes no request body".into())),
-        (true, None) => return Err(bad("this path needs a JSON object body".into())),
-        (true, Some(b)) => object(b)?,
+        (Body::No | Body::OptionalMembers, None) => return Ok(obj.finish()),
+        (Body::No, Some(_)) => return Err(bad("this path takes no request body".into())),
+        (Body::Members | Body::Member(_), None) => {
+            return Err(bad("this path needs a JSON object body".into()))
+        }
+        (_, Some(b)) => object(b)?,
     };
-    if op == Op::PutMachine {
-        obj.raw("definition", raw.get().as_bytes());
-    } else {
-        obj.members(raw.get());
+    match takes {
+        Body::Member(member) => obj.raw(member, raw.get().as_bytes()),
+        _ => obj.members(raw.get()),
     }
     Ok(obj.finish())
 }

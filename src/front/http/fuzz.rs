@@ -83,15 +83,15 @@ fn routed(head: &Head, body: Option<&[u8]>) {
     for seg in &target.segments {
         assert!(seg != "." && seg != ".." && !seg.contains('\0'));
     }
-    let Ok(Routed::Op { op, reply, params }) = route(&head.method, &target.segments, true) else {
+    let Ok(Routed::Op { op, route, params }) = route(&head.method, &target.segments, true) else {
         return;
     };
-    let op = call::op_for(op, reply, &target);
-    if let Ok(c) = call::build(op, reply, &params, &target, body, head, 4) {
+    let op = call::op_for(op, route, &target);
+    if let Ok(c) = call::build(op, route, &params, &target, body, head, 4) {
         // The params are one JSON object, whatever went in.
         let v: serde_json::Value = serde_json::from_slice(&c.params).expect("params are JSON");
         assert!(v.is_object(), "{v}");
-        assert_eq!(c.diagram.is_some(), reply == HttpReply::Diagram);
+        assert_eq!(c.diagram.is_some(), route.reply == HttpReply::Diagram);
     }
 }
 

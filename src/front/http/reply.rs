@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde_json::Value;
 use shards::{ErrorCode, Rejection};
 use smdb_diagram::Format;
-use smdb_protocol::op::HttpReply;
+use smdb_protocol::op::{Created, HttpReply, HttpRoute};
 
 use super::call::{self, Call};
 use super::conn::{answer, Conn, Flow, Pending};
@@ -31,6 +31,8 @@ pub(super) type Digest = [u8; crate::auth::table::DIGEST_BYTES];
 /// An op started for a request, waiting for its reply.
 pub(super) struct Waiting {
     pub op: Op,
+    /// The path's facts: the status and headers of a success.
+    pub route: &'static HttpRoute,
     pub slot: ReplySlot,
     pub started: Instant,
     pub instance_id: Option<Box<str>>,
@@ -42,8 +44,8 @@ pub(super) struct Waiting {
     /// An event stream's token, kept as its digest (`None`: no token): checked again when a
     /// reload changes the tokens.
     pub stream_token: Option<Digest>,
-    /// INFO only: the caller's scopes, answered in `Smdb-Scopes` (the console shows write
-    /// controls only to a token that may write).
+    /// The caller's scopes, answered in `Smdb-Scopes` where the path says so
+    /// (`HttpRoute::scopes`, INFO's).
     pub scopes: Option<String>,
 }
 
@@ -60,14 +62,14 @@ pub(super) async fn handle(
         answer(conn, front, op, started, resp, close);
         flow(close)
     };
-    let (target, op, reply, path) = match route(&head, conn, front) {
-        Ok((target, Routed::Op { op, reply, params })) => (target, op, reply, params),
+    let (target, op, route, path) = match route(&head, conn, front) {
+        Ok((target, Routed::Op { op, route, params })) => (target, op, route, params),
         Ok((_, Routed::Asset(asset))) => return console_file(asset, &head, conn),
         Err(resp) => return fail(Op::Unknown, resp),
     };
-    let op = call::op_for(op, reply, &target);
-    match start(op, reply, &path, &target, body, &head, conn, front).await {
-        Ok(s) => queue(s, reply, started, close, conn),
+    let op = call::op_for(op, route, &target);
+    match start(op, route, &path, &target, body, &head, conn, front).await {
+        Ok(s) => queue(s, route, started, close, conn),
         Err(resp) => fail(op, resp),
     }
 }
@@ -119,19 +121,26 @@ fn console_file(asset: &console::Asset, head: &Head, conn: &Conn) -> Flow {
 }
 
 /// Queues a started op, whose reply becomes the response (or starts the event stream).
-fn queue(s: Started, reply: HttpReply, started: Instant, close: bool, conn: &Conn) -> Flow {
+fn queue(
+    s: Started,
+    route: &'static HttpRoute,
+    started: Instant,
+    close: bool,
+    conn: &Conn,
+) -> Flow {
     let waiting = Box::new(Waiting {
         op: s.call.op,
+        route,
         slot: s.slot,
         started,
         instance_id: s.instance_id,
         if_match: s.call.if_match,
         diagram: s.call.diagram,
-        close: close || reply == HttpReply::Stream,
+        close: close || route.reply == HttpReply::Stream,
         stream_token: s.digest,
-        scopes: (s.call.op == Op::Info).then_some(s.scopes),
+        scopes: route.scopes.then_some(s.scopes),
     });
-    match reply {
+    match route.reply {
         HttpReply::Stream => {
             conn.push(Pending::Stream(waiting));
             Flow::Stream
@@ -149,7 +158,7 @@ struct Started {
     slot: ReplySlot,
     instance_id: Option<Box<str>>,
     digest: Option<Digest>,
-    /// The caller's scopes, space-separated (INFO answers them in `Smdb-Scopes`).
+    /// The caller's scopes, space-separated (for `Smdb-Scopes`).
     scopes: String,
 }
 
@@ -157,7 +166,7 @@ struct Started {
 #[allow(clippy::too_many_arguments)] // the parts of one request, each used once
 async fn start(
     op: Op,
-    reply: HttpReply,
+    route: &HttpRoute,
     path: &[(&'static str, String)],
     target: &Target,
     body: Option<Vec<u8>>,
@@ -172,11 +181,11 @@ async fn start(
     let (auth, digest) = authenticate(&settings.auth, head)?;
     request::admit(op, &auth, front).map_err(|rej| refusal(&rej, false))?;
     let shards = front.router.shard_count();
-    let call = call::build(op, reply, path, target, body.as_deref(), head, shards)
+    let call = call::build(op, route, path, target, body.as_deref(), head, shards)
         .map_err(|rej| refusal(&rej, head.if_match.is_some()))?;
     let params = Some(call.params.as_slice());
     let mut instance_id = None;
-    let slot = match (reply, call.op.route()) {
+    let slot = match (route.reply, call.op.route()) {
         (HttpReply::Stream, crate::protocol::Routed::Subscriptions(s)) => Ok(
             crate::front::subscriptions::dispatch(s, params, &conn.subs, front),
         ),
@@ -286,16 +295,11 @@ impl Waiting {
         if let Some(format) = self.diagram {
             return diagram(&result, format);
         }
-        let status = match self.op {
-            Op::PutMachine if field(&result, "created") == Some(Value::Bool(true)) => 201,
-            Op::CreateInstance if field(&result, "applied") != Some(Value::Bool(false)) => 201,
-            _ => 200,
-        };
-        let mut resp = Response::json(status, Vec::new());
-        if status == 201 && self.op == Op::CreateInstance {
-            if let Some(Value::String(id)) = field(&result, "id") {
-                resp = resp.with("Location", format!("/instances/{}", encode_segment(&id)));
-            }
+        let created = is_created(self.route.created, &result);
+        let mut resp = Response::json(if created { 201 } else { 200 }, Vec::new());
+        let location = self.route.location.filter(|_| created);
+        if let Some(location) = location.and_then(|path| fill(path, &result)) {
+            resp = resp.with("Location", location);
         }
         if let Some((epoch, offset)) = version {
             resp = resp.with("ETag", format!("\"{epoch}.{offset}\""));
@@ -308,10 +312,36 @@ impl Waiting {
     }
 }
 
+/// Whether a success is a 201, by the path's rule and the result.
+fn is_created(rule: Created, result: &[u8]) -> bool {
+    match rule {
+        Created::Never => false,
+        Created::IfTrue(member) => field(result, member) == Some(Value::Bool(true)),
+        Created::UnlessFalse(member) => field(result, member) != Some(Value::Bool(false)),
+    }
+}
+
 /// One top-level member of a result (for the rare paths whose status depends on it).
 fn field(result: &[u8], name: &str) -> Option<Value> {
     let mut v: Value = serde_json::from_slice(result).ok()?;
     v.get_mut(name).map(Value::take)
+}
+
+/// `path` (a `Location` template) with each `{name}` segment the result's string member
+/// `name`, percent-encoded; `None` when one is missing.
+fn fill(path: &str, result: &[u8]) -> Option<String> {
+    let mut out = String::new();
+    for seg in path.split('/').skip(1) {
+        out.push('/');
+        match seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+            Some(name) => match field(result, name)? {
+                Value::String(v) => out.push_str(&encode_segment(&v)),
+                _ => return None,
+            },
+            None => out.push_str(seg),
+        }
+    }
+    Some(out)
 }
 
 /// GET_MACHINE's result drawn.
@@ -329,5 +359,29 @@ fn diagram(result: &[u8], format: Format) -> Response {
             resp
         }
         Err(why) => plain(500, ErrorCode::InternalError, format!("cannot draw: {why}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_and_location_follow_the_path_rule() {
+        let put = |created: &str| format!(r#"{{"created":{created},"machine":"m"}}"#);
+        let rule = Created::IfTrue("created");
+        assert!(is_created(rule, put("true").as_bytes()));
+        assert!(!is_created(rule, put("false").as_bytes()));
+        assert!(!is_created(rule, b"{}"));
+        let rule = Created::UnlessFalse("applied");
+        assert!(is_created(rule, br#"{"applied":true}"#));
+        assert!(is_created(rule, b"{}"));
+        assert!(!is_created(rule, br#"{"applied":false}"#));
+        assert!(!is_created(Created::Never, br#"{"created":true}"#));
+        let made = br#"{"id":"a/b c","applied":true}"#;
+        let at = fill("/instances/{id}", made);
+        assert_eq!(at.as_deref(), Some("/instances/a%2Fb%20c"));
+        assert_eq!(fill("/instances/{id}", br#"{"id":7}"#), None);
+        assert_eq!(fill("/instances/{id}", b"{}"), None);
     }
 }

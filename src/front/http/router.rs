@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use smdb_protocol::op::{HttpReply, Method};
+use smdb_protocol::op::HttpRoute;
 
 use super::console;
 use crate::protocol::Op;
@@ -18,10 +18,11 @@ pub type PathParams = Vec<(&'static str, String)>;
 /// What a request addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Routed {
-    /// An op's path; `params` are its `{name}` segments in order, by name.
+    /// An op's path (its row's `HttpRoute`: what the request takes and the reply gives);
+    /// `params` are its `{name}` segments in order, by name.
     Op {
         op: Op,
-        reply: HttpReply,
+        route: &'static HttpRoute,
         params: PathParams,
     },
     /// A console file (`GET /` is `index.html`).
@@ -40,8 +41,7 @@ pub enum RouteError {
 /// One op-table row, its template split once.
 struct Row {
     op: Op,
-    method: Method,
-    reply: HttpReply,
+    route: &'static HttpRoute,
     /// `None`: a literal segment; `Some(name)`: a parameter.
     parts: Vec<(Option<&'static str>, &'static str)>,
 }
@@ -63,8 +63,7 @@ fn rows() -> &'static [Row] {
                     .collect();
                 rows.push(Row {
                     op,
-                    method: r.method,
-                    reply: r.reply,
+                    route: r,
                     parts,
                 });
             }
@@ -86,15 +85,16 @@ pub fn route(method: &str, segments: &[String], console: bool) -> Result<Routed,
         let Some(params) = matches(row, segments) else {
             continue;
         };
-        if row.method.as_str() == method {
+        let row_method = row.route.method.as_str();
+        if row_method == method {
             return Ok(Routed::Op {
                 op: row.op,
-                reply: row.reply,
+                route: row.route,
                 params,
             });
         }
-        if !allow.contains(&row.method.as_str()) {
-            allow.push(row.method.as_str());
+        if !allow.contains(&row_method) {
+            allow.push(row_method);
         }
     }
     match allow.is_empty() {

@@ -35,6 +35,7 @@ use crate::ops::{self, *};
 use crate::retry::{next_step, Next, Stage};
 use conn::Conn;
 use reader::{Answer, Expect};
+use smdb_protocol::op::Op;
 use write::Params;
 
 /// Redirects (`READ_ONLY_MODE` naming a primary) one typed call follows beyond its policy's
@@ -357,8 +358,14 @@ impl Client {
             Answer::Applied(a) => Ok(a),
             Answer::Raw(raw) => ops::decode_raw(op, &raw),
         };
-        self.run_params("APPLY_EVENT", Some(&p), p.retry(), Expect::Applied, decode)
-            .await
+        self.run_params(
+            Op::ApplyEvent.as_str(),
+            Some(&p),
+            p.retry(),
+            Expect::Applied,
+            decode,
+        )
+        .await
     }
 
     pub async fn history(

@@ -17,6 +17,7 @@ use super::{Client, SUBSCRIPTION_QUEUE_MAX};
 use crate::error::{Error, Result};
 use crate::ops::Event;
 use crate::resume::{classify, Position, Target};
+use smdb_protocol::op::Op;
 
 /// How long a subscription keeps trying to open itself again before it yields the error.
 pub const RESUBSCRIBE_FOR: Duration = Duration::from_secs(30);
@@ -135,7 +136,7 @@ impl Worker {
         self.conn.forget(&self.id);
         if self.conn.is_alive() {
             let p = serde_json::json!({"subscription_id": self.id});
-            let _ = super::call_on(&self.conn, "UNWATCH".into(), Some(&p), None).await;
+            let _ = super::call_on(&self.conn, Op::Unwatch.as_str().into(), Some(&p), None).await;
         }
     }
 

@@ -22,7 +22,8 @@ fn call(
 ) -> Result<Call, Rejection> {
     let path: Vec<(&'static str, String)> = path.iter().map(|(k, v)| (*k, v.to_string())).collect();
     let target = parse_target(target).unwrap();
-    build(op, reply, &path, &target, body.map(str::as_bytes), head, 2)
+    let route = op.facts().http.iter().find(|r| r.reply == reply).unwrap();
+    build(op, route, &path, &target, body.map(str::as_bytes), head, 2)
 }
 
 fn params(c: &Call) -> Value {
@@ -295,4 +296,60 @@ fn diagram_formats() {
         &head()
     )
     .is_err());
+}
+
+/// What each path takes comes from its `HttpRoute`; the refusals' texts are the ones the HTTP
+/// layer gave when it matched ops by hand (a client may show them).
+#[test]
+fn what_a_path_takes_comes_from_its_route_with_the_same_refusals() {
+    let refused = |op, path: &[(&'static str, &str)], body, h: &Head| {
+        call(op, HttpReply::Result, path, "/", body, h)
+            .unwrap_err()
+            .message
+    };
+    let id = [("id", "a")];
+    let mut keyed = head();
+    keyed.idempotency_key = Some("k".into());
+    assert_eq!(
+        refused(Op::GetInstance, &id, None, &keyed),
+        "Idempotency-Key is taken by POST /instances and POST /instances/{id}/events"
+    );
+    let mut tagged = head();
+    tagged.if_match = Some("*".into());
+    assert_eq!(
+        refused(Op::CreateInstance, &[], Some("{}"), &tagged),
+        "If-Match is taken by POST /instances/{id}/events"
+    );
+    assert_eq!(
+        refused(Op::TimersResume, &[], Some("{}"), &head()),
+        "this path takes no request body"
+    );
+    assert_eq!(
+        refused(Op::Batch, &[], None, &head()),
+        "this path needs a JSON object body"
+    );
+    let e = call(Op::Info, HttpReply::Result, &[], "/?x=1", None, &head()).unwrap_err();
+    assert_eq!(e.message, "query parameter \"x\" is not taken by this path");
+    // SWITCHOVER's body is optional; given, its members are the params.
+    let none = call(Op::Switchover, HttpReply::Result, &[], "/", None, &head()).unwrap();
+    assert_eq!(params(&none), json!({}));
+    let to = Some(r#"{"to":"n2"}"#);
+    let some = call(Op::Switchover, HttpReply::Result, &[], "/", to, &head()).unwrap();
+    assert_eq!(params(&some), json!({"to": "n2"}));
+    // The instance paths answer a version (`ETag`); no other path does.
+    for op in Op::ALL.iter().filter(|op| !op.facts().http.is_empty()) {
+        let tagged = [Op::GetInstance, Op::CreateInstance, Op::ApplyEvent].contains(op);
+        for r in op.facts().http {
+            let target = parse_target("/").unwrap();
+            let path = [("id", "a".to_string())];
+            let body = (r.body != Body::No).then_some(&b"{}"[..]);
+            let c = build(*op, r, &path, &target, body, &head(), 2);
+            let version = c.unwrap_or_else(|e| panic!("{op:?}: {e:?}")).version;
+            let want = match tagged {
+                true => Version::Tagged { if_match: None },
+                false => Version::Untagged,
+            };
+            assert_eq!(version, want, "{op:?} {}", r.path);
+        }
+    }
 }
