@@ -389,3 +389,38 @@ fn the_cli_finds_and_scans_with_where_arguments() {
     assert_eq!(ids(scanned["instances"].as_array().unwrap()), ["a0"]);
     assert_eq!(scanned["instances"][0]["context"]["total"], 3);
 }
+
+#[test]
+fn http_get_instances_with_where_finds_and_with_scan_scans() {
+    let (s, _d) = Server::start("[http]\nbind_addr = \"127.0.0.1:0\"");
+    let mut c = s.client();
+    put_accounts(&mut c);
+    for (i, (customer, total)) in [("c-1", 5), ("c-1", 12), ("c-2", 12)]
+        .into_iter()
+        .enumerate()
+    {
+        open(&mut c, &format!("h{i}"), customer, total);
+    }
+    let mut h = common::http::Http::connect(s.http_addr.expect("http listener"));
+    let r = h.get("/instances?machine=acct&where.ctx.customer=c-1&where.ctx.total.gte=10");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(ids(r.json()["instances"].as_array().unwrap()), ["h1"]);
+    assert_eq!(r.json()["versions"], json!([1]));
+    let r =
+        h.get("/instances?machine=acct&where.ctx.customer.in=c-1,c-2&limit=2&include_context=true");
+    assert_eq!(ids(r.json()["instances"].as_array().unwrap()), ["h0", "h1"]);
+    assert_eq!(r.json()["instances"][0]["context"]["total"], 5);
+    assert!(r.json()["next_cursor"].is_string());
+    let r = h.get("/instances?machine=acct&scan=true&where.ctx.total=12");
+    assert_eq!(ids(r.json()["instances"].as_array().unwrap()), ["h1", "h2"]);
+    h.get("/instances?machine=acct&where.ctx.colour=red")
+        .assert_error(400, "BAD_REQUEST");
+    h.get("/instances?machine=acct&where.ctx.a=1&bogus=1")
+        .assert_error(400, "BAD_REQUEST");
+    // Without where. or scan it is LIST, as before.
+    let r = h.get("/instances?machine=acct&state=open");
+    assert_eq!(
+        ids(r.json()["instances"].as_array().unwrap()),
+        ["h0", "h1", "h2"]
+    );
+}

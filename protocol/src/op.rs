@@ -538,14 +538,14 @@ op_table! {
     FindInstances = "FIND_INSTANCES" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[],
     },
     /// Instances by any context path, a bounded walk per call (docs/queries.md).
     ScanInstances = "SCAN_INSTANCES" {
         need: Need::Scope(Scope::Read), before_hello: false,
         effect: Effect::Read, batch: false, route: AllShards,
-        follower: Follower::Serve, fenced: false,
+        follower: Follower::Serve, resend: Resend::Safe,
         http: &[],
     },
     DeleteInstance = "DELETE_INSTANCE" {

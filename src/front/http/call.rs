@@ -36,11 +36,13 @@ pub struct Call {
 const SPECIAL_QUERY: [&str; 2] = ["format", "from_cursor"];
 
 /// The op a request runs: its row's, except that an event stream is WATCH_INSTANCE when it
-/// names an instance (`?instance=`) and WATCH_ALL otherwise.
+/// names an instance (`?instance=`) and WATCH_ALL otherwise, and that `GET /instances` with a
+/// `where.` parameter is FIND_INSTANCES, with `scan=true` SCAN_INSTANCES (`queries`).
 pub fn op_for(op: Op, route: &HttpRoute, target: &Target) -> Op {
     match (route.reply, target.get("instance")) {
         (HttpReply::Stream, Some(_)) => Op::WatchInstance,
         (HttpReply::Stream, None) => Op::WatchAll,
+        _ if op == Op::ListInstances => queries::op_of(target),
         _ => op,
     }
 }
@@ -63,7 +65,10 @@ pub fn build(
             _ => obj.str(route.member(name), value),
         }
     }
-    query(&mut obj, route, target)?;
+    match op {
+        Op::FindInstances | Op::ScanInstances => queries::params(&mut obj, target)?,
+        _ => query(&mut obj, route, target)?,
+    }
     let mut call = Call {
         op,
         params: Vec::new(),
@@ -343,6 +348,8 @@ impl Obj {
         self.0
     }
 }
+
+mod queries;
 
 #[cfg(test)]
 mod tests;
