@@ -58,7 +58,7 @@ def write_load(args, addr, lister):
         t.start()
     out = subprocess.run(
         [args.bench_bin, "--addr", addr, "--workload", "apply", "-c", "16", "--in-flight", "8",
-         "--duration", "8", "--warmup", "2", "--json"],
+         "--duration", "8", "--warmup", "2", "--indexes", str(args.indexes), "--json"],
         capture_output=True, text=True, check=True).stdout
     stop.set()
     if lister:

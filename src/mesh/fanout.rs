@@ -9,6 +9,7 @@ use shards::{ErrorCode, Rejection};
 
 use super::router::{Reply, Router};
 use crate::ops::instances::{encode_cursor, find_query, list_query, scan_query};
+use crate::shard::message::Query;
 use crate::shard::{ReplyBody, ShardCall, ShardOp};
 use crate::timers_pause::TimersPause;
 
@@ -65,7 +66,7 @@ pub async fn list_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
     let mut all = Vec::new();
     let mut more = false;
     for shard in 0..router.shard_count() {
-        let call = ShardCall::List(q.clone());
+        let call = ShardCall::Query(Query::List(q.clone()));
         match router.call(shard, call).await? {
             ReplyBody::Page(page) => {
                 more |= page.more;
@@ -87,7 +88,10 @@ pub async fn find_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
     let q = Box::new(find_query(params.as_deref())?);
     let (mut all, mut more, mut versions) = (Vec::new(), false, Vec::new());
     for shard in 0..router.shard_count() {
-        match router.call(shard, ShardCall::Find(q.clone())).await? {
+        match router
+            .call(shard, ShardCall::Query(Query::Find(q.clone())))
+            .await?
+        {
             ReplyBody::Found(page) => {
                 more |= page.more;
                 all.extend(page.instances);
@@ -111,7 +115,10 @@ pub async fn scan_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
     let (mut all, mut examined) = (Vec::new(), 0usize);
     let mut bound: Option<String> = None;
     for shard in 0..router.shard_count() {
-        match router.call(shard, ShardCall::Scan(q.clone())).await? {
+        match router
+            .call(shard, ShardCall::Query(Query::Scan(q.clone())))
+            .await?
+        {
             ReplyBody::Scanned(slice) => {
                 examined += slice.examined;
                 all.extend(slice.instances);

@@ -47,10 +47,7 @@ pub fn registry(s: &Scrape) -> Registry {
             .map(|codes| codes[ErrorCode::AuthFailed.index()])
             .sum(),
     );
-    machines(&mut r, &s.shards);
-    timers(&mut r, &s.shards);
-    indexes(&mut r, &s.shards);
-    queries(&mut r, s);
+    instances(&mut r, s);
     wal(&mut r, &s.shards);
     super::snapshots::register(&mut r, &s.shards);
     gauge(
@@ -229,6 +226,15 @@ fn machines(r: &mut Registry, shards: &[ShardStats]) {
         "State changes per machine and state pair",
         c,
     );
+}
+
+/// What the shards hold and do with their instances: machines, instances, timers, indexes
+/// and queries.
+fn instances(r: &mut Registry, s: &Scrape) {
+    machines(r, &s.shards);
+    timers(r, &s.shards);
+    indexes(r, &s.shards);
+    queries(r, s);
 }
 
 /// Entries of the declared indexes (docs/queries.md), summed over shards.

@@ -147,6 +147,8 @@ async fn recover(
     mut preloaded: Option<(u64, Engine)>,
 ) -> Result<Rc<Wal>, String> {
     let started = std::time::Instant::now();
+    // Indexes are built once, after the replay (`Engine::defer_indexes`).
+    engine.defer_indexes();
     let mut replay = Replay::new();
     let mut loading: Option<Loading> = None;
     let mut on = |rec: Recovered<'_>| -> Result<(), String> {
@@ -159,7 +161,7 @@ async fn recover(
                 replay.flush(engine)?;
                 loading = Some(match preloaded.take() {
                     Some((o, e)) if o == offset => Loading::Loaded(Box::new(e)),
-                    _ => Loading::Stream(SnapshotLoader::new(version, len)?),
+                    _ => Loading::Stream(SnapshotLoader::new(version, len)?.defer_indexes()),
                 });
             }
             Recovered::SnapshotPart { bytes } => match &mut loading {
@@ -174,6 +176,7 @@ async fn recover(
                     None => Err("a snapshot end without its begin".into()),
                 }
                 .map_err(|e| format!("snapshot at offset {offset}: {e}"))?;
+                engine.defer_indexes();
                 log::info!(
                     "shard snapshot at offset {offset} loaded after {:?}: {} instances",
                     started.elapsed(),
@@ -191,6 +194,7 @@ async fn recover(
     }
     .map_err(|e| e.to_string())?;
     replay.flush(engine)?;
+    engine.build_indexes();
     let entries = replay.applied();
     log::info!(
         "shard recovered {entries} log entries in {:?}: {} instances, head offset {}",

@@ -53,6 +53,18 @@ impl ShardOp {
     }
 }
 
+/// The read-only queries every shard answers for its own instances, merged on the front
+/// (`mesh::fanout`).
+#[derive(Debug, Clone)]
+pub enum Query {
+    /// One page of instances ordered by id.
+    List(crate::ops::instances::ListQuery),
+    /// One page of FIND_INSTANCES, ordered by id.
+    Find(Box<FindQuery>),
+    /// One call of SCAN_INSTANCES: a bounded walk in slices (`shard::scan`).
+    Scan(Box<ScanQuery>),
+}
+
 pub enum ShardCall {
     /// A client op the shard executes from raw params (it parses them: the front stays light).
     Op {
@@ -74,12 +86,8 @@ pub enum ShardCall {
     InstallMachines(Vec<Entry>),
     /// All machine definitions this shard holds, as log entries.
     MachineEntries,
-    /// One page of instances ordered by id.
-    List(crate::ops::instances::ListQuery),
-    /// One page of FIND_INSTANCES, ordered by id.
-    Find(Box<FindQuery>),
-    /// One call of SCAN_INSTANCES: a bounded walk in slices (`shard::scan`).
-    Scan(Box<ScanQuery>),
+    /// A page of LIST, FIND or SCAN_INSTANCES (docs/queries.md).
+    Query(Query),
     /// Counts and log position for INFO.
     Info,
     /// Figures for a metrics scrape or health check.

@@ -16,7 +16,9 @@ use shards::wal::WalConfig;
 use shards::{ErrorCode, Rejection};
 
 use super::durability::Durability;
-use super::message::{ReplyBody, ShardCall, ShardMessage, ShardOp, ShardRequest, ShardResponse};
+use super::message::{
+    Query, ReplyBody, ShardCall, ShardMessage, ShardOp, ShardRequest, ShardResponse,
+};
 use super::os_yield::OsYield;
 use super::replica::ReplState;
 use super::snapshot::Snapshots;
@@ -235,9 +237,7 @@ impl Shard {
                 Ok(ReplyBody::Entries(self.engine.borrow().machine_entries())),
                 Needs::NOTHING,
             ),
-            ShardCall::List(q) => self.list_page(&q),
-            ShardCall::Find(q) => self.find_page(&q),
-            ShardCall::Scan(q) => self.scan(&q).await,
+            ShardCall::Query(q) => self.query(q).await,
             ShardCall::Info => (Ok(ReplyBody::Value(self.info())), Needs::NOTHING),
             ShardCall::Stats => (Ok(ReplyBody::Stats(Box::new(self.stats()))), Needs::NOTHING),
             ShardCall::LogPosition => (Ok(self.position()), Needs::NOTHING),
@@ -259,6 +259,15 @@ impl Shard {
     /// An outbox sent (or failed) one reply.
     pub(super) fn reply_left(&self) {
         self.queued.set(self.queued.get().saturating_sub(1));
+    }
+
+    /// A query's page (docs/queries.md).
+    async fn query(&self, q: Query) -> Outcome {
+        match q {
+            Query::List(q) => self.list_page(&q),
+            Query::Find(q) => self.find_page(&q),
+            Query::Scan(q) => self.scan(&q).await,
+        }
     }
 
     /// One page of LIST_INSTANCES (ordered by id), once the log is durable to the head.

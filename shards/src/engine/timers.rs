@@ -69,7 +69,7 @@ impl Engine {
         } else {
             self.timers_armed = self.timers_armed.saturating_sub(1);
         }
-        (self.indexes.placement).moved(group, group.armed(armed), &record.instance.id);
+        (self.indexes).timer_set(group, armed, &record.instance.id);
     }
 
     /// Arms every instance's timer (recovery, promotion): the queue's initial contents. With
@@ -105,7 +105,7 @@ impl Engine {
                 _ => {}
             }
         }
-        if bulk {
+        if bulk && self.indexes.live() {
             self.rebuild_indexes();
         }
         out

@@ -8,7 +8,7 @@
 //! Bound: one entry per (instance, declared path of its version): at most
 //! `INDEXES_PER_VERSION_MAX` per instance. An emptied set is dropped.
 
-use std::collections::{btree_set, BTreeMap, BTreeSet};
+use std::collections::{btree_set, BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 
 use serde_json::Value;
@@ -50,6 +50,25 @@ pub(crate) fn entries_of(paths: &[IndexPath], ctx: &Context, id: &str) -> Entrie
 }
 
 impl FieldIndexes {
+    /// The indexes of `entries` (machine, path, entry), each set built from its entries
+    /// sorted, which packs the tree's nodes full (a snapshot just loaded, a recovery's end).
+    pub(crate) fn build(entries: Vec<(NameId, &str, IndexKey)>) -> Self {
+        let mut by_set: HashMap<(NameId, &str), Vec<IndexKey>> = HashMap::new();
+        for (machine, path, entry) in entries {
+            by_set.entry((machine, path)).or_default().push(entry);
+        }
+        let mut out = FieldIndexes::default();
+        for ((machine, path), mut keys) in by_set {
+            keys.sort_unstable();
+            let set: BTreeSet<IndexKey> = keys.into_iter().collect();
+            out.sets
+                .entry(machine)
+                .or_default()
+                .insert(path.to_owned(), set);
+        }
+        out
+    }
+
     /// Adds `entries` (of `paths`, for one instance of `machine`).
     pub(crate) fn add(&mut self, machine: NameId, paths: &[IndexPath], entries: Entries) {
         for (path, entry) in paths.iter().zip(entries) {

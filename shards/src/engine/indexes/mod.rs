@@ -32,6 +32,9 @@ use super::names::{Interner, NameId};
 pub(crate) struct Indexes {
     pub(crate) placement: Placement,
     pub(crate) fields: FieldIndexes,
+    /// Not kept while a recovery replays the log (`Engine::defer_indexes`): built once at its
+    /// end, sorted, instead of one insert per entry.
+    deferred: bool,
 }
 
 impl Indexes {
@@ -45,24 +48,35 @@ impl Indexes {
         let placed = (records.clone()).map(|r| (Group::of(r, names), r.instance.id.clone()));
         let mut indexes = Indexes {
             placement: Placement::build(placed),
-            fields: FieldIndexes::default(),
+            ..Indexes::default()
         };
         if catalog.has_indexes() {
+            let mut all = Vec::new();
             for record in records {
                 let instance = &record.instance;
                 if let Some(paths) = declared(catalog, instance) {
+                    let machine = names.id(&instance.machine);
                     let entries = entries_of(paths, &instance.context, &instance.id);
-                    indexes
-                        .fields
-                        .add(names.id(&instance.machine), paths, entries);
+                    for (path, entry) in paths.iter().zip(entries) {
+                        all.extend(entry.map(|e| (machine, path.declared.as_str(), e)));
+                    }
                 }
             }
+            indexes.fields = FieldIndexes::build(all);
         }
         indexes
     }
 
+    /// Whether writes keep the indexes (not while a recovery defers them).
+    pub(crate) fn live(&self) -> bool {
+        !self.deferred
+    }
+
     /// A new instance (`group`: its placement group).
     pub(crate) fn created(&mut self, catalog: &Catalog, group: Group, record: &InstanceRecord) {
+        if self.deferred {
+            return;
+        }
         let instance = &record.instance;
         self.placement.insert(group, instance.id.clone());
         if let Some(paths) = declared(catalog, instance) {
@@ -71,8 +85,18 @@ impl Indexes {
         }
     }
 
+    /// An instance armed or spent its timer: it moves from `group` to `group.armed(armed)`.
+    pub(crate) fn timer_set(&mut self, group: Group, armed: bool, id: &str) {
+        if !self.deferred {
+            self.placement.moved(group, group.armed(armed), id);
+        }
+    }
+
     /// A deleted instance (`group`: its placement group).
     pub(crate) fn deleted(&mut self, catalog: &Catalog, group: Group, record: &InstanceRecord) {
+        if self.deferred {
+            return;
+        }
         let instance = &record.instance;
         self.placement.remove(group, &instance.id);
         if let Some(paths) = declared(catalog, instance) {
@@ -99,6 +123,21 @@ impl super::Engine {
         self.indexes = Indexes::build(records, &mut self.names, &self.catalog);
     }
 
+    /// Stops keeping the indexes (and drops them) until `build_indexes`: for a recovery,
+    /// which then replays the log without an index insert per entry.
+    pub fn defer_indexes(&mut self) {
+        self.indexes = Indexes {
+            deferred: true,
+            ..Indexes::default()
+        };
+    }
+
+    /// Builds the indexes from the instances (the end of a recovery that deferred them);
+    /// writes keep them from then on.
+    pub fn build_indexes(&mut self) {
+        self.rebuild_indexes();
+    }
+
     /// Whether the indexes `apply` kept equal the ones a rebuild from the records gives.
     #[cfg(test)]
     pub(crate) fn indexes_match_a_rebuild(&self) -> bool {
@@ -117,8 +156,8 @@ impl super::Engine {
 /// What an applied event may change in its instance's index entries: taken before the event
 /// moves and merges (`before`), settled after (`after`).
 pub(crate) struct EventWatch<'c> {
-    /// The version's declared indexes, when the event carries a payload (no payload, no
-    /// change of context).
+    /// The version's declared indexes, when the event's payload may write one of their
+    /// fields (`may_write`).
     declared: Option<(&'c [IndexPath], Entries)>,
     state: NameId,
     armed: bool,
@@ -126,12 +165,15 @@ pub(crate) struct EventWatch<'c> {
 
 impl<'c> EventWatch<'c> {
     pub(crate) fn before(
+        indexes: &Indexes,
         catalog: &'c Catalog,
         record: &InstanceRecord,
         item: &super::history::NewItem<'_>,
     ) -> EventWatch<'c> {
         let instance = &record.instance;
-        let paths = item.payload.and(declared(catalog, instance));
+        let paths = (item.payload.filter(|_| indexes.live())).and_then(|payload| {
+            declared(catalog, instance).filter(|paths| may_write(payload, paths))
+        });
         EventWatch {
             declared: paths.map(|p| (p, entries_of(p, &instance.context, &instance.id))),
             state: item.from_state,
@@ -150,7 +192,7 @@ impl<'c> EventWatch<'c> {
         state: NameId,
     ) {
         let instance = &record.instance;
-        if state == self.state && self.declared.is_none() {
+        if (state == self.state && self.declared.is_none()) || indexes.deferred {
             return;
         }
         let machine = names.id(&instance.machine);
@@ -171,5 +213,35 @@ impl<'c> EventWatch<'c> {
             };
             indexes.placement.moved(old, new, &instance.id);
         }
+    }
+}
+
+/// Whether merging `payload` (a JSON object's text) may change a field of `paths`: it names
+/// the first segment of one (`"customer"`, a key or a value: a value only costs the check), or
+/// it holds an escape, which could spell such a key otherwise. A payload that writes no
+/// indexed field skips the before and after entries.
+fn may_write(payload: &str, paths: &[IndexPath]) -> bool {
+    payload.contains('\\')
+        || paths.iter().any(|p| {
+            let member = p.member();
+            payload.match_indices(member).any(|(at, _)| {
+                let end = at + member.len();
+                payload[..at].ends_with('"') && payload[end..].starts_with('"')
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_may_write_a_field_it_names_or_could_spell() {
+        let paths = [IndexPath::parse("ctx.customer.id").unwrap()];
+        assert!(may_write(r#"{"customer":{"id":1}}"#, &paths));
+        assert!(may_write(r#"{ "customer" : 1}"#, &paths));
+        assert!(may_write(r#"{"\u0063ustomer":1}"#, &paths));
+        assert!(!may_write(r#"{"n":1,"customers":2,"xcustomer":3}"#, &paths));
+        assert!(!may_write(r#"{}"#, &paths));
     }
 }

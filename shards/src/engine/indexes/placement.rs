@@ -41,6 +41,15 @@ impl Group {
         }
     }
 
+    /// The group of an instance of `machine` in `state` without an armed timer.
+    pub(crate) fn unarmed(machine: NameId, state: NameId) -> Group {
+        Group {
+            machine,
+            state,
+            armed: false,
+        }
+    }
+
     /// This group with its armed flag set to `armed`.
     pub(crate) fn armed(self, armed: bool) -> Group {
         Group { armed, ..self }

@@ -291,7 +291,7 @@ impl Engine {
             at_ms: ev.at_ms,
             wal_offset: offset,
         };
-        let watch = indexes::EventWatch::before(&self.catalog, record, &item);
+        let watch = indexes::EventWatch::before(&self.indexes, &self.catalog, record, &item);
         let (from, cancelled) = record.advance(item, to, to_id);
         watch.after(&mut self.indexes, names, record, to_id);
         let instance = &record.instance;

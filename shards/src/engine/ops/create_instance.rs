@@ -110,11 +110,7 @@ impl Engine {
             divergence::record(&mut self.divergence, offset, reason);
             return None;
         };
-        let group = Group {
-            machine: machine_id,
-            state: state_id,
-            armed: false,
-        };
+        let group = Group::unarmed(machine_id, state_id);
         (self.indexes).created(&self.catalog, group, record);
         if self.catalog.get(&machine, version).is_none() {
             // Created as logged (the state follows the log), but no decide would have allowed it.

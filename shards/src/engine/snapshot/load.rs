@@ -19,6 +19,9 @@ const MIN_INSTANCE_ITEM_BYTES: u64 = 16;
 /// Builds an engine from a snapshot payload fed in order, in chunks of any size.
 pub struct SnapshotLoader {
     inner: Inner,
+    /// `defer_indexes`: the engine comes out without its indexes (a recovery builds them once
+    /// its log replay is done).
+    defer_indexes: bool,
 }
 
 enum Inner {
@@ -57,7 +60,17 @@ impl SnapshotLoader {
             })),
             v => return Err(format!("snapshot version {v} is not one this build reads")),
         };
-        Ok(SnapshotLoader { inner })
+        Ok(SnapshotLoader {
+            inner,
+            defer_indexes: false,
+        })
+    }
+
+    /// The loaded engine will keep no indexes until `Engine::build_indexes` (module
+    /// `engine::indexes`): for a recovery that replays the log after the snapshot.
+    pub fn defer_indexes(mut self) -> SnapshotLoader {
+        self.defer_indexes = true;
+        self
     }
 
     /// The next bytes of the payload.
@@ -87,6 +100,10 @@ impl SnapshotLoader {
             Inner::Items(items) => items.finish()?,
         };
         engine.recompute_last_time();
+        match self.defer_indexes {
+            true => engine.defer_indexes(),
+            false => engine.rebuild_indexes(),
+        }
         Ok(engine)
     }
 }
@@ -155,8 +172,6 @@ impl Items {
                 ));
             }
         }
-        let mut engine = self.engine;
-        engine.rebuild_indexes();
-        Ok(engine)
+        Ok(self.engine)
     }
 }
