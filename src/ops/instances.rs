@@ -105,45 +105,10 @@ pub fn list_query(raw: Option<&[u8]>) -> Result<ListQuery, Rejection> {
     })
 }
 
+/// FIND_INSTANCES and SCAN_INSTANCES params (docs/queries.md).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FindParams {
-    machine: String,
-    #[serde(rename = "where")]
-    conditions: Map<String, Value>,
-    #[serde(default)]
-    state: Option<String>,
-    #[serde(default)]
-    limit: Option<usize>,
-    #[serde(default)]
-    cursor: Option<String>,
-    #[serde(default)]
-    include_context: bool,
-}
-
-/// FIND_INSTANCES params (docs/queries.md): a machine, at least one `where` condition on a
-/// `ctx.<path>`, and LIST's `limit` and `cursor`.
-pub fn find_query(raw: Option<&[u8]>) -> Result<FindQuery, Rejection> {
-    let p: FindParams = parse(raw)?;
-    if p.conditions.is_empty() {
-        return Err(Rejection::new(
-            ErrorCode::BadRequest,
-            "where needs at least one condition (SCAN_INSTANCES walks every instance)",
-        ));
-    }
-    Ok(FindQuery {
-        machine: p.machine,
-        conditions: conditions(&p.conditions)?,
-        state: p.state,
-        after: page_after(p.cursor.as_deref())?,
-        limit: page_limit(p.limit)?,
-        include_context: p.include_context,
-    })
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ScanParams {
+struct QueryParams {
     machine: String,
     #[serde(default, rename = "where")]
     conditions: Map<String, Value>,
@@ -157,10 +122,22 @@ struct ScanParams {
     include_context: bool,
 }
 
-/// SCAN_INSTANCES params (docs/queries.md): FIND's, with `where` on any `ctx.<path>` and
-/// optional.
+/// FIND_INSTANCES params: a machine, at least one `where` condition on a `ctx.<path>`, and
+/// LIST's `limit` and `cursor`.
+pub fn find_query(raw: Option<&[u8]>) -> Result<FindQuery, Rejection> {
+    let q = scan_query(raw)?;
+    if q.conditions.is_empty() {
+        return Err(Rejection::new(
+            ErrorCode::BadRequest,
+            "where needs at least one condition (SCAN_INSTANCES walks every instance)",
+        ));
+    }
+    Ok(q)
+}
+
+/// SCAN_INSTANCES params: FIND's, with `where` on any `ctx.<path>` and optional.
 pub fn scan_query(raw: Option<&[u8]>) -> Result<ScanQuery, Rejection> {
-    let p: ScanParams = parse(raw)?;
+    let p: QueryParams = parse(raw)?;
     Ok(ScanQuery {
         machine: p.machine,
         conditions: conditions(&p.conditions)?,

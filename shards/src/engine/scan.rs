@@ -7,22 +7,13 @@ use serde_json::Value;
 
 use super::find::Compiled;
 use super::indexes::GroupFilter;
-use super::{Condition, Engine};
+use super::Engine;
 use crate::Rejection;
 
-/// A validated SCAN_INSTANCES request as one shard runs it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScanQuery {
-    pub machine: String,
-    /// (path as written, `ctx.<path>`, and its condition); none: every instance matches.
-    pub conditions: Vec<(String, Condition)>,
-    pub state: Option<String>,
-    /// The last id examined by the previous call.
-    pub after: Option<String>,
-    /// Matches per call.
-    pub limit: usize,
-    pub include_context: bool,
-}
+/// A SCAN_INSTANCES request takes FIND's params: `conditions` may be empty (every instance
+/// matches) and name any context path; `after` is the last id the previous call examined,
+/// `limit` the matches per call.
+pub type ScanQuery = super::FindQuery;
 
 /// One slice of a scan.
 #[derive(Debug, Clone, Default, PartialEq)]
