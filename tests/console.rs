@@ -221,3 +221,56 @@ fn the_console_in_a_real_browser() {
         .iter()
         .all(|u| !u.contains(ADMIN) && !u.contains(READER)));
 }
+
+/// The instances page's search box: the declared indexes of the machine's latest version, a
+/// value, and the FIND it runs (docs/queries.md); a machine without one says how to declare it.
+#[test]
+fn the_console_searches_a_declared_index() {
+    if let Err(e) = common::cdp::chromium() {
+        panic!("the console's browser test needs Chromium: {e}");
+    }
+    let (s, _d) = Server::start(&config());
+    let origin = format!("http://{}", s.http_addr.unwrap());
+    let mut c = admin_client(&s);
+    put_order_machine(&mut c);
+    let accounts = json!({"states": ["open"], "initial": "open", "transitions": [],
+                          "indexes": ["ctx.customer", "ctx.total"]});
+    c.call(
+        "PUT_MACHINE",
+        json!({"machine": "acct", "version": 1, "definition": accounts}),
+    )
+    .unwrap();
+    for (id, customer, total) in [("a1", "c-9", 5), ("a2", "c-1", 7), ("a3", "c-9", 7)] {
+        let ctx = json!({"customer": customer, "total": total});
+        c.call(
+            "CREATE_INSTANCE",
+            json!({"machine": "acct", "version": 1, "id": id, "context": ctx}),
+        )
+        .unwrap();
+    }
+    let mut b = Browser::launch();
+    sign_in(&mut b, &origin, ADMIN);
+    b.navigate(&format!("{origin}/#/instances?machine=acct"));
+    b.wait_for("document.querySelector('#search-index') !== null", WAIT);
+    let offered =
+        b.eval("[...document.querySelectorAll('#search-index option')].map(o => o.value)");
+    assert_eq!(offered, json!(["ctx.customer", "ctx.total"]));
+    let ids =
+        "[...document.querySelectorAll('#instances tr td:first-child')].map(e => e.textContent)";
+    b.eval("document.querySelector('#search-value').value = 'c-9'; document.querySelector('#search-form').requestSubmit()");
+    b.wait_for("location.hash.includes('where.ctx.customer=c-9')", WAIT);
+    b.wait_for(
+        &format!("JSON.stringify({ids}) === '[\"a1\",\"a3\"]'"),
+        WAIT,
+    );
+    // A number reads as a number.
+    b.eval("document.querySelector('#search-index').value = 'ctx.total'; document.querySelector('#search-value').value = '7'; document.querySelector('#search-form').requestSubmit()");
+    b.wait_for("location.hash.includes('where.ctx.total=7')", WAIT);
+    b.wait_for(
+        &format!("JSON.stringify({ids}) === '[\"a2\",\"a3\"]'"),
+        WAIT,
+    );
+    b.screenshot(&shots().join("search.png"));
+    b.navigate(&format!("{origin}/#/instances?machine=order"));
+    b.wait_for("document.querySelector('#search-none') !== null", WAIT);
+}

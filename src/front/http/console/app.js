@@ -311,7 +311,11 @@
     if (machine) q.set("machine", machine);
     if (state) q.set("state", state);
     if (cursor) q.set("cursor", cursor);
+    // A search over a declared index (docs/queries.md): `where.<path>=V` makes it a FIND.
+    const where = [...query.entries()].filter(([k]) => k.startsWith("where."));
+    for (const [k, v] of where) q.set(k, v);
     const page = (await api("GET", "/instances?" + q)).json;
+    const indexes = machine ? ((await api("GET", `/machines/${enc(machine)}`)).json.definition.indexes || []) : [];
     const mSel = h("select", { id: "filter-machine" }, h("option", { value: "" }, "any machine"),
       machines.map((m) => h("option", { value: m.machine, selected: m.machine === machine }, m.machine)));
     const sIn = h("input", { id: "filter-state", placeholder: "state", value: state });
@@ -323,6 +327,7 @@
       if (sIn.value) p.set("state", sIn.value);
       location.hash = "#/instances?" + p;
     };
+    const search = searchForm(machine, indexes, where);
     const rows = page.instances.map((i) => h("tr", {},
       h("td", {}, h("a", { href: `#/instance/${enc(i.id)}` }, i.id)),
       h("td", {}, `${i.machine} v${i.version}`),
@@ -337,13 +342,38 @@
         h("form", { class: "inline", onsubmit: filter }, h("label", {}, "machine", mSel), h("label", {}, "state", sIn),
           h("button", { type: "submit" }, "Filter")),
         h("form", { class: "inline", onsubmit: (e) => { e.preventDefault(); if (idIn.value) location.hash = `#/instance/${enc(idIn.value)}`; } },
-          h("label", {}, "open by id", idIn), h("button", { type: "submit", class: "secondary" }, "Open"))),
+          h("label", {}, "open by id", idIn), h("button", { type: "submit", class: "secondary" }, "Open")),
+        search),
       h("div", { class: "card scroll" },
         rows.length ? h("table", { id: "instances" },
           h("tr", {}, h("th", {}, "id"), h("th", {}, "machine"), h("th", {}, "state"), h("th", { class: "hide-narrow" }, "updated")), rows)
           : h("p", { class: "muted" }, "No instance matches."),
         h("p", {}, cursor ? h("button", { type: "button", class: "secondary", onclick: () => history.back() }, "← previous") : null, " ",
           next ? h("a", { id: "next-page", href: "#/instances?" + more }, "next →") : null)));
+  }
+
+  // The search box: a declared index of the machine's latest version and a value (JSON when it
+  // reads as a number, true, false, null or a quoted string, else the text, as the HTTP API
+  // reads it). Without a declared index it says how to declare one.
+  function searchForm(machine, indexes, where) {
+    if (!machine) return null;
+    if (!indexes.length) {
+      return h("p", { class: "muted", id: "search-none" },
+        `No declared index on ${machine}: add "indexes": ["ctx.<field>"] to a version to search it.`);
+    }
+    const [active] = where;
+    const sel = h("select", { id: "search-index" },
+      indexes.map((p) => h("option", { value: p, selected: active && active[0] === `where.${p}` }, p)));
+    const val = h("input", { id: "search-value", placeholder: "value", value: active ? active[1] : "" });
+    const submit = (e) => {
+      e.preventDefault();
+      const p = new URLSearchParams({ machine });
+      if (val.value) p.set(`where.${sel.value}`, val.value);
+      location.hash = "#/instances?" + p;
+    };
+    return h("form", { class: "inline", id: "search-form", onsubmit: submit },
+      h("label", {}, "search", sel), h("label", {}, "equals", val),
+      h("button", { type: "submit", class: "secondary" }, "Search"));
   }
 
   async function instanceView(main, id) {
