@@ -205,7 +205,7 @@ impl Resend {
 }
 
 mod http;
-pub use http::{Body, Created, HttpReply, HttpRoute, Method, Query, QueryKind};
+pub use http::{where_value, Body, Created, HttpReply, HttpRoute, Method, Query, QueryKind};
 
 /// `http!(Get, "/path")`: one `HttpRoute` answering the op's result with a plain 200;
 /// `http!(Post, "/path", body: Body::Members, etag: true)` names the facts that differ from

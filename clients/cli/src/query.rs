@@ -2,6 +2,7 @@
 //! `--where PATH OP VALUE` arguments into a `where` object, pages followed with `--all`.
 
 use serde_json::{json, Map, Value};
+use smdb_protocol::op::where_value;
 
 use super::args::QueryArgs;
 use super::commands::Output;
@@ -76,8 +77,10 @@ pub fn where_object(conditions: &[String]) -> Result<Value, CliError> {
             )));
         }
         let value = match (name, text.strip_prefix("in:")) {
-            (None, Some(list)) => json!({"in": list.split(',').map(value_of).collect::<Vec<_>>()}),
-            _ => value_of(text),
+            (None, Some(list)) => {
+                json!({"in": list.split(',').map(where_value).collect::<Vec<_>>()})
+            }
+            _ => where_value(text),
         };
         match name {
             None => {
@@ -95,15 +98,6 @@ pub fn where_object(conditions: &[String]) -> Result<Value, CliError> {
         }
     }
     Ok(Value::Object(out))
-}
-
-/// A value as the HTTP API reads one (docs/queries.md): JSON when it parses as a number,
-/// `true`, `false`, `null` or a quoted string, else the text itself.
-fn value_of(text: &str) -> Value {
-    match serde_json::from_str::<Value>(text) {
-        Ok(v @ (Value::Number(_) | Value::Bool(_) | Value::Null | Value::String(_))) => v,
-        _ => Value::String(text.to_owned()),
-    }
 }
 
 #[cfg(test)]

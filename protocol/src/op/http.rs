@@ -50,6 +50,16 @@ pub enum QueryKind {
     List,
 }
 
+/// A `where.<path>=V` value (`GET /instances`, `smdb-cli find -w`; docs/queries.md): JSON
+/// when it parses as a number, `true`, `false`, `null` or a quoted string, else the text.
+pub fn where_value(text: &str) -> serde_json::Value {
+    use serde_json::Value;
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ (Value::Number(_) | Value::Bool(_) | Value::Null | Value::String(_))) => v,
+        _ => Value::String(text.to_owned()),
+    }
+}
+
 /// A query parameter a path takes: copied into the op's params as `member`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Query {

@@ -106,7 +106,7 @@ impl Engine {
             }
         }
         if bulk && self.indexes.live() {
-            self.rebuild_indexes();
+            self.build_indexes();
         }
         out
     }

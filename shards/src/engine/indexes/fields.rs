@@ -144,14 +144,13 @@ impl FieldIndexes {
         high: Bound<&[u8]>,
     ) -> btree_set::Range<'a, IndexKey> {
         static EMPTY: BTreeSet<IndexKey> = BTreeSet::new();
+        if !ordered(low, high) {
+            return EMPTY.range::<[u8], _>(..);
+        }
         let set = (self.sets.get(&machine))
             .and_then(|paths| paths.get(path))
-            .filter(|_| ordered(low, high))
             .unwrap_or(&EMPTY);
-        match ordered(low, high) {
-            true => set.range::<[u8], _>((low, high)),
-            false => EMPTY.range::<[u8], _>(..),
-        }
+        set.range::<[u8], _>((low, high))
     }
 
     /// (machine, path, entries) of every index (the `svc_index_entries` gauge).

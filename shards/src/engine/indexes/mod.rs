@@ -117,12 +117,6 @@ pub(crate) fn declared<'c>(catalog: &'c Catalog, instance: &Instance) -> Option<
 }
 
 impl super::Engine {
-    /// Builds the indexes from the instance table (a snapshot just loaded; docs/queries.md).
-    pub(crate) fn rebuild_indexes(&mut self) {
-        let records = self.instances.records();
-        self.indexes = Indexes::build(records, &mut self.names, &self.catalog);
-    }
-
     /// Stops keeping the indexes (and drops them) until `build_indexes`: for a recovery,
     /// which then replays the log without an index insert per entry.
     pub fn defer_indexes(&mut self) {
@@ -132,10 +126,11 @@ impl super::Engine {
         };
     }
 
-    /// Builds the indexes from the instances (the end of a recovery that deferred them);
-    /// writes keep them from then on.
+    /// Builds the indexes from the instance table, each set from sorted keys (a snapshot just
+    /// loaded, the end of a recovery that deferred them); writes keep them from then on.
     pub fn build_indexes(&mut self) {
-        self.rebuild_indexes();
+        let records = self.instances.records();
+        self.indexes = Indexes::build(records, &mut self.names, &self.catalog);
     }
 
     /// Whether the indexes `apply` kept equal the ones a rebuild from the records gives.

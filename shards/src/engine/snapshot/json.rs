@@ -126,7 +126,7 @@ impl Engine {
         engine.names = names;
         engine.stats = snapshot.stats.into();
         engine.set_epochs(snapshot.epochs)?;
-        engine.rebuild_indexes();
+        engine.build_indexes();
         Ok(engine)
     }
 }

@@ -102,7 +102,7 @@ impl SnapshotLoader {
         engine.recompute_last_time();
         match self.defer_indexes {
             true => engine.defer_indexes(),
-            false => engine.rebuild_indexes(),
+            false => engine.build_indexes(),
         }
         Ok(engine)
     }

@@ -7,6 +7,7 @@
 use serde_json::{Map, Value};
 use shards::Rejection;
 use smdb_protocol::codes::quote;
+use smdb_protocol::op::where_value;
 
 use super::{bad, parse_bool, parse_u64, Obj};
 use crate::front::http::target::Target;
@@ -66,7 +67,7 @@ fn condition(conditions: &mut Map<String, Value>, path: &str, text: &str) -> Res
         .rsplit_once('.')
         .filter(|(rest, op)| OPERATORS.contains(op) && rest.starts_with("ctx.") && rest.len() > 4);
     let Some((path, op)) = split else {
-        return match conditions.insert(path.to_owned(), value_of(text)) {
+        return match conditions.insert(path.to_owned(), where_value(text)) {
             None => Ok(()),
             Some(_) => Err(bad(format!(
                 "where.{} has a value and a bound",
@@ -75,8 +76,8 @@ fn condition(conditions: &mut Map<String, Value>, path: &str, text: &str) -> Res
         };
     };
     let value = match op {
-        "in" => Value::Array(text.split(',').map(value_of).collect()),
-        _ => value_of(text),
+        "in" => Value::Array(text.split(',').map(where_value).collect()),
+        _ => where_value(text),
     };
     let entry = conditions
         .entry(path.to_owned())
@@ -90,14 +91,6 @@ fn condition(conditions: &mut Map<String, Value>, path: &str, text: &str) -> Res
             "where.{} has a value and a bound",
             quote(path)
         ))),
-    }
-}
-
-/// A parameter's value: JSON when it is a scalar's JSON, else the text.
-fn value_of(text: &str) -> Value {
-    match serde_json::from_str::<Value>(text) {
-        Ok(v @ (Value::Number(_) | Value::Bool(_) | Value::Null | Value::String(_))) => v,
-        _ => Value::String(text.to_owned()),
     }
 }
 
