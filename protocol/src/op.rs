@@ -548,6 +548,22 @@ op_table! {
         follower: Follower::Serve, resend: Resend::Safe,
         http: &[],
     },
+    /// Moves instances of one version to another, a bounded walk per call, resumable by
+    /// cursor (docs/lifecycle.md).
+    MigrateInstances = "MIGRATE_INSTANCES" {
+        need: Need::Scope(Scope::Admin), before_hello: false,
+        effect: Effect::Write, batch: false, route: AllShards,
+        follower: Follower::Refuse, resend: Resend::Safe,
+        http: &[http!(Post, "/machines/{machine}/migrate", body: Body::Members)],
+    },
+    /// Deletes a machine's matching instances, a bounded walk per call, resumable by cursor
+    /// (docs/lifecycle.md).
+    DeleteInstances = "DELETE_INSTANCES" {
+        need: Need::Scope(Scope::Admin), before_hello: false,
+        effect: Effect::Write, batch: false, route: AllShards,
+        follower: Follower::Refuse, resend: Resend::Safe,
+        http: &[http!(Post, "/machines/{machine}/delete-instances", body: Body::Members)],
+    },
     DeleteInstance = "DELETE_INSTANCE" {
         need: Need::Scope(Scope::Write), before_hello: false,
         effect: Effect::Write, batch: true, route: Instance,
@@ -743,6 +759,8 @@ mod tests {
             (Op::ListInstances, read, Effect::Read, false, Route::AllShards, serve, false),
             (Op::FindInstances, read, Effect::Read, false, Route::AllShards, serve, false),
             (Op::ScanInstances, read, Effect::Read, false, Route::AllShards, serve, false),
+            (Op::MigrateInstances, admin, Effect::Write, false, Route::AllShards, refuse, false),
+            (Op::DeleteInstances, admin, Effect::Write, false, Route::AllShards, refuse, false),
             (Op::DeleteInstance, write, Effect::Write, true, Route::Instance, refuse, false),
             (Op::ApplyEvent, write, Effect::Write, true, Route::Instance, refuse, false),
             (Op::GetHistory, read, Effect::Read, false, Route::Instance, serve, false),

@@ -113,6 +113,12 @@ fn all_shards(op: routes::AllShards, params: Option<Vec<u8>>, front: &Rc<Front>)
         A::ScanInstances => spawn_fanout(front, params, |f, p| async move {
             fanout::scan_instances(&f.router, p).await
         }),
+        A::MigrateInstances => spawn_fanout(front, params, |f, p| async move {
+            crate::mesh::bulk::migrate_instances(&f.router, p).await
+        }),
+        A::DeleteInstances => spawn_fanout(front, params, |f, p| async move {
+            crate::mesh::bulk::delete_instances(&f.router, p).await
+        }),
         A::MachineStats => spawn_fanout(front, params, |f, p| async move {
             fanout::machine_stats(&f.router, p).await
         }),

@@ -7,6 +7,7 @@
 //! payloads are shard types) and knows no front or control executor: those are built on top of
 //! it (see docs/architecture.md). A shard never uses it.
 
+pub mod bulk;
 pub mod fanout;
 pub mod relay;
 pub mod router;

@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use shards::engine::{Command, Condition, FindQuery, ScanQuery};
+use shards::engine::{Command, Condition, FindQuery, ScanQuery, LATEST_VERSION};
 use shards::{ErrorCode, Rejection};
 
 use super::params::{check_id, parse};
@@ -12,7 +12,9 @@ use super::params::{check_id, parse};
 #[serde(deny_unknown_fields)]
 struct CreateParams {
     machine: String,
-    version: u32,
+    /// Absent: the machine's latest version (`LATEST_VERSION`).
+    #[serde(default)]
+    version: Option<u32>,
     #[serde(alias = "instance_id")]
     id: String,
     #[serde(default, alias = "initial_ctx")]
@@ -38,7 +40,7 @@ pub fn create_command(raw: Option<&[u8]>) -> Result<Command, Rejection> {
     Ok(Command::CreateInstance {
         id: p.id,
         machine: p.machine,
-        version: p.version,
+        version: p.version.unwrap_or(LATEST_VERSION),
         context,
         idempotency_key: p.idempotency_key,
     })
@@ -184,7 +186,8 @@ pub fn encode_cursor(last_id: &str) -> String {
     last_id.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-fn decode_cursor(c: &str) -> Option<String> {
+/// The id an `encode_cursor` cursor holds.
+pub fn decode_cursor(c: &str) -> Option<String> {
     if c.len() % 2 != 0 {
         return None;
     }

@@ -4,6 +4,7 @@
 //! * `machines`: PUT_MACHINE, GET_MACHINE, LIST_MACHINES.
 //! * `instances`: CREATE_INSTANCE, GET_INSTANCE, LIST_INSTANCES, DELETE_INSTANCE.
 //! * `events`: APPLY_EVENT, GET_HISTORY.
+//! * `lifecycle`: MIGRATE_INSTANCES, DELETE_INSTANCES (and their per-shard cursor).
 //! * `batch`: BATCH (its op list; each op's params are parsed by the modules above).
 //! * `route`: the instance id a routed request (or batched op) names, read on the front.
 //!
@@ -13,6 +14,7 @@
 pub mod batch;
 pub mod events;
 pub mod instances;
+pub mod lifecycle;
 pub mod machines;
 pub mod params;
 pub mod route;

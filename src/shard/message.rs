@@ -88,6 +88,9 @@ pub enum ShardCall {
     MachineEntries,
     /// A page of LIST, FIND or SCAN_INSTANCES (docs/queries.md).
     Query(Query),
+    /// This shard's part of one MIGRATE_INSTANCES or DELETE_INSTANCES call (`shard::bulk`),
+    /// refused on a follower. Answered `Bulk` once what it logged is durable.
+    Bulk(Box<super::bulk::BulkPart>),
     /// Counts and log position for INFO.
     Info,
     /// Figures for a metrics scrape or health check.
@@ -182,6 +185,7 @@ pub enum ReplyBody {
     Page(ListPage),
     Found(FindPage),
     Scanned(ScanSlice),
+    Bulk(super::bulk::BulkDone),
     Value(Value),
     Stats(Box<ShardStats>),
     /// `Subscribe`: pushes follow for offsets above `head`; `oldest` is the oldest offset a

@@ -5,6 +5,7 @@
 //! messages only (`message.rs`).
 
 mod batch;
+pub mod bulk;
 pub mod durability;
 mod event;
 mod install;
@@ -15,6 +16,7 @@ mod outbox;
 pub mod pause;
 mod pump;
 mod push_hold;
+pub mod pushed;
 mod replay;
 mod replica;
 pub mod runtime;

@@ -40,8 +40,9 @@ use shards::wal::WalError;
 use shards::{ErrorCode, Rejection};
 
 use super::message::ReplyBody;
+use super::pushed::Pushed;
 use super::runtime::Shard;
-use super::subs::{EventView, Filter, REPLAY_CHUNK_RECORDS_MAX};
+use super::subs::{Filter, REPLAY_CHUNK_RECORDS_MAX};
 
 /// Payload bytes one `ReadEvents` call reads at most (the first record always comes back).
 const REPLAY_CHUNK_BYTES_MAX: usize = 4 * 1024 * 1024;
@@ -113,7 +114,7 @@ async fn matching(
         if i % REPLAY_YIELD_EVERY == REPLAY_YIELD_EVERY - 1 {
             glommio::yield_if_needed().await;
         }
-        if !Entry::record_is_event(payload) && !Entry::record_is_batch(payload) {
+        if !Entry::record_may_push(payload) && !Entry::record_is_batch(payload) {
             continue;
         }
         let entry = Entry::decode(payload).map_err(|e| {
@@ -126,7 +127,7 @@ async fn matching(
             single => std::slice::from_ref(single),
         };
         for e in inner {
-            if let Some(ev) = EventView::of(e).filter(|ev| filter.matches(ev)) {
+            if let Some(ev) = Pushed::of(e).filter(|ev| ev.matches(filter)) {
                 let epoch = shard.engine.borrow().epoch_of(*offset);
                 events.push((*offset, epoch, ev.body(None, true)));
             }

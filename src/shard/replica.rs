@@ -254,7 +254,8 @@ fn record_at_ms(record: &Record<'_>) -> Option<u64> {
             Entry::PutMachine { at_ms, .. }
             | Entry::Create { at_ms, .. }
             | Entry::Apply { at_ms, .. }
-            | Entry::Delete { at_ms, .. } => Some(*at_ms),
+            | Entry::Delete { at_ms, .. }
+            | Entry::Migrate { at_ms, .. } => Some(*at_ms),
             Entry::Batch { entries } => entries.iter().rev().find_map(of),
             Entry::Epoch { .. } => None,
         }

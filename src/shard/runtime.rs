@@ -238,6 +238,10 @@ impl Shard {
                 Needs::NOTHING,
             ),
             ShardCall::Query(q) => self.query(q).await,
+            ShardCall::Bulk(part) => {
+                self.bulk_later(token, part, outbox, gate);
+                return None;
+            }
             ShardCall::Info => (Ok(ReplyBody::Value(self.info())), Needs::NOTHING),
             ShardCall::Stats => (Ok(ReplyBody::Stats(Box::new(self.stats()))), Needs::NOTHING),
             ShardCall::LogPosition => (Ok(self.position()), Needs::NOTHING),
@@ -318,7 +322,10 @@ impl Shard {
     /// Defence in depth behind the front's gate (`member::gate`): on a follower, the
     /// first op the op table says a follower may not serve refuses the call.
     /// Returns the refused op's index and the refusal.
-    fn follower_refuses(&self, ops: impl Iterator<Item = Op>) -> Option<(usize, Rejection)> {
+    pub(super) fn follower_refuses(
+        &self,
+        ops: impl Iterator<Item = Op>,
+    ) -> Option<(usize, Rejection)> {
         let role = self.member.table_role();
         let (index, op) = ops
             .enumerate()

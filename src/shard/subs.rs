@@ -13,12 +13,12 @@ use std::rc::Rc;
 
 use glommio::sync::Gate;
 use glommio::{Latency, Shares, TaskQueueHandle};
-use serde::Serialize;
-use serde_json::{json, Map};
-use shards::engine::{Context, Engine, Entry, JsonText};
+use serde_json::json;
+use shards::engine::{Engine, Entry};
 use shards::{ErrorCode, Rejection};
 
 use super::message::{ReplyBody, ShardMessage, ShardResponse};
+use super::pushed::Pushed;
 use super::replay::read_events;
 pub use super::replay::trimmed;
 use super::runtime::{Needs, Outbox, Shard};
@@ -85,94 +85,6 @@ pub struct SubsEnded {
     /// ends with `details.diverged`. `None`: its pushes could not be held for sync
     /// acknowledgement; it ends lagged after what it delivered.
     pub diverged_at: Option<(u64, u64)>,
-}
-
-/// The fields of an applied event, borrowed from its log entry.
-pub struct EventView<'a> {
-    pub instance_id: &'a str,
-    pub machine: Option<&'a str>,
-    pub version: Option<u32>,
-    pub event: &'a str,
-    pub from: &'a str,
-    pub to: &'a str,
-    pub payload: Option<&'a JsonText>,
-    /// Applied by a durable timer.
-    pub timer: bool,
-}
-
-impl<'a> EventView<'a> {
-    /// The event an entry records; `None` for entries that are not events.
-    pub fn of(entry: &'a Entry) -> Option<EventView<'a>> {
-        let ev = entry.as_event()?;
-        let payload = match entry {
-            Entry::Apply { payload, .. } => payload.as_ref(),
-            _ => None,
-        };
-        Some(EventView {
-            instance_id: ev.instance_id,
-            machine: ev.machine,
-            version: ev.version,
-            event: ev.event,
-            from: ev.from,
-            to: ev.to,
-            payload,
-            timer: ev.timer,
-        })
-    }
-
-    /// The push body (see `PushMsg`). Replayed events say so and carry no context.
-    pub fn body(&self, context: Option<&Context>, replayed: bool) -> Vec<u8> {
-        let mut out = Vec::with_capacity(160);
-        member(&mut out, "instance_id", &self.instance_id, false);
-        member(&mut out, "machine", &self.machine, true);
-        member(&mut out, "version", &self.version, true);
-        member(&mut out, "event", &self.event, true);
-        member(&mut out, "from_state", &self.from, true);
-        member(&mut out, "to_state", &self.to, true);
-        match self.payload {
-            Some(payload) => member(&mut out, "payload", payload, true),
-            // An empty `Map` writes `{}` without allocating.
-            None => member(&mut out, "payload", &Map::new(), true),
-        }
-        if let Some(ctx) = context {
-            member(&mut out, "context", ctx, true);
-        }
-        if self.timer {
-            out.extend_from_slice(br#","timer":true"#);
-        }
-        if replayed {
-            out.extend_from_slice(br#","replayed":true"#);
-        }
-        out
-    }
-}
-
-/// Appends `"key":value` (with a leading comma unless `first`).
-fn member<T: Serialize + ?Sized>(out: &mut Vec<u8>, key: &str, value: &T, comma: bool) {
-    if comma {
-        out.push(b',');
-    }
-    out.push(b'"');
-    out.extend_from_slice(key.as_bytes());
-    out.extend_from_slice(b"\":");
-    // Strings, numbers and JSON maps always serialize into a Vec. A `JsonText` that fails its
-    // check does so before writing anything, so the member still gets a value.
-    if serde_json::to_writer(&mut *out, value).is_err() {
-        out.extend_from_slice(b"null");
-    }
-}
-
-impl Filter {
-    pub fn matches(&self, ev: &EventView<'_>) -> bool {
-        let any = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
-        self.instance_id
-            .as_deref()
-            .is_none_or(|id| id == ev.instance_id)
-            && (self.machines.is_empty() || ev.machine.is_some_and(|m| any(&self.machines, m)))
-            && any(&self.from_states, ev.from)
-            && any(&self.to_states, ev.to)
-            && any(&self.events, ev.event)
-    }
 }
 
 /// Where one push is from, and whether it waits for sync acknowledgement.
@@ -283,7 +195,7 @@ impl Registry {
     /// Whether an entry about to be applied must be published (decided before `apply`
     /// consumes it, so the entry is cloned only when someone listens).
     pub fn is_watched(&self, entry: &Entry) -> bool {
-        self.count.get() > 0 && matches!(entry, Entry::Apply { .. })
+        self.count.get() > 0 && Pushed::pushes(entry)
     }
 
     /// Queues a push of the applied `entry` at `offset`, which this member decided, for every
@@ -307,7 +219,7 @@ impl Registry {
     }
 
     fn publish_as(&self, shard: u32, entry: &Entry, offset: u64, engine: &Engine, hold: Hold) {
-        let Some(ev) = EventView::of(entry) else {
+        let Some(ev) = Pushed::of(entry) else {
             return;
         };
         let at = Push {
@@ -320,7 +232,7 @@ impl Registry {
         let mut with_context: Option<Vec<u8>> = None;
         for client in self.clients.borrow().iter().flatten() {
             let (mut subs, mut ctx_subs) = (Vec::new(), Vec::new());
-            for (sub, filter) in client.subs.iter().filter(|(_, f)| f.matches(&ev)) {
+            for (sub, filter) in client.subs.iter().filter(|(_, f)| ev.matches(f)) {
                 match filter.include_context {
                     true => ctx_subs.push(*sub),
                     false => subs.push(*sub),
@@ -328,7 +240,7 @@ impl Registry {
             }
             if !ctx_subs.is_empty() {
                 let body = with_context.get_or_insert_with(|| {
-                    let ctx = engine.instance(ev.instance_id).map(|i| &i.context);
+                    let ctx = engine.instance(ev.instance_id()).map(|i| &i.context);
                     ev.body(ctx, false)
                 });
                 self.send(client, &at, ctx_subs, body.clone());
@@ -478,61 +390,12 @@ mod tests {
     }
 
     #[test]
-    fn body_is_object_members_in_push_order() {
-        let entry = apply(Some("order"));
-        let ev = EventView::of(&entry).unwrap();
-        let body = String::from_utf8(ev.body(None, true)).unwrap();
-        assert_eq!(
-            body,
-            r#""instance_id":"o1","machine":"order","version":2,"event":"pay","from_state":"new","to_state":"paid","payload":{"amount":3},"replayed":true"#
-        );
-        let ctx: Context = serde_json::from_value(json!({"a": 1})).unwrap();
-        let v: serde_json::Value =
-            serde_json::from_slice(&[b"{", &ev.body(Some(&ctx), false)[..], b"}"].concat())
-                .unwrap();
-        assert_eq!(v["context"], json!({"a": 1}));
-        assert!(v.get("replayed").is_none());
-    }
-
-    #[test]
-    fn filters_match_every_given_list() {
-        let entry = apply(Some("order"));
-        let ev = EventView::of(&entry).unwrap();
-        let strs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(Filter::default().matches(&ev));
-        let f = Filter {
-            machines: strs(&["order", "x"]),
-            from_states: strs(&["new"]),
-            to_states: strs(&["paid"]),
-            events: strs(&["pay"]),
-            ..Filter::default()
-        };
-        assert!(f.matches(&ev));
-        assert!(!Filter {
-            events: strs(&["ship"]),
-            ..f.clone()
-        }
-        .matches(&ev));
-        assert!(!Filter {
-            to_states: strs(&["new"]),
-            ..f.clone()
-        }
-        .matches(&ev));
-        let other = Filter {
-            instance_id: Some("o2".into()),
-            ..Filter::default()
-        };
-        assert!(!other.matches(&ev));
-        // An entry from before machines were recorded matches no machine filter.
-        let old = apply(None);
-        assert!(!f.matches(&EventView::of(&old).unwrap()));
-    }
-
-    #[test]
     fn replay_tells_event_records_in_both_formats() {
         let del = Entry::Delete {
             id: "x".into(),
             at_ms: 1,
+            machine: None,
+            reason: None,
         };
         assert!(Entry::record_is_event(&apply(Some("m")).to_bytes()));
         assert!(Entry::record_is_event(

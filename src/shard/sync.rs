@@ -163,6 +163,7 @@ fn client_write(call: &ShardCall) -> bool {
         ShardCall::Op { op, .. } => op.op().facts().writes(),
         ShardCall::Versioned { op, .. } => op.op().facts().writes(),
         ShardCall::Batch(ops) => ops.iter().any(|item| item.op.op().facts().writes()),
+        ShardCall::Bulk(part) => !part.dry_run,
         _ => false,
     }
 }

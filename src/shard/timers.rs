@@ -124,7 +124,7 @@ impl Timers {
     /// The instances `entry` may have moved into a new state: what `arm_after` looks at.
     pub fn touched(&self, entry: &Entry) -> Vec<String> {
         match entry {
-            Entry::Create { id, .. } => vec![id.clone()],
+            Entry::Create { id, .. } | Entry::Migrate { id, .. } => vec![id.clone()],
             Entry::Apply {
                 instance_id,
                 from,

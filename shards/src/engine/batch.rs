@@ -167,7 +167,10 @@ impl<'e> Overlay<'e> {
                     keys: Vec::new(),
                 };
             }
-            Entry::PutMachine { .. } | Entry::Batch { .. } | Entry::Epoch { .. } => {}
+            Entry::PutMachine { .. }
+            | Entry::Batch { .. }
+            | Entry::Epoch { .. }
+            | Entry::Migrate { .. } => {}
         }
     }
 }

@@ -48,7 +48,8 @@ pub fn entry_time_of(entry: &Entry) -> Option<u64> {
         Entry::PutMachine { at_ms, .. }
         | Entry::Create { at_ms, .. }
         | Entry::Apply { at_ms, .. }
-        | Entry::Delete { at_ms, .. } => Some(*at_ms),
+        | Entry::Delete { at_ms, .. }
+        | Entry::Migrate { at_ms, .. } => Some(*at_ms),
         Entry::Batch { entries } => entries.iter().filter_map(entry_time_of).max(),
         Entry::Epoch { .. } => None,
     }

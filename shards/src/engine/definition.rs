@@ -3,7 +3,8 @@
 //!
 //! Definition object: `{"states":[..], "initial":S, "final":[..]?, "transitions":[{"from":
 //! S | [S,..] | "*", "event":E, "to":S, "guard":EXPR?, "after_ms":N?, "at":"ctx.<path>"?}]}`.
-//! `"indexes": ["ctx.<path>", ..]` declares indexes (`definition::indexed`). Unknown fields are
+//! `"indexes": ["ctx.<path>", ..]` declares indexes (`definition::indexed`);
+//! `"retention": {"final_after_ms": N}` deletes finished instances (docs/lifecycle.md). Unknown fields are
 //! refused. `after_ms` / `at` make a transition timed (docs/protocol.md, "Timed transitions"; `definition::compile` validates them, `engine::timers` computes deadlines).
 //!
 //! The normalised form always has `final` (possibly empty) and omits absent guards, so two
@@ -38,6 +39,18 @@ pub struct Definition {
     /// so definitions without indexes keep their checksums.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub indexes: Vec<String>,
+    /// `{"final_after_ms": N}`: an instance in a final state is deleted N ms after it entered
+    /// it (docs/lifecycle.md). Omitted from the normalised form when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Retention>,
+}
+
+/// A definition's `retention` object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retention {
+    #[serde(deserialize_with = "final_after_ms")]
+    pub final_after_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -101,6 +114,17 @@ fn after_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     }
 }
 
+/// `retention.final_after_ms`: a non-negative integer (`compile` refuses zero and the too
+/// large with their own reasons).
+fn final_after_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Number(n) if n.as_u64().is_some() => Ok(n.as_u64().unwrap_or(0)),
+        other => Err(D::Error::custom(format!(
+            "`retention.final_after_ms` must be a positive integer of milliseconds, got {other}"
+        ))),
+    }
+}
+
 /// Why a definition was refused; becomes `INVALID_DEFINITION` with `details.reason`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DefinitionError {
@@ -154,6 +178,13 @@ impl Definition {
         map.insert("transitions".into(), Value::Array(transitions));
         if !self.indexes.is_empty() {
             map.insert("indexes".into(), strings(&self.indexes));
+        }
+        if let Some(retention) = &self.retention {
+            let ms = Value::from(retention.final_after_ms);
+            map.insert(
+                "retention".into(),
+                serde_json::json!({ "final_after_ms": ms }),
+            );
         }
         Value::Object(map)
     }

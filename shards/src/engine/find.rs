@@ -227,6 +227,22 @@ impl Compiled {
     }
 }
 
+/// `where` conditions compiled once for a walk over any context path (SCAN_INSTANCES,
+/// MIGRATE_INSTANCES, DELETE_INSTANCES): the comparison FIND's indexes make.
+pub struct Matcher(Vec<Compiled>);
+
+impl Matcher {
+    /// `BAD_REQUEST` for a path that is not `ctx.<path>`.
+    pub fn new(conditions: &[(String, Condition)]) -> Result<Matcher, Rejection> {
+        Compiled::all(conditions).map(Matcher)
+    }
+
+    /// Whether instance `id` with context `ctx` meets every condition.
+    pub(super) fn holds(&self, ctx: &Context, id: &str) -> bool {
+        self.0.iter().all(|c| c.holds(ctx, id))
+    }
+}
+
 impl Engine {
     /// FIND_INSTANCES on this shard (module doc).
     pub fn find_instances(&self, q: &FindQuery) -> Result<FindPage, Rejection> {

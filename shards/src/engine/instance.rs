@@ -143,7 +143,23 @@ impl Instance {
 
 impl HistoryItem {
     /// One item of GET_HISTORY's `events`; an absent payload shows as `{}`.
+    /// A migration's item (its event name is empty: `ops::migrate`) reads
+    /// `{seq, type: "migrated", from_version, to_version, from_state, to_state, at, wal_offset}`.
     pub fn to_json(&self) -> Value {
+        if self.event.is_empty() {
+            let versions = self.payload.as_ref().and_then(|p| p.to_map().ok());
+            let version = |k: &str| versions.as_ref().map_or(Value::Null, |m| m[k].clone());
+            return json!({
+                "seq": self.seq,
+                "type": "migrated",
+                "from_version": version("from_version"),
+                "to_version": version("to_version"),
+                "from_state": self.from_state,
+                "to_state": self.to_state,
+                "at": format_ms(self.at_ms),
+                "wal_offset": self.wal_offset,
+            });
+        }
         json!({
             "seq": self.seq,
             "event": self.event,
@@ -374,6 +390,22 @@ impl InstanceRecord {
         let from = std::mem::replace(&mut instance.state, to);
         self.history.get_or_insert_with(Default::default).push(item);
         (from, cancelled)
+    }
+
+    /// A migration (`Entry::Migrate`) to `version`, state `to`: `item` is its history item.
+    /// The timer's generation moves to the entry (a queued timer of the old version is
+    /// stale); the time the state was entered stays, so `after_ms` timers count from it.
+    /// Returns the state left.
+    pub(crate) fn migrate(&mut self, item: NewItem<'_>, to: Name, version: u32) -> Name {
+        self.entered_offset = item.wal_offset;
+        let instance = &mut self.instance;
+        instance.version = version;
+        instance.event_count += 1;
+        instance.updated_at_ms = item.at_ms;
+        instance.wal_offset = item.wal_offset;
+        let from = std::mem::replace(&mut instance.state, to);
+        self.history.get_or_insert_with(Default::default).push(item);
+        from
     }
 
     /// The APPLY_EVENT result for an event that moved this instance from `from` to its current

@@ -15,8 +15,11 @@ mod entry;
 
 pub use batch::{BatchAbort, BatchOp, DecidedBatch};
 pub use command::{Command, EventCommand};
-pub use entry::{batch_records, utf8, BatchRecord, DecodeError, Entry, EventRef, Record};
+pub use entry::{
+    batch_records, utf8, BatchRecord, DecodeError, DeleteReason, Entry, EventRef, Record,
+};
 
+mod bulk;
 mod catalog;
 mod clock;
 mod context;
@@ -45,16 +48,19 @@ mod state;
 mod stats;
 mod timers;
 
+pub use bulk::{BulkSlice, Selection, Selector};
 pub use clock::entry_time_of;
 pub use context::{Context, Fields};
 pub use definition::{CompiledMachine, Definition};
 pub use divergence::Divergence;
-pub use find::{Condition, FindPage, FindQuery, IN_VALUES_MAX};
+pub use find::{Condition, FindPage, FindQuery, Matcher, IN_VALUES_MAX};
 pub use index::set_index_key;
 pub use instance::{HistoryItem, Instance};
 pub use json_text::JsonText;
 pub use json_write::write_u64;
 pub use names::Name;
+pub use ops::create_instance::LATEST_VERSION;
+pub use ops::migrate::{MigratePlan, Step};
 pub use replay::Replay;
 pub use scan::{ScanQuery, ScanSlice};
 pub use small_str::SmallStr;

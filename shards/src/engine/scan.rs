@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::find::Compiled;
+use super::find::Matcher;
 use super::indexes::GroupFilter;
 use super::Engine;
 use crate::Rejection;
@@ -36,7 +36,7 @@ impl Engine {
         budget: usize,
         want: usize,
     ) -> Result<ScanSlice, Rejection> {
-        let compiled = Compiled::all(&q.conditions)?;
+        let matcher = Matcher::new(&q.conditions)?;
         let mut slice = ScanSlice::default();
         let (Some(machine), state) = (self.names.get_id(&q.machine), q.state.as_deref()) else {
             return Ok(slice);
@@ -61,7 +61,7 @@ impl Engine {
                 continue;
             };
             let instance = &record.instance;
-            if compiled.iter().all(|c| c.holds(&instance.context, id)) {
+            if matcher.holds(&instance.context, id) {
                 if let Some(json) = self.instance_json(id) {
                     slice.instances.push(trimmed(json, q.include_context));
                 }

@@ -43,6 +43,10 @@ pub struct EngineStats {
     pub by_state: CountMap<(Name, Name)>,
     /// machine -> events applied by a timer (`Entry::Apply { timer: true }`).
     pub timers_fired: CountMap<Name>,
+    /// machine -> instances migrated to another version (`Entry::Migrate`).
+    pub migrated: CountMap<Name>,
+    /// machine -> instances deleted by the definition's retention.
+    pub expired: CountMap<Name>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -108,6 +112,7 @@ impl Engine {
                 self.apply_event(event, offset, want_result)
             }
             Entry::Delete { .. } => self.apply_delete(entry, offset),
+            Entry::Migrate { .. } => self.apply_migrate(entry, offset),
             Entry::Batch { entries } => Some(self.apply_batch(entries, offset, want_result)),
             Entry::Epoch { epoch } => Some(self.apply_epoch(epoch, offset)),
         };

@@ -90,9 +90,23 @@ impl EngineStats {
         bump(&mut self.timers_fired, &**machine, || machine.clone());
     }
 
-    /// An instance in `state` was deleted.
-    pub(crate) fn count_delete(&mut self, machine: &Name, state: &Name) {
+    /// An instance in `state` was deleted (by its retention: `expired`).
+    pub(crate) fn count_delete(&mut self, machine: &Name, state: &Name, expired: bool) {
         self.leave(machine, state);
+        if expired {
+            bump(&mut self.expired, &**machine, || machine.clone());
+        }
+    }
+
+    /// An instance was migrated from state `from` to `to`.
+    pub(crate) fn count_migrated(&mut self, machine: &Name, from: &Name, to: &Name) {
+        bump(&mut self.migrated, &**machine, || machine.clone());
+        if from != to {
+            self.leave(machine, from);
+            bump(&mut self.by_state, &Pair(machine, to), || {
+                (machine.clone(), to.clone())
+            });
+        }
     }
 
     fn leave(&mut self, machine: &Name, state: &Name) {
@@ -133,6 +147,23 @@ pub(crate) struct StatsForm {
     transitions: Vec<(String, String, String, u64)>,
     by_state: Vec<(String, String, u64)>,
     timers_fired: Vec<(String, u64)>,
+    /// Absent from snapshots written before migration and retention (and while all zero).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    migrated: Vec<(String, u64)>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    expired: Vec<(String, u64)>,
+}
+
+/// A per-machine counter map as a sorted list.
+fn listed(map: &CountMap<Name>) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = map.iter().map(|(m, n)| (m.to_string(), *n)).collect();
+    out.sort();
+    out
+}
+
+/// A sorted list back as a per-machine counter map.
+fn counted(list: Vec<(String, u64)>) -> CountMap<Name> {
+    list.into_iter().map(|(m, n)| (Name::from(m), n)).collect()
 }
 
 impl From<&EngineStats> for StatsForm {
@@ -152,6 +183,8 @@ impl From<&EngineStats> for StatsForm {
             timers_fired: (s.timers_fired.iter())
                 .map(|(m, n)| (m.to_string(), *n))
                 .collect(),
+            migrated: listed(&s.migrated),
+            expired: listed(&s.expired),
         };
         form.timers_fired.sort();
         form.events_applied.sort();
@@ -180,6 +213,8 @@ impl From<StatsForm> for EngineStats {
             timers_fired: (f.timers_fired.into_iter())
                 .map(|(m, n)| (Name::from(m), n))
                 .collect(),
+            migrated: counted(f.migrated),
+            expired: counted(f.expired),
         }
     }
 }
@@ -213,7 +248,7 @@ mod tests {
         s.count_event(&n("m"), &n("a"), &n("b"));
         assert_eq!(state_count(&s, "m", "a"), Some(0));
         assert_eq!(state_count(&s, "m", "b"), Some(1));
-        s.count_delete(&n("m"), &n("b"));
+        s.count_delete(&n("m"), &n("b"), false);
         assert_eq!(state_count(&s, "m", "b"), Some(0));
         let key = (n("m"), n("a"), n("b"));
         assert_eq!(s.transitions.get(&key), Some(&1));

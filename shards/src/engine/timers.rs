@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::indexes::Group;
 use super::instance::InstanceRecord;
 use super::rfc3339::format_ms;
-use super::{Command, Decision, Engine, Entry};
+use super::{Command, Decision, DeleteReason, Engine, Entry};
 use crate::Rejection;
 
 /// `arm_all_timers` arming more than one instance in this many re-sorts the placement index
@@ -33,11 +33,20 @@ pub enum Fire {
 }
 
 impl Engine {
-    /// (event, due) of the timer `record` has in its current state, from its definition.
-    fn timer_of<'a>(&'a self, record: &'a InstanceRecord) -> Option<(&'a str, u64)> {
+    /// (event, due) of the timer `record` has in its current state, from its definition:
+    /// a timed transition's event, or None for its retention's deletion (docs/lifecycle.md;
+    /// a final state has no timed transition, so the two never compete).
+    fn timer_of<'a>(&'a self, record: &'a InstanceRecord) -> Option<(Option<&'a str>, u64)> {
         let instance = &record.instance;
-        let stored = self.catalog.get(&instance.machine, instance.version)?;
-        (stored.compiled).timer(&instance.state, record.entered_at_ms, &instance.context)
+        let compiled = &self
+            .catalog
+            .get(&instance.machine, instance.version)?
+            .compiled;
+        let entered = record.entered_at_ms;
+        match compiled.timer(&instance.state, entered, &instance.context) {
+            Some((event, due)) => Some((Some(event), due)),
+            None => Some((None, compiled.expiry(&instance.state, entered)?)),
+        }
     }
 
     /// Arms the timer of instance `id` if it entered its state in the record at `offset` and
@@ -112,7 +121,8 @@ impl Engine {
     }
 
     /// Decides what the timer of generation `gen` of instance `id` does at `now_ms`: the event
-    /// through the same decide as a client's APPLY_EVENT (payload `{}`), marked as a timer's.
+    /// through the same decide as a client's APPLY_EVENT (payload `{}`), marked as a timer's;
+    /// or, for a retention timer, the instance's deletion.
     pub fn decide_timer(&self, id: &str, gen: u64, now_ms: u64) -> Fire {
         let Some(record) = self.instances.get(id) else {
             return Fire::Stale;
@@ -120,8 +130,17 @@ impl Engine {
         if record.entered_offset != gen || record.timer_due_ms == 0 {
             return Fire::Stale;
         }
-        let Some((event, _)) = self.timer_of(record) else {
-            return Fire::Stale;
+        let event = match self.timer_of(record) {
+            None => return Fire::Stale,
+            Some((Some(event), _)) => event,
+            Some((None, _)) => {
+                return Fire::Write(Entry::Delete {
+                    id: id.to_owned(),
+                    at_ms: self.entry_time(now_ms),
+                    machine: Some(record.instance.machine.to_string()),
+                    reason: Some(DeleteReason::Retention),
+                })
+            }
         };
         let cmd = Command::ApplyEvent {
             instance_id: id.to_owned(),
@@ -163,8 +182,11 @@ impl Engine {
         if record.timer_due_ms == 0 {
             return None;
         }
-        let (event, _) = self.timer_of(record)?;
-        Some(json!({"event": event, "due_at": format_ms(record.timer_due_ms)}))
+        let due_at = format_ms(record.timer_due_ms);
+        Some(match self.timer_of(record)? {
+            (Some(event), _) => json!({"event": event, "due_at": due_at}),
+            (None, _) => json!({"event": null, "reason": "retention", "due_at": due_at}),
+        })
     }
 }
 

@@ -380,11 +380,29 @@ impl Sub {
     }
 }
 
-/// `{"type":"event","subscription_id":S,<body>,"shard":K,"wal_offset":N,"cursor":"C"}`.
+/// A push body's own `"type":"<kind>"` member (a lifecycle notice's, `shard::pushed`), and
+/// the body after it; an event's body has none and reads as `"type":"event"`.
+fn typed(body: &[u8]) -> (&[u8], &[u8]) {
+    const EVENT: &[u8] = br#""type":"event""#;
+    if !body.starts_with(br#""type":""#) {
+        return (EVENT, body);
+    }
+    // The kind is a plain word the shard wrote (`migrated`, `deleted`): no escapes, no comma.
+    match body.iter().position(|&b| b == b',') {
+        Some(comma) => (&body[..comma], &body[comma + 1..]),
+        None => (body, b""),
+    }
+}
+
+/// `{"type":"event","subscription_id":S,<body>,"shard":K,"wal_offset":N,"cursor":"C"}`
+/// (another `type` when the body names its own: `typed`).
 fn push_frame(sub: u64, shard: u32, offset: u64, body: &[u8], cursor: &str) -> Vec<u8> {
+    let (kind, body) = typed(body);
     let mut out = Vec::with_capacity(body.len() + cursor.len() + 112);
     let start = begin_frame(&mut out);
-    out.extend_from_slice(br#"{"type":"event","subscription_id":"#);
+    out.push(b'{');
+    out.extend_from_slice(kind);
+    out.extend_from_slice(br#","subscription_id":"#);
     out.extend_from_slice(sub.to_string().as_bytes());
     out.push(b',');
     out.extend_from_slice(body);
@@ -405,10 +423,13 @@ fn push_frame(sub: u64, shard: u32, offset: u64, body: &[u8], cursor: &str) -> V
 /// it: inside strings they are escaped, and the shard writes no whitespace between tokens);
 /// any CR or LF is still written as a space, so an event can never be split.
 fn sse_push(sub: u64, shard: u32, offset: u64, body: &[u8], cursor: &str) -> Vec<u8> {
+    let (kind, body) = typed(body);
     let mut out = Vec::with_capacity(body.len() + 2 * cursor.len() + 128);
     out.extend_from_slice(b"id: ");
     out.extend_from_slice(cursor.as_bytes());
-    out.extend_from_slice(b"\ndata: {\"type\":\"event\",\"subscription_id\":");
+    out.extend_from_slice(b"\ndata: {");
+    out.extend_from_slice(kind);
+    out.extend_from_slice(b",\"subscription_id\":");
     out.extend_from_slice(sub.to_string().as_bytes());
     out.push(b',');
     out.extend(

@@ -29,6 +29,8 @@ pub struct CompiledMachine {
     pub(super) timed: Vec<Timed>,
     /// The declared indexes, in definition order.
     indexes: Vec<IndexPath>,
+    /// `retention.final_after_ms`: how long an instance stays in a final state.
+    pub(super) retention_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -132,6 +134,7 @@ impl CompiledMachine {
             by_event: NameMap::default(),
             timed: Vec::new(),
             indexes: parse_indexes(&def.indexes)?,
+            retention_ms: super::timed::retention_of(def)?,
         };
         machine.add_transitions(&def.transitions)?;
         Ok(machine)

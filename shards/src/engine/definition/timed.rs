@@ -99,10 +99,32 @@ pub(super) fn lookup<'c>(ctx: &'c impl Fields, path: &[String]) -> Option<&'c Va
         .try_fold(ctx.field(first)?, |v, seg| v.as_object()?.get(seg))
 }
 
+/// A definition's `retention.final_after_ms`, checked: positive, at most
+/// `TIMER_DELAY_MS_MAX`, and only with a final state to apply to.
+pub(super) fn retention_of(def: &super::Definition) -> Result<Option<u64>, DefinitionError> {
+    let Some(retention) = &def.retention else {
+        return Ok(None);
+    };
+    let why = match retention.final_after_ms {
+        0 => "`retention.final_after_ms` must be positive",
+        ms if ms > TIMER_DELAY_MS_MAX => "`retention.final_after_ms` above 100 years",
+        _ if def.finals.is_empty() => "`retention` needs a final state",
+        ms => return Ok(Some(ms)),
+    };
+    Err(DefinitionError::new(why))
+}
+
 impl CompiledMachine {
-    /// True when some transition is timed.
+    /// True when some transition is timed, or finished instances expire.
     pub fn has_timers(&self) -> bool {
-        !self.timed.is_empty()
+        !self.timed.is_empty() || self.retention_ms.is_some()
+    }
+
+    /// When an instance in `state`, entered at `entered_ms`, is deleted by the retention:
+    /// only in a final state of a definition that has one.
+    pub fn expiry(&self, state: &str, entered_ms: u64) -> Option<u64> {
+        let ms = self.retention_ms?;
+        self.is_final(state).then(|| entered_ms.saturating_add(ms))
     }
 
     /// The timer an instance in `state`, which it entered at `entered_ms`, with context `ctx`,

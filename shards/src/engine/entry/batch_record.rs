@@ -169,6 +169,8 @@ mod tests {
             Entry::Delete {
                 id: "{t}:b".into(),
                 at_ms: 9,
+                machine: None,
+                reason: None,
             },
         ];
         let mut b = BatchRecord::new();

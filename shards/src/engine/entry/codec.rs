@@ -8,22 +8,24 @@
 //! | 1 machine | version, at_ms, machine, checksum, definition |
 //! | 2 create  | version, at_ms, id, machine, state, ?idempotency_key, context |
 //! | 3 apply   | at_ms, instance_id, event, from, to, ?idempotency_key, ?machine, ?version, ?payload, [flags] |
-//! | 4 delete  | at_ms, id |
+//! | 4 delete  | at_ms, id, [machine, reason] |
 //! | 5 batch   | count, then `count` times: length, entry (kinds 2-4, no nesting) |
 //! | 6 epoch   | epoch |
+//! | 7 migrate | at_ms, from_version, to_version, id, machine, from_state, to_state |
 //!
 //! Integers are unsigned LEB128; strings are a LEB128 byte length and UTF-8; JSON values
 //! (definition, context, payload) are a length and compact JSON text; `?x` is a presence byte
 //! (0 or 1) followed by x when 1. `[flags]` is an optional trailing integer, written only when
 //! non-zero (bit 0: applied by a timer), so entries without flags keep their old bytes and old
-//! records read as flags 0. A JSON entry starts with `{`, which no kind byte equals, so
+//! records read as flags 0. A delete's `[machine, reason]` is likewise written only when it has
+//! them (reason 1: DELETE_INSTANCES, 2: retention). A JSON entry starts with `{`, which no kind byte equals, so
 //! one decoder reads logs of either format. See docs/wal.md.
 
 use std::fmt;
 
 use serde_json::{Map, Value};
 
-use super::{batch_records, BatchRecord, Entry, EventRef};
+use super::{batch_records, BatchRecord, DeleteReason, Entry, EventRef};
 
 const KIND_MACHINE: u8 = 1;
 pub(super) const KIND_CREATE: u8 = 2;
@@ -31,6 +33,10 @@ pub(super) const KIND_APPLY: u8 = 3;
 pub(super) const KIND_DELETE: u8 = 4;
 pub(super) const KIND_BATCH: u8 = 5;
 const KIND_EPOCH: u8 = 6;
+const KIND_MIGRATE: u8 = 7;
+/// A delete's reason byte.
+const REASON_DELETE: u8 = 1;
+const REASON_RETENTION: u8 = 2;
 /// APPLY flags bit: the event was applied by a timer.
 const APPLY_FLAG_TIMER: u64 = 1;
 /// First byte of a format-1 (JSON) entry.
@@ -121,6 +127,11 @@ pub(crate) fn record_instance_id(bytes: &[u8]) -> Option<&str> {
         KIND_APPLY | KIND_DELETE => {
             r.uint().ok()?;
         }
+        KIND_MIGRATE => {
+            r.uint().ok()?;
+            r.uint().ok()?;
+            r.uint().ok()?;
+        }
         _ => return None,
     }
     r.str().ok()
@@ -186,10 +197,40 @@ impl Entry {
                     ev.encode(out);
                 }
             }
-            Entry::Delete { id, at_ms } => {
+            Entry::Delete {
+                id,
+                at_ms,
+                machine,
+                reason,
+            } => {
                 out.push(KIND_DELETE);
                 put_uint(out, *at_ms);
                 put_str(out, id);
+                if let Some(machine) = machine {
+                    put_str(out, machine);
+                    out.push(match reason {
+                        Some(DeleteReason::Retention) => REASON_RETENTION,
+                        _ => REASON_DELETE,
+                    });
+                }
+            }
+            Entry::Migrate {
+                id,
+                machine,
+                from_version,
+                to_version,
+                from_state,
+                to_state,
+                at_ms,
+            } => {
+                out.push(KIND_MIGRATE);
+                put_uint(out, *at_ms);
+                put_uint(out, u64::from(*from_version));
+                put_uint(out, u64::from(*to_version));
+                put_str(out, id);
+                put_str(out, machine);
+                put_str(out, from_state);
+                put_str(out, to_state);
             }
             Entry::Batch { entries } => {
                 let mut batch = BatchRecord::new();
@@ -235,6 +276,15 @@ impl Entry {
     /// True when the record holds an atomic batch (binary or JSON), without decoding it.
     pub fn record_is_batch(bytes: &[u8]) -> bool {
         bytes.first() == Some(&KIND_BATCH) || bytes.starts_with(JSON_BATCH_PREFIX)
+    }
+
+    /// True when the record may push to subscriptions (an APPLY, a migration or a delete, in
+    /// either format), without decoding it.
+    pub fn record_may_push(bytes: &[u8]) -> bool {
+        matches!(
+            bytes.first(),
+            Some(&(KIND_APPLY | KIND_MIGRATE | KIND_DELETE))
+        ) || bytes.starts_with(JSON_APPLY_PREFIX)
     }
 
     /// True when the record holds an APPLY entry (either format), without decoding it.
@@ -318,9 +368,15 @@ impl<'a> Reader<'a> {
                 context: self.json::<Map<String, Value>>()?,
             },
             KIND_APPLY => self.event()?.to_entry(),
-            KIND_DELETE => Entry::Delete {
+            KIND_DELETE => self.delete()?,
+            KIND_MIGRATE => Entry::Migrate {
                 at_ms: self.uint()?,
+                from_version: self.u32()?,
+                to_version: self.u32()?,
                 id: self.string()?,
+                machine: self.string()?,
+                from_state: self.string()?,
+                to_state: self.string()?,
             },
             KIND_BATCH => self.batch()?,
             KIND_EPOCH => Entry::Epoch {
@@ -330,6 +386,37 @@ impl<'a> Reader<'a> {
                 self.pos -= 1;
                 return Err(self.error(format!("unknown entry kind {other}")));
             }
+        })
+    }
+
+    /// The fields of a DELETE entry (after its kind byte): its trailing machine and reason
+    /// when written.
+    fn delete(&mut self) -> Result<Entry, DecodeError> {
+        let (at_ms, id) = (self.uint()?, self.string()?);
+        let (mut machine, mut reason) = (None, None);
+        if self.remaining() > 0 {
+            // A damaged tail is reported where it starts.
+            let tail = self.pos;
+            let at_tail = |mut e: DecodeError| {
+                e.at = tail;
+                e
+            };
+            machine = Some(self.string().map_err(at_tail)?);
+            reason = Some(match self.byte().map_err(at_tail)? {
+                REASON_DELETE => DeleteReason::Delete,
+                REASON_RETENTION => DeleteReason::Retention,
+                other => {
+                    return Err(at_tail(
+                        self.error(format!("unknown delete reason {other}")),
+                    ))
+                }
+            });
+        }
+        Ok(Entry::Delete {
+            id,
+            at_ms,
+            machine,
+            reason,
         })
     }
 

@@ -65,8 +65,30 @@ pub enum Entry {
         #[serde(default, skip_serializing_if = "is_false")]
         timer: bool,
     },
+    /// An instance removed: by DELETE_INSTANCE (no `machine`, no `reason`: written so before
+    /// they existed, and still so), by DELETE_INSTANCES or by its machine's retention
+    /// (docs/lifecycle.md), which name its machine so a log reader can push `deleted`.
     #[serde(rename = "delete")]
-    Delete { id: String, at_ms: u64 },
+    Delete {
+        id: String,
+        at_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        machine: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<DeleteReason>,
+    },
+    /// MIGRATE_INSTANCES moved one instance from `from_version` in `from_state` to
+    /// `to_version` in `to_state` (docs/lifecycle.md). Context and history are kept.
+    #[serde(rename = "migrate")]
+    Migrate {
+        id: String,
+        machine: String,
+        from_version: u32,
+        to_version: u32,
+        from_state: String,
+        to_state: String,
+        at_ms: u64,
+    },
     /// An atomic BATCH: its CREATE, APPLY and DELETE entries, in order, logged as one record
     /// (one offset, one CRC) so recovery applies all of them or none. Never nested.
     #[serde(rename = "batch")]
@@ -94,6 +116,25 @@ pub struct EventRef<'a> {
     pub version: Option<u32>,
     /// Applied by a timer.
     pub timer: bool,
+}
+
+/// Why an instance was deleted by a bulk delete or retention (the `deleted` push's `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeleteReason {
+    /// DELETE_INSTANCES.
+    Delete,
+    /// The definition's `retention.final_after_ms` ran out in a final state.
+    Retention,
+}
+
+impl DeleteReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeleteReason::Delete => "delete",
+            DeleteReason::Retention => "retention",
+        }
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -152,7 +193,9 @@ impl Entry {
     pub fn instance_id(&self) -> Option<&str> {
         match self {
             Entry::PutMachine { .. } | Entry::Batch { .. } | Entry::Epoch { .. } => None,
-            Entry::Create { id, .. } | Entry::Delete { id, .. } => Some(id),
+            Entry::Create { id, .. } | Entry::Delete { id, .. } | Entry::Migrate { id, .. } => {
+                Some(id)
+            }
             Entry::Apply { instance_id, .. } => Some(instance_id),
         }
     }

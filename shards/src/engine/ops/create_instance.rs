@@ -25,6 +25,10 @@ pub(crate) fn check_instance_id(id: &str) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// `Command::CreateInstance::version` when the request named none: the machine's latest
+/// version as the deciding shard holds it (no version is 0: PUT_MACHINE refuses it).
+pub const LATEST_VERSION: u32 = 0;
+
 impl Engine {
     /// Decides on `cmd`; `existing` is the instance with its id as this decision sees it.
     pub(crate) fn decide_create(
@@ -45,8 +49,16 @@ impl Engine {
         };
         check_instance_id(id)?;
         check_idempotency_key(idempotency_key.as_deref())?;
-        let stored = (self.catalog.get(machine, *version))
-            .ok_or_else(|| machine_not_found(machine, Some(*version)))?;
+        let (version, stored) = match *version {
+            LATEST_VERSION => {
+                (self.catalog.latest(machine)).ok_or_else(|| machine_not_found(machine, None))?
+            }
+            v => (
+                v,
+                (self.catalog.get(machine, v))
+                    .ok_or_else(|| machine_not_found(machine, Some(v)))?,
+            ),
+        };
         if let Some(existing) = existing {
             return match (idempotency_key, existing.created) {
                 (Some(key), Some(created)) if created.key == *key => {
@@ -62,7 +74,7 @@ impl Engine {
         Ok(Decision::Write(Entry::Create {
             id: id.clone(),
             machine: machine.clone(),
-            version: *version,
+            version,
             state: stored.compiled.initial().to_string(),
             context: context.clone(),
             idempotency_key: idempotency_key.clone(),

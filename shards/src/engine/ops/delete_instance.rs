@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use super::rejections::{instance_not_found, misrouted};
 use crate::engine::indexes::Group;
 use crate::engine::instance::InstanceView;
-use crate::engine::{Command, Decision, Engine, Entry};
+use crate::engine::{Command, Decision, DeleteReason, Engine, Entry};
 use crate::Rejection;
 
 impl Engine {
@@ -25,12 +25,14 @@ impl Engine {
         Ok(Decision::Write(Entry::Delete {
             id: id.clone(),
             at_ms: now_ms,
+            machine: None,
+            reason: None,
         }))
     }
 
     /// Removes the instance; an unknown id is skipped and recorded as a divergence.
     pub(crate) fn apply_delete(&mut self, entry: Entry, offset: u64) -> Option<Value> {
-        let Entry::Delete { id, .. } = entry else {
+        let Entry::Delete { id, reason, .. } = entry else {
             return None; // `Engine::apply` routes only Delete entries here.
         };
         self.before_change(&id);
@@ -44,7 +46,9 @@ impl Engine {
         let group = Group::of(&record, &mut self.names);
         (self.indexes).deleted(&self.catalog, group, &record);
         let instance = &record.instance;
-        self.stats.count_delete(&instance.machine, &instance.state);
+        let expired = reason == Some(DeleteReason::Retention);
+        self.stats
+            .count_delete(&instance.machine, &instance.state, expired);
         Some(json!({"id": id, "deleted": true, "wal_offset": offset}))
     }
 }

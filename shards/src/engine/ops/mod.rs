@@ -2,7 +2,9 @@
 //! `apply_*` (mutating, on `&mut Engine`) as an `impl Engine` block.
 
 mod apply_event;
-mod create_instance;
+pub(crate) mod create_instance;
 mod delete_instance;
+mod delete_instances;
+pub(crate) mod migrate;
 mod put_machine;
 pub(crate) mod rejections;

@@ -7,7 +7,7 @@
 //! | `meta` | instance count, name count, machine count |
 //! | `names` | count, then each name (a string), in id order |
 //! | `machine` | one stored machine version as a binary log entry of kind 1 (docs/wal.md) |
-//! | `stats` | four lists, each a count then its rows: events applied `(machine, n)`, transitions `(machine, from, to, n)`, instances by state `(machine, state, n)`, timer fires `(machine, n)`; names as strings |
+//! | `stats` | four lists, each a count then its rows: events applied `(machine, n)`, transitions `(machine, from, to, n)`, instances by state `(machine, state, n)`, timer fires `(machine, n)`; then, only when either is not empty, migrations `(machine, n)` and retention deletions `(machine, n)`; names as strings |
 //! | `epochs` | count, then `(epoch, offset)` pairs, ascending |
 //! | `end` | the number of instance items written |
 
@@ -104,6 +104,16 @@ fn put_stats(out: &mut Vec<u8>, s: &EngineStats) {
         put_str(out, m);
         put_uint(out, *n);
     }
+    // Written only when counted, so snapshots without migrations keep their old bytes.
+    if !s.migrated.is_empty() || !s.expired.is_empty() {
+        for list in [&s.migrated, &s.expired] {
+            put_uint(out, list.len() as u64);
+            for (m, n) in list {
+                put_str(out, m);
+                put_uint(out, *n);
+            }
+        }
+    }
 }
 
 /// Reads the `names` item into `names` (an empty interner): each name gets its position as id.
@@ -159,6 +169,14 @@ pub(crate) fn read_stats(c: &mut Cursor<'_>, names: &Interner) -> Result<EngineS
     for _ in 0..c.len()? {
         let m = name(c)?;
         stats.timers_fired.insert(m, c.uint()?);
+    }
+    if c.remaining() > 0 {
+        for list in [&mut stats.migrated, &mut stats.expired] {
+            for _ in 0..c.len()? {
+                let m = name(c)?;
+                list.insert(m, c.uint()?);
+            }
+        }
     }
     c.end()?;
     Ok(stats)

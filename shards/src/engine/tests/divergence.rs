@@ -71,6 +71,8 @@ fn every_entry_that_does_not_fit_is_a_divergence_naming_it() {
             Entry::Delete {
                 id: "ghost".into(),
                 at_ms: 1,
+                machine: None,
+                reason: None,
             },
             "delete of unknown instance",
         ),

@@ -191,6 +191,8 @@ fn entries_that_do_not_fit_are_skipped_on_apply() {
         Entry::Delete {
             id: "ghost".into(),
             at_ms: 1,
+            machine: None,
+            reason: None,
         },
     ];
     for (i, entry) in skipped.into_iter().enumerate() {

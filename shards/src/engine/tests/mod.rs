@@ -8,6 +8,7 @@ mod epochs;
 mod events;
 mod find;
 mod instances;
+mod lifecycle;
 mod machines;
 mod model;
 mod reads;

@@ -1,0 +1,163 @@
+//! MIGRATE_INSTANCES and DELETE_INSTANCES on a shard (docs/lifecycle.md): a walk over the
+//! machine's instances in id order from the caller's place, in slices of `BULK_SLICE` with a
+//! yield between them. Each selected instance is decided, logged and applied on its own
+//! (`Shard::log_and_apply`: one entry per instance, so a crash leaves every instance either
+//! moved or not), and pushes and timers follow as for any entry. A dry run decides and counts
+//! without logging, over the whole machine.
+//!
+//! Bound: a call examines at most its `budget` (the front splits the request's `limit`, at most
+//! `BULK_LIMIT_MAX`, between the shards); a slice holds the shard for `BULK_SLICE` decisions
+//! and appends (~0.5 ms).
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use shards::engine::{Entry, Selector, Step};
+use shards::Rejection;
+
+use super::message::{ReplyBody, ShardResponse};
+use super::outbox::Outbox;
+use super::runtime::{Needs, Outcome, Shard};
+use super::sync::Gate;
+use crate::ops::lifecycle::BulkOp;
+use crate::util::time::now_ms;
+
+/// Instances examined between two yields when writing (each may append one entry).
+pub const BULK_SLICE: usize = 256;
+/// Instances examined between two yields in a dry run (reads only).
+pub const BULK_DRY_SLICE: usize = 2_000;
+
+/// One shard's part of a bulk call.
+#[derive(Debug, Clone)]
+pub struct BulkPart {
+    pub op: BulkOp,
+    pub dry_run: bool,
+    /// The last id this shard examined in an earlier call (None: from its start).
+    pub after: Option<String>,
+    /// Instances to examine at most (a dry run examines every one).
+    pub budget: usize,
+}
+
+/// What one shard did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BulkDone {
+    /// Instances migrated or deleted (a dry run: that would be).
+    pub written: u64,
+    /// A dry run: those per state they are in.
+    pub by_state: BTreeMap<String, u64>,
+    /// Selected but left, per reason.
+    pub skipped: BTreeMap<String, u64>,
+    pub examined: u64,
+    /// The last id examined when more remain (None: this shard is done).
+    pub through: Option<String>,
+    /// The machine's instances on this shard now (the `remaining` estimate).
+    pub machine_instances: u64,
+}
+
+impl Shard {
+    /// `ShardCall::Bulk`, run as a task of its own so the client's other requests on this
+    /// shard go on between its slices; its reply joins the outbox when the walk ends (in sync
+    /// mode it then waits for replicas like any write's: `gate`).
+    pub(super) fn bulk_later(
+        self: &Rc<Self>,
+        token: u32,
+        part: Box<BulkPart>,
+        outbox: &Rc<Outbox>,
+        gate: Option<Gate>,
+    ) {
+        let (shard, outbox) = (self.clone(), outbox.clone());
+        glommio::spawn_local(async move {
+            let outcome = match shard.follower_refuses(std::iter::once(part.op.op())) {
+                Some((_, rejection)) => (Err(rejection), Needs::NOTHING),
+                None => shard.bulk(&part).await,
+            };
+            let queued = gate.and_then(|g| g.after(&shard, &outcome));
+            let (result, needs) = outcome;
+            outbox.push(needs, ShardResponse { token, result }, queued);
+        })
+        .detach();
+    }
+
+    /// One call's walk (module doc).
+    async fn bulk(&self, part: &BulkPart) -> Outcome {
+        match self.bulk_walk(part).await {
+            Ok(done) => (Ok(ReplyBody::Bulk(done)), Needs::durable(self.log.head())),
+            // Entries logged before a failure are released with the refusal's wait.
+            Err(rejection) => (Err(rejection), Needs::durable(self.log.head())),
+        }
+    }
+
+    async fn bulk_walk(&self, part: &BulkPart) -> Result<BulkDone, Rejection> {
+        let selection = part.op.selection();
+        let selector = Selector::new(selection)?;
+        if let BulkOp::Migrate(plan) = &part.op {
+            self.engine.borrow().check_migration(plan)?;
+        }
+        let mut done = BulkDone::default();
+        let mut after = part.after.clone();
+        let slice = if part.dry_run {
+            BULK_DRY_SLICE
+        } else {
+            BULK_SLICE
+        };
+        loop {
+            // A backup's barrier holds the walk between slices as it holds requests.
+            self.pause.wait().await;
+            let left = match part.dry_run {
+                true => slice,
+                false => slice.min(part.budget.saturating_sub(done.examined as usize)),
+            };
+            let ids = self
+                .engine
+                .borrow()
+                .bulk_slice(selection, after.as_deref(), left);
+            for id in &ids.ids {
+                done.examined += 1;
+                self.bulk_step(part, &selector, id, &mut done)?;
+            }
+            after = ids.through;
+            let more = after.is_some();
+            let spent = !part.dry_run && done.examined as usize >= part.budget;
+            if !more || spent {
+                done.through = after;
+                break;
+            }
+            futures_lite::future::yield_now().await;
+        }
+        done.machine_instances = self.engine.borrow().machine_instances(&selection.machine);
+        Ok(done)
+    }
+
+    /// Decides what happens to instance `id`, and logs it unless this is a dry run.
+    fn bulk_step(
+        &self,
+        part: &BulkPart,
+        selector: &Selector<'_>,
+        id: &str,
+        done: &mut BulkDone,
+    ) -> Result<(), Rejection> {
+        let now = now_ms();
+        let step = match &part.op {
+            BulkOp::Migrate(plan) => self.engine.borrow().decide_migrate(id, plan, selector, now),
+            BulkOp::Delete(_) => self.engine.borrow().decide_bulk_delete(id, selector, now),
+        };
+        match step {
+            Step::Unselected => {}
+            Step::Skipped(reason) => *done.skipped.entry(reason.to_owned()).or_default() += 1,
+            Step::Write(entry) if part.dry_run => {
+                done.written += 1;
+                let state = match &entry {
+                    Entry::Migrate { from_state, .. } => from_state.clone(),
+                    _ => (self.engine.borrow().instance(id))
+                        .map_or_else(String::new, |i| i.state.to_string()),
+                };
+                *done.by_state.entry(state).or_default() += 1;
+            }
+            Step::Write(entry) => {
+                self.log_and_apply(entry)?;
+                done.written += 1;
+            }
+        }
+        Ok(())
+    }
+}
