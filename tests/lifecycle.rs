@@ -8,7 +8,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use common::scrape::scrape;
 use common::{err_code, fixed_port, Client, Server};
+
+const METRICS: &str = "[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"";
 use serde_json::{json, Value};
 
 /// v1: new → open → paused; v2 renames `open` to `active`, drops `paused`, and times out an
@@ -102,7 +105,7 @@ fn sum(replies: &[Value], f: impl Fn(&Value) -> u64) -> u64 {
 
 #[test]
 fn migration_dry_runs_maps_skips_rearms_timers_and_reruns_idempotently() {
-    let (s, _d) = Server::start("[shards]\ncount = 2");
+    let (s, _d) = Server::start(&format!("[shards]\ncount = 2\n{METRICS}"));
     let mut c = s.client();
     put_versions(&mut c);
     fill_v1(&mut c);
@@ -141,6 +144,11 @@ fn migration_dry_runs_maps_skips_rearms_timers_and_reruns_idempotently() {
         10
     );
     assert_eq!(replies.last().unwrap()["remaining"], 0);
+    let m = scrape(&s);
+    assert_eq!(
+        m.get("svc_migrated_instances_total", &[("machine", "job")]),
+        20.0
+    );
 
     let o = get(&mut c, "o03");
     assert_eq!(o["version"], 2, "{o}");
@@ -281,7 +289,7 @@ fn exists(c: &mut Client, id: &str) -> bool {
 
 #[test]
 fn retention_deletes_finished_instances_even_across_sigkill() {
-    let (mut s, _d) = Server::start("[shards]\ncount = 2");
+    let (mut s, _d) = Server::start(&format!("[shards]\ncount = 2\n{METRICS}"));
     let mut c = s.client();
     put_retained(&mut c, 1500);
     let invalid = json!({"states": ["a"], "initial": "a", "retention": {"final_after_ms": 5}});
@@ -309,6 +317,11 @@ fn retention_deletes_finished_instances_even_across_sigkill() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!((5..10).all(|i| exists(&mut c, &format!("t{i:02}"))));
+    let m = scrape(&s);
+    assert_eq!(
+        m.get("svc_instances_expired_total", &[("machine", "ticket")]),
+        5.0
+    );
     // Their idempotency records went with them: the same key creates anew.
     let again = c
         .call(

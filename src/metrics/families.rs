@@ -15,6 +15,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Metric, Registry};
+use shards::engine::{CountMap, EngineStats, Name};
 use shards::wal::{BATCH_BOUNDS_ENTRIES, DURATION_BOUNDS_SECONDS};
 use shards::ErrorCode;
 
@@ -233,8 +234,42 @@ fn machines(r: &mut Registry, shards: &[ShardStats]) {
 fn instances(r: &mut Registry, s: &Scrape) {
     machines(r, &s.shards);
     timers(r, &s.shards);
+    lifecycle(r, &s.shards);
     indexes(r, &s.shards);
     queries(r, s);
+}
+
+/// Migrations and retention deletions (docs/lifecycle.md), per machine.
+fn lifecycle(r: &mut Registry, shards: &[ShardStats]) {
+    let help = "Instances migrated to another definition version per machine";
+    per_machine(r, shards, "svc_migrated_instances_total", help, |e| {
+        &e.migrated
+    });
+    let help = "Instances deleted by their machine's retention per machine";
+    per_machine(r, shards, "svc_instances_expired_total", help, |e| {
+        &e.expired
+    });
+}
+
+/// A counter per machine, summed over shards from one of the engine's per-machine counts.
+fn per_machine(
+    r: &mut Registry,
+    shards: &[ShardStats],
+    name: &str,
+    help: &str,
+    of: fn(&EngineStats) -> &CountMap<Name>,
+) {
+    let mut sums: BTreeMap<&str, u64> = BTreeMap::new();
+    for s in shards {
+        for (m, n) in of(&s.engine) {
+            *sums.entry(m).or_default() += n;
+        }
+    }
+    let mut c = Series::new(MetricType::Counter);
+    for (m, n) in sums {
+        c.push(labels(&[("machine", m)]), ConstCounter::new(n));
+    }
+    register_counter(r, name, help, c);
 }
 
 /// Entries of the declared indexes (docs/queries.md), summed over shards.
@@ -263,22 +298,10 @@ fn indexes(r: &mut Registry, shards: &[ShardStats]) {
 fn timers(r: &mut Registry, shards: &[ShardStats]) {
     let pending = shards.iter().map(|s| s.timers_pending).sum::<u64>();
     gauge(r, "svc_timers_pending", "Armed durable timers", pending);
-    let mut fired: BTreeMap<&str, u64> = BTreeMap::new();
-    for s in shards {
-        for (m, n) in &s.engine.timers_fired {
-            *fired.entry(m).or_default() += n;
-        }
-    }
-    let mut c = Series::new(MetricType::Counter);
-    for (m, n) in fired {
-        c.push(labels(&[("machine", m)]), ConstCounter::new(n));
-    }
-    register_counter(
-        r,
-        "svc_timers_fired_total",
-        "Events applied by durable timers per machine",
-        c,
-    );
+    let help = "Events applied by durable timers per machine";
+    per_machine(r, shards, "svc_timers_fired_total", help, |e| {
+        &e.timers_fired
+    });
     let lateness = merged(
         shards,
         |s| &s.timer_lateness,

@@ -58,7 +58,7 @@ pub use index::set_index_key;
 pub use instance::{HistoryItem, Instance};
 pub use json_text::JsonText;
 pub use json_write::write_u64;
-pub use names::Name;
+pub use names::{CountMap, Name};
 pub use ops::create_instance::LATEST_VERSION;
 pub use ops::migrate::{MigratePlan, Step};
 pub use replay::Replay;
