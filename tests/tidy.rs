@@ -19,7 +19,7 @@ const FN_LINES_MAX: usize = 70;
 /// Long functions in server and library code today.
 const LONG_FNS_MAX: usize = 7;
 /// `Result<_, String>` signatures in server and library code today.
-const RESULT_STRING_MAX: usize = 135;
+const RESULT_STRING_MAX: usize = 108;
 
 /// Server and library code: what the two figures above count (not tests, benches or tools).
 const CODE_DIRS: &[&str] = &[

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
-use super::elect::{self, Seen};
+use super::elect::{self, Blocked, Seen};
 use super::error::HaError;
 use super::keys::{History, Leader, Member};
 use super::session::{Session, Snapshot};
@@ -343,15 +343,10 @@ impl Term {
         snap: &Snapshot,
         since: i64,
         report: &super::shared::Report,
-    ) -> Result<(), String> {
+    ) -> Result<(), Blocked> {
         if report.log_poisoned || report.storage_full {
-            return Err(format!(
-                "this member's log refuses writes ({})",
-                match report.log_poisoned {
-                    true => "poisoned by an I/O error: restart it",
-                    false => "the disk is full",
-                }
-            ));
+            let poisoned = report.log_poisoned;
+            return Err(Blocked::LogRefuses { poisoned });
         }
         if let Some((sw, _)) = &snap.switchover {
             match (sw.to == ctx.node_id, sw.caught_up) {
@@ -361,16 +356,13 @@ impl Term {
                 }
                 (true, false) => {} // its primary went before it resigned: the usual rules
                 (false, _) => {
-                    return Err(format!(
-                        "a switchover from {} to {} is under way: only {} may campaign until \
-                         its key expires",
-                        sw.from, sw.to, sw.to
-                    ))
+                    let (from, to) = (sw.from.clone(), sw.to.clone());
+                    return Err(Blocked::Switchover { from, to });
                 }
             }
         }
         if snap.paused {
-            return Err("automatic failover is paused (HA_PAUSE; HA_RESUME restarts it)".into());
+            return Err(Blocked::Paused);
         }
         let me = self.seen_me(ctx);
         let others: Vec<Seen> = snap
@@ -400,7 +392,8 @@ impl Term {
         }
     }
 
-    fn block(&mut self, why: String) {
+    fn block(&mut self, why: Blocked) {
+        let why = why.to_string();
         if self.blocked.as_deref() != Some(why.as_str()) {
             log::info!("ha: not campaigning: {why}");
             self.blocked = Some(why);

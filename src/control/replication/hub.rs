@@ -40,7 +40,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_config(c: &Config) -> Result<Settings, String> {
+    pub fn from_config(c: &Config) -> Result<Settings, follower::SettingsError> {
         let r = &c.replication;
         let follower = match r.role {
             Some(Role::Replica) => Some(follower::Settings::from_config(c)?),

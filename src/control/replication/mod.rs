@@ -8,7 +8,8 @@
 //! - `promote`: PROMOTE, and the epoch a primary starts with.
 //! - `status`: REPLICATION_STATUS.
 //! - `preflight`: a new replica learns the primary's shard count before its shards start.
-//! - `error`: what ends a replica's stream on the primary, with its context.
+//! - `error`: what ends a replica's stream on the primary (or stops a primary's start-up), with
+//!   its context; the replica's side has its own (`follower::FollowError`).
 //!
 //! Elsewhere: the role and epoch every executor reads (`crate::member`), the front's side of a
 //! REPLICATE link (`crate::front::relay`) and the stream's frames (`crate::protocol::stream`).

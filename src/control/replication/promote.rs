@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use shards::{ErrorCode, Rejection};
 
+use super::error::ReplError;
 use super::hub::{internal, Hub};
 use crate::config::Role;
 use crate::protocol::stream;
@@ -90,8 +91,8 @@ pub async fn promote(hub: &Rc<Hub>, params: Option<&[u8]>) -> Result<Value, Reje
 /// Start-up on the control executor, before the fronts open: a primary makes sure its term has
 /// an epoch (a new log gets epoch 1 in every shard); every member learns the highest epoch in
 /// its logs.
-pub async fn start_up(hub: &Hub) -> Result<(), String> {
-    let logs = hub.positions().await.map_err(|r| r.message)?;
+pub async fn start_up(hub: &Hub) -> Result<(), ReplError> {
+    let logs = (hub.positions().await).map_err(|r| ReplError::Positions(r.message))?;
     let seen = logs.iter().map(|l| l.last_epoch).max().unwrap_or(0);
     hub.state.see_epoch(seen);
     if hub.state.role() != Some(Role::Primary) {
@@ -103,7 +104,11 @@ pub async fn start_up(hub: &Hub) -> Result<(), String> {
             hub.router
                 .call(shard as u32, ShardCall::BeginEpoch { epoch })
                 .await
-                .map_err(|r| format!("shard {shard}: writing epoch {epoch}: {}", r.message))?;
+                .map_err(|r| ReplError::Epoch {
+                    shard,
+                    epoch,
+                    why: r.message,
+                })?;
         }
     }
     hub.state.see_epoch(epoch);

@@ -3,11 +3,13 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::rc::Rc;
 use std::time::Duration;
 
 use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
+use super::error::{FollowError, StreamError};
 use super::link::FrameReader;
 use super::Settings;
 use crate::control::replication::hub::Hub;
@@ -28,7 +30,7 @@ pub(super) struct Applier {
     skew_ms: std::cell::Cell<i64>,
     pub(super) wake: Notify,
     /// Set when the session must end (read error, or an append refused).
-    pub(super) failed: RefCell<Option<String>>,
+    pub(super) failed: RefCell<Option<FollowError>>,
     /// The primary's `ack_every_ms`: acks that only move positions come at most this often.
     pub(super) ack_every: std::time::Duration,
     /// Failover, sync mode: per shard, the acknowledged offset last passed to the shard.
@@ -50,15 +52,16 @@ impl Applier {
     }
 }
 
+/// Reads the stream until it ends; returns why it ended.
 pub(super) async fn read_loop<R: AsyncRead + Unpin>(
     hub: &Rc<Hub>,
     cfg: &Settings,
     r: &mut FrameReader<R>,
     applier: &Rc<Applier>,
-) -> Result<(), String> {
+) -> FollowError {
     let silence = cfg.heartbeat * 3 + Duration::from_secs(2);
     let mut receiving: Option<Receiving> = None;
-    let read = read_frames(hub, cfg, r, applier, silence, &mut receiving).await;
+    let Err(ended) = read_frames(hub, cfg, r, applier, silence, &mut receiving).await;
     if let Some(rx) = receiving {
         // The stream broke inside a snapshot: the shard deletes what it received.
         let _ = hub
@@ -66,7 +69,7 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
             .call(rx.shard, ShardCall::InstallSnapshot(SnapshotChunk::Abandon))
             .await;
     }
-    read
+    ended
 }
 
 async fn read_frames<R: AsyncRead + Unpin>(
@@ -76,7 +79,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
     applier: &Rc<Applier>,
     silence: Duration,
     receiving: &mut Option<Receiving>,
-) -> Result<(), String> {
+) -> Result<Infallible, FollowError> {
     let _ = cfg;
     loop {
         if let Some(e) = applier.failed.borrow().clone() {
@@ -84,33 +87,33 @@ async fn read_frames<R: AsyncRead + Unpin>(
         }
         let payload = r.next(silence).await?;
         let f: StreamFrame =
-            serde_json::from_slice(&payload).map_err(|e| format!("bad stream frame: {e}"))?;
+            serde_json::from_slice(&payload).map_err(|e| StreamError::BadFrame(e.to_string()))?;
         if f.kind_of == "response" {
             continue; // e.g. an answer to nothing we asked: ignore
         }
         if f.epoch < hub.state.epoch() {
-            return Err(format!(
-                "STALE_EPOCH: the stream is from epoch {}, this member has seen {}",
-                f.epoch,
-                hub.state.epoch()
-            ));
+            let (stream, seen) = (f.epoch, hub.state.epoch());
+            return Err(StreamError::StaleEpoch { stream, seen }.into());
         }
         match f.kind.as_str() {
             "entries" => on_entries(hub, applier, &f).await?,
             "snapshot" => receive_snapshot(hub, applier, &f, receiving).await?,
-            "error" => return Err(format!("the primary ends the stream: {}", f.message)),
+            "error" => return Err(StreamError::PrimaryEnds(f.message).into()),
             "heartbeat" => {
                 on_heartbeat(hub, applier, &f)?;
                 on_committed(hub, applier, &f).await?;
             }
-            other => return Err(format!("unknown stream frame kind {other:?}")),
+            other => return Err(StreamError::UnknownKind(other.to_string()).into()),
         }
     }
 }
 
 /// An `entries` frame goes to its shard (`ReplicaAppend`); the ack loop awaits the answer.
-async fn on_entries(hub: &Hub, applier: &Applier, f: &StreamFrame) -> Result<(), String> {
-    let records = stream::decode_entries(f)?;
+async fn on_entries(hub: &Hub, applier: &Applier, f: &StreamFrame) -> Result<(), StreamError> {
+    let records = stream::decode_entries(f).map_err(|why| StreamError::Field {
+        what: "entries",
+        why,
+    })?;
     let count = records.len() as u64;
     let call = ShardCall::ReplicaAppend {
         epoch: f.epoch,
@@ -128,9 +131,12 @@ async fn on_entries(hub: &Hub, applier: &Applier, f: &StreamFrame) -> Result<(),
 }
 
 /// A heartbeat: the primary's heads and clock (lag).
-fn on_heartbeat(hub: &Hub, applier: &Applier, f: &StreamFrame) -> Result<(), String> {
+fn on_heartbeat(hub: &Hub, applier: &Applier, f: &StreamFrame) -> Result<(), StreamError> {
     let skew_ms = f.time_ms as i64 - now_ms() as i64;
-    let heads = stream::positions_vec(&f.heads, hub.router.shard_count())?;
+    let heads = stream::positions_vec(&f.heads, hub.router.shard_count()).map_err(|why| {
+        let what = "a heartbeat's heads";
+        StreamError::Field { what, why }
+    })?;
     if let Ok(mut v) = hub.state.stats.follower.lock() {
         v.primary_heads = heads;
         v.primary_epoch = f.epoch;
@@ -144,11 +150,14 @@ fn on_heartbeat(hub: &Hub, applier: &Applier, f: &StreamFrame) -> Result<(), Str
 /// A heartbeat's `committed` (a primary under failover in sync mode): each shard whose
 /// acknowledged offset moved hears it (`ShardCall::ReplicaAcked`), and releases the pushes it
 /// held for it (`shard/push_hold.rs`).
-async fn on_committed(hub: &Hub, applier: &Applier, f: &StreamFrame) -> Result<(), String> {
+async fn on_committed(hub: &Hub, applier: &Applier, f: &StreamFrame) -> Result<(), StreamError> {
     let Some(map) = &f.committed else {
         return Ok(());
     };
-    let committed = stream::positions_vec(map, hub.router.shard_count())?;
+    let committed = stream::positions_vec(map, hub.router.shard_count()).map_err(|why| {
+        let what = "a heartbeat's committed";
+        StreamError::Field { what, why }
+    })?;
     let moved: Vec<(u32, u64)> = {
         let mut told = applier.committed.borrow_mut();
         told.resize(committed.len(), 0);
@@ -194,8 +203,11 @@ async fn receive_snapshot(
     applier: &Applier,
     f: &StreamFrame,
     receiving: &mut Option<Receiving>,
-) -> Result<(), String> {
-    let data = stream::decode_data(f)?;
+) -> Result<(), StreamError> {
+    let data = stream::decode_data(f).map_err(|why| StreamError::Field {
+        what: "snapshot data",
+        why,
+    })?;
     let shard = f.shard;
     if f.part == 0 {
         let before = hub.router.start(shard, ShardCall::LogPosition).await;
@@ -205,7 +217,7 @@ async fn receive_snapshot(
             version: f.version.unwrap_or(SNAPSHOT_VERSION_JSON),
             len: f.bytes.unwrap_or(0),
         };
-        install_call(hub, shard, begin).await?;
+        install_call(hub, shard, f.offset, begin).await?;
         *receiving = Some(Receiving {
             shard,
             offset: f.offset,
@@ -215,13 +227,11 @@ async fn receive_snapshot(
     match receiving.as_mut() {
         Some(rx) if rx.shard == shard && rx.offset == f.offset && rx.next == f.part => rx.next += 1,
         _ => {
-            return Err(format!(
-                "snapshot part {} of shard {shard} out of order",
-                f.part
-            ))
+            let part = f.part;
+            return Err(StreamError::SnapshotOutOfOrder { shard, part });
         }
     }
-    install_call(hub, shard, SnapshotChunk::Part(data)).await?;
+    install_call(hub, shard, f.offset, SnapshotChunk::Part(data)).await?;
     if !f.last {
         return Ok(());
     }
@@ -231,18 +241,28 @@ async fn receive_snapshot(
         f.offset,
         f.bytes.map_or("?".into(), |b| b.to_string())
     );
-    install_call(hub, shard, SnapshotChunk::End { crc: f.crc }).await?;
+    install_call(hub, shard, f.offset, SnapshotChunk::End { crc: f.crc }).await?;
     applier.positions.borrow_mut()[shard as usize] = f.offset;
     applier.wake.notify();
     Ok(())
 }
 
-async fn install_call(hub: &Hub, shard: u32, chunk: SnapshotChunk) -> Result<(), String> {
+/// One part of the snapshot at `offset` to shard `shard`.
+async fn install_call(
+    hub: &Hub,
+    shard: u32,
+    offset: u64,
+    chunk: SnapshotChunk,
+) -> Result<(), StreamError> {
     (hub.router
         .call(shard, ShardCall::InstallSnapshot(chunk))
         .await)
         .map(drop)
-        .map_err(|r| format!("installing the snapshot of shard {shard}: {}", r.message))
+        .map_err(|r| StreamError::Install {
+            shard,
+            offset,
+            why: r.message,
+        })
 }
 
 fn update_lag(hub: &Hub, applier: &Applier) {
@@ -271,12 +291,12 @@ pub(super) async fn ack_loop<W: AsyncWrite + Unpin>(
     hub: Rc<Hub>,
     applier: Rc<Applier>,
     mut w: W,
-) -> Result<(), String> {
+) -> Result<(), FollowError> {
     let mut acked: Vec<u64> = Vec::new();
     let mut sent_at = std::time::Instant::now();
     loop {
         if let Err(e) = await_applied(&applier).await {
-            return fail(&applier, e);
+            return fail(&applier, e.into());
         }
         if applier.failed.borrow().is_some() {
             return Ok(());
@@ -291,7 +311,7 @@ pub(super) async fn ack_loop<W: AsyncWrite + Unpin>(
             let mut out = Vec::new();
             stream::ack_frame(&mut out, hub.state.epoch(), &positions);
             if w.write_all(&out).await.is_err() || w.flush().await.is_err() {
-                return fail(&applier, "write to the primary failed".into());
+                return fail(&applier, StreamError::AckWrite.into());
             }
             acked = positions;
             sent_at = std::time::Instant::now();
@@ -312,7 +332,7 @@ pub(super) async fn ack_loop<W: AsyncWrite + Unpin>(
 
 /// Awaits the shards' answers to the entries sent so far, in stream order, and moves the
 /// positions to ack.
-async fn await_applied(applier: &Applier) -> Result<(), String> {
+async fn await_applied(applier: &Applier) -> Result<(), StreamError> {
     loop {
         let next = applier.pending.borrow_mut().pop_front();
         let Some((shard, slot)) = next else {
@@ -330,19 +350,23 @@ async fn await_applied(applier: &Applier) -> Result<(), String> {
                     applier.last_at_ms.set(last_at_ms);
                 }
             }
-            Ok(_) => return Err("unexpected reply to ReplicaAppend".into()),
+            Ok(_) => {
+                return Err(StreamError::UnexpectedReply {
+                    call: "ReplicaAppend",
+                })
+            }
             Err(rej) => {
-                return Err(format!(
-                    "shard {shard} refused entries: {} {}",
-                    rej.code.as_str(),
-                    rej.message
-                ))
+                return Err(StreamError::EntriesRefused {
+                    shard,
+                    code: rej.code,
+                    message: rej.message,
+                })
             }
         }
     }
 }
 
-fn fail(applier: &Applier, why: String) -> Result<(), String> {
+fn fail(applier: &Applier, why: FollowError) -> Result<(), FollowError> {
     applier.failed.borrow_mut().get_or_insert(why.clone());
     Err(why)
 }

@@ -7,6 +7,7 @@ use shards::wal::SNAPSHOT_VERSIONS_READ;
 
 use std::time::Duration;
 
+use super::error::{LinkError, StreamError};
 use super::{Settings, CONNECT_TIMEOUT};
 // The largest frame a primary sends: a whole record of the largest size, base64-encoded
 // (`crate::limits`, where the sizes that must fit inside it are checked).
@@ -33,7 +34,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
-    pub(super) async fn next(&mut self, within: Duration) -> Result<Vec<u8>, String> {
+    pub(super) async fn next(&mut self, within: Duration) -> Result<Vec<u8>, LinkError> {
         loop {
             match decode_frame(&self.buf[self.lo..self.hi], STREAM_FRAME_BYTES_MAX) {
                 Ok(Some((range, used))) => {
@@ -42,7 +43,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     return Ok(payload);
                 }
                 Ok(None) => {}
-                Err(e) => return Err(format!("bad frame from the primary: {e}")),
+                Err(e) => return Err(LinkError::Frame(e)),
             }
             if self.lo > 0 {
                 self.buf.copy_within(self.lo..self.hi, 0);
@@ -56,11 +57,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 Ok(self.r.read(&mut self.buf[self.hi..]).await)
             })
             .await
-            .map_err(|_| format!("nothing from the primary for {} ms", within.as_millis()))?;
+            .map_err(|_| LinkError::Silent {
+                ms: within.as_millis(),
+            })?;
             match read {
-                Ok(0) => return Err("the primary closed the connection".into()),
+                Ok(0) => return Err(LinkError::Closed),
                 Ok(n) => self.hi += n,
-                Err(e) => return Err(format!("read: {e}")),
+                Err(e) => return Err(LinkError::Read(e.to_string())),
             }
         }
     }
@@ -69,9 +72,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 pub(super) async fn request<R, W>(
     r: &mut FrameReader<R>,
     w: &mut W,
-    op: &str,
+    op: &'static str,
     params: Value,
-) -> Result<Result<Value, Value>, String>
+) -> Result<Result<Value, Value>, LinkError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -79,10 +82,14 @@ where
     let body = json!({"type": "request", "id": op, "op": op, "params": params});
     let mut out = Vec::new();
     encode_frame(body.to_string().as_bytes(), &mut out);
-    w.write_all(&out).await.map_err(|e| format!("write: {e}"))?;
-    w.flush().await.map_err(|e| format!("write: {e}"))?;
+    let write = |e: std::io::Error| LinkError::Write(e.to_string());
+    w.write_all(&out).await.map_err(write)?;
+    w.flush().await.map_err(write)?;
     let payload = r.next(CONNECT_TIMEOUT * 2).await?;
-    let v: Value = serde_json::from_slice(&payload).map_err(|e| format!("{op}: {e}"))?;
+    let v: Value = serde_json::from_slice(&payload).map_err(|e| LinkError::Answer {
+        op,
+        why: e.to_string(),
+    })?;
     if v["status"] == "ok" {
         Ok(Ok(v["result"].clone()))
     } else {
@@ -95,20 +102,21 @@ pub(super) async fn handshake<R, W>(
     cfg: &Settings,
     r: &mut FrameReader<R>,
     w: &mut W,
-) -> Result<(), String>
+) -> Result<(), LinkError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let refused = |op, why: String| LinkError::Refused { op, why };
     let hello = json!({"protocol_version": 1, "client_name": "smdb-replica",
         "client_version": env!("CARGO_PKG_VERSION")});
     request(r, w, "HELLO", hello)
         .await?
-        .map_err(|e| format!("HELLO refused: {e}"))?;
+        .map_err(|e| refused("HELLO", e.to_string()))?;
     if let Some(token) = &cfg.auth_token {
         request(r, w, "AUTH", json!({"method": "bearer", "token": token}))
             .await?
-            .map_err(|e| format!("AUTH refused: {}", e["code"]))?;
+            .map_err(|e| refused("AUTH", e["code"].to_string()))?;
     }
     Ok(())
 }
@@ -121,7 +129,7 @@ pub(super) async fn replicate<R, W>(
     w: &mut W,
     heads: &[u64],
     epochs: &[u64],
-) -> Result<ReplicateResult, String>
+) -> Result<ReplicateResult, LinkError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -153,16 +161,18 @@ where
             result = request(r, w, "REPLICATE", params).await?;
         }
     }
-    let result =
-        result.map_err(|e| format!("REPLICATE refused: {} {}", e["code"], e["message"]))?;
+    let result = result.map_err(|e| LinkError::Refused {
+        op: "REPLICATE",
+        why: format!("{} {}", e["code"], e["message"]),
+    })?;
     let result: ReplicateResult =
-        serde_json::from_value(result).map_err(|e| format!("REPLICATE result: {e}"))?;
+        serde_json::from_value(result).map_err(|e| LinkError::ReplicateResult(e.to_string()))?;
     let n = hub.router.shard_count();
     if result.shards != n {
-        return Err(format!(
-            "shard counts differ: the primary has {}, this replica {n}; not following",
-            result.shards
-        ));
+        return Err(LinkError::ShardCounts {
+            primary: result.shards,
+            mine: n,
+        });
     }
     Ok(result)
 }
@@ -173,18 +183,22 @@ pub(super) fn record_view(
     cfg: &Settings,
     result: &ReplicateResult,
     positions: &[u64],
-) -> Result<(), String> {
+) -> Result<(), StreamError> {
     let n = hub.router.shard_count();
     let mut f = hub
         .state
         .stats
         .follower
         .lock()
-        .map_err(|_| "poisoned lock")?;
+        .map_err(|_| StreamError::PoisonedLock)?;
     f.connected = true;
     f.upstream.clone_from(&cfg.upstream);
     f.primary_epoch = result.epoch;
-    f.primary_heads = stream::positions_vec(&result.heads, n)?;
+    f.primary_heads =
+        stream::positions_vec(&result.heads, n).map_err(|why| StreamError::Field {
+            what: "the REPLICATE result's heads",
+            why,
+        })?;
     f.positions = positions.to_vec();
     f.last_error = None;
     Ok(())

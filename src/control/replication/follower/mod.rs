@@ -16,9 +16,11 @@ use glommio::net::TcpStream;
 use rustls::pki_types::ServerName;
 
 mod apply;
+mod error;
 mod link;
 
 use apply::{ack_loop, read_loop, Applier};
+pub use error::{FollowError, LinkError, SettingsError, StreamError};
 use link::{handshake, record_view, replicate, FrameReader};
 
 use super::hub::Hub;
@@ -46,17 +48,13 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_config(c: &Config) -> Result<Settings, String> {
-        let upstream = c
-            .replication
-            .upstream
-            .clone()
-            .ok_or("replication.role = \"replica\" needs replication.upstream")?;
+    pub fn from_config(c: &Config) -> Result<Settings, SettingsError> {
+        let upstream = (c.replication.upstream.clone()).ok_or(SettingsError::NoUpstream)?;
         Settings::for_upstream(c, upstream)
     }
 
     /// The settings to follow `upstream` (failover: the leader key's address; docs/ha.md).
-    pub fn for_upstream(c: &Config, upstream: String) -> Result<Settings, String> {
+    pub fn for_upstream(c: &Config, upstream: String) -> Result<Settings, SettingsError> {
         let r = &c.replication;
         let host = upstream
             .rsplit_once(':')
@@ -72,7 +70,7 @@ impl Settings {
                     key: r.tls_key_path.clone(),
                     server_name: r.tls_server_name.clone(),
                 })
-                .map_err(|e| format!("replication.tls_*: {e}"))?,
+                .map_err(SettingsError::Tls)?,
             ),
         };
         let named = r.replica_id.clone().or_else(|| c.ha.node_id.clone());
@@ -107,7 +105,7 @@ pub async fn run(hub: Rc<Hub>, cfg: Settings, gen: u64) {
     while current(&hub) {
         let stop = async {
             hub.follower_stop.wait().await;
-            Err("stopped".to_string())
+            Err(FollowError::Stopped)
         };
         let outcome = futures_lite::future::or(session(&hub, &cfg), stop).await;
         set_connected(&hub, false);
@@ -123,7 +121,7 @@ pub async fn run(hub: Rc<Hub>, cfg: Settings, gen: u64) {
                     backoff.as_millis()
                 );
                 if let Ok(mut f) = hub.state.stats.follower.lock() {
-                    f.last_error = Some(e);
+                    f.last_error = Some(e.to_string());
                 }
             }
         }
@@ -143,47 +141,51 @@ fn set_connected(hub: &Hub, connected: bool) {
     }
 }
 
-async fn session(hub: &Rc<Hub>, cfg: &Settings) -> Result<(), String> {
+async fn session(hub: &Rc<Hub>, cfg: &Settings) -> Result<(), FollowError> {
+    let connect = |e: glommio::GlommioError<()>| LinkError::Connect(e.to_string());
     let mut tcp = glommio::timer::timeout(CONNECT_TIMEOUT, async {
         Ok(TcpStream::connect(cfg.upstream.as_str()).await)
     })
     .await
-    .map_err(|e| format!("connect: {e}"))?
-    .map_err(|e| format!("connect: {e}"))?;
+    .map_err(connect)?
+    .map_err(connect)?;
     let _ = tcp.set_nodelay(true);
     if cfg.proxy_local {
         use futures_lite::AsyncWriteExt;
         (tcp.write_all(&crate::proxy::V2_LOCAL_HEADER).await)
-            .map_err(|e| format!("PROXY header: {e}"))?;
+            .map_err(|e| LinkError::ProxyHeader(e.to_string()))?;
     }
     match &cfg.tls {
         None => follow(hub, cfg, tcp).await,
         Some(tls) => {
             let name = ServerName::try_from(cfg.server_name.clone())
-                .map_err(|e| format!("replication.tls_server_name: {e}"))?;
+                .map_err(|e| LinkError::ServerName(e.to_string()))?;
             let stream = futures_rustls::TlsConnector::from(tls.clone())
                 .connect(name, tcp)
                 .await
-                .map_err(|e| format!("TLS handshake: {e}"))?;
+                .map_err(|e| LinkError::TlsHandshake(e.to_string()))?;
             follow(hub, cfg, stream).await
         }
     }
 }
 
-async fn follow<S>(hub: &Rc<Hub>, cfg: &Settings, stream: S) -> Result<(), String>
+async fn follow<S>(hub: &Rc<Hub>, cfg: &Settings, stream: S) -> Result<(), FollowError>
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let (r, mut w) = futures_lite::io::split(stream);
     let mut r = FrameReader::new(r);
     handshake(cfg, &mut r, &mut w).await?;
-    let logs = hub.positions().await.map_err(|r| r.message)?;
+    let logs = (hub.positions().await).map_err(|r| StreamError::Positions(r.message))?;
     let heads: Vec<u64> = logs.iter().map(|l| l.head).collect();
     let epochs: Vec<u64> = logs.iter().map(|l| l.last_epoch).collect();
     let result = replicate(hub, cfg, &mut r, &mut w, &heads, &epochs).await?;
     let n = hub.router.shard_count();
     hub.state.see_epoch(result.epoch);
-    let agree = stream::positions_vec(&result.agree, n)?;
+    let agree = stream::positions_vec(&result.agree, n).map_err(|why| StreamError::Field {
+        what: "the REPLICATE result's agree",
+        why,
+    })?;
     let mut positions = heads.clone();
     for (shard, (&a, &h)) in agree.iter().zip(&heads).enumerate() {
         if a < h {
@@ -202,23 +204,22 @@ where
     applier.ack_every = std::time::Duration::from_millis(result.ack_every_ms);
     let applier = Rc::new(applier);
     let acker = glommio::spawn_local(ack_loop(hub.clone(), applier.clone(), w));
-    let read = read_loop(hub, cfg, &mut r, &applier).await;
-    applier
-        .failed
-        .borrow_mut()
-        .get_or_insert(read.clone().err().unwrap_or_default());
+    // The read loop returns only when the session ends, with why (the acker's error when the
+    // acker failed first); the acker then stops, and the read loop's error is the session's.
+    let ended = read_loop(hub, cfg, &mut r, &applier).await;
+    applier.failed.borrow_mut().get_or_insert(ended.clone());
     applier.wake.notify();
-    let acked = acker.await;
-    read.and(acked)
+    let _ = acker.await;
+    Err(ended)
 }
 
-async fn truncate(hub: &Hub, shard: u32, after: u64, head: u64) -> Result<(), String> {
-    match hub
-        .router
-        .call(shard, ShardCall::Truncate { after })
-        .await
-        .map_err(|r| format!("truncating shard {shard}: {}", r.message))?
-    {
+async fn truncate(hub: &Hub, shard: u32, after: u64, head: u64) -> Result<(), StreamError> {
+    let refused = |r: shards::Rejection| StreamError::Truncate {
+        shard,
+        after,
+        why: r.message,
+    };
+    match (hub.router.call(shard, ShardCall::Truncate { after }).await).map_err(refused)? {
         ReplyBody::Truncated { removed } => {
             log::warn!(
                 "replication: shard {shard}: dropped {removed} entries after offset {after} (head was {head}) that the primary does not have"
@@ -229,6 +230,6 @@ async fn truncate(hub: &Hub, shard: u32, after: u64, head: u64) -> Result<(), St
                 .fetch_add(removed, Relaxed);
             Ok(())
         }
-        _ => Err("unexpected reply to Truncate".into()),
+        _ => Err(StreamError::UnexpectedReply { call: "Truncate" }),
     }
 }
