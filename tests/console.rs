@@ -274,3 +274,192 @@ fn the_console_searches_a_declared_index() {
     b.navigate(&format!("{origin}/#/instances?machine=order"));
     b.wait_for("document.querySelector('#search-none') !== null", WAIT);
 }
+
+/// Picks `target` for `state` in the migration view's mapping (as a user's change does).
+fn map_state(b: &mut Browser, state: &str, target: &str) {
+    b.eval(&format!(
+        "{{ const s = document.querySelector('#migrate-map select[data-state=\"{state}\"]'); \
+         s.value = '{target}'; s.dispatchEvent(new Event('change')); }}"
+    ));
+}
+
+/// The migration view (`#/migrate/job`): a mapping row for each state of v1 that v2 lacks, the
+/// migrate button disabled until a dry run (and again once the plan changes), the dry run's
+/// counts, then the migration driven by cursor with its counts and summary; over RCP1 the
+/// instances moved and the skipped ones stayed.
+#[test]
+fn the_console_migrates_instances_after_a_dry_run() {
+    if let Err(e) = common::cdp::chromium() {
+        panic!("the console's browser test needs Chromium: {e}");
+    }
+    let (s, _d) = Server::start(&config());
+    let origin = format!("http://{}", s.http_addr.unwrap());
+    let mut c = admin_client(&s);
+    let v1 = json!({"states": ["new", "open", "paused", "done"], "initial": "new", "final": ["done"],
+                    "transitions": [{"from": "new", "event": "go", "to": "open"},
+                                    {"from": "open", "event": "pause", "to": "paused"},
+                                    {"from": ["new", "open"], "event": "finish", "to": "done"}]});
+    let v2 = json!({"states": ["new", "active", "done"], "initial": "new", "final": ["done"],
+                    "transitions": [{"from": "new", "event": "go", "to": "active"}]});
+    for (v, def) in [(1, v1), (2, v2)] {
+        c.call(
+            "PUT_MACHINE",
+            json!({"machine": "job", "version": v, "definition": def}),
+        )
+        .unwrap();
+    }
+    // 4 new, 3 open, 2 paused, 1 done.
+    let plan: [(&str, usize, &[&str]); 4] = [
+        ("n", 4, &[]),
+        ("o", 3, &["go"]),
+        ("p", 2, &["go", "pause"]),
+        ("d", 1, &["finish"]),
+    ];
+    for (prefix, n, events) in plan {
+        for i in 0..n {
+            let id = format!("{prefix}{i}");
+            c.call(
+                "CREATE_INSTANCE",
+                json!({"machine": "job", "version": 1, "id": id}),
+            )
+            .unwrap();
+            for ev in events {
+                c.call("APPLY_EVENT", json!({"instance_id": id, "event": ev}))
+                    .unwrap();
+            }
+        }
+    }
+    let mut b = Browser::launch();
+    sign_in(&mut b, &origin, ADMIN);
+    b.navigate(&format!("{origin}/#/machine/job/2"));
+    b.wait_for("document.querySelector('#migrate-link') !== null", WAIT);
+    b.eval("document.querySelector('#migrate-link').click()");
+    b.wait_for("document.querySelector('#migrate-map') !== null", WAIT);
+    assert_eq!(
+        b.eval("[document.querySelector('#migrate-from').value, document.querySelector('#migrate-to').value]"),
+        json!(["1", "2"])
+    );
+    let rows =
+        "[...document.querySelectorAll('#migrate-map tr[data-state]')].map(r => r.dataset.state)";
+    assert_eq!(b.eval(rows), json!(["open", "paused"]));
+    let run_disabled = "document.querySelector('#migrate-run').disabled";
+    assert_eq!(
+        b.eval(run_disabled),
+        json!(true),
+        "no migrating before a dry run"
+    );
+
+    // The server's refusal (the same version twice) shows in the banner.
+    let pick_to = |v: u32| {
+        format!(
+            "{{ const s = document.querySelector('#migrate-to'); s.value = '{v}'; \
+             s.dispatchEvent(new Event('change')); }}"
+        )
+    };
+    b.eval(&pick_to(1));
+    b.wait_for("document.querySelector('#migrate-map') === null", WAIT);
+    b.eval("document.querySelector('#migrate-dry-run').click()");
+    b.wait_for(
+        "!document.querySelector('#banner').hidden && \
+         document.querySelector('#banner').textContent.includes('BAD_REQUEST')",
+        WAIT,
+    );
+    assert_eq!(b.eval(run_disabled), json!(true));
+    b.eval(&pick_to(2));
+    b.wait_for("document.querySelector('#migrate-map') !== null", WAIT);
+
+    // open → active; paused stays skipped. 4 examined per call, so it takes several.
+    map_state(&mut b, "open", "active");
+    b.eval("document.querySelector('#migrate-limit').value = '4'");
+    b.eval("document.querySelector('#migrate-dry-run').click()");
+    b.wait_for("document.querySelector('#migrate-would') !== null", WAIT);
+    let counts = |b: &mut Browser, table: &str, key: &str| {
+        b.eval(&format!(
+            "Object.fromEntries([...document.querySelectorAll('#{table} tr[{key}]')]\
+             .map(r => [r.getAttribute('{key}'), r.querySelector('td.count').textContent]))"
+        ))
+    };
+    assert_eq!(
+        counts(&mut b, "migrate-would", "data-state"),
+        json!({"new": "4", "open": "3", "done": "1"})
+    );
+    assert_eq!(
+        counts(&mut b, "migrate-skipped", "data-reason"),
+        json!({"no_state": "2"})
+    );
+    assert_eq!(b.eval(run_disabled), json!(false));
+    assert_eq!(
+        c.call("GET_INSTANCE", json!({"id": "o0"})).unwrap()["version"],
+        1,
+        "a dry run moves nothing"
+    );
+    b.screenshot(&shots().join("migrate-dry-run.png"));
+
+    // A changed plan needs another dry run.
+    map_state(&mut b, "paused", "done");
+    assert_eq!(b.eval(run_disabled), json!(true));
+    map_state(&mut b, "paused", "");
+    assert_eq!(b.eval(run_disabled), json!(true));
+    b.eval("document.querySelector('#migrate-dry-run').click()");
+    b.wait_for(&format!("!{run_disabled}"), WAIT);
+
+    b.eval("document.querySelector('#migrate-run').click()");
+    b.wait_for(
+        "document.querySelector('#migrate-summary')?.textContent.startsWith('Done')",
+        WAIT,
+    );
+    let text =
+        |b: &mut Browser, id: &str| b.eval(&format!("document.querySelector('#{id}').textContent"));
+    assert_eq!(text(&mut b, "migrate-migrated"), json!("8"));
+    assert_eq!(text(&mut b, "migrate-skipped-so-far"), json!("no_state: 2"));
+    assert_eq!(text(&mut b, "migrate-examined"), json!("10"));
+    assert_eq!(text(&mut b, "migrate-remaining"), json!("0"));
+    let calls: u64 = text(&mut b, "migrate-calls")
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(calls >= 3, "{calls} calls of 4 for 10 instances");
+    assert_eq!(
+        b.eval(run_disabled),
+        json!(true),
+        "done: nothing left to run"
+    );
+    b.screenshot(&shots().join("migrate.png"));
+
+    // Over the wire protocol: moved (and renamed), or skipped and left on v1.
+    let mut at = |id: &str| {
+        let i = c.call("GET_INSTANCE", json!({ "id": id })).unwrap();
+        (
+            i["version"].as_u64().unwrap(),
+            i["state"].as_str().unwrap().to_string(),
+        )
+    };
+    for i in 0..4 {
+        assert_eq!(at(&format!("n{i}")), (2, "new".into()));
+    }
+    for i in 0..3 {
+        assert_eq!(at(&format!("o{i}")), (2, "active".into()));
+    }
+    assert_eq!(at("d0"), (2, "done".into()));
+    for i in 0..2 {
+        assert_eq!(at(&format!("p{i}")), (1, "paused".into()));
+    }
+
+    // A read-only token gets no migrate link and no controls.
+    b.eval("document.querySelector('#who button').click()");
+    sign_in(&mut b, &origin, READER);
+    assert_eq!(
+        b.eval("document.querySelector('.migrate-link')"),
+        json!(null)
+    );
+    b.navigate(&format!("{origin}/#/migrate/job"));
+    b.wait_for(
+        "document.querySelector('#migrate-needs-admin') !== null",
+        WAIT,
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#migrate-run')"),
+        json!(null)
+    );
+}

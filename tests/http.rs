@@ -5,6 +5,7 @@
 mod common;
 
 use common::http::Http;
+use common::tokens::{http_required, token, ALL_SCOPES};
 use common::{order_definition, Server};
 use serde_json::{json, Value};
 
@@ -490,4 +491,143 @@ fn the_cli_draws_what_the_server_draws() {
         .unwrap();
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("MACHINE_NOT_FOUND"));
+}
+
+/// v1 `new → open → paused`; v2 renames `open` to `active` and drops `paused`.
+fn job_versions() -> [serde_json::Value; 2] {
+    [
+        json!({"states": ["new", "open", "paused", "done"], "initial": "new", "final": ["done"],
+               "transitions": [{"from": "new", "event": "go", "to": "open"},
+                               {"from": "open", "event": "pause", "to": "paused"}]}),
+        json!({"states": ["new", "active", "done"], "initial": "new", "final": ["done"],
+               "transitions": [{"from": "new", "event": "go", "to": "active"}]}),
+    ]
+}
+
+/// POSTs `body` (with `limit`) to `path` from no cursor to the last page: each reply in order.
+fn drive(h: &mut Http, path: &str, body: &Value, limit: u64) -> Vec<Value> {
+    let mut replies = Vec::new();
+    let mut cursor = Value::Null;
+    for _ in 0..100 {
+        let mut call = body.clone();
+        call["limit"] = json!(limit);
+        if !cursor.is_null() {
+            call["cursor"] = cursor.clone();
+        }
+        let r = h.post(path, &call);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let reply = r.json();
+        cursor = reply["cursor"].clone();
+        replies.push(reply);
+        if cursor.is_null() {
+            return replies;
+        }
+    }
+    panic!("{path} never finished");
+}
+
+/// `POST /machines/{m}/migrate` (MIGRATE_INSTANCES): a dry run, then the walk driven by
+/// cursor; `POST /machines/{m}/delete-instances` (DELETE_INSTANCES) likewise; both only with
+/// the admin scope.
+#[test]
+fn migrate_and_delete_instances_by_cursor_with_the_admin_scope() {
+    const ADMIN: &str = "http-admin-5d1e";
+    const WRITER: &str = "http-writer-a73c";
+    let config = http_required(&[
+        token("admin", ADMIN, ALL_SCOPES),
+        token("app", WRITER, &["read", "write"]),
+    ]) + "[shards]\ncount = 2\n";
+    let (s, _d) = Server::start(&config);
+    let mut h = http(&s).with_token(ADMIN);
+    for (v, def) in (1..).zip(job_versions()) {
+        let r = h.put(&format!("/machines/job/versions/{v}"), &def);
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    // 6 new, 4 open, 2 paused, all v1.
+    for (prefix, n, events) in [
+        ("n", 6, &[][..]),
+        ("o", 4, &["go"][..]),
+        ("p", 2, &["go", "pause"][..]),
+    ] {
+        for i in 0..n {
+            let id = format!("{prefix}{i}");
+            let body = json!({"machine": "job", "version": 1, "id": id, "context": {}});
+            assert_eq!(h.post("/instances", &body).status, 201);
+            for ev in events {
+                let r = h.post(&format!("/instances/{id}/events"), &json!({ "event": ev }));
+                assert_eq!(r.status, 200, "{}", r.text());
+            }
+        }
+    }
+    let plan = json!({"from_version": 1, "to_version": 2, "states": {"open": "active"}});
+
+    // A token without the admin scope is refused, and nothing moves.
+    let mut writer = http(&s).with_token(WRITER);
+    let r = writer.post("/machines/job/migrate", &plan);
+    r.assert_error(403, "FORBIDDEN");
+    assert_eq!(r.json()["details"]["scope"], "admin");
+    let r = writer.post(
+        "/machines/job/delete-instances",
+        &json!({"state": "paused"}),
+    );
+    r.assert_error(403, "FORBIDDEN");
+
+    // A dry run reports per state and changes nothing; a bad plan is refused.
+    let mut dry = plan.clone();
+    dry["dry_run"] = json!(true);
+    let r = h.post("/machines/job/migrate", &dry);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({"would_migrate": {"new": 6, "open": 4}, "skipped": {"no_state": 2}, "examined": 12})
+    );
+    assert_eq!(h.get("/instances/o0").json()["version"], 1);
+    let typo = json!({"from_version": 1, "to_version": 2, "states": {"open": "actve"}});
+    h.post("/machines/job/migrate", &typo)
+        .assert_error(400, "BAD_REQUEST");
+    let body_machine = json!({"machine": "job", "from_version": 1, "to_version": 2});
+    h.post("/machines/job/migrate", &body_machine)
+        .assert_error(400, "BAD_REQUEST");
+
+    // For real, 4 examined per call: every instance counted once.
+    let replies = drive(&mut h, "/machines/job/migrate", &plan, 4);
+    assert!(replies.len() >= 3, "{replies:?}");
+    let sum = |key: &str, sub: Option<&str>| -> u64 {
+        (replies.iter())
+            .map(|r| match sub {
+                None => r[key].as_u64().unwrap(),
+                Some(k) => r[key][k].as_u64().unwrap_or(0),
+            })
+            .sum()
+    };
+    assert_eq!(sum("migrated", None), 10, "{replies:?}");
+    assert_eq!(sum("skipped", Some("no_state")), 2, "{replies:?}");
+    assert_eq!(sum("examined", None), 12, "{replies:?}");
+    assert_eq!(replies.last().unwrap()["remaining"], 0);
+    let got = |h: &mut Http, id: &str| {
+        let i = h.get(&format!("/instances/{id}")).json();
+        (
+            i["version"].as_u64().unwrap(),
+            i["state"].as_str().unwrap().to_string(),
+        )
+    };
+    assert_eq!(got(&mut h, "o3"), (2, "active".into()));
+    assert_eq!(got(&mut h, "n5"), (2, "new".into()));
+    assert_eq!(got(&mut h, "p1"), (1, "paused".into()));
+
+    // DELETE_INSTANCES: a dry run, then by cursor, two examined per call (one per shard).
+    let only_new = json!({"state": "new"});
+    let mut dry = only_new.clone();
+    dry["dry_run"] = json!(true);
+    let r = h.post("/machines/job/delete-instances", &dry);
+    assert_eq!(r.json()["would_delete"], json!({"new": 6}), "{}", r.text());
+    let replies = drive(&mut h, "/machines/job/delete-instances", &only_new, 2);
+    let deleted: u64 = replies.iter().map(|r| r["deleted"].as_u64().unwrap()).sum();
+    assert_eq!(deleted, 6, "{replies:?}");
+    assert!(replies.len() >= 3, "{replies:?}");
+    assert_eq!(replies.last().unwrap()["remaining"], 0);
+    h.get("/instances/n0")
+        .assert_error(404, "INSTANCE_NOT_FOUND");
+    assert_eq!(got(&mut h, "o0"), (2, "active".into()));
+    assert_eq!(got(&mut h, "p0"), (1, "paused".into()));
 }

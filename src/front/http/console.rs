@@ -1,7 +1,8 @@
 //! The web console's files, compiled into the binary (`src/front/http/console/`), and the headers
-//! they are served with (docs/http.md, "Console"). The page is plain HTML, CSS and one script:
-//! it loads nothing from any other origin and runs under a CSP that allows only this server's
-//! own files (no inline script or style).
+//! they are served with (docs/http.md, "Console"). The page is plain HTML, CSS and two scripts
+//! (`app.js`, and the migration view in `migrate.js`, loaded first): it loads nothing from any
+//! other origin and runs under a CSP that allows only this server's own files (no inline script
+//! or style).
 
 /// One console file.
 #[derive(Debug, PartialEq, Eq)]
@@ -22,6 +23,11 @@ pub const ASSETS: &[Asset] = &[
         name: "app.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_str!("console/app.js"),
+    },
+    Asset {
+        name: "migrate.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("console/migrate.js"),
     },
     Asset {
         name: "app.css",

@@ -39,6 +39,7 @@
   }
 
   const canWrite = () => app.scopes.includes("write");
+  const canAdmin = () => app.scopes.includes("admin");
 
   class ApiError extends Error {
     constructor(status, problem) {
@@ -190,7 +191,7 @@
     const { parts, query } = parseHash();
     const view = parts[0] || "machines";
     for (const a of document.querySelectorAll("nav a")) {
-      a.classList.toggle("active", a.dataset.view === view || (view === "machine" && a.dataset.view === "machines")
+      a.classList.toggle("active", a.dataset.view === view || ((view === "machine" || view === "migrate") && a.dataset.view === "machines")
         || (view === "instance" && a.dataset.view === "instances"));
     }
     const main = $("#main");
@@ -200,6 +201,7 @@
       else if (view === "machine") await machineView(main, parts[1], parts[2]);
       else if (view === "instances") await instancesView(main, query);
       else if (view === "instance") await instanceView(main, parts.slice(1).join("/"));
+      else if (view === "migrate") await window.smdbMigrateView(main, parts[1], query, migrateUi);
       else if (view === "feed") feedView(main, query);
       else if (view === "server") await serverView(main);
       else main.replaceChildren(h("p", {}, "No such view."));
@@ -209,6 +211,9 @@
       }
     }
   }
+
+  // What the migration view (migrate.js, its own file) uses of this one.
+  const migrateUi = { h, api, banner, enc, isAdmin: canAdmin, onLeave: (ctrl) => app.streams.push(ctrl) };
 
   // ---- diagrams ---------------------------------------------------------------------------
   // The server's SVG, parsed as XML (never as HTML) and adopted into the page.
@@ -246,7 +251,8 @@
     const rows = json.machines.map((m) => h("tr", {},
       h("td", {}, h("a", { href: `#/machine/${enc(m.machine)}/${m.versions[m.versions.length - 1]}` }, m.machine)),
       h("td", {}, m.versions.map((v) => [h("a", { href: `#/machine/${enc(m.machine)}/${v}` }, "v" + v), " "])),
-      h("td", {}, h("a", { href: `#/instances?machine=${enc(m.machine)}` }, "instances"))));
+      h("td", {}, h("a", { href: `#/instances?machine=${enc(m.machine)}` }, "instances"),
+        canAdmin() && m.versions.length > 1 ? [" · ", h("a", { class: "migrate-link", href: `#/migrate/${enc(m.machine)}` }, "migrate")] : null)));
     main.replaceChildren(
       h("h1", { id: "view-title" }, "Machines"),
       h("div", { class: "card scroll" }, rows.length
@@ -275,7 +281,8 @@
     }
     main.replaceChildren(
       h("h1", { id: "view-title" }, `${def.machine} v${def.version}`),
-      h("p", { class: "muted" }, "Live instance counts (all versions) on each state; click a state for its instances."),
+      h("p", { class: "muted" }, "Live instance counts (all versions) on each state; click a state for its instances.",
+        canAdmin() ? [" ", h("a", { id: "migrate-link", href: `#/migrate/${enc(machine)}?from=${def.version}` }, "Migrate instances to another version…")] : null),
       h("div", { class: "diagram", id: "diagram" }, svg),
       h("div", { class: "grid" },
         h("div", { class: "card" }, h("h2", {}, "Instances per state"), h("table", {}, statsTable)),
