@@ -718,3 +718,105 @@ fn a_lagged_subscription_surfaces_its_cursor_and_resumes_exactly() {
     assert!(lagged >= 1, "the subscriber lagged");
     assert_eq!(got, (0..N).collect::<Vec<_>>(), "no gap, no duplicate");
 }
+
+/// `order` v1 and v2 (v2 renames `paid` to `settled`), 6 instances new and 6 paid at v1.
+fn orders_to_migrate(c: &mut Client) {
+    let v2 = json!({"states": ["new", "settled", "shipped", "cancelled"], "initial": "new",
+        "transitions": [{"from": "new", "event": "pay", "to": "settled"},
+                        {"from": "settled", "event": "ship", "to": "shipped"}]});
+    c.put_machine("order", 1, &order_definition()).unwrap();
+    c.put_machine("order", 2, &v2).unwrap();
+    c.put_machine("order", 3, &v2).unwrap();
+    for i in 0..12 {
+        let id = format!("m{i:02}");
+        c.create_instance("order", 1, &id, &json!({"total": 1}))
+            .unwrap();
+        if i % 2 == 1 {
+            c.apply_event(&id, "pay", Some(&json!({"amount": 1})))
+                .unwrap();
+        }
+    }
+}
+
+#[test]
+fn migrate_and_delete_instances_through_both_clients() {
+    use smdb_client::{DeleteReply, DeleteRequest, MigrateReply, MigrateRequest};
+    let (s, _d) = Server::start("[shards]\ncount = 2");
+    let mut c = connect(&s);
+    orders_to_migrate(&mut c);
+
+    // Blocking: a dry run, then call after call by cursor, 3 examined per call.
+    let plan = MigrateRequest::new("order", 1, 2).map_state("paid", "settled");
+    let dry = c
+        .migrate_instances(&MigrateRequest {
+            dry_run: true,
+            ..plan.clone()
+        })
+        .unwrap();
+    assert_eq!(
+        dry.would_migrate,
+        [("new".into(), 6), ("paid".into(), 6)].into()
+    );
+    assert_eq!((dry.examined, dry.cursor), (12, None));
+    let replies: Vec<MigrateReply> = c
+        .migrate_pages(MigrateRequest {
+            limit: Some(3),
+            ..plan
+        })
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(replies.len() >= 3, "{replies:?}");
+    let mut total = MigrateReply::default();
+    replies.into_iter().for_each(|r| total.add(r));
+    assert_eq!(
+        (total.migrated, total.examined, total.remaining),
+        (12, 12, 0)
+    );
+    let m01 = c.get_instance("m01").unwrap();
+    assert_eq!((m01.version, m01.state.as_str()), (2, "settled"));
+
+    // Async: the same ops, driven to the end with a look at each call.
+    let addr = s.addr.to_string();
+    rt().block_on(async {
+        let a = asyncio::Client::connect(&addr, opts()).await.unwrap();
+        let mut calls = 0;
+        let settled = DeleteRequest {
+            state: Some("settled".into()),
+            limit: Some(4),
+            ..DeleteRequest::new("order")
+        };
+        let deleted = a.delete_to_end(settled, |_| calls += 1).await.unwrap();
+        assert_eq!((deleted.deleted, deleted.cursor), (6, None));
+        assert!(calls >= 3, "{calls} calls");
+        let mut to_v3 = MigrateRequest::new("order", 2, 3);
+        to_v3.conditions.insert("id".into(), json!("m00"));
+        let one = a.migrate_instances(&to_v3).await.unwrap();
+        assert_eq!(one.migrated, 1);
+        let rest = a
+            .migrate_to_end(MigrateRequest::new("order", 2, 3), |_| {})
+            .await
+            .unwrap();
+        assert_eq!(rest.migrated, 5);
+    });
+    assert_eq!(c.get_instance("m00").unwrap().version, 3);
+    assert_eq!(
+        c.get_instance("m01").unwrap_err().code(),
+        Some("INSTANCE_NOT_FOUND")
+    );
+
+    // Blocking delete of the rest, by time.
+    let all = DeleteRequest {
+        updated_before: Some("2999-01-01T00:00:00Z".into()),
+        ..DeleteRequest::new("order")
+    };
+    let mut total = DeleteReply::default();
+    for r in c.delete_pages(all) {
+        total.add(r.unwrap());
+    }
+    assert_eq!(total.deleted, 6);
+    assert!(c
+        .list_instances(&ListFilter::default())
+        .unwrap()
+        .instances
+        .is_empty());
+}

@@ -2,6 +2,7 @@
 //!
 //! * [`frame`]: the RCP1 frame codec (shared with the server, which re-exports it);
 //! * [`message`], [`ops`]: envelopes, one typed request and result per operation;
+//!   [`queries`] (FIND, SCAN) and [`lifecycle`] (MIGRATE_INSTANCES, DELETE_INSTANCES) too;
 //! * [`Client`] (blocking, `std::net`), with pipelining, subscriptions as an iterator that
 //!   resumes after a reconnect, and retries of safe calls ([`RetryPolicy`]);
 //! * `asyncio::Client` on tokio, behind the default-off `tokio` feature;
@@ -14,6 +15,7 @@
 pub mod blocking;
 pub mod error;
 pub use smdb_protocol::frame;
+pub mod lifecycle;
 pub mod message;
 pub mod ops;
 pub mod queries;
@@ -26,6 +28,7 @@ pub mod asyncio;
 
 pub use blocking::{Client, ConnectOptions, Subscription, Transport};
 pub use error::{ClientError, Code, Error, ErrorCode, Result};
+pub use lifecycle::{DeleteReply, DeleteRequest, MigrateReply, MigrateRequest};
 pub use message::{into_result, Incoming};
 pub use ops::*;
 pub use queries::{FindQuery, FoundPage};

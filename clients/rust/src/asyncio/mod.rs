@@ -13,6 +13,7 @@
 mod call;
 mod conn;
 mod fast;
+mod lifecycle;
 mod reader;
 mod scan;
 mod subscription;

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::{Client, Subscription};
 use crate::error::Result;
+use crate::lifecycle::{self, DeleteReply, DeleteRequest, MigrateReply, MigrateRequest};
 use crate::ops::{self, *};
 use crate::queries::{FindQuery, FoundPage};
 
@@ -111,6 +112,50 @@ impl Client {
             }
             Some(page)
         })
+    }
+
+    /// MIGRATE_INSTANCES: one call (at most `r.limit` instances examined).
+    pub fn migrate_instances(&mut self, r: &MigrateRequest) -> Result<MigrateReply> {
+        self.run(lifecycle::migrate_instances(r))
+    }
+
+    /// MIGRATE_INSTANCES call after call from `r.cursor` until the machine is walked: an
+    /// iterator of replies that stops after the last or the first error (the last good reply's
+    /// `cursor` resumes). Sum them with `MigrateReply::add`.
+    pub fn migrate_pages(
+        &mut self,
+        r: MigrateRequest,
+    ) -> impl Iterator<Item = Result<MigrateReply>> + '_ {
+        lifecycle::pages(
+            r,
+            move |r| self.migrate_instances(r),
+            |reply| reply.cursor.clone(),
+            |r, cursor| MigrateRequest {
+                cursor: Some(cursor),
+                ..r
+            },
+        )
+    }
+
+    /// DELETE_INSTANCES: one call (at most `r.limit` instances examined).
+    pub fn delete_instances(&mut self, r: &DeleteRequest) -> Result<DeleteReply> {
+        self.run(lifecycle::delete_instances(r))
+    }
+
+    /// DELETE_INSTANCES call after call to the end (see `migrate_pages`).
+    pub fn delete_pages(
+        &mut self,
+        r: DeleteRequest,
+    ) -> impl Iterator<Item = Result<DeleteReply>> + '_ {
+        lifecycle::pages(
+            r,
+            move |r| self.delete_instances(r),
+            |reply| reply.cursor.clone(),
+            |r, cursor| DeleteRequest {
+                cursor: Some(cursor),
+                ..r
+            },
+        )
     }
 
     /// DELETE_INSTANCE.
