@@ -295,6 +295,8 @@ fn help_is_complete_for_every_subcommand() {
         "man",
         "backup",
         "timers",
+        "migrate",
+        "delete-instances",
     ];
     for sub in subs {
         assert!(
@@ -720,4 +722,226 @@ fn backup_verify_checks_a_real_data_dir_and_names_a_flipped_byte() {
         "{}",
         bad.stderr
     );
+}
+
+/// `job` v1 (new → open → paused) and v2 (`open` renamed `active`, no `paused`), with `n`
+/// instances in each v1 state: `n00`.., `o00`.., `p00`...
+fn jobs_v1_v2(s: &Server, n: usize) {
+    let mut c = s.client();
+    let v1 = json!({"states": ["new", "open", "paused"], "initial": "new", "transitions": [
+        {"from": "new", "event": "go", "to": "open"},
+        {"from": "open", "event": "pause", "to": "paused"}]});
+    let v2 = json!({"states": ["new", "active"], "initial": "new", "transitions": [
+        {"from": "new", "event": "go", "to": "active"}]});
+    for (v, def) in [(1, v1), (2, v2)] {
+        c.call(
+            "PUT_MACHINE",
+            json!({"machine": "job", "version": v, "definition": def}),
+        )
+        .unwrap();
+    }
+    for i in 0..n {
+        for (prefix, events) in [("n", &[][..]), ("o", &["go"][..]), ("p", &["go", "pause"])] {
+            let id = format!("{prefix}{i:02}");
+            c.call(
+                "CREATE_INSTANCE",
+                json!({"machine": "job", "version": 1, "id": id}),
+            )
+            .unwrap();
+            for ev in events {
+                c.call("APPLY_EVENT", json!({"instance_id": id, "event": ev}))
+                    .unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn migrate_and_delete_instances_run_to_the_end_and_resume_by_cursor() {
+    let (s, _d) = Server::start("[shards]\ncount = 2");
+    jobs_v1_v2(&s, 10);
+    let mut c = s.client();
+    let at = |c: &mut common::Client, id: &str| {
+        let i = c.call("GET_INSTANCE", json!({ "id": id })).unwrap();
+        (
+            i["version"].as_u64().unwrap(),
+            i["state"].as_str().unwrap().to_owned(),
+        )
+    };
+    let migrate = [
+        "--json",
+        "migrate",
+        "job",
+        "1",
+        "2",
+        "--states",
+        "open=active",
+    ];
+
+    let dry = cli(&s, &[&migrate[..], &["--dry-run"]].concat());
+    assert_eq!(
+        dry.ok().json(),
+        json!({"would_migrate": {"new": 10, "open": 10}, "skipped": {"no_state": 10},
+               "examined": 30})
+    );
+    assert_eq!(at(&mut c, "o03"), (1, "open".into()));
+
+    // 7 examined per call: one progress line per call on a stderr that is no terminal.
+    let run = cli(&s, &[&migrate[..], &["--limit", "7"]].concat());
+    assert_eq!(
+        run.ok().json(),
+        json!({"migrated": 20, "skipped": {"no_state": 10}, "examined": 30, "remaining": 0,
+               "cursor": null})
+    );
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert!(lines.len() >= 30 / 7, "{}", run.stderr);
+    assert!(
+        lines.iter().all(|l| l.starts_with("migrated ")),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        lines.last().unwrap().ends_with("remaining ~0"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(at(&mut c, "o03"), (2, "active".into()));
+    assert_eq!(at(&mut c, "n03"), (2, "new".into()));
+    assert_eq!(at(&mut c, "p03"), (1, "paused".into()));
+
+    // One instance by id, its state mapped.
+    let one = cli(
+        &s,
+        &[
+            "--json",
+            "migrate",
+            "job",
+            "1",
+            "2",
+            "--states",
+            "paused=active",
+            "-w",
+            "id=p05",
+        ],
+    );
+    assert_eq!(one.ok().json()["migrated"], 1);
+    assert_eq!(at(&mut c, "p05"), (2, "active".into()));
+
+    // Delete: a first call by hand, the rest from its cursor.
+    let first = c
+        .call(
+            "DELETE_INSTANCES",
+            json!({"machine": "job", "state": "paused", "limit": 2}),
+        )
+        .unwrap();
+    let cursor = first["cursor"].as_str().expect("more to do").to_owned();
+    let dry = cli(
+        &s,
+        &[
+            "--json",
+            "delete-instances",
+            "job",
+            "-s",
+            "paused",
+            "--dry-run",
+        ],
+    );
+    let left = 9 - first["deleted"].as_u64().unwrap();
+    assert_eq!(dry.ok().json()["would_delete"], json!({"paused": left}));
+    let rest = cli(
+        &s,
+        &[
+            "--json",
+            "delete-instances",
+            "job",
+            "-s",
+            "paused",
+            "--cursor",
+            &cursor,
+        ],
+    );
+    assert_eq!(rest.ok().json()["deleted"], left);
+    assert_eq!(rest.json()["cursor"], Value::Null);
+    let gone =
+        |c: &mut common::Client, id: &str| c.call("GET_INSTANCE", json!({ "id": id })).is_err();
+    assert!((0..10)
+        .filter(|i| *i != 5)
+        .all(|i| gone(&mut c, &format!("p{i:02}"))));
+    assert!(!gone(&mut c, "p05") && !gone(&mut c, "o00"));
+
+    // Nothing was updated before the epoch; a bad time is a usage error of the server's.
+    let none = cli(
+        &s,
+        &[
+            "--json",
+            "delete-instances",
+            "job",
+            "--updated-before",
+            "1970-01-02T00:00:00Z",
+        ],
+    );
+    assert_eq!(none.ok().json()["deleted"], 0);
+    cli(&s, &["delete-instances", "job", "--updated-before", "soon"]).fails_with(1, "BAD_REQUEST");
+    cli(&s, &["migrate", "job", "1", "2", "--states", "open"]).fails_with(2, "USAGE");
+}
+
+#[test]
+fn migrate_stops_on_ctrl_c_between_calls_with_the_cursor_to_resume() {
+    let (s, _d) = Server::start("[shards]\ncount = 2");
+    jobs_v1_v2(&s, 100);
+    let mut w = Command::new(cli_bin())
+        .args([
+            "--addr",
+            &s.addr.to_string(),
+            "--json",
+            "migrate",
+            "job",
+            "1",
+            "2",
+        ])
+        .args(["--states", "open=active", "--limit", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = line_reader(w.stdout.take().unwrap());
+    let err = line_reader(w.stderr.take().unwrap());
+    let progress = err
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a progress line");
+    assert!(progress.starts_with("migrated "), "{progress}");
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(w.id() as i32, libc::SIGINT) };
+    let status = wait_timeout(&mut w, Duration::from_secs(30)).expect("migrate exits");
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "{:?}",
+        err.try_iter().collect::<Vec<_>>()
+    );
+    let stopped: Value = serde_json::from_str(&rx.recv().unwrap()).unwrap();
+    let cursor = stopped["cursor"].as_str().expect("a cursor to resume from");
+    let said: Vec<String> = err.try_iter().collect();
+    assert!(
+        said.iter()
+            .any(|l| l.contains("INTERRUPTED") && l.contains(cursor)),
+        "{said:?}"
+    );
+    let rest = cli(
+        &s,
+        &[
+            "--json",
+            "migrate",
+            "job",
+            "1",
+            "2",
+            "--states",
+            "open=active",
+            "--cursor",
+            cursor,
+        ],
+    );
+    let total =
+        stopped["migrated"].as_u64().unwrap() + rest.ok().json()["migrated"].as_u64().unwrap();
+    assert_eq!(total, 200);
 }

@@ -194,6 +194,15 @@ pub enum Command {
     /// (SCAN_INSTANCES); the same arguments as find, --where optional.
     Scan(QueryArgs),
 
+    /// Move a machine's instances from one version to another (MIGRATE_INSTANCES, scope
+    /// admin), call after call to the end: progress on stderr, the totals as JSON on stdout.
+    /// Ctrl-C stops between calls and prints the --cursor that resumes.
+    Migrate(crate::lifecycle::MigrateArgs),
+
+    /// Delete a machine's instances that match (DELETE_INSTANCES, scope admin), call after
+    /// call to the end, as migrate does.
+    DeleteInstances(crate::lifecycle::DeleteArgs),
+
     /// Delete an instance (DELETE_INSTANCE).
     Delete {
         /// Instance id.

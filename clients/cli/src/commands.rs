@@ -10,7 +10,7 @@ use smdb_client::{ApplyOptions, CreateOptions, ListFilter};
 use super::args::{Cli, Command, ReplicationCommand, TimersCommand};
 use super::error::CliError;
 use super::session::Session;
-use super::{backup, ha, query, render, watch};
+use super::{backup, ha, lifecycle, query, render, watch};
 
 /// Where results go and how they look.
 pub struct Output<'a> {
@@ -115,6 +115,8 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
         Command::List { .. } => list(cmd, s, out),
         Command::Find(args) => query::run("FIND_INSTANCES", args, s, out),
         Command::Scan(args) => query::run("SCAN_INSTANCES", args, s, out),
+        Command::Migrate(args) => lifecycle::migrate(args, s, out),
+        Command::DeleteInstances(args) => lifecycle::delete(args, s, out),
         Command::Apply { .. } => apply(cmd, s, out),
         Command::Watch(args) => watch::run(args, s, out),
         Command::Batch { ops, best_effort } => batch(ops, *best_effort, s, out),

@@ -1,4 +1,5 @@
-//! Ctrl-C for commands that run until interrupted (`watch`): the first SIGINT sets a flag the
+//! Ctrl-C for commands that run until interrupted (`watch`) or call after call (`migrate`,
+//! `delete-instances`, which stop between calls): the first SIGINT sets a flag the
 //! command polls, so it can UNWATCH and exit cleanly; a second SIGINT while the flag is still
 //! set ends the process at once with status 130, so a stuck command can always be killed.
 

@@ -8,6 +8,7 @@
 //! * `backup`: the backup manifest and `backup --verify` (offline).
 //! * `ha`: `ha status|history|pause|resume` and `switchover` (automatic failover).
 //! * `backup_take`: `backup --out DIR`, the online backup through `BACKUP`.
+//! * `query`: `find` and `scan`; `lifecycle`: `migrate` and `delete-instances`.
 //! * `repl`, `watch`, `interrupt`, `error`.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
@@ -18,6 +19,7 @@ mod commands;
 mod error;
 mod ha;
 mod interrupt;
+mod lifecycle;
 mod query;
 mod render;
 mod repl;

@@ -59,6 +59,14 @@ pub const OPS: &[(&str, &str)] = &[
         "SCAN_INSTANCES",
         r#"{"machine":M,"where":{"ctx.P":V}?,"state":S?,"limit":N?,"cursor":C?,"include_context":B?}"#,
     ),
+    (
+        "MIGRATE_INSTANCES",
+        r#"{"machine":M,"from_version":V,"to_version":V,"states":{"old":"new"}?,"state":S?,"where":{..}?,"dry_run":B?,"limit":N?,"cursor":C?}"#,
+    ),
+    (
+        "DELETE_INSTANCES",
+        r#"{"machine":M,"state":S?,"where":{..}?,"updated_before":T?,"dry_run":B?,"limit":N?,"cursor":C?}"#,
+    ),
     ("DELETE_INSTANCE", r#"{"id":I}"#),
     (
         "APPLY_EVENT",
