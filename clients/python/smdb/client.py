@@ -12,6 +12,7 @@ from typing import Any, AsyncIterator, Dict, Iterable, List, Optional, Sequence,
 
 # The connection (and its limits, still importable from here as before).
 from ._conn import JSON, SUBSCRIPTION_QUEUE_MAX, TIMEOUT_GRAIN, WRITE_HIGH_WATER, _Conn  # noqa: F401
+from ._lifecycle import LifecycleCalls, add_reply  # noqa: F401  (add_reply: importable from here)
 from .errors import ConnectionLost, ServerError, SmdbError, SubscriptionLagged, may_resend
 
 PROTOCOL_VERSION = 1
@@ -82,9 +83,10 @@ class ConnectOptions:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
-class Client:
+class Client(LifecycleCalls):
     """The asyncio client. Make one with ``await Client.connect(host, port, ...)``, or with
-    every member of a failover cluster: ``await Client.connect("a:7401,b:7401,c:7401")``."""
+    every member of a failover cluster: ``await Client.connect("a:7401,b:7401,c:7401")``.
+    MIGRATE_INSTANCES and DELETE_INSTANCES calls come from ``LifecycleCalls`` (``_lifecycle``)."""
 
     def __init__(self, host: str, port: int, options: ConnectOptions) -> None:
         #: The addresses this client may use; the one in use is ``(host, port)``. With more

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Coroutine, Iterator, List, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Coroutine, Iterator, List, Optional, Sequence, TypeVar, Union
 
 from .client import JSON, Client as AsyncClient, ConnectOptions, Request, Subscription as AsyncSubscription
+from ._lifecycle import add_reply
 from .errors import ServerError
 
 T = TypeVar("T")
@@ -113,6 +114,45 @@ class Client:
     def scan_instances(self, machine: str, where: Optional[JSON] = None, **kw: Any) -> JSON:
         return self._loop.run(self._client.scan_instances(machine, where, **kw))
 
+    def migrate_instances(self, machine: str, from_version: int, to_version: int, **kw: Any) -> JSON:
+        """One MIGRATE_INSTANCES call (``states``, ``state``, ``where``, ``dry_run``, ``limit``,
+        ``cursor`` as the asyncio client's)."""
+        return self._loop.run(self._client.migrate_instances(machine, from_version, to_version, **kw))
+
+    def migrate_pages(self, machine: str, from_version: int, to_version: int, **kw: Any) -> Iterator[JSON]:
+        """Every MIGRATE_INSTANCES call from ``cursor`` (or the start) to the end, made as the
+        iteration asks for it."""
+        while True:
+            reply = self.migrate_instances(machine, from_version, to_version, **kw)
+            yield reply
+            if reply.get("cursor") is None:
+                return
+            kw["cursor"] = reply["cursor"]
+
+    def migrate_to_end(self, machine: str, from_version: int, to_version: int, *,
+                       on_call: Optional[Callable[[JSON], Any]] = None, **kw: Any) -> JSON:
+        """MIGRATE_INSTANCES to the end: the replies summed; ``on_call`` sees each one."""
+        return _summed(self.migrate_pages(machine, from_version, to_version, **kw), on_call)
+
+    def delete_instances(self, machine: str, **kw: Any) -> JSON:
+        """One DELETE_INSTANCES call (``state``, ``where``, ``updated_before``, ``dry_run``,
+        ``limit``, ``cursor``)."""
+        return self._loop.run(self._client.delete_instances(machine, **kw))
+
+    def delete_pages(self, machine: str, **kw: Any) -> Iterator[JSON]:
+        """Every DELETE_INSTANCES call to the end (see ``migrate_pages``)."""
+        while True:
+            reply = self.delete_instances(machine, **kw)
+            yield reply
+            if reply.get("cursor") is None:
+                return
+            kw["cursor"] = reply["cursor"]
+
+    def delete_to_end(self, machine: str, *, on_call: Optional[Callable[[JSON], Any]] = None,
+                      **kw: Any) -> JSON:
+        """DELETE_INSTANCES to the end, summed (see ``migrate_to_end``)."""
+        return _summed(self.delete_pages(machine, **kw), on_call)
+
     def delete_instance(self, id: str) -> JSON:
         return self._loop.run(self._client.delete_instance(id))
 
@@ -166,3 +206,12 @@ class Subscription:
 
     def close(self) -> None:
         self._loop.run(self._sub.close())
+
+
+def _summed(replies: Iterator[JSON], on_call: Optional[Callable[[JSON], Any]]) -> JSON:
+    total: JSON = {}
+    for reply in replies:
+        if on_call is not None:
+            on_call(reply)
+        add_reply(total, reply)
+    return total
