@@ -7,7 +7,8 @@
 //!
 //! Bound: a call examines at most its `budget` (the front splits the request's `limit`, at most
 //! `BULK_LIMIT_MAX`, between the shards); a slice holds the shard for `BULK_SLICE` decisions
-//! and appends (~0.5 ms).
+//! and appends (~0.5 ms), and the next slice begins once this one is durable, so the walk's
+//! entries never swell one fsync by more than a slice.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -121,6 +122,12 @@ impl Shard {
             if !more || spent {
                 done.through = after;
                 break;
+            }
+            if !part.dry_run {
+                // Paced by the log: the next slice waits until this one is durable, so one
+                // fsync carries at most a slice of the walk's entries beside the clients'
+                // writes, whose waits it would otherwise lengthen (benches/RESULTS.md).
+                self.log.wait_durable(self.log.head()).await?;
             }
             futures_lite::future::yield_now().await;
         }
