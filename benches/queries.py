@@ -2,7 +2,7 @@
 """benches/queries.py: LIST and FIND page latency over a filled server, and what one lister
 does to a write load (docs/queries.md; issue 50's figures in benches/RESULTS.md, "Indexes").
 
-  python3 benches/queries.py [--instances 1000000] [--indexes 2] [--pairs 2]
+  python3 benches/queries.py [--instances 1000000] [--indexes 2] [--pairs 2] [--no-snapshots]
       [--server-bin target/release/smdb-server] [--bench-bin target/release/smdb-bench]
 
 Starts a server (defaults, fsync always, a temp data dir), fills it with `smdb-bench --fill`
@@ -73,6 +73,9 @@ def main():
     ap.add_argument("--instances", type=int, default=1_000_000)
     ap.add_argument("--indexes", type=int, default=2)
     ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--no-snapshots", action="store_true",
+                    help="no snapshot during the runs (a 10M-instance snapshot walk would "
+                         "share the shard with every page measured)")
     ap.add_argument("--server-bin", default="target/release/smdb-server")
     ap.add_argument("--bench-bin", default="target/release/smdb-bench")
     args = ap.parse_args()
@@ -81,6 +84,8 @@ def main():
     cfg = os.path.join(d, "smdb.toml")
     with open(cfg, "w") as f:
         f.write(f'[network]\nbind_addr = "127.0.0.1:0"\n[storage]\ndata_dir = "{d}/data"\n')
+        if args.no_snapshots:
+            f.write("snapshot_every_entries = 1000000000\n")
     log = open(os.path.join(d, "server.log"), "w")
     p, addr, _, _ = rcp1.start(cfg, log)
     try:
