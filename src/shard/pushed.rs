@@ -362,4 +362,20 @@ mod tests {
         };
         assert!(Pushed::of(&single).is_none() && !Pushed::pushes(&single));
     }
+
+    #[test]
+    fn replay_tells_event_records_in_both_formats() {
+        let del = Entry::Delete {
+            id: "x".into(),
+            at_ms: 1,
+            machine: None,
+            reason: None,
+        };
+        assert!(Entry::record_is_event(&apply(Some("m")).to_bytes()));
+        assert!(Entry::record_is_event(
+            &serde_json::to_vec(&apply(Some("m"))).unwrap()
+        ));
+        assert!(!Entry::record_is_event(&del.to_bytes()));
+        assert!(!Entry::record_is_event(&serde_json::to_vec(&del).unwrap()));
+    }
 }

@@ -369,39 +369,3 @@ pub(super) fn read_events_later(
 fn reply(token: u32, result: Result<ReplyBody, Rejection>) -> ShardMessage {
     ShardMessage::Reply(ShardResponse { token, result })
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn apply(machine: Option<&str>) -> Entry {
-        Entry::Apply {
-            instance_id: "o1".into(),
-            event: "pay".into(),
-            from: "new".into(),
-            to: "paid".into(),
-            payload: serde_json::from_value(json!({"amount": 3})).ok(),
-            idempotency_key: None,
-            at_ms: 1,
-            machine: machine.map(str::to_string),
-            version: machine.map(|_| 2),
-            timer: false,
-        }
-    }
-
-    #[test]
-    fn replay_tells_event_records_in_both_formats() {
-        let del = Entry::Delete {
-            id: "x".into(),
-            at_ms: 1,
-            machine: None,
-            reason: None,
-        };
-        assert!(Entry::record_is_event(&apply(Some("m")).to_bytes()));
-        assert!(Entry::record_is_event(
-            &serde_json::to_vec(&apply(Some("m"))).unwrap()
-        ));
-        assert!(!Entry::record_is_event(&del.to_bytes()));
-        assert!(!Entry::record_is_event(&serde_json::to_vec(&del).unwrap()));
-    }
-}

@@ -71,18 +71,8 @@ impl Engine {
             }
             return slice;
         }
-        let Some(machine) = self.names.get_id(&sel.machine) else {
+        let Some(filter) = self.machine_groups(&sel.machine, sel.state.as_deref()) else {
             return slice;
-        };
-        let state = match sel.state.as_deref().map(|s| self.names.get_id(s)) {
-            Some(None) => return slice,
-            Some(Some(id)) => Some(id),
-            None => None,
-        };
-        let filter = GroupFilter {
-            machine: Some(machine),
-            state,
-            armed: None,
         };
         let (ids, more) = self.indexes.placement.page(filter, after, budget);
         slice.ids = ids.into_iter().map(str::to_owned).collect();
@@ -90,6 +80,21 @@ impl Engine {
             slice.through = slice.ids.last().cloned();
         }
         slice
+    }
+
+    /// The placement groups of `machine`'s instances (in `state`, when given), any timer; None
+    /// when no instance can be in them (a name never interned is held by none).
+    pub(super) fn machine_groups(&self, machine: &str, state: Option<&str>) -> Option<GroupFilter> {
+        let machine = self.names.get_id(machine)?;
+        let state = match state {
+            Some(s) => Some(self.names.get_id(s)?),
+            None => None,
+        };
+        Some(GroupFilter {
+            machine: Some(machine),
+            state,
+            armed: None,
+        })
     }
 
     /// How many instances of `machine` this shard holds (every version): what a bulk walk

@@ -6,7 +6,6 @@
 use serde_json::Value;
 
 use super::find::Matcher;
-use super::indexes::GroupFilter;
 use super::Engine;
 use crate::Rejection;
 
@@ -38,18 +37,8 @@ impl Engine {
     ) -> Result<ScanSlice, Rejection> {
         let matcher = Matcher::new(&q.conditions)?;
         let mut slice = ScanSlice::default();
-        let (Some(machine), state) = (self.names.get_id(&q.machine), q.state.as_deref()) else {
+        let Some(filter) = self.machine_groups(&q.machine, q.state.as_deref()) else {
             return Ok(slice);
-        };
-        let state = match state.map(|s| self.names.get_id(s)) {
-            Some(None) => return Ok(slice),
-            Some(Some(id)) => Some(id),
-            None => None,
-        };
-        let filter = GroupFilter {
-            machine: Some(machine),
-            state,
-            armed: None,
         };
         let (ids, more) = self.indexes.placement.page(filter, after, budget);
         let listed = ids.len();
