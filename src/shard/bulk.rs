@@ -104,6 +104,7 @@ impl Shard {
         loop {
             // A backup's barrier holds the walk between slices as it holds requests.
             self.pause.wait().await;
+            self.still_writable(part)?;
             let left = match part.dry_run {
                 true => slice,
                 false => slice.min(part.budget.saturating_sub(done.examined as usize)),
@@ -133,6 +134,18 @@ impl Shard {
         }
         done.machine_instances = self.engine.borrow().machine_instances(&selection.machine);
         Ok(done)
+    }
+
+    /// A walk that writes stops, between two slices, once this member may no longer append a
+    /// client's write: demoted to follower (a replica's log takes only its primary's entries),
+    /// or fenced by its lease (docs/ha.md). It answers as the write gate would; the cursor the
+    /// client holds goes on against the new primary.
+    fn still_writable(&self, part: &BulkPart) -> Result<(), Rejection> {
+        let member = &*self.member;
+        if part.dry_run || !(member.is_replica() || member.fenced()) {
+            return Ok(());
+        }
+        Err(crate::member::gate::read_only(member, part.op.op()))
     }
 
     /// Decides what happens to instance `id`, and logs it unless this is a dry run.
