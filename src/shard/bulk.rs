@@ -81,11 +81,9 @@ impl Shard {
 
     /// One call's walk (module doc).
     async fn bulk(&self, part: &BulkPart) -> Outcome {
-        match self.bulk_walk(part).await {
-            Ok(done) => (Ok(ReplyBody::Bulk(done)), Needs::durable(self.log.head())),
-            // Entries logged before a failure are released with the refusal's wait.
-            Err(rejection) => (Err(rejection), Needs::durable(self.log.head())),
-        }
+        let done = self.bulk_walk(part).await;
+        // A refusal too waits for what the walk logged before it.
+        (done.map(ReplyBody::Bulk), Needs::durable(self.log.head()))
     }
 
     async fn bulk_walk(&self, part: &BulkPart) -> Result<BulkDone, Rejection> {

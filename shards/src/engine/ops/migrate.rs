@@ -136,7 +136,6 @@ impl Engine {
             return None;
         }
         self.before_change(&id);
-        self.note_time(at_ms);
         let record = self.instances.get_mut(&id)?;
         let group = Group::of(record, &mut self.names);
         (self.indexes).deleted(&self.catalog, group, record);
