@@ -66,6 +66,15 @@ fn cli(s: &Server, args: &[&str]) -> Out {
     cli_in(&s.addr.to_string(), args, "")
 }
 
+/// `smdb-cli --addr <addr> <args>` running, its stdout and stderr piped to the test.
+fn spawn_cli(addr: &str, args: &[&str]) -> Child {
+    (Command::new(cli_bin()).arg("--addr").arg(addr).args(args))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("smdb-cli starts")
+}
+
 /// An address where nothing listens.
 fn dead_addr() -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -324,20 +333,10 @@ fn watch_streams_events_from_the_real_server() {
     cli_in(&dead_addr(), &["watch"], "").fails_with(3, "CONNECT_FAILED");
     let mut c = s.order_client();
     create_order(&mut c, "w1", 1);
-    let mut watch = Command::new(cli_bin())
-        .args([
-            "--addr",
-            &s.addr.to_string(),
-            "--json",
-            "watch",
-            "w1",
-            "--count",
-            "1",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut watch = spawn_cli(
+        &s.addr.to_string(),
+        &["--json", "watch", "w1", "--count", "1"],
+    );
     // Give the subscription a moment, then produce an event.
     std::thread::sleep(Duration::from_millis(500));
     c.call("APPLY_EVENT", json!({"instance_id":"w1","event":"cancel"}))
@@ -587,12 +586,7 @@ fn watch_ends_with_the_resume_cursor_when_lagged() {
 #[test]
 fn watch_stops_cleanly_on_ctrl_c() {
     let (addr, ops) = fake_watch_server(vec![event(7, 1)]);
-    let mut w = Command::new(cli_bin())
-        .args(["--addr", &addr, "--json", "watch"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut w = spawn_cli(&addr, &["--json", "watch"]);
     let rx = line_reader(w.stdout.take().unwrap());
     let err = line_reader(w.stderr.take().unwrap());
     let first: Value = serde_json::from_str(&next_line(&rx, &err)).unwrap();
@@ -724,36 +718,21 @@ fn backup_verify_checks_a_real_data_dir_and_names_a_flipped_byte() {
     );
 }
 
-/// `job` v1 (new → open → paused) and v2 (`open` renamed `active`, no `paused`), with `n`
-/// instances in each v1 state: `n00`.., `o00`.., `p00`...
+/// `job` v1 and v2 (`common::lifecycle`), and `n` instances of v1 in each of `new` (`n00`..),
+/// `open` (`o00`..) and `paused` (`p00`..).
 fn jobs_v1_v2(s: &Server, n: usize) {
     let mut c = s.client();
-    let v1 = json!({"states": ["new", "open", "paused"], "initial": "new", "transitions": [
-        {"from": "new", "event": "go", "to": "open"},
-        {"from": "open", "event": "pause", "to": "paused"}]});
-    let v2 = json!({"states": ["new", "active"], "initial": "new", "transitions": [
-        {"from": "new", "event": "go", "to": "active"}]});
-    for (v, def) in [(1, v1), (2, v2)] {
-        c.call(
-            "PUT_MACHINE",
-            json!({"machine": "job", "version": v, "definition": def}),
-        )
-        .unwrap();
-    }
-    for i in 0..n {
-        for (prefix, events) in [("n", &[][..]), ("o", &["go"][..]), ("p", &["go", "pause"])] {
-            let id = format!("{prefix}{i:02}");
-            c.call(
-                "CREATE_INSTANCE",
-                json!({"machine": "job", "version": 1, "id": id}),
-            )
-            .unwrap();
-            for ev in events {
-                c.call("APPLY_EVENT", json!({"instance_id": id, "event": ev}))
-                    .unwrap();
-            }
-        }
-    }
+    lifecycle::put_job(&mut c, json!([]));
+    lifecycle::place(
+        &mut c,
+        &[("n", n, &[]), ("o", n, &["go"]), ("p", n, &["go", "pause"])],
+    );
+}
+
+/// `smdb-cli --json migrate job 1 2 --states <states>` and `extra`.
+fn migrate_job(s: &Server, states: &str, extra: &[&str]) -> Out {
+    let head = ["--json", "migrate", "job", "1", "2", "--states", states];
+    cli(s, &[&head[..], extra].concat())
 }
 
 #[test]
@@ -761,24 +740,8 @@ fn migrate_and_delete_instances_run_to_the_end_and_resume_by_cursor() {
     let (s, _d) = Server::start("[shards]\ncount = 2");
     jobs_v1_v2(&s, 10);
     let mut c = s.client();
-    let at = |c: &mut common::Client, id: &str| {
-        let i = c.call("GET_INSTANCE", json!({ "id": id })).unwrap();
-        (
-            i["version"].as_u64().unwrap(),
-            i["state"].as_str().unwrap().to_owned(),
-        )
-    };
-    let migrate = [
-        "--json",
-        "migrate",
-        "job",
-        "1",
-        "2",
-        "--states",
-        "open=active",
-    ];
-
-    let dry = cli(&s, &[&migrate[..], &["--dry-run"]].concat());
+    let at = lifecycle::version_state;
+    let dry = migrate_job(&s, "open=active", &["--dry-run"]);
     assert_eq!(
         dry.ok().json(),
         json!({"would_migrate": {"new": 10, "open": 10}, "skipped": {"no_state": 10},
@@ -787,7 +750,7 @@ fn migrate_and_delete_instances_run_to_the_end_and_resume_by_cursor() {
     assert_eq!(at(&mut c, "o03"), (1, "open".into()));
 
     // 7 examined per call: one progress line per call on a stderr that is no terminal.
-    let run = cli(&s, &[&migrate[..], &["--limit", "7"]].concat());
+    let run = migrate_job(&s, "open=active", &["--limit", "7"]);
     assert_eq!(
         run.ok().json(),
         json!({"migrated": 20, "skipped": {"no_state": 10}, "examined": 30, "remaining": 0,
@@ -810,20 +773,7 @@ fn migrate_and_delete_instances_run_to_the_end_and_resume_by_cursor() {
     assert_eq!(at(&mut c, "p03"), (1, "paused".into()));
 
     // One instance by id, its state mapped.
-    let one = cli(
-        &s,
-        &[
-            "--json",
-            "migrate",
-            "job",
-            "1",
-            "2",
-            "--states",
-            "paused=active",
-            "-w",
-            "id=p05",
-        ],
-    );
+    let one = migrate_job(&s, "paused=active", &["-w", "id=p05"]);
     assert_eq!(one.ok().json()["migrated"], 1);
     assert_eq!(at(&mut c, "p05"), (2, "active".into()));
 
@@ -835,31 +785,14 @@ fn migrate_and_delete_instances_run_to_the_end_and_resume_by_cursor() {
         )
         .unwrap();
     let cursor = first["cursor"].as_str().expect("more to do").to_owned();
-    let dry = cli(
-        &s,
-        &[
-            "--json",
-            "delete-instances",
-            "job",
-            "-s",
-            "paused",
-            "--dry-run",
-        ],
-    );
+    let delete = |extra: &[&str]| {
+        let head = ["--json", "delete-instances", "job"];
+        cli(&s, &[&head[..], extra].concat())
+    };
+    let dry = delete(&["-s", "paused", "--dry-run"]);
     let left = 9 - first["deleted"].as_u64().unwrap();
     assert_eq!(dry.ok().json()["would_delete"], json!({"paused": left}));
-    let rest = cli(
-        &s,
-        &[
-            "--json",
-            "delete-instances",
-            "job",
-            "-s",
-            "paused",
-            "--cursor",
-            &cursor,
-        ],
-    );
+    let rest = delete(&["-s", "paused", "--cursor", &cursor]);
     assert_eq!(rest.ok().json()["deleted"], left);
     assert_eq!(rest.json()["cursor"], Value::Null);
     let gone =
@@ -870,16 +803,7 @@ fn migrate_and_delete_instances_run_to_the_end_and_resume_by_cursor() {
     assert!(!gone(&mut c, "p05") && !gone(&mut c, "o00"));
 
     // Nothing was updated before the epoch; a bad time is a usage error of the server's.
-    let none = cli(
-        &s,
-        &[
-            "--json",
-            "delete-instances",
-            "job",
-            "--updated-before",
-            "1970-01-02T00:00:00Z",
-        ],
-    );
+    let none = delete(&["--updated-before", "1970-01-02T00:00:00Z"]);
     assert_eq!(none.ok().json()["deleted"], 0);
     cli(&s, &["delete-instances", "job", "--updated-before", "soon"]).fails_with(1, "BAD_REQUEST");
     cli(&s, &["migrate", "job", "1", "2", "--states", "open"]).fails_with(2, "USAGE");
@@ -889,21 +813,20 @@ fn migrate_and_delete_instances_run_to_the_end_and_resume_by_cursor() {
 fn migrate_stops_on_ctrl_c_between_calls_with_the_cursor_to_resume() {
     let (s, _d) = Server::start("[shards]\ncount = 2");
     jobs_v1_v2(&s, 100);
-    let mut w = Command::new(cli_bin())
-        .args([
-            "--addr",
-            &s.addr.to_string(),
+    let mut w = spawn_cli(
+        &s.addr.to_string(),
+        &[
             "--json",
             "migrate",
             "job",
             "1",
             "2",
-        ])
-        .args(["--states", "open=active", "--limit", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+            "--states",
+            "open=active",
+            "--limit",
+            "1",
+        ],
+    );
     let rx = line_reader(w.stdout.take().unwrap());
     let err = line_reader(w.stderr.take().unwrap());
     let progress = err
@@ -927,20 +850,7 @@ fn migrate_stops_on_ctrl_c_between_calls_with_the_cursor_to_resume() {
             .any(|l| l.contains("INTERRUPTED") && l.contains(cursor)),
         "{said:?}"
     );
-    let rest = cli(
-        &s,
-        &[
-            "--json",
-            "migrate",
-            "job",
-            "1",
-            "2",
-            "--states",
-            "open=active",
-            "--cursor",
-            cursor,
-        ],
-    );
+    let rest = migrate_job(&s, "open=active", &["--cursor", cursor]);
     let total =
         stopped["migrated"].as_u64().unwrap() + rest.ok().json()["migrated"].as_u64().unwrap();
     assert_eq!(total, 200);

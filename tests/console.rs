@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::cdp::Browser;
 use common::http::Http;
 use common::tokens::{http_required, token, ALL_SCOPES};
-use common::{put_order_machine, Client, Server};
+use common::{lifecycle, put_order_machine, Client, Server};
 use serde_json::json;
 
 const ADMIN: &str = "console-admin-0c4e";
@@ -69,6 +69,17 @@ fn fill(c: &mut Client) {
     .unwrap();
 }
 
+/// A server with the console on (and Chromium found), its HTTP origin and an admin client.
+fn console_server() -> (Server, common::TestDir, String, Client) {
+    if let Err(e) = common::cdp::chromium() {
+        panic!("the console's browser test needs Chromium: {e}");
+    }
+    let (s, d) = Server::start(&config());
+    let origin = format!("http://{}", s.http_addr.expect("the HTTP listener"));
+    let c = admin_client(&s);
+    (s, d, origin, c)
+}
+
 fn sign_in(b: &mut Browser, origin: &str, token: &str) {
     b.navigate(&format!("{origin}/#/machines"));
     b.wait_for("!document.querySelector('#signin').hidden", WAIT);
@@ -84,12 +95,7 @@ fn sign_in(b: &mut Browser, origin: &str, token: &str) {
 
 #[test]
 fn the_console_in_a_real_browser() {
-    if let Err(e) = common::cdp::chromium() {
-        panic!("the console's browser test needs Chromium: {e}");
-    }
-    let (s, _d) = Server::start(&config());
-    let origin = format!("http://{}", s.http_addr.unwrap());
-    let mut c = admin_client(&s);
+    let (s, _d, origin, mut c) = console_server();
     fill(&mut c);
     let mut b = Browser::launch();
     sign_in(&mut b, &origin, ADMIN);
@@ -226,12 +232,7 @@ fn the_console_in_a_real_browser() {
 /// value, and the FIND it runs (docs/queries.md); a machine without one says how to declare it.
 #[test]
 fn the_console_searches_a_declared_index() {
-    if let Err(e) = common::cdp::chromium() {
-        panic!("the console's browser test needs Chromium: {e}");
-    }
-    let (s, _d) = Server::start(&config());
-    let origin = format!("http://{}", s.http_addr.unwrap());
-    let mut c = admin_client(&s);
+    let (_s, _d, origin, mut c) = console_server();
     put_order_machine(&mut c);
     let accounts = json!({"states": ["open"], "initial": "open", "transitions": [],
                           "indexes": ["ctx.customer", "ctx.total"]});
@@ -289,46 +290,18 @@ fn map_state(b: &mut Browser, state: &str, target: &str) {
 /// instances moved and the skipped ones stayed.
 #[test]
 fn the_console_migrates_instances_after_a_dry_run() {
-    if let Err(e) = common::cdp::chromium() {
-        panic!("the console's browser test needs Chromium: {e}");
-    }
-    let (s, _d) = Server::start(&config());
-    let origin = format!("http://{}", s.http_addr.unwrap());
-    let mut c = admin_client(&s);
-    let v1 = json!({"states": ["new", "open", "paused", "done"], "initial": "new", "final": ["done"],
-                    "transitions": [{"from": "new", "event": "go", "to": "open"},
-                                    {"from": "open", "event": "pause", "to": "paused"},
-                                    {"from": ["new", "open"], "event": "finish", "to": "done"}]});
-    let v2 = json!({"states": ["new", "active", "done"], "initial": "new", "final": ["done"],
-                    "transitions": [{"from": "new", "event": "go", "to": "active"}]});
-    for (v, def) in [(1, v1), (2, v2)] {
-        c.call(
-            "PUT_MACHINE",
-            json!({"machine": "job", "version": v, "definition": def}),
-        )
-        .unwrap();
-    }
+    let (_s, _d, origin, mut c) = console_server();
+    lifecycle::put_job(&mut c, json!([]));
     // 4 new, 3 open, 2 paused, 1 done.
-    let plan: [(&str, usize, &[&str]); 4] = [
-        ("n", 4, &[]),
-        ("o", 3, &["go"]),
-        ("p", 2, &["go", "pause"]),
-        ("d", 1, &["finish"]),
-    ];
-    for (prefix, n, events) in plan {
-        for i in 0..n {
-            let id = format!("{prefix}{i}");
-            c.call(
-                "CREATE_INSTANCE",
-                json!({"machine": "job", "version": 1, "id": id}),
-            )
-            .unwrap();
-            for ev in events {
-                c.call("APPLY_EVENT", json!({"instance_id": id, "event": ev}))
-                    .unwrap();
-            }
-        }
-    }
+    lifecycle::place(
+        &mut c,
+        &[
+            ("n", 4, &[]),
+            ("o", 3, &["go"]),
+            ("p", 2, &["go", "pause"]),
+            ("d", 1, &["finish"]),
+        ],
+    );
     let mut b = Browser::launch();
     sign_in(&mut b, &origin, ADMIN);
     b.navigate(&format!("{origin}/#/machine/job/2"));
@@ -389,7 +362,7 @@ fn the_console_migrates_instances_after_a_dry_run() {
     );
     assert_eq!(b.eval(run_disabled), json!(false));
     assert_eq!(
-        c.call("GET_INSTANCE", json!({"id": "o0"})).unwrap()["version"],
+        c.call("GET_INSTANCE", json!({"id": "o00"})).unwrap()["version"],
         1,
         "a dry run moves nothing"
     );
@@ -428,22 +401,16 @@ fn the_console_migrates_instances_after_a_dry_run() {
     b.screenshot(&shots().join("migrate.png"));
 
     // Over the wire protocol: moved (and renamed), or skipped and left on v1.
-    let mut at = |id: &str| {
-        let i = c.call("GET_INSTANCE", json!({ "id": id })).unwrap();
-        (
-            i["version"].as_u64().unwrap(),
-            i["state"].as_str().unwrap().to_string(),
-        )
-    };
+    let mut at = |id: &str| lifecycle::version_state(&mut c, id);
     for i in 0..4 {
-        assert_eq!(at(&format!("n{i}")), (2, "new".into()));
+        assert_eq!(at(&format!("n{i:02}")), (2, "new".into()));
     }
     for i in 0..3 {
-        assert_eq!(at(&format!("o{i}")), (2, "active".into()));
+        assert_eq!(at(&format!("o{i:02}")), (2, "active".into()));
     }
-    assert_eq!(at("d0"), (2, "done".into()));
+    assert_eq!(at("d00"), (2, "done".into()));
     for i in 0..2 {
-        assert_eq!(at(&format!("p{i}")), (1, "paused".into()));
+        assert_eq!(at(&format!("p{i:02}")), (1, "paused".into()));
     }
 
     // A read-only token gets no migrate link and no controls.

@@ -6,7 +6,7 @@ mod common;
 
 use common::http::Http;
 use common::tokens::{http_required, token, ALL_SCOPES};
-use common::{order_definition, Server};
+use common::{lifecycle, order_definition, Server};
 use serde_json::{json, Value};
 
 const HTTP: &str = "[http]\nenabled = true";
@@ -493,37 +493,13 @@ fn the_cli_draws_what_the_server_draws() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("MACHINE_NOT_FOUND"));
 }
 
-/// v1 `new → open → paused`; v2 renames `open` to `active` and drops `paused`.
-fn job_versions() -> [serde_json::Value; 2] {
-    [
-        json!({"states": ["new", "open", "paused", "done"], "initial": "new", "final": ["done"],
-               "transitions": [{"from": "new", "event": "go", "to": "open"},
-                               {"from": "open", "event": "pause", "to": "paused"}]}),
-        json!({"states": ["new", "active", "done"], "initial": "new", "final": ["done"],
-               "transitions": [{"from": "new", "event": "go", "to": "active"}]}),
-    ]
-}
-
 /// POSTs `body` (with `limit`) to `path` from no cursor to the last page: each reply in order.
 fn drive(h: &mut Http, path: &str, body: &Value, limit: u64) -> Vec<Value> {
-    let mut replies = Vec::new();
-    let mut cursor = Value::Null;
-    for _ in 0..100 {
-        let mut call = body.clone();
-        call["limit"] = json!(limit);
-        if !cursor.is_null() {
-            call["cursor"] = cursor.clone();
-        }
+    lifecycle::pages(body, limit, |call| {
         let r = h.post(path, &call);
         assert_eq!(r.status, 200, "{}", r.text());
-        let reply = r.json();
-        cursor = reply["cursor"].clone();
-        replies.push(reply);
-        if cursor.is_null() {
-            return replies;
-        }
-    }
-    panic!("{path} never finished");
+        r.json()
+    })
 }
 
 /// `POST /machines/{m}/migrate` (MIGRATE_INSTANCES): a dry run, then the walk driven by
@@ -539,7 +515,7 @@ fn migrate_and_delete_instances_by_cursor_with_the_admin_scope() {
     ]) + "[shards]\ncount = 2\n";
     let (s, _d) = Server::start(&config);
     let mut h = http(&s).with_token(ADMIN);
-    for (v, def) in (1..).zip(job_versions()) {
+    for (v, def) in (1..).zip(lifecycle::job_versions(json!([]))) {
         let r = h.put(&format!("/machines/job/versions/{v}"), &def);
         assert_eq!(r.status, 201, "{}", r.text());
     }
@@ -592,14 +568,7 @@ fn migrate_and_delete_instances_by_cursor_with_the_admin_scope() {
     // For real, 4 examined per call: every instance counted once.
     let replies = drive(&mut h, "/machines/job/migrate", &plan, 4);
     assert!(replies.len() >= 3, "{replies:?}");
-    let sum = |key: &str, sub: Option<&str>| -> u64 {
-        (replies.iter())
-            .map(|r| match sub {
-                None => r[key].as_u64().unwrap(),
-                Some(k) => r[key][k].as_u64().unwrap_or(0),
-            })
-            .sum()
-    };
+    let sum = |key: &str, sub: Option<&str>| lifecycle::total(&replies, key, sub);
     assert_eq!(sum("migrated", None), 10, "{replies:?}");
     assert_eq!(sum("skipped", Some("no_state")), 2, "{replies:?}");
     assert_eq!(sum("examined", None), 12, "{replies:?}");

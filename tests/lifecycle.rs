@@ -8,85 +8,26 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use common::lifecycle::{self, drive, total, wait_until};
 use common::scrape::scrape;
 use common::{err_code, fixed_port, Client, Server};
 
 const METRICS: &str = "[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"";
 use serde_json::{json, Value};
 
-/// v1: new → open → paused; v2 renames `open` to `active`, drops `paused`, and times out an
-/// active instance after 400 ms.
+/// The `job` machine of `common::lifecycle`, whose v2 times out an active instance after
+/// 400 ms and can finish from `new` or `active`.
 fn put_versions(c: &mut Client) {
-    let v1 = json!({
-        "states": ["new", "open", "paused", "done"], "initial": "new", "final": ["done"],
-        "transitions": [
-            {"from": "new", "event": "go", "to": "open"},
-            {"from": "open", "event": "pause", "to": "paused"},
-            {"from": ["new", "open", "paused"], "event": "finish", "to": "done"}
-        ]
-    });
-    let v2 = json!({
-        "states": ["new", "active", "done"], "initial": "new", "final": ["done"],
-        "transitions": [
-            {"from": "new", "event": "go", "to": "active"},
-            {"from": "active", "event": "expire", "to": "done", "after_ms": 400},
-            {"from": ["new", "active"], "event": "finish", "to": "done"}
-        ]
-    });
-    for (v, def) in [(1, v1), (2, v2)] {
-        c.call(
-            "PUT_MACHINE",
-            json!({"machine": "job", "version": v, "definition": def}),
-        )
-        .expect("PUT_MACHINE job");
-    }
-}
-
-/// 10 instances in each of `new`, `open` and `paused` (v1): `n00`..`n09`, `o00`.., `p00`...
-fn fill_v1(c: &mut Client) {
-    for i in 0..10 {
-        for (prefix, events) in [
-            ("n", &[][..]),
-            ("o", &["go"][..]),
-            ("p", &["go", "pause"][..]),
-        ] {
-            let id = format!("{prefix}{i:02}");
-            c.call(
-                "CREATE_INSTANCE",
-                json!({"machine": "job", "version": 1, "id": id}),
-            )
-            .expect("create");
-            for ev in events {
-                c.call("APPLY_EVENT", json!({"instance_id": id, "event": ev}))
-                    .expect("event");
-            }
-        }
-    }
+    lifecycle::put_job(
+        c,
+        json!([{"from": "active", "event": "expire", "to": "done", "after_ms": 400},
+               {"from": ["new", "active"], "event": "finish", "to": "done"}]),
+    );
 }
 
 fn get(c: &mut Client, id: &str) -> Value {
     c.call("GET_INSTANCE", json!({ "id": id }))
         .unwrap_or_else(|e| panic!("GET_INSTANCE {id}: {e}"))
-}
-
-/// Calls `op` from no cursor to the last page, `limit` per call: each reply in order.
-fn drive(c: &mut Client, op: &str, params: Value, limit: u64) -> Vec<Value> {
-    let mut replies = Vec::new();
-    let mut cursor = Value::Null;
-    for _ in 0..1000 {
-        let mut p = params.clone();
-        p["limit"] = json!(limit);
-        if !cursor.is_null() {
-            p["cursor"] = cursor.clone();
-        }
-        let r = c.call(op, p).unwrap_or_else(|e| panic!("{op}: {e}"));
-        cursor = r["cursor"].clone();
-        replies.push(r);
-        if cursor.is_null() {
-            return replies;
-        }
-    }
-    panic!("{op} never finished");
 }
 
 /// Milliseconds into the day of an RFC 3339 `...THH:MM:SS.mmmZ` time.
@@ -99,16 +40,12 @@ fn ms_of_day(at: &Value) -> i64 {
     ((num(0..2) * 60 + num(3..5)) * 60 + num(6..8)) * 1000 + num(9..12)
 }
 
-fn sum(replies: &[Value], f: impl Fn(&Value) -> u64) -> u64 {
-    replies.iter().map(f).sum()
-}
-
 #[test]
 fn migration_dry_runs_maps_skips_rearms_timers_and_reruns_idempotently() {
     let (s, _d) = Server::start(&format!("[shards]\ncount = 2\n{METRICS}"));
     let mut c = s.client();
     put_versions(&mut c);
-    fill_v1(&mut c);
+    lifecycle::place(&mut c, lifecycle::TENS);
     let mut watcher = s.watcher(json!({"machines": ["job"]}));
     let plan = json!({"machine": "job", "from_version": 1, "to_version": 2,
                       "states": {"open": "active"}});
@@ -138,11 +75,8 @@ fn migration_dry_runs_maps_skips_rearms_timers_and_reruns_idempotently() {
     // Driven by cursor, 7 examined per call: every instance counted once.
     let replies = drive(&mut c, "MIGRATE_INSTANCES", plan.clone(), 7);
     assert!(replies.len() >= 30 / 7, "{replies:?}");
-    assert_eq!(sum(&replies, |r| r["migrated"].as_u64().unwrap()), 20);
-    assert_eq!(
-        sum(&replies, |r| r["skipped"]["no_state"].as_u64().unwrap_or(0)),
-        10
-    );
+    assert_eq!(total(&replies, "migrated", None), 20);
+    assert_eq!(total(&replies, "skipped", Some("no_state")), 10);
     assert_eq!(replies.last().unwrap()["remaining"], 0);
     let m = scrape(&s);
     assert_eq!(
@@ -211,17 +145,14 @@ fn migration_dry_runs_maps_skips_rearms_timers_and_reruns_idempotently() {
 
     // Re-running moves nothing more and skips the same instances.
     let again = drive(&mut c, "MIGRATE_INSTANCES", plan.clone(), 1000);
-    assert_eq!(sum(&again, |r| r["migrated"].as_u64().unwrap()), 0);
-    assert_eq!(
-        sum(&again, |r| r["skipped"]["no_state"].as_u64().unwrap_or(0)),
-        10
-    );
+    assert_eq!(total(&again, "migrated", None), 0);
+    assert_eq!(total(&again, "skipped", Some("no_state")), 10);
 
     // One instance by id, with a mapping for its state.
     let one = json!({"machine": "job", "from_version": 1, "to_version": 2,
                      "states": {"paused": "active"}, "where": {"id": "p05"}});
     let r = drive(&mut c, "MIGRATE_INSTANCES", one, 1000);
-    assert_eq!(sum(&r, |r| r["migrated"].as_u64().unwrap()), 1);
+    assert_eq!(total(&r, "migrated", None), 1);
     assert_eq!(get(&mut c, "p05")["version"], 2);
     assert_eq!(get(&mut c, "p06")["version"], 1);
 
@@ -308,14 +239,12 @@ fn retention_deletes_finished_instances_even_across_sigkill() {
     std::thread::sleep(Duration::from_millis(2000));
     s.restart_after_kill();
     let mut c = s.client();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while (0..5).any(|i| exists(&mut c, &format!("t{i:02}"))) {
-        assert!(
-            Instant::now() < deadline,
-            "overdue deletions did not happen after recovery"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(Duration::from_secs(5), || {
+        match (0..5).any(|i| exists(&mut c, &format!("t{i:02}"))) {
+            true => Err("overdue deletions did not happen after recovery".into()),
+            false => Ok(()),
+        }
+    });
     assert!((5..10).all(|i| exists(&mut c, &format!("t{i:02}"))));
     let m = scrape(&s);
     assert_eq!(
@@ -353,21 +282,15 @@ fn retention_on_a_primary_reaches_its_replica() {
     let mut watcher = p.watcher(json!({"machines": ["ticket"]}));
     open_tickets(&mut c, 6, 3);
     let mut rc = r.client();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_until(Duration::from_secs(20), || {
         let seen: Vec<bool> = (0..6)
             .map(|i| exists(&mut rc, &format!("t{i:02}")))
             .collect();
-        if seen == [false, false, false, true, true, true] {
-            break;
+        match seen == [false, false, false, true, true, true] {
+            true => Ok(()),
+            false => Err(format!("replica shows {seen:?}\n{}", r.log())),
         }
-        assert!(
-            Instant::now() < deadline,
-            "replica shows {seen:?}\n{}",
-            r.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
     let mut deleted = Vec::new();
     while let Some(p) = watcher.next_push(Some(Duration::from_millis(500))).unwrap() {
         if p["type"] == "deleted" {
@@ -402,26 +325,20 @@ fn delete_instances_walks_in_slices_and_pushes_each_deletion() {
     assert!(exists(&mut c, "d00"));
 
     let replies = drive(&mut c, "DELETE_INSTANCES", free, 6);
-    assert_eq!(sum(&replies, |r| r["deleted"].as_u64().unwrap()), 20);
+    assert_eq!(total(&replies, "deleted", None), 20);
     assert!((0..40).all(|i| exists(&mut c, &format!("d{i:02}")) == (i % 2 == 1)));
 
     // Nothing was updated before the epoch; everything before the far future.
-    let none = json!({"machine": "ticket", "updated_before": "1970-01-02T00:00:00Z"});
-    assert_eq!(
-        sum(&drive(&mut c, "DELETE_INSTANCES", none, 1000), |r| r
-            ["deleted"]
-            .as_u64()
-            .unwrap()),
-        0
-    );
-    let all = json!({"machine": "ticket", "updated_before": "2999-01-01T00:00:00Z"});
-    assert_eq!(
-        sum(&drive(&mut c, "DELETE_INSTANCES", all, 1000), |r| r
-            ["deleted"]
-            .as_u64()
-            .unwrap()),
-        20
-    );
+    let mut deleted_before = |at: &str| {
+        let before = json!({"machine": "ticket", "updated_before": at});
+        total(
+            &drive(&mut c, "DELETE_INSTANCES", before, 1000),
+            "deleted",
+            None,
+        )
+    };
+    assert_eq!(deleted_before("1970-01-02T00:00:00Z"), 0);
+    assert_eq!(deleted_before("2999-01-01T00:00:00Z"), 20);
 
     let mut pushed = 0;
     while let Some(p) = watcher.next_push(Some(Duration::from_millis(500))).unwrap() {

@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{err_code, fixed_port, Client, Server};
 use serde_json::{json, Value};
@@ -290,22 +290,16 @@ fn a_replica_answers_finds_as_its_primary_does() {
         p.addr
     );
     let (r, _rd) = Server::start(&cfg);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    common::lifecycle::wait_until(Duration::from_secs(30), || {
         let got = r.client().call(
             "FIND_INSTANCES",
             json!({"machine": "acct", "where": {"ctx.total": 0}}),
         );
-        if got.is_ok() && answers(&mut r.client()) == want {
-            break;
+        match got.is_ok() && answers(&mut r.client()) == want {
+            true => Ok(()),
+            false => Err(format!("the replica's answers never matched:\n{}", r.log())),
         }
-        assert!(
-            Instant::now() < deadline,
-            "the replica's answers never matched:\n{}",
-            r.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
 }
 
 #[test]

@@ -7,6 +7,7 @@ pub mod cdp;
 pub mod etcd;
 pub mod ha;
 pub mod http;
+pub mod lifecycle;
 pub mod pipeline;
 pub mod replicas;
 pub mod run;
