@@ -3,6 +3,7 @@
 //! Defaults are embedded, so `smdb-server` with no `--config` serves on 127.0.0.1:7401 with
 //! `./data`. Validation happens once at start-up; a bad config exits with code 78 (EX_CONFIG).
 
+pub mod cluster;
 pub mod ha;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -39,6 +40,8 @@ pub struct Config {
     pub http: Http,
     /// Automatic failover on etcd (docs/ha.md).
     pub ha: crate::config::ha::Ha,
+    /// Cluster mode: HA groups splitting the hash slots (docs/cluster.md).
+    pub cluster: crate::config::cluster::Cluster,
     /// Sync replication timeout (docs/protocol.md puts this key at the top level).
     pub sync_timeout_ms: Option<u64>,
 }
@@ -471,6 +474,7 @@ impl Config {
         crate::auth::Table::from_config(self).map_err(ConfigError)?;
         self.ha
             .validate(&self.network.bind_addr, &self.replication)?;
+        self.cluster.validate(self.ha.enabled)?;
         if self.replication.role == Some(Role::Replica) && self.replication.upstream.is_none() {
             return err("replication.role = \"replica\" needs replication.upstream".into());
         }
