@@ -108,17 +108,28 @@ fn two_groups_elect_their_own_primaries_and_every_copy_follows_the_map_within_1s
     ] {
         assert!(keys.lines().any(|l| l == k), "{k} missing in:\n{keys}");
     }
-    assert!(!keys.lines().any(|l| l == "/smdb/cm/leader" || l.starts_with("/smdb/cm/members/")));
-    let leader = etcdctl(&etcd, &["get", "--print-value-only", "/smdb/cm/groups/g1/leader"]);
+    assert!(!keys
+        .lines()
+        .any(|l| l == "/smdb/cm/leader" || l.starts_with("/smdb/cm/members/")));
+    let leader = etcdctl(
+        &etcd,
+        &["get", "--print-value-only", "/smdb/cm/groups/g1/leader"],
+    );
     let leader: Value = serde_json::from_str(leader.trim()).unwrap();
     assert_eq!(leader["node_id"], plan[g1].0);
-    let a1 = etcdctl(&etcd, &["get", "--print-value-only", "/smdb/cm/groups/g1/members/a1"]);
+    let a1 = etcdctl(
+        &etcd,
+        &["get", "--print-value-only", "/smdb/cm/groups/g1/members/a1"],
+    );
     let a1: Value = serde_json::from_str(a1.trim()).unwrap();
     assert_eq!(a1["group"], "g1");
     assert_eq!(a1["map_epoch"], 0);
     let http = members[0].http_addr.expect("a1 serves HTTP");
     assert_eq!(a1["http_addr"], http.to_string());
-    let b1 = etcdctl(&etcd, &["get", "--print-value-only", "/smdb/cm/groups/g2/members/b1"]);
+    let b1 = etcdctl(
+        &etcd,
+        &["get", "--print-value-only", "/smdb/cm/groups/g2/members/b1"],
+    );
     let b1: Value = serde_json::from_str(b1.trim()).unwrap();
     assert_eq!(b1["http_addr"], Value::Null, "HTTP off: null");
 
@@ -147,9 +158,15 @@ fn two_groups_elect_their_own_primaries_and_every_copy_follows_the_map_within_1s
         c["map_epoch"] == 1 && c["slots_owned"] == 8192 && c["state"] == "ok"
     });
     let st = status(members[1].addr).unwrap();
-    assert_eq!((st["ha"]["group"].clone(), st["ha"]["map_epoch"].clone()), (json!("g1"), json!(1)));
+    assert_eq!(
+        (st["ha"]["group"].clone(), st["ha"]["map_epoch"].clone()),
+        (json!("g1"), json!(1))
+    );
     let again = rt.block_on(create_in_etcd(&client, &ck, None, Duration::from_secs(1)));
-    assert!(matches!(again, Err(ClusterError::Exists { map_epoch: 1 })), "{again:?}");
+    assert!(
+        matches!(again, Err(ClusterError::Exists { map_epoch: 1 })),
+        "{again:?}"
+    );
 
     // An operator's write of the map reaches every copy within 1 s too.
     let moved = created.map.with_range_moved(0, 99, "g2").unwrap();
@@ -172,13 +189,23 @@ fn two_groups_elect_their_own_primaries_and_every_copy_follows_the_map_within_1s
     etcdctl(&etcd, &["put", "/smdb/cm/map", &text]);
 
     // Adding a group waits for its primary and names it when there is none.
-    let no = rt.block_on(add_group_in_etcd(&client, &ck, "g3", Duration::from_millis(300)));
+    let no = rt.block_on(add_group_in_etcd(
+        &client,
+        &ck,
+        "g3",
+        Duration::from_millis(300),
+    ));
     assert!(
         matches!(&no, Err(ClusterError::NoPrimary { groups }) if groups == &["g3".to_string()]),
         "{no:?}"
     );
     let same = rt
-        .block_on(add_group_in_etcd(&client, &ck, "g2", Duration::from_secs(1)))
+        .block_on(add_group_in_etcd(
+            &client,
+            &ck,
+            "g2",
+            Duration::from_secs(1),
+        ))
         .unwrap();
     assert!(!same.added, "g2 is in the map already");
     assert_eq!(same.map.map_epoch, 2);
@@ -197,11 +224,19 @@ fn create_refuses_a_standalone_group_s_name_and_names_groups_without_a_primary()
         Some(vec!["g1".into()]),
         Duration::from_secs(1),
     ));
-    assert!(matches!(solo, Err(ClusterError::NotACluster { .. })), "{solo:?}");
+    assert!(
+        matches!(solo, Err(ClusterError::NotACluster { .. })),
+        "{solo:?}"
+    );
     let ck = ClusterKeys::new("empty");
     let started = Instant::now();
     let groups = Some(vec!["gb".into(), "ga".into()]);
-    let none = rt.block_on(create_in_etcd(&client, &ck, groups, Duration::from_millis(300)));
+    let none = rt.block_on(create_in_etcd(
+        &client,
+        &ck,
+        groups,
+        Duration::from_millis(300),
+    ));
     assert!(started.elapsed() >= Duration::from_millis(300), "it waited");
     match none {
         Err(ClusterError::NoPrimary { groups }) => assert_eq!(groups, vec!["ga", "gb"]),
@@ -237,8 +272,17 @@ fn a_second_live_process_with_a_node_id_of_another_group_exits_1() {
     }
     let mut err = String::new();
     use std::io::Read;
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert_eq!(exit.and_then(|s| s.code()), Some(1), "the duplicate exits 1: {err}");
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(
+        exit.and_then(|s| s.code()),
+        Some(1),
+        "the duplicate exits 1: {err}"
+    );
     assert!(err.contains("group \"g1\""), "it names the group: {err}");
     let st = status(first.addr).unwrap();
     assert_eq!(st["role"], "primary", "the first process goes on");

@@ -225,7 +225,10 @@ pub async fn create_in_etcd(
 async fn taken(etcd: &Etcd, keys: &ClusterKeys) -> Result<Option<ClusterError>, ClusterError> {
     let txn = Txn::new().and_then([
         TxnOp::get(keys.map(), None),
-        TxnOp::get(keys.standalone_leader(), Some(GetOptions::new().with_count_only())),
+        TxnOp::get(
+            keys.standalone_leader(),
+            Some(GetOptions::new().with_count_only()),
+        ),
     ]);
     let resp = etcd.txn("cluster create check", txn).await?;
     let mut gets = resp.op_responses().into_iter().filter_map(|r| match r {
@@ -237,7 +240,10 @@ async fn taken(etcd: &Etcd, keys: &ClusterKeys) -> Result<Option<ClusterError>, 
         return Ok(Some(ClusterError::Exists { map_epoch }));
     }
     if gets.next().is_some_and(|g| g.count() > 0) {
-        let cluster = keys.prefix().trim_start_matches("/smdb/").trim_end_matches('/');
+        let cluster = keys
+            .prefix()
+            .trim_start_matches("/smdb/")
+            .trim_end_matches('/');
         let cluster = cluster.to_string();
         return Ok(Some(ClusterError::NotACluster { cluster }));
     }
@@ -252,7 +258,9 @@ async fn with_primaries(
 ) -> Result<Vec<String>, ClusterError> {
     loop {
         let opts = GetOptions::new().with_prefix().with_keys_only();
-        let resp = etcd.get("cluster groups", keys.groups_prefix(), opts).await?;
+        let resp = etcd
+            .get("cluster groups", keys.groups_prefix(), opts)
+            .await?;
         let mut groups: Vec<String> = (resp.kvs().iter())
             .filter_map(|kv| match keys.split_group(kv.key_str().ok()?) {
                 Some((g, "leader")) => Some(g.to_string()),
@@ -309,7 +317,9 @@ pub async fn add_group_in_etcd(
     let deadline = Instant::now() + timeout;
     wait_for_primaries(etcd, keys, &[group.to_string()], deadline).await?;
     loop {
-        let resp = etcd.get("cluster map", keys.map(), GetOptions::new()).await?;
+        let resp = etcd
+            .get("cluster map", keys.map(), GetOptions::new())
+            .await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         let Some(kv) = resp.kvs().first() else {
             return Err(ClusterError::NoMap);

@@ -36,7 +36,10 @@ impl fmt::Display for ClusterError {
             ClusterError::Etcd(e) => write!(f, "{e}"),
             ClusterError::Map(e) => write!(f, "{e}"),
             ClusterError::Exists { map_epoch } => {
-                write!(f, "the cluster's map exists already (map_epoch {map_epoch})")
+                write!(
+                    f,
+                    "the cluster's map exists already (map_epoch {map_epoch})"
+                )
             }
             ClusterError::NotACluster { cluster } => write!(
                 f,

@@ -127,7 +127,10 @@ impl std::fmt::Display for MapError {
             MapError::DuplicateGroup(g) => write!(f, "group {g:?} is listed twice"),
             MapError::Gap { slot } => write!(f, "slot {slot} is not assigned"),
             MapError::Overlap { lo, hi } => {
-                write!(f, "range [{lo}, {hi}] is empty or overlaps the one before it")
+                write!(
+                    f,
+                    "range [{lo}, {hi}] is empty or overlaps the one before it"
+                )
             }
             MapError::NotMerged { group, at } => write!(
                 f,
@@ -135,7 +138,10 @@ impl std::fmt::Display for MapError {
             ),
             MapError::UnknownGroup(g) => write!(f, "group {g:?} is not in the map's groups"),
             MapError::BadRange { lo, hi } => {
-                write!(f, "slot range [{lo}, {hi}] is not within 0..=16383 with lo <= hi")
+                write!(
+                    f,
+                    "slot range [{lo}, {hi}] is not within 0..=16383 with lo <= hi"
+                )
             }
         }
     }
@@ -363,7 +369,11 @@ impl ClusterMap {
                     break;
                 };
                 let len = u32::from(hi) - u32::from(lo) + 1;
-                let lo = if len > want { hi - (want - 1) as u16 } else { lo };
+                let lo = if len > want {
+                    hi - (want - 1) as u16
+                } else {
+                    lo
+                };
                 let step = Move {
                     lo,
                     hi,

@@ -113,6 +113,9 @@ mod tests {
         let b = |s: &str| s.parse().unwrap();
         assert_eq!(super::http_addr(b("127.0.0.1:80"), "h:1"), "127.0.0.1:80");
         assert_eq!(super::http_addr(b("0.0.0.0:7480"), "db1:7401"), "db1:7480");
-        assert_eq!(super::http_addr(b("[::]:7480"), "[fe80::1]:7401"), "[fe80::1]:7480");
+        assert_eq!(
+            super::http_addr(b("[::]:7480"), "[fe80::1]:7401"),
+            "[fe80::1]:7480"
+        );
     }
 }

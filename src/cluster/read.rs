@@ -19,16 +19,24 @@ use crate::control::ha::HaError;
 
 /// Groups read per transaction.
 const GROUPS_PER_TXN: usize = 60;
-const _: () = assert!(1 + 2 * GROUPS_PER_TXN <= 128, "etcd's default --max-txn-ops");
+/// etcd's default `--max-txn-ops`.
+const TXN_OPS_MAX: usize = 128;
+const _: () = assert!(
+    2 * GROUPS_PER_TXN < TXN_OPS_MAX,
+    "two gets a group, and the map"
+);
 
 /// What one read saw.
 #[derive(Debug, Default)]
 pub struct Read {
     /// The map key's value and `mod_revision`.
     pub map: Option<(Vec<u8>, i64)>,
-    /// Per group asked for: its leader key (value, `create_revision`) and member keys.
-    pub groups: BTreeMap<String, (Option<(Leader, i64)>, Vec<Member>)>,
+    /// Per group asked for: its leader key and member keys.
+    pub groups: BTreeMap<String, GroupKeys>,
 }
+
+/// One group's leader key (value, `create_revision`) and live member keys.
+pub type GroupKeys = (Option<(Leader, i64)>, Vec<Member>);
 
 /// Reads the map and `groups`' leader and member keys.
 pub async fn read(etcd: &Etcd, keys: &ClusterKeys, groups: &[String]) -> Result<Read, HaError> {

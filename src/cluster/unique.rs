@@ -27,12 +27,16 @@ pub async fn live_elsewhere(
     ttl_ms: u64,
 ) -> Result<Option<String>, HaError> {
     let own = keys.group(group).member(node_id);
-    let resp = etcd.get("get own member key", own, GetOptions::new()).await?;
+    let resp = etcd
+        .get("get own member key", own, GetOptions::new())
+        .await?;
     let Some(mine) = resp.kvs().first().map(|kv| kv.create_revision()) else {
         return Ok(None);
     };
     let opts = GetOptions::new().with_prefix().with_keys_only();
-    let resp = etcd.get("cluster member keys", keys.groups_prefix(), opts).await?;
+    let resp = etcd
+        .get("cluster member keys", keys.groups_prefix(), opts)
+        .await?;
     let wanted = format!("members/{node_id}");
     let earlier: Vec<(String, String, i64)> = (resp.kvs().iter())
         .filter(|kv| kv.create_revision() < mine)
@@ -48,8 +52,14 @@ pub async fn live_elsewhere(
     }
     tokio::time::sleep(Duration::from_millis(ttl_ms / 2)).await;
     for (g, key, rev) in earlier {
-        let resp = etcd.get("cluster member key", key, GetOptions::new()).await?;
-        if resp.kvs().first().is_some_and(|kv| kv.mod_revision() != rev) {
+        let resp = etcd
+            .get("cluster member key", key, GetOptions::new())
+            .await?;
+        if resp
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.mod_revision() != rev)
+        {
             return Ok(Some(g));
         }
     }

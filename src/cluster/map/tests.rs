@@ -57,7 +57,10 @@ fn the_value_is_the_documented_json() {
 fn a_map_that_breaks_a_rule_is_refused_naming_it() {
     let parse = |s: &str| ClusterMap::parse(s.as_bytes()).unwrap_err();
     let base = |slots: &str| format!(r#"{{"map_epoch":3,"groups":["a","b"],"slots":{slots}}}"#);
-    assert_eq!(parse(&base(r#"[[0,100,"a"]]"#)), MapError::Gap { slot: 101 });
+    assert_eq!(
+        parse(&base(r#"[[0,100,"a"]]"#)),
+        MapError::Gap { slot: 101 }
+    );
     assert_eq!(
         parse(&base(r#"[[1,16383,"a"]]"#)),
         MapError::Gap { slot: 0 }
@@ -158,10 +161,20 @@ fn rebalance_moves_the_highest_slots_to_the_first_groups_short_of_their_share() 
         ]
     );
     let done = apply(&m, &plan);
-    assert!(done.rebalance_plan().is_empty(), "balanced: nothing to move");
+    assert!(
+        done.rebalance_plan().is_empty(),
+        "balanced: nothing to move"
+    );
     let three = ClusterMap::create(&names(3)).unwrap();
-    assert_eq!(three.slots_owned("g1"), 5462, "Redis's split gives the middle the extra");
-    assert!(three.rebalance_plan().is_empty(), "a created map is balanced");
+    assert_eq!(
+        three.slots_owned("g1"),
+        5462,
+        "Redis's split gives the middle the extra"
+    );
+    assert!(
+        three.rebalance_plan().is_empty(),
+        "a created map is balanced"
+    );
 }
 
 fn apply(m: &ClusterMap, plan: &[Move]) -> ClusterMap {
@@ -178,7 +191,10 @@ fn apply(m: &ClusterMap, plan: &[Move]) -> ClusterMap {
 
 /// A valid map of `n` groups built by moving random ranges about.
 fn arbitrary_map() -> impl Strategy<Value = ClusterMap> {
-    (1usize..7, prop::collection::vec((0u16..=SLOT_MAX, 0u16..=SLOT_MAX, 0usize..10), 0..12))
+    (
+        1usize..7,
+        prop::collection::vec((0u16..=SLOT_MAX, 0u16..=SLOT_MAX, 0usize..10), 0..12),
+    )
         .prop_map(|(n, moves)| {
             let mut m = ClusterMap::create(&names(n)).unwrap();
             for (a, b, g) in moves {

@@ -208,7 +208,10 @@ mod tests {
             cluster: None,
         };
         let text = serde_json::to_string(&m).unwrap();
-        assert!(!text.contains("group"), "a standalone key is as before: {text}");
+        assert!(
+            !text.contains("group"),
+            "a standalone key is as before: {text}"
+        );
         assert_eq!(serde_json::from_str::<Member>(&text).unwrap(), m);
         m.cluster = Some(MemberCluster {
             group: "g1".into(),
@@ -216,7 +219,10 @@ mod tests {
             http_addr: None,
         });
         let text = serde_json::to_string(&m).unwrap();
-        assert!(text.ends_with(r#""group":"g1","map_epoch":4,"http_addr":null}"#), "{text}");
+        assert!(
+            text.ends_with(r#""group":"g1","map_epoch":4,"http_addr":null}"#),
+            "{text}"
+        );
         assert_eq!(serde_json::from_str::<Member>(&text).unwrap(), m);
         assert_eq!(a.len(), 16);
         assert_ne!(a, b);

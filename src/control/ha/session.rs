@@ -357,8 +357,9 @@ pub async fn run(ctx: Ctx) {
         }
     };
     // Cluster mode: the map copy, kept for the life of the process (it needs no lease).
-    let _follower = (ctx.shared.cluster.clone())
-        .map(|c| crate::cluster::spawn_follower(c, etcd.clone(), ctx.shared.clone(), ctx.cfg.ttl_ms));
+    let _follower = (ctx.shared.cluster.clone()).map(|c| {
+        crate::cluster::spawn_follower(c, etcd.clone(), ctx.shared.clone(), ctx.cfg.ttl_ms)
+    });
     let mut backoff = POLL;
     loop {
         let mut term = Term::new();
@@ -389,7 +390,8 @@ async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), HaErro
     claim_member_key(ctx, s, &term.member(ctx)).await?;
     if let Some(c) = &ctx.shared.cluster {
         let ttl = ctx.cfg.ttl_ms;
-        let live = crate::cluster::unique::live_elsewhere(&s.etcd, &c.keys, &c.group, &ctx.node_id, ttl);
+        let live =
+            crate::cluster::unique::live_elsewhere(&s.etcd, &c.keys, &c.group, &ctx.node_id, ttl);
         if let Some(group) = live.await? {
             log::error!(
                 "ha.node_id {:?} is held by a live process in group {group:?} of cluster {:?}; \
