@@ -54,15 +54,10 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
         true => crate::member::ReplState::new_ha(),
         false => crate::member::ReplState::new(config.replication.role),
     });
-    let cluster = crate::cluster::Cluster::new(
-        &config,
-        listeners.bound().http,
-        &advertised(&config, listeners.local),
-    );
-    let ha = start_ha(&config, &repl, listeners.local, cluster.clone())?;
+    let ha = start_ha(&config, &repl, &listeners)?;
+    let cluster = ha.as_ref().and_then(|(ha, _)| ha.cluster.clone());
     let stats = FrontFigures::new(place.fronts.len(), shard_count);
-    let mut shared = Shared::new(repl, live, stats, timers_pause);
-    shared.cluster = cluster;
+    let shared = Shared::new(repl, live, stats, timers_pause, cluster);
     let (shard_ends, mut client_ends) = make_channels(shard_count as usize, place.fronts.len() + 1);
     let mut handles = Vec::new();
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -130,6 +125,7 @@ impl Shared {
         live: Arc<Live>,
         stats: FrontFigures,
         timers_pause: Arc<TimersPause>,
+        cluster: Option<Arc<crate::cluster::Cluster>>,
     ) -> Shared {
         Shared {
             repl,
@@ -139,7 +135,7 @@ impl Shared {
             started: Instant::now(),
             stats,
             timers_pause,
-            cluster: None,
+            cluster,
         }
     }
 }
@@ -226,18 +222,19 @@ fn replication_settings(
 }
 
 /// Failover (docs/ha.md): starts the HA thread before any executor, with the address other
-/// members and clients reach this one at (`ha.advertise_addr`, else the bound client address).
+/// members and clients reach this one at (`ha.advertise_addr`, else the bound client address)
+/// and, in cluster mode, the cluster capability whose map copy it keeps (docs/cluster-map.md).
 /// Returns what the control executor's driver needs.
 fn start_ha(
     config: &Config,
     repl: &Arc<crate::member::ReplState>,
-    local: SocketAddr,
-    cluster: Option<Arc<crate::cluster::Cluster>>,
+    listeners: &Listeners,
 ) -> Result<Option<HaParts>, String> {
     if !config.ha.enabled {
         return Ok(None);
     }
-    let addr = advertised(config, local);
+    let addr = advertised(config, listeners.local);
+    let cluster = crate::cluster::Cluster::new(config, listeners.bound().http, &addr);
     let follow =
         crate::control::replication::follower::Settings::for_upstream(config, addr.clone())?;
     let shared = crate::control::ha::start(config, repl.clone(), addr, cluster)?;
