@@ -9,6 +9,8 @@
 //!   follower) and failover on etcd (the HA thread and its driver).
 //! * `mesh`: the channel layer they share: shard messages, the router, fan-out, relay channels.
 //! * `member`: this member's role, epoch, lease and drain state, read by every executor.
+//! * `cluster`: cluster mode's etcd side: the slot map, the map copy every executor reads
+//!   (kept on the HA thread), creating the map and adding a group.
 //!
 //! Below them, used by all: `protocol` (RCP1 frames, envelopes, the op table, the replication
 //! stream's frames), `ops` (params of each op family), `auth` (tokens, scopes, the one check),
@@ -24,6 +26,7 @@
 
 pub mod auth;
 pub mod boot;
+pub mod cluster;
 pub mod config;
 pub mod control;
 pub mod datadir;

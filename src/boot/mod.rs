@@ -54,9 +54,10 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
         true => crate::member::ReplState::new_ha(),
         false => crate::member::ReplState::new(config.replication.role),
     });
-    let ha = start_ha(&config, &repl, listeners.local)?;
+    let ha = start_ha(&config, &repl, &listeners)?;
+    let cluster = ha.as_ref().and_then(|(ha, _)| ha.cluster.clone());
     let stats = FrontFigures::new(place.fronts.len(), shard_count);
-    let shared = Shared::new(repl, live, stats, timers_pause);
+    let shared = Shared::new(repl, live, stats, timers_pause, cluster);
     let (shard_ends, mut client_ends) = make_channels(shard_count as usize, place.fronts.len() + 1);
     let mut handles = Vec::new();
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -114,6 +115,8 @@ struct Shared {
     stats: FrontFigures,
     /// The data dir's `timers.paused` marker (`crate::timers_pause`).
     timers_pause: Arc<TimersPause>,
+    /// Cluster mode: the map copy and this member's group (`crate::cluster`).
+    cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Shared {
@@ -122,6 +125,7 @@ impl Shared {
         live: Arc<Live>,
         stats: FrontFigures,
         timers_pause: Arc<TimersPause>,
+        cluster: Option<Arc<crate::cluster::Cluster>>,
     ) -> Shared {
         Shared {
             repl,
@@ -131,6 +135,7 @@ impl Shared {
             started: Instant::now(),
             stats,
             timers_pause,
+            cluster,
         }
     }
 }
@@ -217,25 +222,29 @@ fn replication_settings(
 }
 
 /// Failover (docs/ha.md): starts the HA thread before any executor, with the address other
-/// members and clients reach this one at (`ha.advertise_addr`, else the bound client address).
+/// members and clients reach this one at (`ha.advertise_addr`, else the bound client address)
+/// and, in cluster mode, the cluster capability whose map copy it keeps (docs/cluster-map.md).
 /// Returns what the control executor's driver needs.
 fn start_ha(
     config: &Config,
     repl: &Arc<crate::member::ReplState>,
-    local: SocketAddr,
+    listeners: &Listeners,
 ) -> Result<Option<HaParts>, String> {
     if !config.ha.enabled {
         return Ok(None);
     }
-    let addr = config
-        .ha
-        .advertise_addr
-        .clone()
-        .unwrap_or_else(|| local.to_string());
+    let addr = advertised(config, listeners.local);
+    let cluster = crate::cluster::Cluster::new(config, listeners.bound().http, &addr);
     let follow =
         crate::control::replication::follower::Settings::for_upstream(config, addr.clone())?;
-    let shared = crate::control::ha::start(config, repl.clone(), addr)?;
+    let shared = crate::control::ha::start(config, repl.clone(), addr, cluster)?;
     Ok(Some((shared, follow)))
+}
+
+/// The client address other members and clients reach this one at: `ha.advertise_addr`,
+/// else the bound client address.
+fn advertised(config: &Config, local: SocketAddr) -> String {
+    (config.ha.advertise_addr.clone()).unwrap_or_else(|| local.to_string())
 }
 
 type HaParts = (

@@ -156,6 +156,7 @@ pub(super) fn spawn_fronts(
         replication: shared.repl.clone(),
         acceptor_cores: place.fronts.len() as u32,
         timers_pause: shared.timers_pause.clone(),
+        cluster: shared.cluster.clone(),
     });
     let limits = front_limits(config);
     let active = Arc::new(AtomicU64::new(0));

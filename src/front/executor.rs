@@ -49,6 +49,8 @@ pub struct ServerInfo {
     pub acceptor_cores: u32,
     /// The data dir's `timers.paused` pause (INFO's `timers_paused`, TIMERS_RESUME).
     pub timers_pause: Arc<crate::timers_pause::TimersPause>,
+    /// Cluster mode: the map copy (`crate::cluster::View`) and this member's group.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 pub struct FrontSetup {

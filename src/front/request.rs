@@ -172,7 +172,7 @@ async fn info(front: &Front) -> Reply {
     let shards = fanout::shard_infos(&front.router).await?;
     let sum = |k: &str| shards.iter().filter_map(|s| s[k].as_u64()).sum::<u64>();
     let l = &front.limits;
-    let body = json!({
+    let mut body = json!({
         "server_name": "smdb",
         "server_version": env!("CARGO_PKG_VERSION"),
         "uptime_seconds": front.info.started.elapsed().as_secs(),
@@ -192,6 +192,9 @@ async fn info(front: &Front) -> Reply {
         "wal": { "offset": sum("wal_offset"), "durable_offset": sum("wal_durable_offset") },
         "shard_details": shards,
     });
+    if let Some(c) = &front.info.cluster {
+        body["cluster"] = c.info_json();
+    }
     Ok(ReplyBody::Json(
         serde_json::to_vec(&body).unwrap_or_default(),
     ))

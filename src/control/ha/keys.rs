@@ -1,22 +1,31 @@
-//! The etcd keys of one cluster (docs/ha.md, "etcd keys"), all under `/smdb/<cluster>/`, and
-//! the JSON values stored in them.
+//! The etcd keys of one failover group (docs/ha.md, "etcd keys"), all under `/smdb/<cluster>/`
+//! (in cluster mode under `/smdb/<cluster>/groups/<group>/`, docs/cluster-map.md), and the
+//! JSON values stored in them.
 
 use serde::{Deserialize, Serialize};
 
-/// Key names of one cluster.
+/// Key names of one failover group.
 #[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
 }
 
 impl Keys {
+    /// A standalone failover group: its keys are the cluster's (`/smdb/<cluster>/`).
     pub fn new(cluster: &str) -> Keys {
         Keys {
             prefix: format!("/smdb/{cluster}/"),
         }
     }
 
-    /// Everything of the cluster (one range read).
+    /// The keys of `group` of a cluster in cluster mode: `/smdb/<cluster>/groups/<group>/`.
+    pub fn group(cluster: &str, group: &str) -> Keys {
+        Keys {
+            prefix: format!("/smdb/{cluster}/groups/{group}/"),
+        }
+    }
+
+    /// Everything of the group (one range read).
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
@@ -141,6 +150,20 @@ pub struct Member {
     /// campaign, and the others do not wait for it as an equal that goes first.
     #[serde(default)]
     pub refuses_writes: bool,
+    /// Cluster mode only (absent in a standalone group's keys): `group`, `map_epoch`,
+    /// `http_addr`.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<MemberCluster>,
+}
+
+/// What a member key adds in cluster mode (docs/cluster-map.md, "etcd keys").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MemberCluster {
+    pub group: String,
+    /// The map epoch of the member's copy (0 before it has read a map).
+    pub map_epoch: u64,
+    /// Its HTTP address (null when `http.enabled` is false).
+    pub http_addr: Option<String>,
 }
 
 /// A random instance id for this process (16 hex digits from the kernel's random source).
@@ -164,7 +187,43 @@ mod tests {
         assert_eq!(k.member_of("/smdb/c1/sync"), None);
         assert_eq!(k.member_of("/smdb/c1/members/n1"), Some("n1"));
         assert_eq!(k.member_of("/smdb/c1/leader"), None);
+        let g = Keys::group("c1", "g2");
+        assert_eq!(g.leader(), "/smdb/c1/groups/g2/leader");
+        assert_eq!(g.member("n1"), "/smdb/c1/groups/g2/members/n1");
+        assert_eq!(g.member_of("/smdb/c1/groups/g2/members/n1"), Some("n1"));
+        assert_eq!(g.member_of("/smdb/c1/members/n1"), None);
+        assert!(g.is_history("/smdb/c1/groups/g2/history/00000000000000000001"));
         let (a, b) = (instance_id(), instance_id());
+        let mut m = Member {
+            node_id: "n1".into(),
+            instance: a.clone(),
+            addr: "h:1".into(),
+            role: "follower".into(),
+            epoch: 2,
+            positions: vec![3],
+            primary_heads: vec![],
+            following: true,
+            nofailover: false,
+            refuses_writes: false,
+            cluster: None,
+        };
+        let text = serde_json::to_string(&m).unwrap();
+        assert!(
+            !text.contains("group"),
+            "a standalone key is as before: {text}"
+        );
+        assert_eq!(serde_json::from_str::<Member>(&text).unwrap(), m);
+        m.cluster = Some(MemberCluster {
+            group: "g1".into(),
+            map_epoch: 4,
+            http_addr: None,
+        });
+        let text = serde_json::to_string(&m).unwrap();
+        assert!(
+            text.ends_with(r#""group":"g1","map_epoch":4,"http_addr":null}"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Member>(&text).unwrap(), m);
         assert_eq!(a.len(), 16);
         assert_ne!(a, b);
     }

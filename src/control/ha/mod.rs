@@ -15,7 +15,10 @@
 //!   `admin`: the operator's requests to the thread; `switchover` (the op) and `handover`
 //!   (its etcd steps): a planned handover; `syncset`: the sync set a sync-mode primary keeps;
 //!   `error`: what goes wrong, with its context; `watch`: the etcd watch that, like the driver and `admin`, wakes the thread early
-//!   (`wake`): it reads and decides at once instead of at its next poll.
+//!   (`wake`): it reads and decides at once instead of at its next poll; `own_key`: this
+//!   member's own member key.
+//! - In cluster mode (`crate::cluster`) the group's keys live under
+//!   `/smdb/<cluster>/groups/<group>/`, and the thread's runtime also keeps the map copy.
 //! - Elsewhere: the `[ha]` section (`crate::config::ha`), the lease clock and the fence
 //!   (`crate::member`).
 
@@ -23,9 +26,10 @@ pub mod admin;
 pub mod driver;
 pub mod elect;
 mod error;
-mod etcd;
+pub mod etcd;
 mod handover;
 pub mod keys;
+mod own_key;
 mod session;
 pub mod shared;
 pub mod status;
@@ -34,7 +38,7 @@ mod syncset;
 mod term;
 mod tls;
 pub mod wake;
-mod watch;
+pub(crate) mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,20 +63,30 @@ pub struct Ctx {
     pub margin: Duration,
 }
 
-/// Starts the HA thread for a member whose clients reach it at `addr`. Returns what the
-/// control executor's driver needs.
-pub fn start(config: &Config, state: Arc<ReplState>, addr: String) -> Result<Arc<Shared>, HaError> {
+/// Starts the HA thread for a member whose clients reach it at `addr` (and, in cluster mode,
+/// the map copy of `cluster` on its runtime). Returns what the control executor's driver
+/// needs.
+pub fn start(
+    config: &Config,
+    state: Arc<ReplState>,
+    addr: String,
+    cluster: Option<Arc<crate::cluster::Cluster>>,
+) -> Result<Arc<Shared>, HaError> {
     let cfg = config.ha.clone();
     let node_id = cfg.node_id.clone().ok_or(HaError::Config(
         "ha.node_id is required when ha.enabled = true",
     ))?;
-    let shared = Arc::new(Shared::default());
+    let keys = match &cluster {
+        Some(c) => c.keys.group(&c.group),
+        None => keys::Keys::new(&cfg.cluster),
+    };
+    let shared = Arc::new(Shared::new(cluster));
     shared.update_view(|v| {
         v.cluster.clone_from(&cfg.cluster);
         v.node_id.clone_from(&node_id);
     });
     let ctx = Ctx {
-        keys: keys::Keys::new(&cfg.cluster),
+        keys,
         node_id,
         instance: keys::instance_id(),
         addr,

@@ -356,6 +356,10 @@ pub async fn run(ctx: Ctx) {
             return;
         }
     };
+    // Cluster mode: the map copy, kept for the life of the process (it needs no lease).
+    let _follower = (ctx.shared.cluster.clone()).map(|c| {
+        crate::cluster::spawn_follower(c, etcd.clone(), ctx.shared.clone(), ctx.cfg.ttl_ms)
+    });
     let mut backoff = POLL;
     loop {
         let mut term = Term::new();
@@ -384,6 +388,20 @@ pub async fn run(ctx: Ctx) {
 /// One session: claim, clean up, then poll until the lease is lost.
 async fn serve(ctx: &Ctx, s: &mut Session, term: &mut Term) -> Result<(), HaError> {
     claim_member_key(ctx, s, &term.member(ctx)).await?;
+    if let Some(c) = &ctx.shared.cluster {
+        let ttl = ctx.cfg.ttl_ms;
+        let live =
+            crate::cluster::unique::live_elsewhere(&s.etcd, &c.keys, &c.group, &ctx.node_id, ttl);
+        if let Some(group) = live.await? {
+            log::error!(
+                "ha.node_id {:?} is held by a live process in group {group:?} of cluster {:?}; \
+                 exiting",
+                ctx.node_id,
+                c.name
+            );
+            std::process::exit(1);
+        }
+    }
     term.lease_deadline = s.renew(ctx.margin).await.map_err(|e| match e {
         Renewal::Expired => HaError::Expired,
         Renewal::Failed(e) => e,

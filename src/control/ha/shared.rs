@@ -174,9 +174,19 @@ pub struct Shared {
     /// Starts the HA thread's next read before its poll (`control::ha::wake`): the etcd watch, a
     /// request in `admin`, a decision the driver carried out.
     pub wake: super::wake::Wake,
+    /// Cluster mode: this member's group, its map copy and the requests for the thread.
+    pub cluster: Option<std::sync::Arc<crate::cluster::Cluster>>,
 }
 
 impl Shared {
+    /// A member's exchange (`cluster`: its cluster capability in cluster mode).
+    pub fn new(cluster: Option<std::sync::Arc<crate::cluster::Cluster>>) -> Shared {
+        Shared {
+            cluster,
+            ..Shared::default()
+        }
+    }
+
     /// The thread's decision; a new generation only when it differs from the last one.
     /// Returns the generation in force.
     pub fn decide(&self, want: Want) -> u64 {

@@ -24,7 +24,7 @@ pub fn json(shared: &Shared, state: &ReplState) -> Value {
         })
         .collect();
     let demotions: u64 = shared.stats.demotions.iter().map(|n| n.load(Relaxed)).sum();
-    json!({
+    let mut v = json!({
         "cluster": view.cluster,
         "node_id": view.node_id,
         "epoch": state.epoch(),
@@ -41,5 +41,11 @@ pub fn json(shared: &Shared, state: &ReplState) -> Value {
         "etcd_errors": shared.stats.etcd_errors.load(Relaxed),
         "watch_restarts": shared.stats.watch_restarts.load(Relaxed),
         "history": view.history,
-    })
+    });
+    // Cluster mode (docs/cluster-map.md): the member's group and its copy's map epoch.
+    if let Some(c) = &shared.cluster {
+        v["group"] = c.group.clone().into();
+        v["map_epoch"] = c.view.get().map_epoch().into();
+    }
+    v
 }

@@ -10,7 +10,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 use super::elect::{self, Blocked, Seen};
 use super::error::HaError;
-use super::keys::{History, Leader, Member};
+use super::keys::{History, Leader};
 use super::session::{Session, Snapshot};
 use super::shared::{Demotion, MemberView, Want};
 use super::Ctx;
@@ -59,30 +59,6 @@ impl Term {
             full_since: None,
             sync: Default::default(),
             kept_past_deadline: false,
-        }
-    }
-
-    /// This member's key value now.
-    pub fn member(&self, ctx: &Ctx) -> Member {
-        let report = ctx.shared.report();
-        let heads = ctx
-            .state
-            .stats
-            .follower
-            .lock()
-            .map(|f| f.primary_heads.clone())
-            .unwrap_or_default();
-        Member {
-            node_id: ctx.node_id.clone(),
-            instance: ctx.instance.clone(),
-            addr: ctx.addr.clone(),
-            role: if self.leading { "primary" } else { "follower" }.into(),
-            epoch: report.last_epoch.max(ctx.state.epoch()),
-            positions: report.positions,
-            primary_heads: heads,
-            following: report.following,
-            nofailover: ctx.cfg.nofailover,
-            refuses_writes: report.log_poisoned || report.storage_full,
         }
     }
 
@@ -551,7 +527,7 @@ fn sync_set_in_force(snap: &Snapshot) -> Option<&[String]> {
 }
 
 /// The primary's heads as last known: the highest any member heard of, else `own`.
-fn primary_heads(members: &[(Member, i64)], own: &[u64]) -> Vec<u64> {
+fn primary_heads(members: &[(super::keys::Member, i64)], own: &[u64]) -> Vec<u64> {
     members
         .iter()
         .map(|(m, _)| &m.primary_heads)

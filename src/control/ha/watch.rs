@@ -40,22 +40,61 @@ impl Drop for Watch {
 /// Starts watching on the endpoint calls go to (`control::ha::etcd`; a watch created again goes to
 /// the endpoint pinned then).
 pub fn spawn(ctx: &Ctx, etcd: Arc<Etcd>) -> Watch {
+    let own = ctx.keys.member(&ctx.node_id).into_bytes();
+    let news = move |msg: &WatchResponse| {
+        (msg.events().iter()).any(|e| e.kv().is_none_or(|kv| kv.key() != own.as_slice()))
+    };
     let watcher = Watcher {
         prefix: ctx.keys.prefix().to_string(),
-        own: ctx.keys.member(&ctx.node_id).into_bytes(),
         quiet: Duration::from_millis(ctx.cfg.ttl_ms.saturating_mul(2)),
         shared: ctx.shared.clone(),
+        news: Box::new(news),
+        wake: None,
+    };
+    Watch(tokio::spawn(watcher.run(etcd)))
+}
+
+/// Which changes are news, and whom they wake.
+pub struct Listener {
+    /// Whether a response holds a change its loop must read.
+    pub news: News,
+    /// The loop to wake (the HA loop when None).
+    pub wake: Option<Arc<super::wake::Wake>>,
+}
+
+/// Whether a watch response holds news for its loop.
+pub type News = Box<dyn Fn(&WatchResponse) -> bool + Send + Sync>;
+
+/// Watches `prefix` for another loop on the HA thread's runtime (`cluster::follow`): each
+/// response `listener.news` takes for news wakes it, with the same re-creation rules and
+/// counters as the HA loop's watch. `quiet` is how long a silent stream is trusted.
+pub fn spawn_for(
+    etcd: Arc<Etcd>,
+    prefix: String,
+    quiet: Duration,
+    shared: Arc<Shared>,
+    listener: Listener,
+) -> Watch {
+    let watcher = Watcher {
+        prefix,
+        quiet,
+        shared,
+        news: listener.news,
+        wake: listener.wake,
     };
     Watch(tokio::spawn(watcher.run(etcd)))
 }
 
 struct Watcher {
     prefix: String,
-    /// This member's member key: its changes are the loop's own writes.
-    own: Vec<u8>,
     /// A stream silent this long is taken for broken.
     quiet: Duration,
     shared: Arc<Shared>,
+    /// Which responses wake the loop (the HA loop's: a change of a key but its own member
+    /// key, which only it writes).
+    news: News,
+    /// The loop woken (None: the HA loop, `Shared::wake`).
+    wake: Option<Arc<super::wake::Wake>>,
 }
 
 impl Watcher {
@@ -103,14 +142,12 @@ impl Watcher {
                 return (why, worked);
             }
             worked |= !msg.events().is_empty();
-            if (msg.created() && again) || self.news(&msg) {
-                self.shared.wake.signal();
+            if (msg.created() && again) || (self.news)(&msg) {
+                match &self.wake {
+                    Some(w) => w.signal(),
+                    None => self.shared.wake.signal(),
+                }
             }
         }
-    }
-
-    /// Whether `msg` changes a key other than this member's own.
-    fn news(&self, msg: &WatchResponse) -> bool {
-        (msg.events().iter()).any(|e| e.kv().is_none_or(|kv| kv.key() != self.own.as_slice()))
     }
 }
