@@ -39,7 +39,8 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     let repl_settings = replication_settings(&mut config)?;
     let place = placements(&config, cpus);
     let shard_count = place.shards.len() as u32;
-    let data_dir = DataDir::open(&config.storage.data_dir, shard_count)?;
+    let routing = config.cluster.routing();
+    let data_dir = DataDir::open(&config.storage.data_dir, shard_count, routing)?;
     // Before any shard builds an engine: every instance table of this process hashes with the
     // data dir's key (restarts load and replay in table order, docs/wal.md "Recovery").
     if !shards::engine::set_index_key(data_dir.index_key.0, data_dir.index_key.1) {
@@ -57,7 +58,7 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     let ha = start_ha(&config, &repl, listeners.local)?;
     let stats = FrontFigures::new(place.fronts.len(), shard_count);
     let shared = Shared::new(repl, live, stats, timers_pause);
-    let (shard_ends, mut client_ends) = make_channels(shard_count as usize, place.fronts.len() + 1);
+    let (shard_ends, mut client_ends) = make_channels(&place, routing);
     let mut handles = Vec::new();
     let (ready_tx, ready_rx) = mpsc::channel();
     spawn_shards(

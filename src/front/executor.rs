@@ -49,6 +49,8 @@ pub struct ServerInfo {
     pub acceptor_cores: u32,
     /// The data dir's `timers.paused` pause (INFO's `timers_paused`, TIMERS_RESUME).
     pub timers_pause: Arc<crate::timers_pause::TimersPause>,
+    /// This member's cluster and group (`None`: no `[cluster]`; docs/cluster.md).
+    pub cluster: Option<crate::ops::cluster::Member>,
 }
 
 pub struct FrontSetup {

@@ -10,7 +10,6 @@
 use std::rc::Rc;
 
 use serde_json::json;
-use shards::routing::shard_for;
 use shards::{ErrorCode, Rejection};
 
 use super::executor::Front;
@@ -56,7 +55,7 @@ pub async fn start(
     match op.route() {
         Routed::Instance(op) => {
             let id = route_key(params)?;
-            let shard = shard_for(&id, router.shard_count());
+            let shard = router.shard_of(&id);
             *instance_id = Some(id.into());
             let params = owned();
             let call = match version {
@@ -77,6 +76,9 @@ pub async fn start(
             let batch = crate::ops::batch::parse_batch(params)?;
             let ops = || batch.ops.iter().map(|item| item.op.op());
             auth.check_each(ops())?;
+            // Cluster mode: one slot per atomic batch, checked before the member's role
+            // (docs/cluster.md, "Who serves a slot").
+            super::batch::check_slots(front, &batch)?;
             crate::member::gate::check_batch(&front.info.replication, ops())?;
             super::batch::start(front, batch).await
         }
@@ -89,6 +91,12 @@ pub async fn start(
         }
         Routed::AllShards(op) => Ok(all_shards(op, owned(), front)),
         Routed::Control(op) => Ok(control(op, params, front).await),
+        Routed::Cluster(op) => {
+            let answer = crate::ops::cluster::answer(op, params, front.info.cluster.as_ref());
+            Ok(filled(answer.map(|v| {
+                ReplyBody::Json(serde_json::to_vec(&v).unwrap_or_default())
+            })))
+        }
         // The codec's own routes (`session.rs`, the HTTP stream), and labels, which never
         // parse from a request.
         Routed::Session(_) | Routed::Subscriptions(_) | Routed::Stream(_) | Routed::Label(_) => {
@@ -148,6 +156,13 @@ async fn control(op: routes::Control, params: Option<&[u8]>, front: &Front) -> R
             slot
         }
     }
+}
+
+/// A slot already holding `reply` (an op answered on the front).
+fn filled(reply: Reply) -> ReplySlot {
+    let slot = Slot::new();
+    slot.fill(reply);
+    slot
 }
 
 /// An op whose route has no code to run it: a bug, answered as one.
