@@ -1,5 +1,7 @@
 //! The data directory as a whole: an exclusive lock (one server per directory) and a metadata
-//! file recording the format version and shard count it was written with.
+//! file recording the format version, shard count and routing it was written with. Each of the
+//! three is fixed for the directory's life: a server configured otherwise refuses to open it
+//! (exit 1, naming both values) and changes nothing on disk.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -7,6 +9,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use shards::routing::Routing;
 
 /// On-disk format version of the data directory layout.
 pub const FORMAT_VERSION: u32 = 1;
@@ -26,6 +29,10 @@ struct Meta {
     /// Added to a data dir that lacks it (older builds ignore it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     index_key: Option<String>,
+    /// How ids map to shards (`Routing::as_str`: "hash" or "slots", docs/cluster.md "Slots").
+    /// Absent in a data dir of an older build, which routed by hash; new data dirs record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    routing: Option<String>,
 }
 
 /// Holds the directory lock for the life of the process.
@@ -38,8 +45,9 @@ pub struct DataDir {
 }
 
 impl DataDir {
-    /// Creates the directory if needed, takes the lock, and checks (or records) the shard count.
-    pub fn open(path: &Path, shard_count: u32) -> Result<DataDir, String> {
+    /// Creates the directory if needed, takes the lock, and checks (or records) the shard count
+    /// and the routing.
+    pub fn open(path: &Path, shard_count: u32, routing: Routing) -> Result<DataDir, String> {
         std::fs::create_dir_all(path)
             .map_err(|e| format!("cannot create data dir {}: {e}", path.display()))?;
         // Absolute from here on: glommio's directory open fails (EBADF) on relative paths such
@@ -47,7 +55,7 @@ impl DataDir {
         let path = &std::fs::canonicalize(path)
             .map_err(|e| format!("cannot resolve data dir {}: {e}", path.display()))?;
         let lock = lock(path)?;
-        let index_key = check_meta(path, shard_count)?;
+        let index_key = check_meta(path, shard_count, routing)?;
         Ok(DataDir {
             path: path.to_path_buf(),
             index_key,
@@ -87,7 +95,7 @@ fn lock(path: &Path) -> Result<File, String> {
 }
 
 /// Checks (or writes) the meta file; returns the data dir's index key.
-fn check_meta(path: &Path, shard_count: u32) -> Result<(u64, u64), String> {
+fn check_meta(path: &Path, shard_count: u32, routing: Routing) -> Result<(u64, u64), String> {
     let meta_path = path.join(META_FILE);
     let mut meta = match std::fs::read(&meta_path) {
         Ok(bytes) => {
@@ -109,12 +117,14 @@ fn check_meta(path: &Path, shard_count: u32) -> Result<(u64, u64), String> {
                     meta.shard_count
                 ));
             }
+            check_routing(path, meta.routing.as_deref(), routing).map_err(|e| e.to_string())?;
             meta
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Meta {
             format_version: FORMAT_VERSION,
             shard_count,
             index_key: None,
+            routing: Some(routing.as_str().to_owned()),
         },
         Err(e) => return Err(format!("cannot read {}: {e}", meta_path.display())),
     };
@@ -128,6 +138,49 @@ fn check_meta(path: &Path, shard_count: u32) -> Result<(u64, u64), String> {
     meta.index_key = Some(format!("{:016x}{:016x}", key.0, key.1));
     write_meta(path, &meta)?;
     Ok(key)
+}
+
+/// Refuses a data dir whose recorded routing (`None`: an older build's, hash) is not `want`.
+fn check_routing(path: &Path, recorded: Option<&str>, want: Routing) -> Result<(), OtherRouting> {
+    let have = recorded.unwrap_or(Routing::Hash.as_str());
+    match have == want.as_str() {
+        true => Ok(()),
+        false => Err(OtherRouting {
+            path: path.to_path_buf(),
+            have: have.to_owned(),
+            want,
+        }),
+    }
+}
+
+/// A data dir made with another routing than the server's.
+#[derive(Debug)]
+struct OtherRouting {
+    path: PathBuf,
+    /// The data dir's routing, as recorded.
+    have: String,
+    want: Routing,
+}
+
+impl std::fmt::Display for OtherRouting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mode = |r: &str| match Routing::parse(r) {
+            Some(Routing::Hash) => "without [cluster]",
+            Some(Routing::Slots) => "in cluster mode",
+            None => "by an unknown build",
+        };
+        write!(
+            f,
+            "data dir {} was made with routing \"{}\" ({}) but this server routes by \"{}\" \
+             ({}); an instance's shard depends on the routing, so a data dir keeps the one that \
+             made it (load the data through a client instead)",
+            self.path.display(),
+            self.have,
+            mode(&self.have),
+            self.want.as_str(),
+            mode(self.want.as_str()),
+        )
+    }
 }
 
 /// 32 hex digits as two words.
@@ -163,23 +216,27 @@ fn write_meta(path: &Path, meta: &Meta) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    fn open(path: &Path, shards: u32) -> Result<DataDir, String> {
+        DataDir::open(path, shards, Routing::Hash)
+    }
+
     #[test]
     fn shard_count_change_is_refused_naming_both_counts() {
         let dir = tempfile::tempdir().unwrap();
-        drop(DataDir::open(dir.path(), 2).unwrap());
-        let err = DataDir::open(dir.path(), 3).unwrap_err();
+        drop(open(dir.path(), 2).unwrap());
+        let err = open(dir.path(), 3).unwrap_err();
         assert!(
             err.contains("2 shards") && err.contains("3 shards"),
             "{err}"
         );
-        drop(DataDir::open(dir.path(), 2).unwrap());
+        drop(open(dir.path(), 2).unwrap());
     }
 
     #[test]
     fn a_relative_path_is_made_absolute() {
         let dir = tempfile::tempdir().unwrap();
         let rel = dir.path().join("a/../data");
-        let d = DataDir::open(&rel, 1).unwrap();
+        let d = open(&rel, 1).unwrap();
         assert!(d.path.is_absolute() && !d.path.to_string_lossy().contains(".."));
         assert_eq!(d.path, dir.path().canonicalize().unwrap().join("data"));
     }
@@ -187,14 +244,14 @@ mod tests {
     #[test]
     fn the_index_key_is_kept_across_opens_and_added_where_missing() {
         let dir = tempfile::tempdir().unwrap();
-        let first = DataDir::open(dir.path(), 1).unwrap().index_key;
-        assert_eq!(DataDir::open(dir.path(), 1).unwrap().index_key, first);
+        let first = open(dir.path(), 1).unwrap().index_key;
+        assert_eq!(open(dir.path(), 1).unwrap().index_key, first);
         // A meta file of an older build: a key is added, then kept.
         let meta = dir.path().join(META_FILE);
         std::fs::write(&meta, br#"{"format_version":1,"shard_count":1}"#).unwrap();
-        let added = DataDir::open(dir.path(), 1).unwrap().index_key;
+        let added = open(dir.path(), 1).unwrap().index_key;
         assert_ne!(added, first);
-        assert_eq!(DataDir::open(dir.path(), 1).unwrap().index_key, added);
+        assert_eq!(open(dir.path(), 1).unwrap().index_key, added);
         assert_eq!(parse_key("00000000000000010000000000000002"), Some((1, 2)));
         assert_eq!(parse_key("0001"), None);
     }
@@ -202,9 +259,49 @@ mod tests {
     #[test]
     fn second_open_is_locked_out() {
         let dir = tempfile::tempdir().unwrap();
-        let first = DataDir::open(dir.path(), 1).unwrap();
-        let err = DataDir::open(dir.path(), 1).unwrap_err();
+        let first = open(dir.path(), 1).unwrap();
+        let err = open(dir.path(), 1).unwrap_err();
         assert!(err.contains("locked"), "{err}");
         drop(first);
+    }
+
+    #[test]
+    fn a_routing_change_is_refused_naming_both_and_leaves_the_dir_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(DataDir::open(dir.path(), 2, Routing::Slots).unwrap());
+        let meta = dir.path().join(META_FILE);
+        let before = std::fs::read(&meta).unwrap();
+        assert!(String::from_utf8_lossy(&before).contains(r#""routing":"slots""#));
+        let err = DataDir::open(dir.path(), 2, Routing::Hash).unwrap_err();
+        assert!(
+            err.contains("\"slots\"") && err.contains("\"hash\""),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&meta).unwrap(), before, "nothing rewritten");
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, [LOCK_FILE, META_FILE], "no temporary file left");
+        drop(DataDir::open(dir.path(), 2, Routing::Slots).unwrap());
+    }
+
+    #[test]
+    fn a_data_dir_without_a_routing_routes_by_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = dir.path().join(META_FILE);
+        std::fs::write(&meta, br#"{"format_version":1,"shard_count":1}"#).unwrap();
+        let err = DataDir::open(dir.path(), 1, Routing::Slots).unwrap_err();
+        assert!(
+            err.contains("\"hash\"") && err.contains("\"slots\""),
+            "{err}"
+        );
+        drop(open(dir.path(), 1).unwrap());
+        // A new one records its routing.
+        let fresh = tempfile::tempdir().unwrap();
+        drop(open(fresh.path(), 1).unwrap());
+        let text = std::fs::read_to_string(fresh.path().join(META_FILE)).unwrap();
+        assert!(text.contains(r#""routing":"hash""#), "{text}");
     }
 }

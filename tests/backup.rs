@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::run::{cli_at, output};
 use common::{err_code, temp_dir, Client, Server};
 use serde_json::{json, Value};
-use shards::routing::shard_for;
+use shards::routing::Routing;
 
 const SHARDS: u32 = 2;
 
@@ -40,7 +40,7 @@ fn cli(addr: &str, args: &[&str], env: &[(&str, &str)]) -> Out {
 fn id_on(base: &str, shard: u32) -> String {
     (0..)
         .map(|k| format!("{base}-{k}"))
-        .find(|id| shard_for(id, SHARDS) == shard)
+        .find(|id| Routing::Hash.shard_for(id, SHARDS) == shard)
         .expect("some id routes there")
 }
 

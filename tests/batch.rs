@@ -13,7 +13,7 @@ use common::pipeline::write_windowed;
 use common::scrape::scrape;
 use common::*;
 use serde_json::{json, Value};
-use shards::routing::shard_for;
+use shards::routing::Routing;
 
 const TWO_SHARDS: &str = "[shards]\ncount = 2";
 
@@ -193,7 +193,7 @@ fn split_ids() -> (String, String) {
     let a = "{left}:x".to_string();
     let b = (0..100)
         .map(|i| format!("{{right{i}}}:y"))
-        .find(|id| shard_for(id, 2) != shard_for(&a, 2))
+        .find(|id| Routing::Hash.shard_for(id, 2) != Routing::Hash.shard_for(&a, 2))
         .unwrap();
     (a, b)
 }
@@ -220,7 +220,10 @@ fn an_atomic_batch_across_shards_is_cross_shard_and_best_effort_spans_them_in_or
     );
     // The same ids with one tag each stay together per tag.
     let a2 = a.replace(":x", ":x2");
-    assert_eq!(shard_for(&a, 2), shard_for(&a2, 2));
+    assert_eq!(
+        Routing::Hash.shard_for(&a, 2),
+        Routing::Hash.shard_for(&a2, 2)
+    );
 
     let before = scrape(&s);
     let ops = json!([

@@ -1,4 +1,4 @@
-//! Cluster mode's etcd side against real processes (docs/cluster-map.md): one etcd on loopback
+//! Cluster mode's etcd side against real processes (docs/cluster.md): one etcd on loopback
 //! and members of two groups of one cluster. Each group's failover keys land under
 //! `/smdb/<cluster>/groups/<group>/`, each group elects its own primary, and member keys carry
 //! `group`, `map_epoch` and `http_addr`. The map created (`cluster::admin::create_in_etcd`, the

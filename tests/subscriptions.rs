@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
-use shards::routing::shard_for;
+use shards::routing::Routing;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -56,7 +56,7 @@ fn ids_on_shards(prefix: &str, shards: u32, per_shard: usize) -> Vec<String> {
     let mut i = 0;
     while by_shard.iter().any(|v| v.len() < per_shard) {
         let id = format!("{prefix}{i}");
-        let s = shard_for(&id, shards) as usize;
+        let s = Routing::Hash.shard_for(&id, shards) as usize;
         if by_shard[s].len() < per_shard {
             by_shard[s].push(id);
         }
@@ -76,7 +76,7 @@ fn key(p: &Value) -> (u64, u64) {
 /// (shard, wal_offset) of an APPLY_EVENT result on instance `id`.
 fn applied_key(id: &str, result: &Value, shards: u32) -> (u64, u64) {
     (
-        shard_for(id, shards) as u64,
+        Routing::Hash.shard_for(id, shards) as u64,
         result["wal_offset"].as_u64().unwrap(),
     )
 }
@@ -148,7 +148,7 @@ fn watch_instance_pushes_content_and_order() {
     let shipped = apply(&mut w, "o1", "ship", json!({}));
 
     let got = events(&mut sub, 3);
-    let shard = shard_for("o1", 2) as u64;
+    let shard = Routing::Hash.shard_for("o1", 2) as u64;
     let expected = [
         ("pay", "new", "paid", json!({"amount": 30}), &paid),
         ("touch", "paid", "paid", json!({"note": "x"}), &touched),

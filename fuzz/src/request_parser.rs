@@ -1,15 +1,26 @@
 //! The request envelope parser (`smdb::protocol::parse_request`) and the params parser of every
 //! op that takes params (`smdb::ops`, `smdb::front::subscriptions::params`), on arbitrary payloads.
 
+use shards::routing::{Layout, Routing};
 use smdb::front::subscriptions::params as watch;
 use smdb::ops::batch::{engine_op, parse_batch};
-use smdb::ops::{events, instances, machines, route};
+use smdb::ops::{cluster, events, instances, machines, route};
 use smdb::protocol::parse_request;
 
 use crate::apply_event_differential;
 
-/// Shard count the subscription params are checked against (they name shards by index).
-const SHARDS: u32 = 4;
+/// The shards the subscription params are checked against (they name shards by index), under
+/// either routing.
+const SHARDS: [Layout; 2] = [
+    Layout {
+        routing: Routing::Hash,
+        count: 4,
+    },
+    Layout {
+        routing: Routing::Slots,
+        count: 4,
+    },
+];
 
 /// Parses `data` as a request payload and gives its params to every op's parser, as the front
 /// and the shards would: each returns a value or a `BAD_REQUEST`, never panics. The params, as
@@ -37,8 +48,11 @@ fn params_of_every_op(params: Option<&[u8]>) {
     let _ = machines::put_command(params);
     let _ = machines::get_query(params);
     let _ = machines::list_query(params);
-    let _ = watch::watch_instance(params, SHARDS);
-    let _ = watch::watch_all(params, SHARDS);
+    for layout in SHARDS {
+        let _ = watch::watch_instance(params, layout);
+    }
+    let _ = watch::watch_all(params, SHARDS[0].count);
+    let _ = cluster::keyslot(params);
     let _ = watch::unwatch(params);
     batch(params);
 }

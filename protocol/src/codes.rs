@@ -95,6 +95,16 @@ error_codes! {
     NoPrimary = "NO_PRIMARY", retryable: true, execution: NotExecuted, http: 503;
     /// The disk has no room for the log to grow; reads go on, writes resume by themselves.
     StorageFull = "STORAGE_FULL", retryable: true, execution: NotExecuted, http: 503;
+    /// Cluster mode: another group owns the id's slot; `details.addr` names its primary.
+    Moved = "MOVED", retryable: false, execution: NotExecuted, http: 421;
+    /// Cluster mode: the slot is frozen by a move for a moment.
+    TryAgain = "TRYAGAIN", retryable: true, execution: NotExecuted, http: 503;
+    /// Cluster mode: no map read yet, or the slot's group has no primary.
+    ClusterDown = "CLUSTERDOWN", retryable: true, execution: NotExecuted, http: 503;
+    /// Cluster mode: an atomic BATCH whose ids lie in different slots.
+    CrossSlot = "CROSS_SLOT", retryable: false, execution: NotExecuted, http: 422;
+    /// Cluster mode: a slot move ended without switching (`details.reason`).
+    MigrationAborted = "MIGRATION_ABORTED", retryable: false, execution: NotExecuted, http: 409;
     /// HTTP only: no such path.
     NotFound = "NOT_FOUND", retryable: false, execution: NotExecuted, http: 404;
     /// HTTP only: the path exists, the method does not.
@@ -244,8 +254,18 @@ mod tests {
             ErrorCode::NoPrimary,
             ErrorCode::StorageFull,
             ErrorCode::ShuttingDown,
+            ErrorCode::TryAgain,
+            ErrorCode::ClusterDown,
         ] {
             assert!(c.retryable(), "{c}");
+        }
+        // A client follows MOVED to its address; the other two need a changed request.
+        for c in [
+            ErrorCode::Moved,
+            ErrorCode::CrossSlot,
+            ErrorCode::MigrationAborted,
+        ] {
+            assert!(!c.retryable(), "{c}");
         }
         assert_eq!(
             ErrorCode::NoPrimary.execution_with(true),

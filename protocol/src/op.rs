@@ -155,6 +155,8 @@ pub enum Route {
     Stream,
     /// BATCH: one shard for an atomic batch, each op's own otherwise.
     Batch,
+    /// Cluster mode's ops (`CLUSTER_*`, docs/cluster.md), answered on the front.
+    Cluster,
     /// A label only (metrics, logs): never a request.
     Label,
 }
@@ -285,13 +287,13 @@ impl Facts {
 ///
 /// The `@routes` rules sort the rows' variants into one bucket per route (a token muncher:
 /// each step moves one row into its route's bucket), then `@enum` makes each bucket an enum
-/// in `routes` with its conversions to `Op`. A row whose route is not one of the nine does
+/// in `routes` with its conversions to `Op`. A row whose route is not one of the ten does
 /// not match any rule.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! op_table {
-    (@routes [$($se:ident)*] [$($in:ident)*] [$($de:ident)*] [$($al:ident)*]
-        [$($su:ident)*] [$($co:ident)*] [$($st:ident)*] [$($ba:ident)*] [$($la:ident)*] ;) => {
+    (@routes [$($se:ident)*] [$($in:ident)*] [$($de:ident)*] [$($al:ident)*] [$($su:ident)*]
+        [$($co:ident)*] [$($st:ident)*] [$($ba:ident)*] [$($cl:ident)*] [$($la:ident)*] ;) => {
         /// Each route's ops (`Route`), one enum per route: what its dispatcher matches.
         pub mod routes {
             $crate::op_table!(@enum Session $($se)*);
@@ -302,6 +304,7 @@ macro_rules! op_table {
             $crate::op_table!(@enum Control $($co)*);
             $crate::op_table!(@enum Stream $($st)*);
             $crate::op_table!(@enum Batch $($ba)*);
+            $crate::op_table!(@enum Cluster $($cl)*);
             $crate::op_table!(@enum Label $($la)*);
         }
 
@@ -316,44 +319,49 @@ macro_rules! op_table {
             Control(routes::Control),
             Stream(routes::Stream),
             Batch(routes::Batch),
+            Cluster(routes::Cluster),
             Label(routes::Label),
         }
     };
-    (@routes [$($se:ident)*] $in:tt $de:tt $al:tt $su:tt $co:tt $st:tt $ba:tt $la:tt ;
+    (@routes [$($se:ident)*] $in:tt $de:tt $al:tt $su:tt $co:tt $st:tt $ba:tt $cl:tt $la:tt ;
         $v:ident Session, $($rest:tt)*) => {
-        $crate::op_table!(@routes [$($se)* $v] $in $de $al $su $co $st $ba $la ; $($rest)*);
+        $crate::op_table!(@routes [$($se)* $v] $in $de $al $su $co $st $ba $cl $la ; $($rest)*);
     };
-    (@routes $se:tt [$($in:ident)*] $de:tt $al:tt $su:tt $co:tt $st:tt $ba:tt $la:tt ;
+    (@routes $se:tt [$($in:ident)*] $de:tt $al:tt $su:tt $co:tt $st:tt $ba:tt $cl:tt $la:tt ;
         $v:ident Instance, $($rest:tt)*) => {
-        $crate::op_table!(@routes $se [$($in)* $v] $de $al $su $co $st $ba $la ; $($rest)*);
+        $crate::op_table!(@routes $se [$($in)* $v] $de $al $su $co $st $ba $cl $la ; $($rest)*);
     };
-    (@routes $se:tt $in:tt [$($de:ident)*] $al:tt $su:tt $co:tt $st:tt $ba:tt $la:tt ;
+    (@routes $se:tt $in:tt [$($de:ident)*] $al:tt $su:tt $co:tt $st:tt $ba:tt $cl:tt $la:tt ;
         $v:ident Definitions, $($rest:tt)*) => {
-        $crate::op_table!(@routes $se $in [$($de)* $v] $al $su $co $st $ba $la ; $($rest)*);
+        $crate::op_table!(@routes $se $in [$($de)* $v] $al $su $co $st $ba $cl $la ; $($rest)*);
     };
-    (@routes $se:tt $in:tt $de:tt [$($al:ident)*] $su:tt $co:tt $st:tt $ba:tt $la:tt ;
+    (@routes $se:tt $in:tt $de:tt [$($al:ident)*] $su:tt $co:tt $st:tt $ba:tt $cl:tt $la:tt ;
         $v:ident AllShards, $($rest:tt)*) => {
-        $crate::op_table!(@routes $se $in $de [$($al)* $v] $su $co $st $ba $la ; $($rest)*);
+        $crate::op_table!(@routes $se $in $de [$($al)* $v] $su $co $st $ba $cl $la ; $($rest)*);
     };
-    (@routes $se:tt $in:tt $de:tt $al:tt [$($su:ident)*] $co:tt $st:tt $ba:tt $la:tt ;
+    (@routes $se:tt $in:tt $de:tt $al:tt [$($su:ident)*] $co:tt $st:tt $ba:tt $cl:tt $la:tt ;
         $v:ident Subscriptions, $($rest:tt)*) => {
-        $crate::op_table!(@routes $se $in $de $al [$($su)* $v] $co $st $ba $la ; $($rest)*);
+        $crate::op_table!(@routes $se $in $de $al [$($su)* $v] $co $st $ba $cl $la ; $($rest)*);
     };
-    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt [$($co:ident)*] $st:tt $ba:tt $la:tt ;
+    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt [$($co:ident)*] $st:tt $ba:tt $cl:tt $la:tt ;
         $v:ident Control, $($rest:tt)*) => {
-        $crate::op_table!(@routes $se $in $de $al $su [$($co)* $v] $st $ba $la ; $($rest)*);
+        $crate::op_table!(@routes $se $in $de $al $su [$($co)* $v] $st $ba $cl $la ; $($rest)*);
     };
-    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt $co:tt [$($st:ident)*] $ba:tt $la:tt ;
+    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt $co:tt [$($st:ident)*] $ba:tt $cl:tt $la:tt ;
         $v:ident Stream, $($rest:tt)*) => {
-        $crate::op_table!(@routes $se $in $de $al $su $co [$($st)* $v] $ba $la ; $($rest)*);
+        $crate::op_table!(@routes $se $in $de $al $su $co [$($st)* $v] $ba $cl $la ; $($rest)*);
     };
-    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt $co:tt $st:tt [$($ba:ident)*] $la:tt ;
+    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt $co:tt $st:tt [$($ba:ident)*] $cl:tt $la:tt ;
         $v:ident Batch, $($rest:tt)*) => {
-        $crate::op_table!(@routes $se $in $de $al $su $co $st [$($ba)* $v] $la ; $($rest)*);
+        $crate::op_table!(@routes $se $in $de $al $su $co $st [$($ba)* $v] $cl $la ; $($rest)*);
     };
-    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt $co:tt $st:tt $ba:tt [$($la:ident)*] ;
+    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt $co:tt $st:tt $ba:tt [$($cl:ident)*] $la:tt ;
+        $v:ident Cluster, $($rest:tt)*) => {
+        $crate::op_table!(@routes $se $in $de $al $su $co $st $ba [$($cl)* $v] $la ; $($rest)*);
+    };
+    (@routes $se:tt $in:tt $de:tt $al:tt $su:tt $co:tt $st:tt $ba:tt $cl:tt [$($la:ident)*] ;
         $v:ident Label, $($rest:tt)*) => {
-        $crate::op_table!(@routes $se $in $de $al $su $co $st $ba [$($la)* $v] ; $($rest)*);
+        $crate::op_table!(@routes $se $in $de $al $su $co $st $ba $cl [$($la)* $v] ; $($rest)*);
     };
     (@enum $route:ident $($v:ident)*) => {
         #[doc = concat!("The ops of `Route::", stringify!($route), "`.")]
@@ -423,7 +431,7 @@ macro_rules! op_table {
             }
         }
 
-        $crate::op_table!(@routes [] [] [] [] [] [] [] [] [] ; $($variant $route,)*);
+        $crate::op_table!(@routes [] [] [] [] [] [] [] [] [] [] ; $($variant $route,)*);
     };
 }
 
@@ -676,6 +684,63 @@ op_table! {
         follower: Follower::Serve, resend: Resend::Never,
         http: &[http!(Post, "/timers/resume")],
     },
+    /// The hash slot of an id (docs/cluster.md, "Slots"): a pure function, answered by every
+    /// server, standalone included.
+    ClusterKeyslot = "CLUSTER_KEYSLOT" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Cluster,
+        follower: Follower::Serve, resend: Resend::Safe,
+        http: &[http!(Get, "/cluster/keyslot/{id}")],
+    },
+    /// The cluster's groups, their slots, members and moves (docs/cluster.md, "Ops").
+    ClusterShards = "CLUSTER_SHARDS" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Cluster,
+        follower: Follower::Serve, resend: Resend::Safe,
+        http: &[http!(Get, "/cluster/shards")],
+    },
+    /// The slot ranges with their primary's and replicas' addresses.
+    ClusterSlots = "CLUSTER_SLOTS" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Cluster,
+        follower: Follower::Serve, resend: Resend::Safe,
+        http: &[http!(Get, "/cluster/slots")],
+    },
+    /// The cluster's state as this member sees it.
+    ClusterInfo = "CLUSTER_INFO" {
+        need: Need::Scope(Scope::Read), before_hello: false,
+        effect: Effect::Read, batch: false, route: Cluster,
+        follower: Follower::Serve, resend: Resend::Safe,
+        http: &[http!(Get, "/cluster/info")],
+    },
+    /// Creates the slot map, only if absent (a second one is refused).
+    ClusterCreate = "CLUSTER_CREATE" {
+        need: Need::Scope(Scope::Admin), before_hello: false,
+        effect: Effect::Control, batch: false, route: Cluster,
+        follower: Follower::Serve, resend: Resend::Never,
+        http: &[],
+    },
+    /// Adds a group to the map, with no slots (a repeat answers `added: false`).
+    ClusterAddGroup = "CLUSTER_ADD_GROUP" {
+        need: Need::Scope(Scope::Admin), before_hello: false,
+        effect: Effect::Control, batch: false, route: Cluster,
+        follower: Follower::Serve, resend: Resend::Never,
+        http: &[],
+    },
+    /// Moves one slot range to another group.
+    ClusterMoveSlots = "CLUSTER_MOVE_SLOTS" {
+        need: Need::Scope(Scope::Admin), before_hello: false,
+        effect: Effect::Control, batch: false, route: Cluster,
+        follower: Follower::Serve, resend: Resend::Never,
+        http: &[],
+    },
+    /// Aborts a running move.
+    ClusterCancelMove = "CLUSTER_CANCEL_MOVE" {
+        need: Need::Scope(Scope::Admin), before_hello: false,
+        effect: Effect::Control, batch: false, route: Cluster,
+        follower: Follower::Serve, resend: Resend::Never,
+        http: &[],
+    },
     /// Label: an error before a request could be read.
     Frame = "FRAME" {
         need: Need::Nothing, before_hello: false,
@@ -778,6 +843,14 @@ mod tests {
             (Op::HaResume, admin, Effect::Control, false, Route::Control, serve, false),
             (Op::Switchover, admin, Effect::Control, false, Route::Control, refuse, false),
             (Op::TimersResume, admin, Effect::Control, false, Route::AllShards, serve, false),
+            (Op::ClusterKeyslot, read, Effect::Read, false, Route::Cluster, serve, false),
+            (Op::ClusterShards, read, Effect::Read, false, Route::Cluster, serve, false),
+            (Op::ClusterSlots, read, Effect::Read, false, Route::Cluster, serve, false),
+            (Op::ClusterInfo, read, Effect::Read, false, Route::Cluster, serve, false),
+            (Op::ClusterCreate, admin, Effect::Control, false, Route::Cluster, serve, false),
+            (Op::ClusterAddGroup, admin, Effect::Control, false, Route::Cluster, serve, false),
+            (Op::ClusterMoveSlots, admin, Effect::Control, false, Route::Cluster, serve, false),
+            (Op::ClusterCancelMove, admin, Effect::Control, false, Route::Cluster, serve, false),
             (Op::Frame, None, Effect::Session, false, Route::Label, serve, false),
             (Op::Unknown, None, Effect::Session, false, Route::Label, serve, false),
         ];
@@ -817,6 +890,7 @@ mod tests {
                 Routed::Control(r) => (Route::Control, r.op()),
                 Routed::Stream(r) => (Route::Stream, r.op()),
                 Routed::Batch(r) => (Route::Batch, r.op()),
+                Routed::Cluster(r) => (Route::Cluster, r.op()),
                 Routed::Label(r) => (Route::Label, r.op()),
             };
             assert_eq!((route, back), (op.facts().route, op), "{op:?}");
@@ -843,6 +917,7 @@ mod tests {
         let never = [
             Op::Bye, Op::DeleteInstance, Op::Unwatch, Op::Replicate, Op::Backup, Op::Promote,
             Op::HaPause, Op::HaResume, Op::Switchover, Op::TimersResume, Op::Frame, Op::Unknown,
+            Op::ClusterCreate, Op::ClusterAddGroup, Op::ClusterMoveSlots, Op::ClusterCancelMove,
         ];
         for &op in Op::ALL {
             let want = match op {

@@ -1,8 +1,12 @@
-//! The shard routing function. It decides which shard owns an instance id.
+//! The routing functions: which shard of a member owns an instance id, and (cluster mode)
+//! which of the 16384 hash slots it lies in (docs/cluster.md, "Slots").
 //!
-//! This function is part of the on-disk format: a data directory written with one routing
-//! function cannot be read with another. It must never change between versions. It is 64-bit
-//! FNV-1a over the UTF-8 bytes of the routing key, reduced modulo the shard count.
+//! Each function is part of the on-disk format: a data directory written with one routing
+//! cannot be read with another (the data dir records which one made it). Neither may ever
+//! change between versions. `Routing::Hash` (standalone, a replicated pair, one HA group) is
+//! 64-bit FNV-1a over the UTF-8 bytes of the routing key, reduced modulo the shard count.
+//! `Routing::Slots` (cluster mode) is the key's slot, `CRC16-XMODEM(key) mod 16384`, reduced
+//! modulo the shard count, so one slot lives in one log.
 //!
 //! The routing key is the whole id, unless the id carries a hash tag (the Redis Cluster
 //! convention): if the id contains a `{`, and a `}` follows it, and the text between the first
@@ -39,13 +43,82 @@ pub fn routing_key(id: &str) -> &str {
     id
 }
 
-/// The shard (0-based) that owns instance `id` among `shard_count` shards.
-pub fn shard_for(id: &str, shard_count: u32) -> u32 {
-    debug_assert!(shard_count > 0, "shard_count must be positive");
-    if shard_count <= 1 {
-        return 0; // one shard owns every id: no need to hash it
+/// The number of hash slots of cluster mode; a slot is `0..SLOT_COUNT`.
+pub const SLOT_COUNT: u16 = 16384;
+
+/// CRC-16/XMODEM of `bytes`: polynomial 0x1021, initial value 0, no reflection, no final
+/// xor (Redis Cluster's key hash).
+pub fn crc16_xmodem(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for b in bytes {
+        crc ^= u16::from(*b) << 8;
+        for _ in 0..8 {
+            crc = match crc & 0x8000 {
+                0 => crc << 1,
+                _ => (crc << 1) ^ 0x1021,
+            };
+        }
     }
-    (fnv1a64(routing_key(id).as_bytes()) % u64::from(shard_count)) as u32
+    crc
+}
+
+/// The hash slot of instance `id` (cluster mode): CRC16 of its routing key, mod `SLOT_COUNT`.
+pub fn slot_of(id: &str) -> u16 {
+    crc16_xmodem(routing_key(id).as_bytes()) % SLOT_COUNT
+}
+
+/// Which function spreads a member's instances over its shards. Fixed for a data dir's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Routing {
+    /// FNV-1a of the routing key mod the shard count (every server without `[cluster]`).
+    #[default]
+    Hash,
+    /// The id's slot mod the shard count (cluster mode).
+    Slots,
+}
+
+impl Routing {
+    /// The name the data dir's metadata records.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Routing::Hash => "hash",
+            Routing::Slots => "slots",
+        }
+    }
+
+    /// The routing a recorded name names, or `None` for one this build does not know.
+    pub fn parse(name: &str) -> Option<Routing> {
+        [Routing::Hash, Routing::Slots]
+            .into_iter()
+            .find(|r| r.as_str() == name)
+    }
+
+    /// The shard (0-based) that owns instance `id` among `shard_count` shards.
+    pub fn shard_for(self, id: &str, shard_count: u32) -> u32 {
+        debug_assert!(shard_count > 0, "shard_count must be positive");
+        if shard_count <= 1 {
+            return 0; // one shard owns every id: no need to hash it
+        }
+        match self {
+            Routing::Hash => (fnv1a64(routing_key(id).as_bytes()) % u64::from(shard_count)) as u32,
+            Routing::Slots => u32::from(slot_of(id)) % shard_count,
+        }
+    }
+}
+
+/// A member's shards as ids see them: how many, and the routing that picks one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub routing: Routing,
+    /// At least 1.
+    pub count: u32,
+}
+
+impl Layout {
+    /// The shard that owns instance `id`.
+    pub fn shard_of(&self, id: &str) -> u32 {
+        self.routing.shard_for(id, self.count)
+    }
 }
 
 #[cfg(test)]
@@ -59,17 +132,17 @@ mod tests {
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
-        assert_eq!(shard_for("order-1", 1), 0);
+        assert_eq!(Routing::Hash.shard_for("order-1", 1), 0);
         let spread: Vec<u32> = (0..8)
-            .map(|i| shard_for(&format!("order-{i}"), 4))
+            .map(|i| Routing::Hash.shard_for(&format!("order-{i}"), 4))
             .collect();
         assert_eq!(spread, vec![2, 1, 0, 3, 2, 1, 0, 3]);
         // Tagged ids route by the tag alone: `{order-3}:x` lives where `order-3` does.
         let tagged: Vec<u32> = (0..8)
-            .map(|i| shard_for(&format!("{{order-{i}}}:payment"), 4))
+            .map(|i| Routing::Hash.shard_for(&format!("{{order-{i}}}:payment"), 4))
             .collect();
         assert_eq!(tagged, vec![2, 1, 0, 3, 2, 1, 0, 3]);
-        assert_eq!(shard_for("pre{order-5}post", 4), 1);
+        assert_eq!(Routing::Hash.shard_for("pre{order-5}post", 4), 1);
     }
 
     #[test]
@@ -88,8 +161,76 @@ mod tests {
         assert_eq!(routing_key("}{a}"), "a");
         assert_eq!(routing_key("{é}x"), "é");
         for n in [1, 2, 3, 8] {
-            assert_eq!(shard_for("{t1}:a", n), shard_for("{t1}:b", n));
-            assert_eq!(shard_for("{t1}:a", n), shard_for("t1", n));
+            assert_eq!(
+                Routing::Hash.shard_for("{t1}:a", n),
+                Routing::Hash.shard_for("{t1}:b", n)
+            );
+            assert_eq!(
+                Routing::Hash.shard_for("{t1}:a", n),
+                Routing::Hash.shard_for("t1", n)
+            );
         }
+    }
+
+    /// docs/cluster.md's vectors (Redis Cluster's): if this fails, slots changed and every
+    /// cluster's map and data would disagree with the ids.
+    #[test]
+    fn slots_are_pinned_to_the_documented_vectors() {
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+        let vectors: &[(&str, u16)] = &[
+            ("123456789", 12739),
+            ("foo", 12182),
+            ("hello", 866),
+            ("{user1000}.following", 3443),
+            ("{user1000}.followers", 3443),
+            ("foo{}{bar}", 8363),
+            ("foo{{bar}}zap", 4015),
+            ("foo{bar}{zap}", 5061),
+            ("{o-7}", 340),
+            ("{o-7}:pay", 340),
+            ("o-7", 340),
+            ("é", 10180),
+        ];
+        for &(id, slot) in vectors {
+            assert_eq!(slot_of(id), slot, "{id}");
+        }
+        assert_eq!(routing_key("foo{{bar}}zap"), "{bar");
+        assert_eq!(routing_key("foo{}{bar}"), "foo{}{bar}");
+        assert_eq!(crc16_xmodem(b""), 0);
+    }
+
+    #[test]
+    fn slot_routing_is_the_slot_mod_the_shard_count() {
+        for id in ["123456789", "foo", "hello", "{o-7}:pay", "é", "x{a}y"] {
+            for n in [1, 2, 3, 7, 16] {
+                let want = u32::from(slot_of(id)) % n;
+                assert_eq!(Routing::Slots.shard_for(id, n), want, "{id} {n}");
+                let layout = Layout {
+                    routing: Routing::Slots,
+                    count: n,
+                };
+                assert_eq!(layout.shard_of(id), want);
+            }
+        }
+        // Tagged ids share a slot, hence a shard, whatever the count.
+        assert_eq!(
+            Routing::Slots.shard_for("{o-7}:pay", 5),
+            Routing::Slots.shard_for("o-7", 5)
+        );
+        // The two routings differ (so a data dir must say which made it).
+        let differ = (0..64).any(|i| {
+            let id = format!("order-{i}");
+            Routing::Slots.shard_for(&id, 4) != Routing::Hash.shard_for(&id, 4)
+        });
+        assert!(differ);
+    }
+
+    #[test]
+    fn routing_names_round_trip() {
+        for r in [Routing::Hash, Routing::Slots] {
+            assert_eq!(Routing::parse(r.as_str()), Some(r));
+        }
+        assert_eq!(Routing::parse("fnv"), None);
+        assert_eq!(Routing::default(), Routing::Hash);
     }
 }

@@ -39,7 +39,8 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     let repl_settings = replication_settings(&mut config)?;
     let place = placements(&config, cpus);
     let shard_count = place.shards.len() as u32;
-    let data_dir = DataDir::open(&config.storage.data_dir, shard_count)?;
+    let routing = config.cluster.routing();
+    let data_dir = DataDir::open(&config.storage.data_dir, shard_count, routing)?;
     // Before any shard builds an engine: every instance table of this process hashes with the
     // data dir's key (restarts load and replay in table order, docs/wal.md "Recovery").
     if !shards::engine::set_index_key(data_dir.index_key.0, data_dir.index_key.1) {
@@ -50,15 +51,12 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     let mut signals = Signals::install()?;
     let live = Live::new(&config, config_path)?;
     crate::security::reload_on_sighup(live.clone())?;
-    let repl = Arc::new(match config.ha.enabled {
-        true => crate::member::ReplState::new_ha(),
-        false => crate::member::ReplState::new(config.replication.role),
-    });
+    let repl = repl_state(&config);
     let ha = start_ha(&config, &repl, &listeners)?;
     let cluster = ha.as_ref().and_then(|(ha, _)| ha.cluster.clone());
     let stats = FrontFigures::new(place.fronts.len(), shard_count);
     let shared = Shared::new(repl, live, stats, timers_pause, cluster);
-    let (shard_ends, mut client_ends) = make_channels(shard_count as usize, place.fronts.len() + 1);
+    let (shard_ends, mut client_ends) = make_channels(&place, routing);
     let mut handles = Vec::new();
     let (ready_tx, ready_rx) = mpsc::channel();
     spawn_shards(
@@ -103,6 +101,15 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     drop(data_dir);
     log::info!("stopped");
     Ok(())
+}
+
+/// The member's replication role, shared by every executor: decided by the failover thread
+/// under `[ha]`, else fixed by `replication.role`.
+fn repl_state(config: &Config) -> Arc<crate::member::ReplState> {
+    Arc::new(match config.ha.enabled {
+        true => crate::member::ReplState::new_ha(),
+        false => crate::member::ReplState::new(config.replication.role),
+    })
 }
 
 /// What every executor of the process shares, made once in `run`.
@@ -223,7 +230,7 @@ fn replication_settings(
 
 /// Failover (docs/ha.md): starts the HA thread before any executor, with the address other
 /// members and clients reach this one at (`ha.advertise_addr`, else the bound client address)
-/// and, in cluster mode, the cluster capability whose map copy it keeps (docs/cluster-map.md).
+/// and, in cluster mode, the cluster capability whose map copy it keeps (docs/cluster.md).
 /// Returns what the control executor's driver needs.
 fn start_ha(
     config: &Config,

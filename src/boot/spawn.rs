@@ -15,6 +15,7 @@ use crate::shard::runtime::{ClientChannels, ShardSetup};
 use crate::shard::SHARD_QUEUE_DEPTH_MAX;
 use glommio::channels::shared_channel;
 use glommio::{LocalExecutorBuilder, Placement};
+use shards::routing::Routing;
 use shards::wal::{FsyncPolicy, WalConfig};
 use std::net::TcpListener as StdListener;
 use std::os::fd::OwnedFd;
@@ -227,16 +228,26 @@ pub(super) fn wal_config(config: &Config, dir: std::path::PathBuf, shard: u32) -
 
 pub(super) type ShardEnds = Vec<Vec<ClientChannels>>;
 
-/// One bounded request channel and one bounded response channel per (client, shard).
-pub(super) fn make_channels(shards: usize, clients: usize) -> (ShardEnds, Vec<RouterChannels>) {
+/// One bounded request channel and one bounded response channel per (client, shard): the
+/// clients are the fronts and the control executor, and every one routes ids with `routing`.
+pub(super) fn make_channels(
+    place: &Placements,
+    routing: Routing,
+) -> (ShardEnds, Vec<RouterChannels>) {
+    let (shards, clients) = (place.shards.len(), place.fronts.len() + 1);
     let mut shard_ends: ShardEnds = (0..shards).map(|_| Vec::new()).collect();
-    let mut client_ends: Vec<RouterChannels> = (0..clients).map(|_| Vec::new()).collect();
+    let mut client_ends: Vec<RouterChannels> = (0..clients)
+        .map(|_| RouterChannels {
+            shards: Vec::new(),
+            routing,
+        })
+        .collect();
     for ends in client_ends.iter_mut() {
         for shard in shard_ends.iter_mut() {
             let (req_tx, req_rx) = shared_channel::new_bounded(SHARD_QUEUE_DEPTH_MAX);
             let (resp_tx, resp_rx) = shared_channel::new_bounded(SHARD_QUEUE_DEPTH_MAX);
             shard.push((req_rx, resp_tx));
-            ends.push((req_tx, resp_rx));
+            ends.shards.push((req_tx, resp_rx));
         }
     }
     (shard_ends, client_ends)

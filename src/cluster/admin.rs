@@ -1,4 +1,4 @@
-//! Creating the map and adding a group (docs/cluster-map.md, "Who writes the map"): the etcd
+//! Creating the map and adding a group (docs/cluster.md, "Who writes the map"): the etcd
 //! work of `CLUSTER_CREATE` and `CLUSTER_ADD_GROUP`. Only the HA thread talks to etcd: an
 //! executor calls `create` or `add_group`, which queue a request and wait for its outcome; the
 //! map follower (`cluster::follow`) starts each request as a task of its own on the HA

@@ -1,4 +1,4 @@
-//! Keeps the map copy (docs/cluster-map.md, "The copy"): a task on the HA thread's runtime,
+//! Keeps the map copy (docs/cluster.md, "The copy"): a task on the HA thread's runtime,
 //! for the life of the process (the copy needs no lease). It watches the cluster's prefix; a
 //! change of the map, of a leader key, or a member key created or deleted wakes it, and it
 //! reads (`cluster::read`) and publishes what the read shows (`View::publish`). **The watch

@@ -1,4 +1,4 @@
-//! The cluster-level etcd keys (docs/cluster-map.md, "etcd keys"), under `/smdb/<cluster>/`:
+//! The cluster-level etcd keys (docs/cluster.md, "etcd keys"), under `/smdb/<cluster>/`:
 //! `map` (no lease), `migrations/<id>` (no lease, kept) and each group's failover keys under
 //! `groups/<group>/` (`control::ha::keys::Keys::group`). The name `/smdb/<cluster>/` is either
 //! one standalone failover group's or a cluster's: `standalone_leader` tells them apart.

@@ -1,4 +1,4 @@
-//! The slot map (docs/cluster-map.md, "The map"): which group owns each of the 16384 hash
+//! The slot map (docs/cluster.md, "The map"): which group owns each of the 16384 hash
 //! slots, the groups of the cluster, and the moves under way. Pure: no I/O, no clock. The
 //! value is the etcd key `/smdb/<cluster>/map` byte for byte (`serde_json`); a map read from
 //! etcd is checked (`ClusterMap::parse`) and one that fails the check is reported, never

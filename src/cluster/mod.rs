@@ -1,4 +1,4 @@
-//! Cluster mode, the etcd side (docs/cluster-map.md): several failover groups on one etcd
+//! Cluster mode, the etcd side (docs/cluster.md): several failover groups on one etcd
 //! splitting the 16384 hash slots by one map key. One entry point, `Cluster`: made at boot
 //! for a member with `cluster.enabled` (`Cluster::new`), handed to the HA thread, which keeps
 //! its map copy (`follow`, a task on that thread's runtime), and to the executors, which read
@@ -12,6 +12,9 @@
 //! - `follow`: the loop that keeps the copy within 1 s of etcd (the watch wakes, a read
 //!   decides);
 //! - `admin`: creating the map and adding a group, run on the HA thread's runtime;
+//! - `answers`: the replies of the map ops and HELLO's `cluster` object, from the copy;
+//! - `serve`: who serves a slot: the ownership check of an instance op (`MOVED`,
+//!   `CLUSTERDOWN`);
 //! - `unique`: a node id is live in one group of the cluster at most;
 //! - `error`: what goes wrong, with its context.
 //!
@@ -20,11 +23,13 @@
 //! `CLUSTERDOWN` (the protocol side).
 
 pub mod admin;
+pub mod answers;
 mod error;
 mod follow;
 pub mod keys;
 pub mod map;
 mod read;
+pub mod serve;
 pub mod unique;
 pub mod view;
 
@@ -50,6 +55,8 @@ pub struct Cluster {
     pub node_id: String,
     /// The HTTP address clients of this member use (`http_addr` in member keys).
     pub http_addr: Option<String>,
+    /// `ha.maximum_lag_on_failover`: a member lagging more is `loading` in CLUSTER_SHARDS.
+    pub maximum_lag: u64,
     pub keys: keys::ClusterKeys,
     /// The map copy (read-only outside `follow`).
     pub view: View,
@@ -76,6 +83,7 @@ impl Cluster {
             group,
             node_id: config.ha.node_id.clone().unwrap_or_default(),
             http_addr: http_bound.map(|b| http_addr(b, advertise)),
+            maximum_lag: config.ha.maximum_lag_on_failover,
             view: View::default(),
             requests: admin::Requests::default(),
             wake: Arc::default(),

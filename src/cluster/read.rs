@@ -1,4 +1,4 @@
-//! One consistent read of what the map copy holds (docs/cluster-map.md, "The copy"): the map
+//! One consistent read of what the map copy holds (docs/cluster.md, "The copy"): the map
 //! key, and for each group asked for its leader key and its live member keys, in one etcd
 //! transaction of gets (one revision), and the copy made of it (`copy`, pure).
 //!

@@ -1,4 +1,4 @@
-//! A node id is live in one group of a cluster at most (docs/cluster-map.md, "Unique node
+//! A node id is live in one group of a cluster at most (docs/cluster.md, "Unique node
 //! ids"). Within a group, the member key itself does it (docs/ha.md: a second live process
 //! with the same `node_id` exits 1). Across groups the keys differ (`groups/<g>/members/<id>`),
 //! so once this process holds its own key it looks for the same id in the other groups: a

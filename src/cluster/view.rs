@@ -1,4 +1,4 @@
-//! The map copy (docs/cluster-map.md, "The copy"): what this member last read of the map and,
+//! The map copy (docs/cluster.md, "The copy"): what this member last read of the map and,
 //! for each group of it, the primary and the live members, so the executors answer
 //! `CLUSTER_SHARDS`, `CLUSTER_SLOTS` and `MOVED` without etcd. One writer (`cluster::follow`,
 //! on the HA thread) swaps the whole copy at each change; readers take an `Arc` of the copy

@@ -83,6 +83,15 @@ impl Cluster {
         Ok(())
     }
 
+    /// How this member maps ids to shards: by slot in cluster mode, by hash otherwise
+    /// (docs/cluster.md, "Slots").
+    pub fn routing(&self) -> shards::routing::Routing {
+        match self.enabled {
+            true => shards::routing::Routing::Slots,
+            false => shards::routing::Routing::Hash,
+        }
+    }
+
     /// This member's group when cluster mode is on.
     pub fn my_group(&self) -> Option<&str> {
         match self.enabled {

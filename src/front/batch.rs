@@ -1,5 +1,6 @@
 //! BATCH on the front (docs/protocol.md, "Instances and events"). An atomic batch goes whole to the one shard all its ids
-//! route to (`CROSS_SHARD` otherwise), which decides, logs and applies it as one unit
+//! route to (`CROSS_SHARD` otherwise; in cluster mode its ids must share one slot,
+//! `CROSS_SLOT`, docs/cluster.md), which decides, logs and applies it as one unit
 //! (`shard::batch`). A best-effort batch sends each op to its shard exactly as if it came
 //! alone (ops of one shard travel one channel, so they run in request order) and collects the
 //! results in request order.
@@ -12,14 +13,14 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use shards::routing::shard_for;
+use shards::routing::slot_of;
 use shards::{ErrorCode, Rejection};
 
 use super::executor::Front;
 use crate::mesh::router::{Reply, ReplySlot};
 use crate::ops::batch::{aborted, error_object, BatchMode, BatchOps, BatchRequest};
 use crate::ops::route::route_key;
-use crate::protocol::Op;
+use crate::protocol::{routes, Op};
 use crate::shard::{ReplyBody, ShardCall, ShardOp};
 use crate::util::slot::Slot;
 
@@ -46,17 +47,19 @@ pub async fn start(front: &Rc<Front>, batch: BatchRequest) -> Result<ReplySlot, 
             let mut replies = Vec::with_capacity(batch.ops.len());
             for item in batch.ops.iter() {
                 let params = batch.ops.params(item);
-                replies.push(match route_key(params) {
-                    Ok(id) => {
-                        let shard = shard_for(&id, front.router.shard_count());
-                        let call = ShardCall::Op {
-                            op: ShardOp::Instance(item.op),
-                            params: params.map(<[u8]>::to_vec),
-                        };
-                        Ok(front.router.start(shard, call).await)
-                    }
-                    Err(rej) => Err(rej),
-                });
+                replies.push(
+                    match route_key(params).and_then(|id| served(front, item.op, id)) {
+                        Ok(id) => {
+                            let shard = front.router.shard_of(&id);
+                            let call = ShardCall::Op {
+                                op: ShardOp::Instance(item.op),
+                                params: params.map(<[u8]>::to_vec),
+                            };
+                            Ok(front.router.start(shard, call).await)
+                        }
+                        Err(rej) => Err(rej),
+                    },
+                );
             }
             Ok(finish(front, started, async move {
                 let mut codes = Vec::with_capacity(replies.len());
@@ -82,35 +85,108 @@ pub async fn start(front: &Rc<Front>, batch: BatchRequest) -> Result<ReplySlot, 
 /// The shard every op of an atomic batch routes to. An op without an id aborts the batch
 /// (with the error it would get alone); ids on different shards are `CROSS_SHARD`.
 fn atomic_shard(front: &Front, ops: &BatchOps) -> Result<u32, Rejection> {
-    let count = front.router.shard_count();
-    let (mut first, mut crossed) = (None, false);
-    for (index, item) in ops.iter().enumerate() {
-        let id = ops.route_key(item).map_err(|e| aborted(index, &e))?;
-        let shard = shard_for(&id, count);
-        crossed |= *first.get_or_insert(shard) != shard;
-    }
-    match crossed {
-        false => Ok(first.unwrap_or(0)),
-        true => Err(cross_shard(ops, count)),
+    let layout = front.router.layout();
+    match one_place(ops, |id| layout.shard_of(id))? {
+        Places::Empty => Ok(0),
+        Places::One(shard) => Ok(shard),
+        Places::Several => Err(crossed(ops, CROSS_SHARD, |id| layout.shard_of(id))),
     }
 }
 
-/// `CROSS_SHARD`, naming each id of the batch once, in order, with its shard.
-fn cross_shard(ops: &BatchOps, count: u32) -> Rejection {
-    let mut ids: Vec<(String, u32)> = Vec::with_capacity(ops.len());
-    for id in ops.iter().filter_map(|item| ops.route_key(item).ok()) {
-        if !ids.iter().any(|(seen, _)| *seen == id) {
-            let shard = shard_for(&id, count);
-            ids.push((id.into_owned(), shard));
+/// Cluster mode (docs/cluster.md, "Instances across groups"): the ids of an atomic batch must
+/// lie in one slot, else `CROSS_SLOT`, even when their slots share a local shard. Checked
+/// after the params and before anything else, so every member answers it alike. A best-effort
+/// batch, or a server without `[cluster]`, has nothing to check.
+pub fn check_slots(front: &Front, batch: &BatchRequest) -> Result<(), Rejection> {
+    if front.info.cluster.is_none() || batch.mode != BatchMode::Atomic {
+        return Ok(());
+    }
+    match one_place(&batch.ops, slot_of)? {
+        Places::Empty => Ok(()),
+        Places::One(_) => match (batch.ops.iter().next(), &front.info.cluster) {
+            (Some(first), Some(cluster)) => {
+                crate::cluster::serve::check(cluster, &batch.ops.route_key(first)?)
+            }
+            _ => Ok(()),
+        },
+        Places::Several => Err(crossed(&batch.ops, CROSS_SLOT, slot_of)),
+    }
+}
+
+/// A best-effort batch's op in cluster mode: `id` when this member serves its slot for `op`
+/// (ownership, then the role: docs/cluster.md, "Who serves a slot"), else the op's own answer.
+/// A server without `[cluster]` passes every id (its gate ran on the whole batch).
+fn served<T: AsRef<str>>(front: &Front, op: routes::Instance, id: T) -> Result<T, Rejection> {
+    if let Some(cluster) = &front.info.cluster {
+        crate::cluster::serve::check(cluster, id.as_ref())?;
+        crate::member::gate::check(&front.info.replication, op.op())?;
+    }
+    Ok(id)
+}
+
+/// Where the ids of a batch's ops lie.
+enum Places<T> {
+    Empty,
+    One(T),
+    Several,
+}
+
+/// The one place (`place_of` each op's id) the ops lie in, if there is one. An op without an
+/// id aborts the batch with the error it would get alone.
+fn one_place<T: PartialEq>(
+    ops: &BatchOps,
+    place_of: impl Fn(&str) -> T,
+) -> Result<Places<T>, Rejection> {
+    let mut first = None;
+    for (index, item) in ops.iter().enumerate() {
+        let id = ops.route_key(item).map_err(|e| aborted(index, &e))?;
+        let place = place_of(&id);
+        match &first {
+            None => first = Some(place),
+            Some(seen) if *seen != place => return Ok(Places::Several),
+            Some(_) => {}
         }
     }
-    let (names, shards): (Vec<String>, Vec<u32>) = ids.into_iter().unzip();
-    Rejection::new(
-        ErrorCode::CrossShard,
-        "an atomic batch must stay on one shard: give its ids one hash tag, like {order-7}:a",
-    )
-    .with("ids", names)
-    .with("shards", shards)
+    Ok(first.map_or(Places::Empty, Places::One))
+}
+
+/// A refusal of an atomic batch across places: its code, the detail naming each id's place,
+/// and the message.
+struct Cross {
+    code: ErrorCode,
+    detail: &'static str,
+    message: &'static str,
+}
+
+const CROSS_SHARD: Cross = Cross {
+    code: ErrorCode::CrossShard,
+    detail: "shards",
+    message: "an atomic batch must stay on one shard: give its ids one hash tag, like {order-7}:a",
+};
+
+const CROSS_SLOT: Cross = Cross {
+    code: ErrorCode::CrossSlot,
+    detail: "slots",
+    message: "an atomic batch must stay in one slot: give its ids one hash tag, like {order-7}:a",
+};
+
+/// `cross`'s refusal, naming each id of the batch once, in order, with its place.
+fn crossed<T: Into<Value>>(
+    ops: &BatchOps,
+    cross: Cross,
+    place_of: impl Fn(&str) -> T,
+) -> Rejection {
+    let mut names: Vec<String> = Vec::with_capacity(ops.len());
+    let mut places: Vec<Value> = Vec::with_capacity(ops.len());
+    for id in ops.iter().filter_map(|item| ops.route_key(item).ok()) {
+        if !names.iter().any(|seen| *seen == id) {
+            places.push(place_of(&id).into());
+            names.push(id.into_owned());
+        }
+    }
+    Rejection::new(cross.code, cross.message)
+        .with("ids", names)
+        .with(cross.detail, places)
 }
 
 /// Runs `work` (which yields the per-op outcomes to count and the BATCH reply) as a task;

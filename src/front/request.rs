@@ -10,13 +10,13 @@
 use std::rc::Rc;
 
 use serde_json::json;
-use shards::routing::shard_for;
 use shards::{ErrorCode, Rejection};
 
 use super::executor::Front;
 use crate::auth::SessionAuth;
 use crate::mesh::fanout;
 use crate::mesh::router::{Reply, ReplySlot};
+use crate::ops::batch::BatchMode;
 use crate::ops::route::route_key;
 use crate::protocol::{routes, Op, Routed};
 use crate::shard::{ReplyBody, ShardCall, ShardOp};
@@ -36,6 +36,9 @@ pub enum Version {
 /// order: authorization (`SessionAuth::check`, the one check), then the follower gate.
 pub fn admit(op: Op, auth: &SessionAuth, front: &Front) -> Result<(), Rejection> {
     auth.check(op)?;
+    if front.info.cluster.is_some() && matches!(op.route(), Routed::Instance(_)) {
+        return Ok(()); // cluster mode: the gate runs after the ownership check (`start`)
+    }
     crate::member::gate::check(&front.info.replication, op)
 }
 
@@ -56,28 +59,24 @@ pub async fn start(
     match op.route() {
         Routed::Instance(op) => {
             let id = route_key(params)?;
-            let shard = shard_for(&id, router.shard_count());
+            let reply = instance(op, &id, owned(), front, version).await;
             *instance_id = Some(id.into());
-            let params = owned();
-            let call = match version {
-                Version::Untagged => ShardCall::Op {
-                    op: ShardOp::Instance(op),
-                    params,
-                },
-                Version::Tagged { if_match } => ShardCall::Versioned {
-                    op,
-                    params,
-                    if_match,
-                },
-            };
-            Ok(router.start(shard, call).await)
+            reply
         }
         Routed::Batch(routes::Batch::Batch) => {
             // The batch's ops, typed, parsed once; each passes the session's check.
             let batch = crate::ops::batch::parse_batch(params)?;
             let ops = || batch.ops.iter().map(|item| item.op.op());
             auth.check_each(ops())?;
-            crate::member::gate::check_batch(&front.info.replication, ops())?;
+            // Cluster mode: one slot per atomic batch, checked before the member's role
+            // (docs/cluster.md, "Who serves a slot").
+            super::batch::check_slots(front, &batch)?;
+            // Cluster mode: a best-effort batch's ops pass the gate one by one, after their
+            // ownership (`batch::start`).
+            let each = front.info.cluster.is_some() && batch.mode == BatchMode::BestEffort;
+            if !each {
+                crate::member::gate::check_batch(&front.info.replication, ops())?;
+            }
             super::batch::start(front, batch).await
         }
         Routed::Definitions(op) => {
@@ -89,12 +88,47 @@ pub async fn start(
         }
         Routed::AllShards(op) => Ok(all_shards(op, owned(), front)),
         Routed::Control(op) => Ok(control(op, params, front).await),
+        Routed::Cluster(op) => {
+            let role = front.info.replication.role_name();
+            let cluster = front.info.cluster.as_ref();
+            let answer = crate::ops::cluster::answer(op, params, cluster, role).await;
+            Ok(filled(answer.map(|v| {
+                ReplyBody::Json(serde_json::to_vec(&v).unwrap_or_default())
+            })))
+        }
         // The codec's own routes (`session.rs`, the HTTP stream), and labels, which never
         // parse from a request.
         Routed::Session(_) | Routed::Subscriptions(_) | Routed::Stream(_) | Routed::Label(_) => {
             Err(no_dispatcher())
         }
     }
+}
+
+/// An instance op for `id`: on a cluster member its slot's ownership, then the member's role
+/// (docs/cluster.md, "Who serves a slot"); then to the owning shard.
+async fn instance(
+    op: routes::Instance,
+    id: &str,
+    params: Option<Vec<u8>>,
+    front: &Front,
+    version: Version,
+) -> Result<ReplySlot, Rejection> {
+    if let Some(cluster) = &front.info.cluster {
+        crate::cluster::serve::check(cluster, id)?;
+        crate::member::gate::check(&front.info.replication, op.op())?;
+    }
+    let call = match version {
+        Version::Untagged => ShardCall::Op {
+            op: ShardOp::Instance(op),
+            params,
+        },
+        Version::Tagged { if_match } => ShardCall::Versioned {
+            op,
+            params,
+            if_match,
+        },
+    };
+    Ok(front.router.start(front.router.shard_of(id), call).await)
 }
 
 /// The ops every shard answers, merged on the front by a task of their own.
@@ -148,6 +182,13 @@ async fn control(op: routes::Control, params: Option<&[u8]>, front: &Front) -> R
             slot
         }
     }
+}
+
+/// A slot already holding `reply` (an op answered on the front).
+fn filled(reply: Reply) -> ReplySlot {
+    let slot = Slot::new();
+    slot.fill(reply);
+    slot
 }
 
 /// An op whose route has no code to run it: a bug, answered as one.

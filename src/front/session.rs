@@ -130,6 +130,7 @@ impl Session {
             | Routed::AllShards(_)
             | Routed::Batch(_)
             | Routed::Control(_)
+            | Routed::Cluster(_)
             | Routed::Label(_) => {
                 let mut instance_id = None;
                 let version = Version::Untagged;
@@ -273,7 +274,7 @@ impl Session {
             h.client_version.as_deref().unwrap_or("?")
         );
         self.hello = true;
-        Ok(json!({
+        let mut hello = json!({
             "protocol_version": 1,
             "server_name": "smdb",
             "server_version": env!("CARGO_PKG_VERSION"),
@@ -281,7 +282,15 @@ impl Session {
             "role": front.info.replication.role_name(),
             "shards": front.router.shard_count(),
             "features": ["pipelining", "idempotency", "guards", "expectations"],
-        }))
+        });
+        // Cluster mode (docs/cluster.md, "Per-group views"): the feature and the member's place.
+        if let Some(member) = &front.info.cluster {
+            if let Some(features) = hello["features"].as_array_mut() {
+                features.push("cluster".into());
+            }
+            hello["cluster"] = crate::cluster::answers::hello(member);
+        }
+        Ok(hello)
     }
 }
 

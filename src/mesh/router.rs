@@ -1,4 +1,6 @@
-//! The router: one executor's channels to every shard, and the table of replies it awaits.
+//! The router: one executor's channels to every shard, the routing that picks the shard of an
+//! instance id (the member's `shards::routing::Routing`: every id-to-shard choice of the
+//! process asks it), and the table of replies it awaits.
 //!
 //! Each request carries a `token` naming a reply slot on this executor; one pump task per shard
 //! drains that shard's responses into the slots. Nothing here is shared across threads.
@@ -9,6 +11,7 @@ use std::rc::Rc;
 use glommio::channels::shared_channel::{
     ConnectedReceiver, ConnectedSender, SharedReceiver, SharedSender,
 };
+use shards::routing::{Layout, Routing};
 use shards::{ErrorCode, Rejection};
 
 use crate::shard::subs::{PushMsg, SubsEnded};
@@ -18,11 +21,17 @@ use crate::util::slot::Slot;
 pub type Reply = Result<ReplyBody, Rejection>;
 pub type ReplySlot = Rc<Slot<Reply>>;
 
-/// One executor's half of the channels to each shard, created in `main`.
-pub type RouterChannels = Vec<(SharedSender<ShardRequest>, SharedReceiver<ShardMessage>)>;
+/// One executor's half of the channels to each shard, created in `main`, with the member's
+/// routing (the same for every executor of the process).
+#[derive(Default)]
+pub struct RouterChannels {
+    pub shards: Vec<(SharedSender<ShardRequest>, SharedReceiver<ShardMessage>)>,
+    pub routing: Routing,
+}
 
 pub struct Router {
     senders: Vec<ConnectedSender<ShardRequest>>,
+    routing: Routing,
     pending: RefCell<Tokens>,
     /// Where the pumps hand subscription pushes (a front's subscription table).
     pushes: Rc<dyn Pushes>,
@@ -62,8 +71,8 @@ impl Router {
     /// Connects every channel concurrently (sequential connects can deadlock, docs/glommio.md §0.6)
     /// and starts one response pump per shard, which hands pushes to `pushes`.
     pub async fn connect(channels: RouterChannels, pushes: Rc<dyn Pushes>) -> Rc<Router> {
-        let connects: Vec<_> = channels
-            .into_iter()
+        let routing = channels.routing;
+        let connects: Vec<_> = (channels.shards.into_iter())
             .map(|(tx, rx)| {
                 glommio::spawn_local(async move {
                     futures_lite::future::zip(tx.connect(), rx.connect()).await
@@ -79,6 +88,7 @@ impl Router {
         }
         let router = Rc::new(Router {
             senders,
+            routing,
             pending: RefCell::new(Tokens::default()),
             pushes,
         });
@@ -90,6 +100,19 @@ impl Router {
 
     pub fn shard_count(&self) -> u32 {
         self.senders.len() as u32
+    }
+
+    /// The shards as ids see them (count and routing).
+    pub fn layout(&self) -> Layout {
+        Layout {
+            routing: self.routing,
+            count: self.shard_count().max(1),
+        }
+    }
+
+    /// The shard that owns instance `id`.
+    pub fn shard_of(&self, id: &str) -> u32 {
+        self.layout().shard_of(id)
     }
 
     /// Sends `call` to `shard` (waiting for room if its queue is full) and returns the slot its

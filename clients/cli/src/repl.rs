@@ -92,6 +92,17 @@ pub const OPS: &[(&str, &str)] = &[
     ("HA_RESUME", ""),
     ("SWITCHOVER", r#"{"to":NODE?}"#),
     ("TIMERS_RESUME", ""),
+    ("CLUSTER_KEYSLOT", r#"{"id":I}"#),
+    ("CLUSTER_SHARDS", ""),
+    ("CLUSTER_SLOTS", ""),
+    ("CLUSTER_INFO", ""),
+    ("CLUSTER_CREATE", r#"{"groups":[G,..]?,"timeout_ms":N?}"#),
+    ("CLUSTER_ADD_GROUP", r#"{"group":G,"timeout_ms":N?}"#),
+    (
+        "CLUSTER_MOVE_SLOTS",
+        r#"{"slots":[LO,HI],"to":G,"wait":B?}"#,
+    ),
+    ("CLUSTER_CANCEL_MOVE", r#"{"id":ID}"#),
 ];
 
 const META: &[&str] = &["help", "exit", "quit"];

@@ -196,8 +196,8 @@ class Client(LifecycleCalls):
     def _follow(self, error: SmdbError) -> bool:
         """After ``error``, whether to go on elsewhere (several addresses only): to the primary
         a follower's ``READ_ONLY_MODE`` names (the request was not executed), or to the next
-        member after ``NO_PRIMARY``, ``SHUTTING_DOWN`` or a lost connection. Closes the
-        connection it leaves."""
+        member after ``NO_PRIMARY``, ``CLUSTERDOWN``, ``SHUTTING_DOWN`` or a lost connection.
+        Closes the connection it leaves."""
         if len(self.addresses) < 2:
             return False
         if isinstance(error, ServerError):
@@ -207,7 +207,7 @@ class Client(LifecycleCalls):
                 if (host, port) not in self.addresses:
                     self.addresses.append((host, port))
                 self.host, self.port = host, port
-            elif error.code in ("NO_PRIMARY", "SHUTTING_DOWN"):
+            elif error.code in ("NO_PRIMARY", "CLUSTERDOWN", "SHUTTING_DOWN"):
                 self._next_address()
             else:
                 return False

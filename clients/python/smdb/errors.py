@@ -10,13 +10,23 @@ from typing import Any, Dict, Optional, Type
 # checks them against its generated vector, protocol/testdata/error_codes.json.
 
 #: Codes the server marks retryable. ``SYNC_TIMEOUT`` is not one (the write committed), nor is
-#: ``WAL_IO_ERROR`` (the log is poisoned until a restart).
+#: ``WAL_IO_ERROR`` (the log is poisoned until a restart). Cluster mode (docs/cluster.md) adds
+#: ``TRYAGAIN`` (a slot frozen by a move) and ``CLUSTERDOWN``; ``MOVED`` is not retryable (the
+#: request goes to ``details.addr``).
 RETRYABLE = frozenset(
-    {"RATE_LIMITED", "SHUTTING_DOWN", "CONNECTION_LIMIT", "NO_PRIMARY", "STORAGE_FULL", "INTERNAL_ERROR"}
+    {
+        "RATE_LIMITED", "SHUTTING_DOWN", "CONNECTION_LIMIT", "NO_PRIMARY", "STORAGE_FULL",
+        "INTERNAL_ERROR", "TRYAGAIN", "CLUSTERDOWN",
+    }
 )
 #: Retryable codes that mean the server refused the request before executing it (safe to
 #: resend any request); ``NO_PRIMARY`` only without ``details.maybe_committed``.
-NOT_EXECUTED = frozenset({"SHUTTING_DOWN", "RATE_LIMITED", "CONNECTION_LIMIT", "NO_PRIMARY", "STORAGE_FULL"})
+NOT_EXECUTED = frozenset(
+    {
+        "SHUTTING_DOWN", "RATE_LIMITED", "CONNECTION_LIMIT", "NO_PRIMARY", "STORAGE_FULL",
+        "TRYAGAIN", "CLUSTERDOWN",
+    }
+)
 
 
 class SmdbError(Exception):
@@ -70,6 +80,7 @@ _CODES = [
     "INVALID_TRANSITION", "GUARD_FAILED", "CONFLICT", "READ_ONLY_MODE", "SYNC_TIMEOUT",
     "CONNECTION_LIMIT", "RATE_LIMITED", "SHUTTING_DOWN", "WAL_IO_ERROR", "INTERNAL_ERROR",
     "FORBIDDEN", "BATCH_ABORTED", "CROSS_SHARD", "STALE_EPOCH", "NO_PRIMARY", "STORAGE_FULL",
+    "MOVED", "TRYAGAIN", "CLUSTERDOWN", "CROSS_SLOT", "MIGRATION_ABORTED",
     "NOT_FOUND", "METHOD_NOT_ALLOWED",
 ]
 
@@ -116,6 +127,11 @@ CrossShardError: Type[ServerError] = BY_CODE["CROSS_SHARD"]
 StaleEpochError: Type[ServerError] = BY_CODE["STALE_EPOCH"]
 NoPrimaryError: Type[ServerError] = BY_CODE["NO_PRIMARY"]
 StorageFullError: Type[ServerError] = BY_CODE["STORAGE_FULL"]
+MovedError: Type[ServerError] = BY_CODE["MOVED"]
+TryagainError: Type[ServerError] = BY_CODE["TRYAGAIN"]
+ClusterdownError: Type[ServerError] = BY_CODE["CLUSTERDOWN"]
+CrossSlotError: Type[ServerError] = BY_CODE["CROSS_SLOT"]
+MigrationAbortedError: Type[ServerError] = BY_CODE["MIGRATION_ABORTED"]
 NotFoundError: Type[ServerError] = BY_CODE["NOT_FOUND"]
 MethodNotAllowedError: Type[ServerError] = BY_CODE["METHOD_NOT_ALLOWED"]
 

@@ -10,7 +10,8 @@
 //! With several addresses (a failover cluster, docs/ha.md) [`next_step`] also says where the
 //! request goes next: to the primary a follower named (`READ_ONLY_MODE` with
 //! `details.primary`: not executed, so any request follows it), to another address after
-//! `NO_PRIMARY`, `SHUTTING_DOWN` or a lost connection, or again to the same one.
+//! `NO_PRIMARY`, `CLUSTERDOWN`, `SHUTTING_DOWN` or a lost connection, or again to the same one
+//! (`TRYAGAIN`: a cluster slot frozen for a moment by a move, docs/cluster.md).
 
 use std::time::Duration;
 
@@ -128,7 +129,11 @@ pub fn next_step(e: &Error, retry: Retry, stage: Stage) -> Next {
         || stage == Stage::BeforeSend
         || matches!(
             e.error_code().and_then(ErrorCode::known),
-            Some(crate::error::Code::NoPrimary | crate::error::Code::ShuttingDown)
+            Some(
+                crate::error::Code::NoPrimary
+                    | crate::error::Code::ClusterDown
+                    | crate::error::Code::ShuttingDown
+            )
         );
     match (ok, elsewhere) {
         (false, _) => Next::Fail,
@@ -231,6 +236,31 @@ mod tests {
         assert_eq!(next_step(&auth, Retry::Safe, Stage::BeforeSend), Next::Fail);
         let conflict = wire(json!({"code":"CONFLICT","retryable":false}));
         assert_eq!(next_step(&conflict, Retry::Safe, Stage::Sent), Next::Fail);
+    }
+
+    /// Cluster mode's refusals (docs/cluster.md): nothing ran, so any request backs off and
+    /// goes again (`CLUSTERDOWN` elsewhere, as `NO_PRIMARY`); `MOVED` and `CROSS_SLOT` fail.
+    #[test]
+    fn cluster_refusals_back_off_and_retry_or_fail_as_the_table_says() {
+        let frozen = wire(json!({"code":"TRYAGAIN","retryable":true,
+                                 "details":{"slot":340,"retry_after_ms":50}}));
+        assert!(retryable(&frozen, Retry::Unsafe));
+        assert_eq!(next_step(&frozen, Retry::Unsafe, Stage::Sent), Next::Again);
+        let down = wire(json!({"code":"CLUSTERDOWN","retryable":true,
+                               "details":{"reason":"no_map","map_epoch":0}}));
+        assert!(retryable(&down, Retry::Unsafe));
+        assert_eq!(
+            next_step(&down, Retry::Unsafe, Stage::Sent),
+            Next::Elsewhere
+        );
+        for code in ["MOVED", "CROSS_SLOT", "MIGRATION_ABORTED"] {
+            let e = wire(json!({"code": code, "retryable": false}));
+            assert_eq!(
+                next_step(&e, Retry::Safe, Stage::Sent),
+                Next::Fail,
+                "{code}"
+            );
+        }
     }
 
     #[test]

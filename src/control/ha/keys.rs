@@ -1,5 +1,5 @@
 //! The etcd keys of one failover group (docs/ha.md, "etcd keys"), all under `/smdb/<cluster>/`
-//! (in cluster mode under `/smdb/<cluster>/groups/<group>/`, docs/cluster-map.md), and the
+//! (in cluster mode under `/smdb/<cluster>/groups/<group>/`, docs/cluster.md), and the
 //! JSON values stored in them.
 
 use serde::{Deserialize, Serialize};
@@ -156,7 +156,7 @@ pub struct Member {
     pub cluster: Option<MemberCluster>,
 }
 
-/// What a member key adds in cluster mode (docs/cluster-map.md, "etcd keys").
+/// What a member key adds in cluster mode (docs/cluster.md, "etcd keys").
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct MemberCluster {
     pub group: String,

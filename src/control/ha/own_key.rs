@@ -1,6 +1,6 @@
 //! This member's own member key (docs/ha.md, "etcd keys"): what it publishes at every renewal
 //! and when it fences. In cluster mode it adds the member's group, the map epoch of its copy
-//! and its HTTP address (docs/cluster-map.md, "etcd keys").
+//! and its HTTP address (docs/cluster.md, "etcd keys").
 
 use super::keys::{Member, MemberCluster};
 use super::term::Term;

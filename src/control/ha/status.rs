@@ -42,7 +42,7 @@ pub fn json(shared: &Shared, state: &ReplState) -> Value {
         "watch_restarts": shared.stats.watch_restarts.load(Relaxed),
         "history": view.history,
     });
-    // Cluster mode (docs/cluster-map.md): the member's group and its copy's map epoch.
+    // Cluster mode (docs/cluster.md): the member's group and its copy's map epoch.
     if let Some(c) = &shared.cluster {
         v["group"] = c.group.clone().into();
         v["map_epoch"] = c.view.get().map_epoch().into();

@@ -8,6 +8,7 @@
 //! Pure: no I/O, so the unit tests and the fuzz target call it directly.
 
 use serde_json::value::RawValue;
+use shards::routing::Layout;
 use shards::{ErrorCode, Rejection};
 use smdb_diagram::Format;
 use smdb_protocol::codes::quote;
@@ -55,7 +56,7 @@ pub fn build(
     target: &Target,
     body: Option<&[u8]>,
     head: &Head,
-    shards: u32,
+    shards: Layout,
 ) -> Result<Call, Rejection> {
     let op = op_for(op, route, target);
     let mut obj = Obj::new();
@@ -208,7 +209,7 @@ fn stream_start(
     op: Op,
     target: &Target,
     head: &Head,
-    shards: u32,
+    shards: Layout,
 ) -> Result<(), Rejection> {
     let Some(cursor) = head.last_event_id.as_deref().or(target.get("from_cursor")) else {
         return Ok(());
@@ -218,8 +219,8 @@ fn stream_start(
         return Ok(());
     }
     let id = target.get("instance").unwrap_or("");
-    let shard = shards::routing::shard_for(id, shards) as usize;
-    let from = match cursor::decode(cursor, shards)? {
+    let shard = shards.shard_of(id) as usize;
+    let from = match cursor::decode(cursor, shards.count)? {
         Start::Oldest => 1,
         Start::After(positions) => positions[shard].offset + 1,
     };

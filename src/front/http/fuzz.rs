@@ -12,6 +12,11 @@ use super::target::parse_target;
 
 /// Body limit the fuzz bodies decode chunked bodies with.
 const BODY_MAX: usize = 64 * 1024;
+/// The shards the built calls route over.
+const HASH_4: shards::routing::Layout = shards::routing::Layout {
+    routing: shards::routing::Routing::Hash,
+    count: 4,
+};
 
 /// A request as bytes: head, target, route, params, and a chunked body after it.
 pub fn request(data: &[u8]) {
@@ -87,7 +92,7 @@ fn routed(head: &Head, body: Option<&[u8]>) {
         return;
     };
     let op = call::op_for(op, route, &target);
-    if let Ok(c) = call::build(op, route, &params, &target, body, head, 4) {
+    if let Ok(c) = call::build(op, route, &params, &target, body, head, HASH_4) {
         // The params are one JSON object, whatever went in.
         let v: serde_json::Value = serde_json::from_slice(&c.params).expect("params are JSON");
         assert!(v.is_object(), "{v}");

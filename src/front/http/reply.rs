@@ -180,7 +180,7 @@ async fn start(
     let settings = front.live.current();
     let (auth, digest) = authenticate(&settings.auth, head)?;
     request::admit(op, &auth, front).map_err(|rej| refusal(&rej, false))?;
-    let shards = front.router.shard_count();
+    let shards = front.router.layout();
     let call = call::build(op, route, path, target, body.as_deref(), head, shards)
         .map_err(|rej| refusal(&rej, head.if_match.is_some()))?;
     let params = Some(call.params.as_slice());

@@ -1,7 +1,7 @@
 //! WATCH_INSTANCE, WATCH_ALL and UNWATCH params → what to subscribe to and where to start.
 
 use serde::Deserialize;
-use shards::routing::shard_for;
+use shards::routing::Layout;
 use shards::{ErrorCode, Rejection};
 
 use super::cursor::{self, Pos, Start};
@@ -69,11 +69,11 @@ struct UnwatchParams {
 }
 
 /// WATCH_INSTANCE: the instance's shard only.
-pub fn watch_instance(raw: Option<&[u8]>, shards: u32) -> Result<WatchSpec, Rejection> {
+pub fn watch_instance(raw: Option<&[u8]>, shards: Layout) -> Result<WatchSpec, Rejection> {
     let p: WatchInstanceParams = parse(raw)?;
     check_id(&p.instance_id)?;
-    let mut from = vec![None; shards as usize];
-    let shard = shard_for(&p.instance_id, shards) as usize;
+    let mut from = vec![None; shards.count as usize];
+    let shard = shards.shard_of(&p.instance_id) as usize;
     from[shard] = Some(match p.from_offset {
         None => From::Head,
         Some(o) => From::At(o.max(1)),
@@ -131,15 +131,24 @@ pub fn unwatch(raw: Option<&[u8]>) -> Result<u64, Rejection> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shards::routing::Routing;
+
+    fn hash(count: u32) -> Layout {
+        Layout {
+            routing: Routing::Hash,
+            count,
+        }
+    }
 
     #[test]
     fn watch_instance_watches_one_shard() {
-        let spec = watch_instance(Some(br#"{"instance_id":"a","from_offset":0}"#), 4).unwrap();
+        let spec =
+            watch_instance(Some(br#"{"instance_id":"a","from_offset":0}"#), hash(4)).unwrap();
         let watched: Vec<_> = spec.from.iter().flatten().collect();
         assert_eq!(watched, vec![&From::At(1)]);
         assert_eq!(spec.filter.instance_id.as_deref(), Some("a"));
-        assert!(watch_instance(Some(br#"{"instance_id":""}"#), 4).is_err());
-        assert!(watch_instance(Some(br#"{"instance_id":"a","x":1}"#), 4).is_err());
+        assert!(watch_instance(Some(br#"{"instance_id":""}"#), hash(4)).is_err());
+        assert!(watch_instance(Some(br#"{"instance_id":"a","x":1}"#), hash(4)).is_err());
     }
 
     #[test]

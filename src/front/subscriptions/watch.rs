@@ -26,12 +26,14 @@ pub fn dispatch(
     conn: &Rc<ConnSubs>,
     front: &Rc<Front>,
 ) -> ReplySlot {
-    let shards = front.router.shard_count();
+    let shards = front.router.layout();
     match op {
         routes::Subscriptions::WatchInstance => {
             watch(params::watch_instance(params, shards), conn, front)
         }
-        routes::Subscriptions::WatchAll => watch(params::watch_all(params, shards), conn, front),
+        routes::Subscriptions::WatchAll => {
+            watch(params::watch_all(params, shards.count), conn, front)
+        }
         routes::Subscriptions::Unwatch => unwatch(params, conn),
     }
 }

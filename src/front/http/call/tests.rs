@@ -3,6 +3,12 @@ use serde_json::{json, Value};
 use super::*;
 use crate::front::http::target::parse_target;
 
+/// Two shards routed by hash (a server without `[cluster]`).
+const HASH_2: Layout = Layout {
+    routing: shards::routing::Routing::Hash,
+    count: 2,
+};
+
 fn head() -> Head {
     Head {
         method: "GET".into(),
@@ -23,7 +29,15 @@ fn call(
     let path: Vec<(&'static str, String)> = path.iter().map(|(k, v)| (*k, v.to_string())).collect();
     let target = parse_target(target).unwrap();
     let route = op.facts().http.iter().find(|r| r.reply == reply).unwrap();
-    build(op, route, &path, &target, body.map(str::as_bytes), head, 2)
+    build(
+        op,
+        route,
+        &path,
+        &target,
+        body.map(str::as_bytes),
+        head,
+        HASH_2,
+    )
 }
 
 fn params(c: &Call) -> Value {
@@ -201,7 +215,7 @@ fn streams_pick_the_op_and_start_from_last_event_id() {
     )
     .unwrap();
     assert_eq!(c.op, Op::WatchInstance);
-    let shard = shards::routing::shard_for("o1", 2) as usize;
+    let shard = HASH_2.shard_of("o1") as usize;
     let from = [6, 10][shard];
     assert_eq!(
         params(&c),
@@ -343,7 +357,7 @@ fn what_a_path_takes_comes_from_its_route_with_the_same_refusals() {
             let target = parse_target("/").unwrap();
             let path = [("id", "a".to_string())];
             let body = (r.body != Body::No).then_some(&b"{}"[..]);
-            let c = build(*op, r, &path, &target, body, &head(), 2);
+            let c = build(*op, r, &path, &target, body, &head(), HASH_2);
             let version = c.unwrap_or_else(|e| panic!("{op:?}: {e:?}")).version;
             let want = match tagged {
                 true => Version::Tagged { if_match: None },

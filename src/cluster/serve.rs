@@ -1,0 +1,58 @@
+//! Who serves a slot (docs/cluster.md, "Who serves a slot"): the ownership check an instance
+//! op passes on a cluster member, by the member's map copy alone. The checks run in this
+//! order: params, `CROSS_SLOT` (atomic batches), ownership here (`MOVED` naming the owning
+//! group's primary, `CLUSTERDOWN` when it has none or no map is read), then the role gate
+//! (`READ_ONLY_MODE` / `NO_PRIMARY`), then the op. One lock and one `Arc` copy per request.
+
+use shards::routing::slot_of;
+use shards::{ErrorCode, Rejection};
+
+use super::Cluster;
+
+/// Ok when this member's group owns the slot of `id` by its copy; else the answer.
+pub fn check(cluster: &Cluster, id: &str) -> Result<(), Rejection> {
+    let slot = slot_of(id);
+    let copy = cluster.view.get();
+    let map_epoch = copy.map_epoch();
+    match copy.route(slot) {
+        Some((group, _)) if group == cluster.group => Ok(()),
+        Some((group, Some(primary))) => {
+            let http_addr = (copy.groups.get(group).into_iter())
+                .flat_map(|g| g.nodes.iter())
+                .find(|n| n.node_id == primary.node_id)
+                .and_then(|n| n.http_addr.clone());
+            Err(Rejection::new(
+                ErrorCode::Moved,
+                format!(
+                    "slot {slot} is served by group {group}: send it to {}",
+                    primary.addr
+                ),
+            )
+            .with("slot", slot)
+            .with("group", group)
+            .with("addr", primary.addr.as_str())
+            .with("http_addr", http_addr)
+            .with("map_epoch", map_epoch))
+        }
+        Some((group, None)) => Err(Rejection::new(
+            ErrorCode::ClusterDown,
+            format!("slot {slot} belongs to group {group}, which has no primary"),
+        )
+        .with("slot", slot)
+        .with("group", group)
+        .with("map_epoch", map_epoch)
+        .with("reason", "no_primary")),
+        None => Err(no_map(slot, map_epoch)),
+    }
+}
+
+/// `CLUSTERDOWN` before a map is read (or while none exists).
+fn no_map(slot: u16, map_epoch: u64) -> Rejection {
+    Rejection::new(
+        ErrorCode::ClusterDown,
+        "this member has no slot map (the cluster is not created, or its map is not read yet)",
+    )
+    .with("slot", slot)
+    .with("map_epoch", map_epoch)
+    .with("reason", "no_map")
+}

@@ -1,0 +1,186 @@
+//! A created cluster routing by slot, against real processes (docs/cluster.md): one etcd and
+//! three groups of two members each on loopback. `CLUSTER_CREATE` over the wire splits the
+//! slots as Redis does and every member's copy agrees within 1 s; `CLUSTER_SHARDS`,
+//! `CLUSTER_SLOTS` and `CLUSTER_INFO` answer from the copy; an instance op sent to a member of
+//! another group gets `MOVED` naming the owner's primary, and a follower of the owning group
+//! `READ_ONLY_MODE` (ownership first, then the role); a client that follows `MOVED` spreads
+//! its creates over the three groups; `CLUSTER_ADD_GROUP` adds an empty group.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::etcd::Etcd;
+use common::ha::{member_config, one_primary, serial};
+use common::*;
+use serde_json::{json, Value};
+
+const GROUPS: [&str; 3] = ["g1", "g2", "g3"];
+
+fn cluster_member(etcd: &Etcd, node: &str, group: &str) -> String {
+    member_config(etcd, "routing", node, "async")
+        + &format!("[cluster]\nenabled = true\ngroup = \"{group}\"\n")
+}
+
+/// A failed call's code and details.
+fn refusal(r: Result<Value, ClientError>) -> (String, Value) {
+    match r {
+        Err(ClientError::Server { code, details, .. }) => (code.to_string(), details),
+        other => panic!("expected a server error, got {other:?}"),
+    }
+}
+
+/// Sends `op` to `first`, following `MOVED` (at most 5 times): the reply and the address
+/// that gave it.
+fn follow(first: String, op: &str, params: &Value) -> (Value, String) {
+    let mut addr = first;
+    for _ in 0..=5 {
+        let mut c = Client::connect_hello(addr.as_str(), "cluster-test").unwrap();
+        match c.call(op, params.clone()) {
+            Ok(v) => return (v, addr),
+            Err(ClientError::Server { code, details, .. }) if code == "MOVED" => {
+                addr = details["addr"]
+                    .as_str()
+                    .expect("MOVED names addr")
+                    .to_owned();
+            }
+            Err(e) => panic!("{op} {params}: {e}"),
+        }
+    }
+    panic!("{op} {params}: more than 5 redirects");
+}
+
+#[test]
+fn a_created_cluster_routes_every_instance_op_to_its_slot_s_group() {
+    let _serial = serial();
+    let etcd = Etcd::start(1);
+    let dirs: Vec<_> = (0..6).map(|_| temp_dir()).collect();
+    let members: Vec<Server> = (0..6)
+        .map(|i| {
+            let (group, node) = (GROUPS[i / 2], format!("{}{}", GROUPS[i / 2], i % 2));
+            let cfg = cluster_member(&etcd, &node, group);
+            Server::start_in(dirs[i].path(), &cfg).unwrap()
+        })
+        .collect();
+    let primaries: Vec<usize> = (0..3)
+        .map(|g| {
+            2 * g
+                + one_primary(
+                    &[&members[2 * g], &members[2 * g + 1]],
+                    Duration::from_secs(20),
+                )
+        })
+        .collect();
+    let addr_of = |i: usize| members[i].addr.to_string();
+
+    let mut admin = members[0].client();
+    let created = admin
+        .call("CLUSTER_CREATE", json!({"timeout_ms": 10000}))
+        .expect("CLUSTER_CREATE");
+    assert_eq!(created["map_epoch"], 1, "{created}");
+    let ranges: Vec<Value> = (created["shards"].as_array().unwrap().iter())
+        .map(|g| json!([g["group"], g["slots"]]))
+        .collect();
+    assert_eq!(
+        ranges,
+        [
+            json!(["g1", [[0, 5460]]]),
+            json!(["g2", [[5461, 10922]]]),
+            json!(["g3", [[10923, 16383]]])
+        ]
+    );
+    let again = refusal(admin.call("CLUSTER_CREATE", json!({})));
+    assert_eq!(
+        (again.0.as_str(), &again.1["map_epoch"]),
+        ("BAD_REQUEST", &json!(1))
+    );
+
+    // Every member's copy agrees within 1 s, primaries and followers alike.
+    let since = Instant::now();
+    for m in &members {
+        loop {
+            let info = m.client().call("CLUSTER_INFO", json!({})).unwrap();
+            if info["map_epoch"] == 1 && info["state"] == "ok" {
+                assert_eq!(info["slots_ok"], 16384, "{info}");
+                break;
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(1),
+                "{}: {info}",
+                m.addr
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let slots = members[5]
+        .client()
+        .call("CLUSTER_SLOTS", json!({}))
+        .unwrap();
+    let table = slots["slots"].as_array().unwrap();
+    assert_eq!(table.len(), 3, "{slots}");
+    for (g, row) in table.iter().enumerate() {
+        let follower = 2 * g + (1 - (primaries[g] - 2 * g));
+        assert_eq!(row[2], json!(addr_of(primaries[g])), "{slots}");
+        assert_eq!(row[3], json!([addr_of(follower)]), "{slots}");
+    }
+
+    // Definitions: one PUT per group's primary (forwarding is not in this version).
+    for &p in &primaries {
+        put_order_machine(&mut members[p].client());
+    }
+
+    // "foo" is slot 12182 (g3): MOVED from g1's primary, READ_ONLY_MODE from g3's follower.
+    let create = |id: &str| json!({"machine": "order", "version": 1, "id": id, "context": {}});
+    let moved = refusal(
+        members[primaries[0]]
+            .client()
+            .call("CREATE_INSTANCE", create("foo")),
+    );
+    assert_eq!(moved.0, "MOVED");
+    assert_eq!(
+        (
+            moved.1["slot"].clone(),
+            moved.1["group"].clone(),
+            moved.1["addr"].clone()
+        ),
+        (json!(12182), json!("g3"), json!(addr_of(primaries[2])))
+    );
+    assert_eq!(moved.1["map_epoch"], 1);
+    let g3_follower = 4 + (1 - (primaries[2] - 4));
+    let ro = refusal(
+        members[g3_follower]
+            .client()
+            .call("CREATE_INSTANCE", create("foo")),
+    );
+    assert_eq!(ro.0, "READ_ONLY_MODE", "{ro:?}");
+
+    // A client that follows MOVED: creates spread a third per group (± 8 points for 300).
+    let mut per_group: BTreeMap<String, u32> = BTreeMap::new();
+    for i in 0..300 {
+        let (_, at) = follow(addr_of(0), "CREATE_INSTANCE", &create(&format!("o-{i}")));
+        let g = (0..3)
+            .find(|&g| addr_of(primaries[g]) == at)
+            .expect("a primary");
+        *per_group.entry(GROUPS[g].to_string()).or_default() += 1;
+    }
+    for g in GROUPS {
+        let n = per_group.get(g).copied().unwrap_or(0);
+        assert!((76..=124).contains(&n), "{per_group:?}");
+    }
+    // Reads follow the same rule; the owning group's follower serves them.
+    let (got, _) = follow(addr_of(1), "GET_INSTANCE", &json!({"id": "o-7"}));
+    assert_eq!(got["state"], "new");
+
+    // A group added owns no slot until slots move to it.
+    let added = admin
+        .call(
+            "CLUSTER_ADD_GROUP",
+            json!({"group": "g2", "timeout_ms": 1000}),
+        )
+        .unwrap();
+    assert_eq!(
+        (added["added"].clone(), added["map_epoch"].clone()),
+        (json!(false), json!(1))
+    );
+}
