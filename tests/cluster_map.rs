@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
@@ -258,31 +258,9 @@ fn a_second_live_process_with_a_node_id_of_another_group_exits_1() {
     let dir = temp_dir();
     let path = dir.path().join("smdb.toml");
     let cfg = cluster_member(&etcd, "dupc", "same", "g2", false);
-    std::fs::write(&path, base_config(dir.path(), &cfg)).unwrap();
-    let mut child = Command::new(BIN)
-        .arg("--config")
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let exit = wait_timeout(&mut child, Duration::from_secs(20));
-    if exit.is_none() {
-        let _ = child.kill();
-    }
-    let mut err = String::new();
-    use std::io::Read;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert_eq!(
-        exit.and_then(|s| s.code()),
-        Some(1),
-        "the duplicate exits 1: {err}"
-    );
+    let config = base_config(dir.path(), &cfg);
+    let (code, err) = exit_within(&path, &config, Duration::from_secs(20));
+    assert_eq!(code, Some(1), "the duplicate exits 1: {err}");
     assert!(err.contains("group \"g1\""), "it names the group: {err}");
     let st = status(first.addr).unwrap();
     assert_eq!(st["role"], "primary", "the first process goes on");

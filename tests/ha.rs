@@ -173,31 +173,9 @@ fn a_second_process_with_a_live_node_id_exits_1() {
     one_primary(&[&a], Duration::from_secs(20));
     let dir = temp_dir();
     let path = dir.path().join("smdb.toml");
-    std::fs::write(&path, base_config(dir.path(), &cfg)).unwrap();
-    let mut child = std::process::Command::new(BIN)
-        .arg("--config")
-        .arg(&path)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = wait_timeout(&mut child, Duration::from_secs(20));
-    if status.is_none() {
-        let _ = child.kill();
-    }
-    assert_eq!(
-        status.and_then(|s| s.code()),
-        Some(1),
-        "the duplicate exits 1"
-    );
-    let mut err = String::new();
-    use std::io::Read;
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let config = base_config(dir.path(), &cfg);
+    let (code, err) = exit_within(&path, &config, Duration::from_secs(20));
+    assert_eq!(code, Some(1), "the duplicate exits 1: {err}");
     assert!(err.contains("held by another live process"), "{err}");
     // The first one is still the primary.
     assert_eq!(status_role(&a), "primary");

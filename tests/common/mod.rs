@@ -538,6 +538,25 @@ pub fn run_config_to_exit(path: &Path, config: &str) -> (i32, String, String) {
     run_to_exit(&["--config", path.to_str().expect("a UTF-8 path")])
 }
 
+/// Writes `config` to `path` and starts the server on it, expecting it to exit by itself
+/// within `limit` (killed past it): its exit code (None when killed) and its stderr.
+pub fn exit_within(path: &Path, config: &str, limit: Duration) -> (Option<i32>, String) {
+    std::fs::write(path, config).expect("write the config");
+    let mut child = Command::new(server_bin())
+        .arg("--config")
+        .arg(path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the server");
+    let code = wait_timeout(&mut child, limit).and_then(|s| s.code());
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    (code, err)
+}
+
 /// An order workflow used across tests: guarded payment, final states.
 pub fn order_definition() -> Value {
     json!({
