@@ -4,6 +4,7 @@
 //! * [`envelope`]: request envelopes in, response envelopes out;
 //! * [`op`]: the op table, every op's facts in one place;
 //! * [`codes`]: the error codes, with their retryability and what a failed request did;
+//! * [`slot`]: hash slots of cluster mode (`slot_of`, `routing_key`, CRC16-XMODEM);
 //! * [`tls`]: TLS and mutual TLS settings (PEM files, client configs) for RCP1 peers.
 //!
 //! Nothing here touches a socket or a runtime: codecs are functions over byte slices, so the
@@ -14,6 +15,7 @@ pub mod codes;
 pub mod envelope;
 pub mod frame;
 pub mod op;
+pub mod slot;
 pub mod tls;
 
 pub use codes::{ErrorCode, Execution, Rejection};

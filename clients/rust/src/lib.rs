@@ -13,6 +13,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 pub mod blocking;
+pub mod cluster;
 pub mod error;
 pub use smdb_protocol::frame;
 pub mod lifecycle;

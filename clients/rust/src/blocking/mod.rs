@@ -15,6 +15,7 @@
 //! read picks up where the last one stopped.
 
 mod calls;
+mod cluster;
 mod subscription;
 mod transport;
 
@@ -128,6 +129,9 @@ pub struct Client {
     retries: u64,
     /// Connections opened by `connect_with` and `reconnect` (the first included).
     connects: u64,
+    /// Cluster mode (the seed's HELLO lists `"cluster"`): the slot map and the group
+    /// primaries' connections (`cluster`).
+    cluster: Option<Box<cluster::Routing>>,
 }
 
 impl Client {
@@ -170,6 +174,7 @@ impl Client {
             broken: false,
             retries: 0,
             connects: 1,
+            cluster: None,
         }
     }
 
@@ -223,6 +228,7 @@ impl Client {
             at,
             opts: opts.clone(),
         });
+        c.cluster = cluster::Routing::detect(&mut c, opts).map(Box::new);
         Ok(c)
     }
 
@@ -311,7 +317,9 @@ impl Client {
         };
         recipe.at = at;
         let (next_id, retries, connects) = (self.next_id, self.retries, self.connects);
+        let cluster = self.cluster.take();
         *self = fresh;
+        self.cluster = cluster;
         self.recipe = Some(recipe);
         self.next_id = next_id;
         self.retries = retries;
@@ -359,7 +367,20 @@ impl Client {
     /// Sends one typed request and decodes its result, retrying per the client's policy where
     /// that is safe (see `retry::next_step`), on a new connection when the old one was lost,
     /// at the primary a follower names, at the next address when this one has no primary.
+    ///
+    /// In cluster mode an instance op goes to its slot's group primary instead (see
+    /// `cluster`).
     pub fn run<T: serde::de::DeserializeOwned>(&mut self, req: Request<T>) -> Result<T> {
+        if self.cluster.is_some() {
+            if let Some(key) = crate::cluster::route_key(req.op, &req.params) {
+                return self.run_routed(req, &key);
+            }
+        }
+        self.run_direct(req)
+    }
+
+    /// `run` on this connection (the seed's, in cluster mode).
+    fn run_direct<T: serde::de::DeserializeOwned>(&mut self, req: Request<T>) -> Result<T> {
         let policy = self.retry_policy();
         let (mut attempt, mut redirects) = (1, 0);
         let mut target = None;

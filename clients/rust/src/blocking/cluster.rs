@@ -1,0 +1,157 @@
+//! The blocking client in cluster mode (docs/cluster.md, "Clients"). A client made by
+//! `connect_with` whose seed's HELLO lists the `"cluster"` feature reads the slot map with
+//! `CLUSTER_SHARDS` and sends each instance op to its slot's group primary, over one
+//! connection per primary opened on first use. Those connections are plain clients with the
+//! seed's options, so each retries as §12 says (`TRYAGAIN`, `CLUSTERDOWN` and `NO_PRIMARY`
+//! with backoff, `READ_ONLY_MODE` to the named primary, lost connections). On top of that:
+//! `MOVED` resends at once to `details.addr` and refreshes the map (at most once per 100 ms);
+//! `CLUSTERDOWN` / `NO_PRIMARY` that outlast the retries refresh it and resend when it names
+//! another primary; at most `MAX_REDIRECTS` per request. Other ops go to the seed.
+
+use std::collections::HashMap;
+
+use serde_json::json;
+
+use super::{Client, ConnectOptions};
+use crate::cluster::{self, slot_of, Refresh, SlotMap, Step, MAX_REDIRECTS};
+use crate::error::Result;
+use crate::ops::Request;
+
+/// What a cluster client keeps beside its seed connection.
+pub(super) struct Routing {
+    map: SlotMap,
+    /// Group primaries' connections by address, opened on first use.
+    conns: HashMap<String, Client>,
+    opts: ConnectOptions,
+    refresh: Refresh,
+    /// `MOVED` answers followed.
+    moved: u64,
+}
+
+impl Routing {
+    /// The routing of a fresh seed connection, when its HELLO says cluster mode.
+    pub(super) fn detect(seed: &mut Client, opts: &ConnectOptions) -> Option<Routing> {
+        let features = seed.hello.as_ref()?.get("features")?.as_array()?;
+        if !features.iter().any(|f| f.as_str() == Some("cluster")) {
+            return None;
+        }
+        let mut r = Routing {
+            map: SlotMap::default(),
+            conns: HashMap::new(),
+            opts: opts.clone(),
+            refresh: Refresh::default(),
+            moved: 0,
+        };
+        r.reload(seed);
+        Some(r)
+    }
+
+    /// Reads the map from `seed` (kept as is when that fails: the errors of the next requests
+    /// say why).
+    fn reload(&mut self, seed: &mut Client) {
+        if let Ok(shards) = seed.call("CLUSTER_SHARDS", json!({})) {
+            self.map = SlotMap::from_shards(&shards);
+        }
+    }
+
+    /// The connection to the primary at `addr`, opened now if need be.
+    fn conn(&mut self, addr: &str) -> Result<&mut Client> {
+        if !self.conns.contains_key(addr) {
+            let c = Client::connect_member(addr, &self.opts)?;
+            self.conns.insert(addr.to_string(), c);
+        }
+        self.conns
+            .get_mut(addr)
+            .ok_or_else(|| crate::error::Error::Config(format!("no connection to {addr}")))
+    }
+}
+
+impl Client {
+    /// Whether the seed runs in cluster mode (instance ops then route by slot).
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// The epoch of the slot map this client routes by (0: none read, or not a cluster).
+    pub fn cluster_map_epoch(&self) -> u64 {
+        self.cluster.as_ref().map_or(0, |r| r.map.map_epoch)
+    }
+
+    /// `MOVED` answers this client followed (0 while its map is current).
+    pub fn cluster_redirects(&self) -> u64 {
+        self.cluster.as_ref().map_or(0, |r| r.moved)
+    }
+
+    /// Reads the slot map again from the seed now (cluster clients; no-op otherwise).
+    pub fn refresh_cluster_map(&mut self) {
+        if let Some(mut r) = self.cluster.take() {
+            r.reload(self);
+            self.cluster = Some(r);
+        }
+    }
+
+    /// `run` for an instance op of a cluster client: to its slot's primary, following
+    /// `MOVED` and map changes (see the module's documentation).
+    pub(super) fn run_routed<T: serde::de::DeserializeOwned>(
+        &mut self,
+        req: Request<T>,
+        key: &str,
+    ) -> Result<T> {
+        let slot = slot_of(key);
+        let mut addr = self.primary_of(slot);
+        let mut redirects = 0;
+        loop {
+            let again = Request::new(req.op, req.params.clone(), req.retry);
+            let r = match (&addr, self.cluster.as_mut()) {
+                (Some(a), Some(routing)) => routing.conn(a).and_then(|c| c.run(again)),
+                _ => self.run_direct(again),
+            };
+            let e = match r {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            let step = cluster::step(&e);
+            if step == Step::Fail || redirects >= MAX_REDIRECTS {
+                return Err(e);
+            }
+            redirects += 1;
+            let due = self.cluster.as_mut().is_some_and(|r| r.refresh.due());
+            if due {
+                self.refresh_cluster_map();
+            }
+            match step {
+                Step::Moved(to) => {
+                    if let Some(r) = self.cluster.as_mut() {
+                        r.moved += 1;
+                    }
+                    addr = Some(to);
+                }
+                _ => {
+                    let fresh = self.primary_of(slot);
+                    if fresh.is_none() || fresh == addr {
+                        return Err(e);
+                    }
+                    addr = fresh;
+                }
+            }
+        }
+    }
+
+    fn primary_of(&self, slot: u16) -> Option<String> {
+        let r = self.cluster.as_ref()?;
+        r.map.primary_of(slot).map(str::to_string)
+    }
+
+    /// A connection to one group primary: as `connect_with`, without cluster routing of its
+    /// own.
+    fn connect_member(addr: &str, opts: &ConnectOptions) -> Result<Client> {
+        let addrs = vec![addr.to_string()];
+        let (mut c, at) = Client::connect_from(&addrs, 0, opts, opts.retry)?;
+        c.recipe = Some(super::Recipe {
+            addrs,
+            at,
+            opts: opts.clone(),
+        });
+        Ok(c)
+    }
+}
