@@ -11,7 +11,7 @@ pub use smdb_protocol::slot::{crc16_xmodem, routing_key, slot_of, SLOT_COUNT};
 use crate::error::{Code, Error};
 
 /// A request follows at most this many `MOVED` (or map changes) before it fails with the last
-/// error (CONTRACT §15).
+/// error (docs/cluster.md, "Clients").
 pub const MAX_REDIRECTS: u32 = 5;
 /// The map is read again at most once per this long.
 pub const REFRESH_EVERY: Duration = Duration::from_millis(100);
