@@ -8,11 +8,13 @@ use std::time::Instant;
 
 use shards::Rejection;
 
+use crate::cluster::Cluster;
 use crate::config::Role;
 use crate::control::ha::shared::{Shared, DEMOTION_REASONS};
 use crate::member::clock::boottime_ns;
 use crate::member::ReplState;
 use crate::mesh::router::Router;
+use crate::metrics::cluster::ClusterFigures;
 use crate::metrics::front::{FrontStats, FrontTotals};
 use crate::metrics::ha::HaFigures;
 use crate::metrics::scrape::{ReplicaPosition, ReplicationStats, Scrape};
@@ -37,6 +39,9 @@ pub struct Sources {
     /// Failover (docs/ha.md): the HA thread's figures and `ha.maximum_lag_on_failover`;
     /// None when `ha.enabled` is false.
     pub ha: Option<HaSource>,
+    /// Cluster mode (docs/cluster.md, "Metrics"): the map copy and the answer counters; None
+    /// without `[cluster]`, and then no `svc_cluster_*` family is shown.
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 /// What the failover metrics and health checks read.
@@ -87,6 +92,7 @@ pub async fn gather(setup: &Sources, router: &Router) -> Result<Scrape, Rejectio
             .collect(),
         replication,
         ha: (setup.ha.as_ref()).map(|h| ha_figures(&h.shared, &setup.replication)),
+        cluster: setup.cluster.as_deref().map(cluster_figures),
     })
 }
 
@@ -161,6 +167,36 @@ pub fn ha_figures(shared: &Shared, state: &ReplState) -> HaFigures {
             .map(|(r, n)| (*r, n.load(Relaxed)))
             .collect(),
         etcd_errors: shared.stats.etcd_errors.load(Relaxed),
+    }
+}
+
+/// The cluster figures now, by this member's copy and its answer counters. The move
+/// families stay at their defaults until slot moves exist.
+pub fn cluster_figures(cluster: &Cluster) -> ClusterFigures {
+    let copy = cluster.view.get();
+    let (moved, tryagain) = cluster.counters.read();
+    let (mut migrating_out, mut migrating_in) = (0, 0);
+    for m in copy.map.iter().flat_map(|map| map.migrations.iter()) {
+        let slots = u64::from(m.hi.saturating_sub(m.lo)) + 1;
+        if m.from == cluster.group {
+            migrating_out += slots;
+        }
+        if m.to == cluster.group {
+            migrating_in += slots;
+        }
+    }
+    ClusterFigures {
+        map_epoch: copy.map_epoch(),
+        slots_owned: copy
+            .map
+            .as_ref()
+            .map_or(0, |m| u64::from(m.slots_owned(&cluster.group))),
+        state_ok: copy.state_ok(),
+        migrating_out,
+        migrating_in,
+        moved,
+        tryagain,
+        ..ClusterFigures::default()
     }
 }
 
