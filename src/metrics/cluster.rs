@@ -92,6 +92,15 @@ pub(super) fn register(r: &mut Registry, f: &ClusterFigures) {
         "Slots of running moves from (out) or to (in) this member's group, by its copy",
         migrating,
     );
+    counters(r, f);
+    r.register(
+        "svc_cluster_slot_freeze_seconds",
+        "Length of each slot freeze attempt of a move",
+        Hist(f.slot_freeze.clone()),
+    );
+}
+
+fn counters(r: &mut Registry, f: &ClusterFigures) {
     counter(
         r,
         "svc_cluster_moved_total",
@@ -131,11 +140,6 @@ pub(super) fn register(r: &mut Registry, f: &ClusterFigures) {
         "svc_cluster_migrations_total",
         "Moves this member ran as the source's primary, by result",
         moves,
-    );
-    r.register(
-        "svc_cluster_slot_freeze_seconds",
-        "Length of each slot freeze attempt of a move",
-        Hist(f.slot_freeze.clone()),
     );
 }
 
