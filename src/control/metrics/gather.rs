@@ -211,6 +211,54 @@ mod tests {
     }
 
     #[test]
+    fn cluster_figures_come_from_the_copy_and_the_counters() {
+        use crate::cluster::map::{ClusterMap, Migration};
+        use crate::cluster::view::{MapCopy, MapState};
+        let cluster = Cluster {
+            name: "c".into(),
+            group: "a".into(),
+            node_id: "n1".into(),
+            http_addr: None,
+            maximum_lag: 0,
+            keys: crate::cluster::keys::ClusterKeys::new("c"),
+            view: Default::default(),
+            counters: Default::default(),
+            requests: Default::default(),
+            wake: Arc::default(),
+        };
+        let none = cluster_figures(&cluster);
+        assert_eq!(
+            (none.map_epoch, none.slots_owned, none.state_ok),
+            (0, 0, false)
+        );
+        let mut map = ClusterMap::create(&["a".into(), "b".into()]).unwrap();
+        let moving = |lo, hi, from: &str, to: &str| Migration {
+            id: "0000000000000001".into(),
+            lo,
+            hi,
+            from: from.into(),
+            to: to.into(),
+            from_rev: 1,
+            to_rev: 1,
+            from_epoch: 1,
+            to_epoch: 1,
+            started_at_ms: 0,
+        };
+        map.migrations = vec![moving(0, 9, "a", "b"), moving(9000, 9000, "b", "a")];
+        let copy = MapCopy {
+            state: MapState::Valid,
+            map: Some(map),
+            map_rev: 3,
+            groups: Default::default(),
+        };
+        cluster.view.publish(copy);
+        cluster.counters.count_moved();
+        let f = cluster_figures(&cluster);
+        assert_eq!((f.map_epoch, f.slots_owned, f.state_ok), (1, 8192, false));
+        assert_eq!((f.migrating_out, f.migrating_in, f.moved), (10, 1, 1));
+    }
+
+    #[test]
     fn replication_figures_exist_only_with_a_role() {
         assert_eq!(ReplicationStats::for_role(None), None);
         assert!(matches!(
