@@ -36,6 +36,31 @@ fn scrape_until(s: &Server, what: &str, ok: impl Fn(&Exposition) -> bool) -> Exp
     }
 }
 
+/// What a member shows before `CLUSTER_CREATE`: every family, at 0.
+fn assert_no_map_yet(e: &Exposition) {
+    assert_eq!(e.get("svc_cluster_map_epoch", &[]), 0.0, "{}", e.text);
+    assert_eq!(e.get("svc_cluster_state_ok", &[]), 0.0);
+    assert_eq!(e.get("svc_cluster_slots_owned", &[]), 0.0);
+    assert_eq!(e.get("svc_cluster_moved_total", &[]), 0.0);
+    assert_eq!(e.types.get("svc_cluster_map_epoch").unwrap(), "gauge");
+    assert_eq!(e.types.get("svc_cluster_moved_total").unwrap(), "counter");
+    let freeze = e.types.get("svc_cluster_slot_freeze_seconds");
+    assert_eq!(freeze.unwrap(), "histogram");
+    for d in ["out", "in"] {
+        assert_eq!(
+            e.get("svc_cluster_migrating_slots", &[("direction", d)]),
+            0.0
+        );
+        let entries = e.value("svc_cluster_migration_entries_total", &[("direction", d)]);
+        assert_eq!(entries, Some(0.0));
+    }
+    for r in ["done", "aborted"] {
+        let n = e.value("svc_cluster_migrations_total", &[("result", r)]);
+        assert_eq!(n, Some(0.0));
+    }
+    assert_eq!(e.get("svc_cluster_tryagain_total", &[]), 0.0);
+}
+
 #[test]
 fn a_member_shows_its_copy_and_its_moved_answers_and_a_standalone_server_none() {
     let _serial = serial();
@@ -54,28 +79,7 @@ fn a_member_shows_its_copy_and_its_moved_answers_and_a_standalone_server_none() 
     }
 
     for m in &members {
-        let e = scrape(m);
-        assert_eq!(e.get("svc_cluster_map_epoch", &[]), 0.0, "{}", e.text);
-        assert_eq!(e.get("svc_cluster_state_ok", &[]), 0.0);
-        assert_eq!(e.get("svc_cluster_slots_owned", &[]), 0.0);
-        assert_eq!(e.get("svc_cluster_moved_total", &[]), 0.0);
-        assert_eq!(e.types.get("svc_cluster_map_epoch").unwrap(), "gauge");
-        assert_eq!(e.types.get("svc_cluster_moved_total").unwrap(), "counter");
-        let freeze = e.types.get("svc_cluster_slot_freeze_seconds");
-        assert_eq!(freeze.unwrap(), "histogram");
-        for d in ["out", "in"] {
-            assert_eq!(
-                e.get("svc_cluster_migrating_slots", &[("direction", d)]),
-                0.0
-            );
-            let entries = e.value("svc_cluster_migration_entries_total", &[("direction", d)]);
-            assert_eq!(entries, Some(0.0));
-        }
-        for r in ["done", "aborted"] {
-            let n = e.value("svc_cluster_migrations_total", &[("result", r)]);
-            assert_eq!(n, Some(0.0));
-        }
-        assert_eq!(e.get("svc_cluster_tryagain_total", &[]), 0.0);
+        assert_no_map_yet(&scrape(m));
     }
 
     let created = members[0]
