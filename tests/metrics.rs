@@ -537,6 +537,8 @@ fn synthetic_expositions() -> Vec<String> {
             pushes_queued: vec![0],
             replication: role,
             ha,
+            // The primary's scrape is also a cluster member's.
+            cluster: (i == 1).then(smdb::metrics::cluster::ClusterFigures::default),
         };
         out.push(encode(&registry(&scrape), Format::Prometheus).unwrap());
     }

@@ -118,6 +118,7 @@ pub(super) fn spawn_control(
                 started: shared.started,
                 draining: shared.draining.clone(),
                 ha,
+                cluster: shared.cluster.clone(),
             },
         }),
     };

@@ -15,6 +15,7 @@
 //! - `answers`: the replies of the map ops and HELLO's `cluster` object, from the copy;
 //! - `serve`: who serves a slot: the ownership check of an instance op (`MOVED`,
 //!   `CLUSTERDOWN`);
+//! - `counters`: the answers this member gave (`MOVED`, `TRYAGAIN`), for the metrics;
 //! - `unique`: a node id is live in one group of the cluster at most;
 //! - `error`: what goes wrong, with its context.
 //!
@@ -24,6 +25,7 @@
 
 pub mod admin;
 pub mod answers;
+pub mod counters;
 mod error;
 mod follow;
 pub mod keys;
@@ -38,6 +40,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::config::Config;
+pub use counters::Counters;
 pub use error::ClusterError;
 pub use follow::spawn as spawn_follower;
 pub use map::ClusterMap;
@@ -60,6 +63,8 @@ pub struct Cluster {
     pub keys: keys::ClusterKeys,
     /// The map copy (read-only outside `follow`).
     pub view: View,
+    /// The answers this member gave (`svc_cluster_moved_total`, ...).
+    pub counters: Counters,
     /// `CLUSTER_CREATE` and `CLUSTER_ADD_GROUP` waiting for the HA thread.
     pub(crate) requests: admin::Requests,
     /// Starts the follower's next read before its poll (the watch, a request).
@@ -85,6 +90,7 @@ impl Cluster {
             http_addr: http_bound.map(|b| http_addr(b, advertise)),
             maximum_lag: config.ha.maximum_lag_on_failover,
             view: View::default(),
+            counters: Counters::default(),
             requests: admin::Requests::default(),
             wake: Arc::default(),
         }))

@@ -2,7 +2,8 @@
 //! op passes on a cluster member, by the member's map copy alone. The checks run in this
 //! order: params, `CROSS_SLOT` (atomic batches), ownership here (`MOVED` naming the owning
 //! group's primary, `CLUSTERDOWN` when it has none or no map is read), then the role gate
-//! (`READ_ONLY_MODE` / `NO_PRIMARY`), then the op. One lock and one `Arc` copy per request.
+//! (`READ_ONLY_MODE` / `NO_PRIMARY`), then the op. One lock and one `Arc` copy per request;
+//! each `MOVED` also counts once in `Cluster::counters` (`svc_cluster_moved_total`).
 
 use shards::routing::slot_of;
 use shards::{ErrorCode, Rejection};
@@ -21,6 +22,7 @@ pub fn check(cluster: &Cluster, id: &str) -> Result<(), Rejection> {
                 .flat_map(|g| g.nodes.iter())
                 .find(|n| n.node_id == primary.node_id)
                 .and_then(|n| n.http_addr.clone());
+            cluster.counters.count_moved();
             Err(Rejection::new(
                 ErrorCode::Moved,
                 format!(

@@ -81,6 +81,9 @@ pub fn registry(s: &Scrape) -> Registry {
     if let Some(ha) = &s.ha {
         super::ha::register(&mut r, ha);
     }
+    if let Some(cluster) = &s.cluster {
+        super::cluster::register(&mut r, cluster);
+    }
     let up = ConstGauge::new(s.uptime_seconds);
     r.register("svc_uptime_seconds", "Seconds since the server started", up);
     gauge(
@@ -712,6 +715,7 @@ pub(crate) mod tests {
             pushes_queued: vec![0, 0],
             replication: role,
             ha: None,
+            cluster: None,
         }
     }
 

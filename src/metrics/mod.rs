@@ -7,12 +7,14 @@
 //!   (`snapshots`: the snapshot families).
 //! * `exposition`: Prometheus text 0.0.4 (the spec's names) or OpenMetrics, by `Accept`.
 //! * `ha`: the failover families (`svc_ha_*`), when `ha.enabled`.
+//! * `cluster`: the cluster families (`svc_cluster_*`), in cluster mode only.
 //!
 //! Gathering a scrape and serving it are the control executor's (`control::metrics`).
 //!
 //! Hot paths never lock or write another core's cache line to count: the control executor
 //! reads the fronts' atomics and asks each shard for its figures over the existing channels.
 
+pub mod cluster;
 pub mod exposition;
 pub mod families;
 pub mod front;

@@ -22,6 +22,8 @@ pub struct Scrape {
     pub replication: Option<ReplicationStats>,
     /// Failover figures (None when `ha.enabled` is false).
     pub ha: Option<crate::metrics::ha::HaFigures>,
+    /// Cluster figures (None outside cluster mode).
+    pub cluster: Option<crate::metrics::cluster::ClusterFigures>,
 }
 
 /// Replication figures by role (values arrive with the replication issue; zero until then).

@@ -8,11 +8,13 @@ use std::time::Instant;
 
 use shards::Rejection;
 
+use crate::cluster::Cluster;
 use crate::config::Role;
 use crate::control::ha::shared::{Shared, DEMOTION_REASONS};
 use crate::member::clock::boottime_ns;
 use crate::member::ReplState;
 use crate::mesh::router::Router;
+use crate::metrics::cluster::ClusterFigures;
 use crate::metrics::front::{FrontStats, FrontTotals};
 use crate::metrics::ha::HaFigures;
 use crate::metrics::scrape::{ReplicaPosition, ReplicationStats, Scrape};
@@ -37,6 +39,9 @@ pub struct Sources {
     /// Failover (docs/ha.md): the HA thread's figures and `ha.maximum_lag_on_failover`;
     /// None when `ha.enabled` is false.
     pub ha: Option<HaSource>,
+    /// Cluster mode (docs/cluster.md, "Metrics"): the map copy and the answer counters; None
+    /// without `[cluster]`, and then no `svc_cluster_*` family is shown.
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 /// What the failover metrics and health checks read.
@@ -87,6 +92,7 @@ pub async fn gather(setup: &Sources, router: &Router) -> Result<Scrape, Rejectio
             .collect(),
         replication,
         ha: (setup.ha.as_ref()).map(|h| ha_figures(&h.shared, &setup.replication)),
+        cluster: setup.cluster.as_deref().map(cluster_figures),
     })
 }
 
@@ -164,6 +170,36 @@ pub fn ha_figures(shared: &Shared, state: &ReplState) -> HaFigures {
     }
 }
 
+/// The cluster figures now, by this member's copy and its answer counters. The move
+/// families stay at their defaults until slot moves exist.
+pub fn cluster_figures(cluster: &Cluster) -> ClusterFigures {
+    let copy = cluster.view.get();
+    let (moved, tryagain) = cluster.counters.read();
+    let (mut migrating_out, mut migrating_in) = (0, 0);
+    for m in copy.map.iter().flat_map(|map| map.migrations.iter()) {
+        let slots = u64::from(m.hi.saturating_sub(m.lo)) + 1;
+        if m.from == cluster.group {
+            migrating_out += slots;
+        }
+        if m.to == cluster.group {
+            migrating_in += slots;
+        }
+    }
+    ClusterFigures {
+        map_epoch: copy.map_epoch(),
+        slots_owned: copy
+            .map
+            .as_ref()
+            .map_or(0, |m| u64::from(m.slots_owned(&cluster.group))),
+        state_ok: copy.state_ok(),
+        migrating_out,
+        migrating_in,
+        moved,
+        tryagain,
+        ..ClusterFigures::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +208,54 @@ mod tests {
     fn resident_memory_is_read_from_proc() {
         let rss = resident_bytes().expect("statm readable");
         assert!(rss > 1 << 20, "a test process holds more than 1 MiB: {rss}");
+    }
+
+    #[test]
+    fn cluster_figures_come_from_the_copy_and_the_counters() {
+        use crate::cluster::map::{ClusterMap, Migration};
+        use crate::cluster::view::{MapCopy, MapState};
+        let cluster = Cluster {
+            name: "c".into(),
+            group: "a".into(),
+            node_id: "n1".into(),
+            http_addr: None,
+            maximum_lag: 0,
+            keys: crate::cluster::keys::ClusterKeys::new("c"),
+            view: Default::default(),
+            counters: Default::default(),
+            requests: Default::default(),
+            wake: Arc::default(),
+        };
+        let none = cluster_figures(&cluster);
+        assert_eq!(
+            (none.map_epoch, none.slots_owned, none.state_ok),
+            (0, 0, false)
+        );
+        let mut map = ClusterMap::create(&["a".into(), "b".into()]).unwrap();
+        let moving = |lo, hi, from: &str, to: &str| Migration {
+            id: "0000000000000001".into(),
+            lo,
+            hi,
+            from: from.into(),
+            to: to.into(),
+            from_rev: 1,
+            to_rev: 1,
+            from_epoch: 1,
+            to_epoch: 1,
+            started_at_ms: 0,
+        };
+        map.migrations = vec![moving(0, 9, "a", "b"), moving(9000, 9000, "b", "a")];
+        let copy = MapCopy {
+            state: MapState::Valid,
+            map: Some(map),
+            map_rev: 3,
+            groups: Default::default(),
+        };
+        cluster.view.publish(copy);
+        cluster.counters.count_moved();
+        let f = cluster_figures(&cluster);
+        assert_eq!((f.map_epoch, f.slots_owned, f.state_ok), (1, 8192, false));
+        assert_eq!((f.migrating_out, f.migrating_in, f.moved), (10, 1, 1));
     }
 
     #[test]
