@@ -9,19 +9,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::etcd::Etcd;
-use common::ha::{member_config, one_primary, serial};
+use common::ha::serial;
 use common::*;
 use serde_json::{json, Value};
 
 const GROUPS: [&str; 3] = ["g1", "g2", "g3"];
-
-fn cluster_member(etcd: &Etcd, node: &str, group: &str) -> String {
-    member_config(etcd, "routing", node, "async")
-        + &format!("[cluster]\nenabled = true\ngroup = \"{group}\"\n")
-}
 
 /// A failed call's code and details.
 fn refusal(r: Result<Value, ClientError>) -> (String, Value) {
@@ -55,29 +50,11 @@ fn follow(first: String, op: &str, params: &Value) -> (Value, String) {
 fn a_created_cluster_routes_every_instance_op_to_its_slot_s_group() {
     let _serial = serial();
     let etcd = Etcd::start(1);
-    let dirs: Vec<_> = (0..6).map(|_| temp_dir()).collect();
-    let members: Vec<Server> = (0..6)
-        .map(|i| {
-            let (group, node) = (GROUPS[i / 2], format!("{}{}", GROUPS[i / 2], i % 2));
-            let cfg = cluster_member(&etcd, &node, group);
-            Server::start_in(dirs[i].path(), &cfg).unwrap()
-        })
-        .collect();
-    let primaries: Vec<usize> = (0..3)
-        .map(|g| {
-            2 * g
-                + one_primary(
-                    &[&members[2 * g], &members[2 * g + 1]],
-                    Duration::from_secs(20),
-                )
-        })
-        .collect();
+    let (_dirs, members, primaries) = cluster::start_groups(&etcd, "routing", &GROUPS, 2);
     let addr_of = |i: usize| members[i].addr.to_string();
 
-    let mut admin = members[0].client();
-    let created = admin
-        .call("CLUSTER_CREATE", json!({"timeout_ms": 10000}))
-        .expect("CLUSTER_CREATE");
+    // Created, and every member's copy agrees within 1 s, primaries and followers alike.
+    let created = cluster::create(&members, Duration::from_secs(1));
     assert_eq!(created["map_epoch"], 1, "{created}");
     let ranges: Vec<Value> = (created["shards"].as_array().unwrap().iter())
         .map(|g| json!([g["group"], g["slots"]]))
@@ -90,29 +67,18 @@ fn a_created_cluster_routes_every_instance_op_to_its_slot_s_group() {
             json!(["g3", [[10923, 16383]]])
         ]
     );
+    let mut admin = members[0].client();
     let again = refusal(admin.call("CLUSTER_CREATE", json!({})));
     assert_eq!(
         (again.0.as_str(), &again.1["map_epoch"]),
         ("BAD_REQUEST", &json!(1))
     );
 
-    // Every member's copy agrees within 1 s, primaries and followers alike.
-    let since = Instant::now();
-    for m in &members {
-        loop {
-            let info = m.client().call("CLUSTER_INFO", json!({})).unwrap();
-            if info["map_epoch"] == 1 && info["state"] == "ok" {
-                assert_eq!(info["slots_ok"], 16384, "{info}");
-                break;
-            }
-            assert!(
-                since.elapsed() < Duration::from_secs(1),
-                "{}: {info}",
-                m.addr
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    let info = members[3].client().call("CLUSTER_INFO", json!({})).unwrap();
+    assert_eq!(
+        (info["slots_ok"].clone(), info["groups"].clone()),
+        (json!(16384), json!(3))
+    );
     let slots = members[5]
         .client()
         .call("CLUSTER_SLOTS", json!({}))

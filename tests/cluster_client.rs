@@ -10,46 +10,21 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::etcd::Etcd;
-use common::ha::{member_config, one_primary, serial};
+use common::ha::serial;
 use common::*;
 use serde_json::{json, Value};
 use smdb_client::{ConnectOptions, RetryPolicy};
 
 const GROUPS: [&str; 3] = ["g1", "g2", "g3"];
 
-fn cluster_member(etcd: &Etcd, node: &str, group: &str) -> String {
-    member_config(etcd, "client", node, "async")
-        + &format!("[cluster]\nenabled = true\ngroup = \"{group}\"\n")
-}
-
 #[test]
 fn one_seed_routes_every_instance_op_to_its_slot_s_primary() {
     let _serial = serial();
     let etcd = Etcd::start(1);
-    let dirs: Vec<_> = (0..3).map(|_| temp_dir()).collect();
-    let members: Vec<Server> = (0..3)
-        .map(|g| {
-            let cfg = cluster_member(&etcd, &format!("{}n", GROUPS[g]), GROUPS[g]);
-            Server::start_in(dirs[g].path(), &cfg).unwrap()
-        })
-        .collect();
-    for m in &members {
-        one_primary(&[m], Duration::from_secs(20));
-    }
-    let created = members[0]
-        .client()
-        .call("CLUSTER_CREATE", json!({"timeout_ms": 10000}))
-        .expect("CLUSTER_CREATE");
-    assert_eq!(created["map_epoch"], 1, "{created}");
+    let (_dirs, members, _) = cluster::start_groups(&etcd, "client", &GROUPS, 1);
     // Every member's copy shows the map before the client reads it from its seed.
-    for m in &members {
-        let mut tries = 0;
-        while m.client().call("CLUSTER_INFO", json!({})).unwrap()["state"] != "ok" {
-            tries += 1;
-            assert!(tries < 100, "{}: no map after 2 s", m.addr);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    let created = cluster::create(&members, Duration::from_secs(2));
+    assert_eq!(created["map_epoch"], 1, "{created}");
     // Definitions: one PUT per group's primary (forwarding is not in this version).
     for m in &members {
         put_order_machine(&mut m.client());

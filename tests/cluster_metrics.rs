@@ -9,15 +9,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
-use common::ha::{member_config, one_primary, serial};
+use common::ha::serial;
 use common::scrape::{scrape, Exposition};
 use common::*;
 use serde_json::json;
-
-fn cluster_member(etcd: &Etcd, node: &str, group: &str) -> String {
-    member_config(etcd, "metrics", node, "async")
-        + &format!("[cluster]\nenabled = true\ngroup = \"{group}\"\n")
-}
 
 /// Scrapes `s` until `ok` holds (at most 5 s); the last scrape.
 fn scrape_until(s: &Server, what: &str, ok: impl Fn(&Exposition) -> bool) -> Exposition {
@@ -65,19 +60,7 @@ fn assert_no_map_yet(e: &Exposition) {
 fn a_member_shows_its_copy_and_its_moved_answers_and_a_standalone_server_none() {
     let _serial = serial();
     let etcd = Etcd::start(1);
-    let dirs: Vec<_> = (0..2).map(|_| temp_dir()).collect();
-    let members: Vec<Server> = ["g1", "g2"]
-        .iter()
-        .enumerate()
-        .map(|(i, g)| {
-            let cfg = cluster_member(&etcd, &format!("{g}n"), g);
-            Server::start_in(dirs[i].path(), &cfg).unwrap()
-        })
-        .collect();
-    for m in &members {
-        one_primary(&[m], Duration::from_secs(20));
-    }
-
+    let (_dirs, members, _) = cluster::start_groups(&etcd, "metrics", &["g1", "g2"], 1);
     for m in &members {
         assert_no_map_yet(&scrape(m));
     }

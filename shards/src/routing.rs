@@ -109,21 +109,10 @@ mod tests {
         assert_eq!(Routing::Hash.shard_for("pre{order-5}post", 4), 1);
     }
 
+    /// The tag rule itself is tested with the slots (`smdb_protocol::slot`); here, that hash
+    /// routing follows it.
     #[test]
-    fn hash_tag_rules_follow_redis_cluster() {
-        assert_eq!(routing_key("plain"), "plain");
-        assert_eq!(routing_key("{a}"), "a");
-        assert_eq!(routing_key("{a}:b"), "a");
-        assert_eq!(routing_key("x{a}y{b}"), "a");
-        // The first `}` after the first `{` closes the tag.
-        assert_eq!(routing_key("{a{b}c}"), "a{b");
-        // An empty tag, or no closing brace: the whole id.
-        assert_eq!(routing_key("{}a"), "{}a");
-        assert_eq!(routing_key("{}{a}"), "{}{a}");
-        assert_eq!(routing_key("{abc"), "{abc");
-        assert_eq!(routing_key("abc}"), "abc}");
-        assert_eq!(routing_key("}{a}"), "a");
-        assert_eq!(routing_key("{é}x"), "é");
+    fn hash_routing_follows_the_tag() {
         for n in [1, 2, 3, 8] {
             assert_eq!(
                 Routing::Hash.shard_for("{t1}:a", n),

@@ -4,6 +4,7 @@
 
 pub mod balancer;
 pub mod cdp;
+pub mod cluster;
 pub mod etcd;
 pub mod ha;
 pub mod http;
