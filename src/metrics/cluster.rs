@@ -9,12 +9,11 @@
 //! directions, two results, ten buckets); the move families stay 0 (empty) until slot moves
 //! exist.
 
-use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::families::{counter, gauge, labels, register_counter, Hist, Series};
+use super::families::{counter, counter_by, gauge, labels, Hist, Series};
 use super::histogram::HistogramSnapshot;
 
 /// `svc_cluster_slot_freeze_seconds`'s bounds (docs/cluster.md, "Metrics").
@@ -113,33 +112,25 @@ fn counters(r: &mut Registry, f: &ClusterFigures) {
         "TRYAGAIN answers this member gave",
         f.tryagain,
     );
-    let mut entries = Series::new(MetricType::Counter);
-    let by_direction = [
-        ("out", f.migration_entries_out),
-        ("in", f.migration_entries_in),
-    ];
-    for (direction, n) in by_direction {
-        entries.push(labels(&[("direction", direction)]), ConstCounter::new(n));
-    }
-    register_counter(
+    counter_by(
         r,
         "svc_cluster_migration_entries_total",
         "Entries moves copied out of or into this member's slots",
-        entries,
+        "direction",
+        [
+            ("out", f.migration_entries_out),
+            ("in", f.migration_entries_in),
+        ],
     );
-    let mut moves = Series::new(MetricType::Counter);
-    let by_result = [
-        ("done", f.migrations_done),
-        ("aborted", f.migrations_aborted),
-    ];
-    for (result, n) in by_result {
-        moves.push(labels(&[("result", result)]), ConstCounter::new(n));
-    }
-    register_counter(
+    counter_by(
         r,
         "svc_cluster_migrations_total",
         "Moves this member ran as the source's primary, by result",
-        moves,
+        "result",
+        [
+            ("done", f.migrations_done),
+            ("aborted", f.migrations_aborted),
+        ],
     );
 }
 

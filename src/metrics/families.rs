@@ -518,6 +518,21 @@ pub(super) fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
     }
 }
 
+/// A counter family with one label: a series per `(value, count)`.
+pub(super) fn counter_by<'a>(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    label: &'static str,
+    values: impl IntoIterator<Item = (&'a str, u64)>,
+) {
+    let mut series = Series::new(MetricType::Counter);
+    for (value, n) in values {
+        series.push(labels(&[(label, value)]), ConstCounter::new(n));
+    }
+    register_counter(r, name, help, series);
+}
+
 /// Registers a counter under its spec name less `_total` (OpenMetrics adds it back).
 pub(super) fn register_counter(r: &mut Registry, spec_name: &str, help: &str, m: impl Metric) {
     debug_assert!(

@@ -4,12 +4,10 @@
 //! (counters). Read from the HA thread's `HaStats` and `member::ReplState` at scrape time
 //! (`control::metrics::gather::ha_figures`).
 
-use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::families::{counter, gauge, labels, register_counter, Series};
+use super::families::{counter, counter_by, gauge};
 
 /// One scrape's failover figures.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -47,16 +45,14 @@ pub(super) fn register(r: &mut Registry, f: &HaFigures) {
         "Terms this member won",
         f.failovers,
     );
-    let mut demotions = Series::new(MetricType::Counter);
-    for (reason, n) in &f.demotions {
-        demotions.push(labels(&[("reason", reason)]), ConstCounter::new(*n));
-    }
-    register_counter(
+    counter_by(
         r,
         "svc_ha_demotions_total",
         "Terms this member lost while primary, by reason",
-        demotions,
+        "reason",
+        f.demotions.iter().map(|(reason, n)| (*reason, *n)),
     );
+
     counter(
         r,
         "svc_ha_etcd_errors_total",
