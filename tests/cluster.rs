@@ -18,14 +18,6 @@ use serde_json::{json, Value};
 
 const GROUPS: [&str; 3] = ["g1", "g2", "g3"];
 
-/// A failed call's code and details.
-fn refusal(r: Result<Value, ClientError>) -> (String, Value) {
-    match r {
-        Err(ClientError::Server { code, details, .. }) => (code.to_string(), details),
-        other => panic!("expected a server error, got {other:?}"),
-    }
-}
-
 /// Sends `op` to `first`, following `MOVED` (and a follower's `READ_ONLY_MODE` naming its
 /// primary), at most 5 times: the reply and the address that gave it.
 fn follow(first: String, op: &str, params: &Value) -> (Value, String) {

@@ -25,14 +25,6 @@ fn map_ops() -> Vec<(&'static str, Value)> {
     ]
 }
 
-/// A failed call's code and details.
-fn refusal(r: Result<Value, ClientError>) -> (String, Value) {
-    match r {
-        Err(ClientError::Server { code, details, .. }) => (code.to_string(), details),
-        other => panic!("expected a server error, got {other:?}"),
-    }
-}
-
 #[test]
 fn keyslot_answers_on_a_standalone_server_over_rcp1_and_http() {
     let (s, _d) = Server::start(HTTP);

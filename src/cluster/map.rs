@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::cluster::is_group_name;
 
 /// The number of hash slots.
-pub const SLOTS: u32 = 16384;
+pub const SLOTS: u32 = shards::routing::SLOT_COUNT as u32;
 /// The highest slot.
 pub const SLOT_MAX: u16 = (SLOTS - 1) as u16;
 

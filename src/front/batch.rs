@@ -17,10 +17,11 @@ use shards::routing::slot_of;
 use shards::{ErrorCode, Rejection};
 
 use super::executor::Front;
+use super::request::served_here;
 use crate::mesh::router::{Reply, ReplySlot};
 use crate::ops::batch::{aborted, error_object, BatchMode, BatchOps, BatchRequest};
 use crate::ops::route::route_key;
-use crate::protocol::{routes, Op};
+use crate::protocol::Op;
 use crate::shard::{ReplyBody, ShardCall, ShardOp};
 use crate::util::slot::Slot;
 
@@ -48,7 +49,9 @@ pub async fn start(front: &Rc<Front>, batch: BatchRequest) -> Result<ReplySlot, 
             for item in batch.ops.iter() {
                 let params = batch.ops.params(item);
                 replies.push(
-                    match route_key(params).and_then(|id| served(front, item.op, id)) {
+                    match route_key(params)
+                        .and_then(|id| served_here(front, item.op, &id).map(|()| id))
+                    {
                         Ok(id) => {
                             let shard = front.router.shard_of(&id);
                             let call = ShardCall::Op {
@@ -111,17 +114,6 @@ pub fn check_slots(front: &Front, batch: &BatchRequest) -> Result<(), Rejection>
         },
         Places::Several => Err(crossed(&batch.ops, CROSS_SLOT, slot_of)),
     }
-}
-
-/// A best-effort batch's op in cluster mode: `id` when this member serves its slot for `op`
-/// (ownership, then the role: docs/cluster.md, "Who serves a slot"), else the op's own answer.
-/// A server without `[cluster]` passes every id (its gate ran on the whole batch).
-fn served<T: AsRef<str>>(front: &Front, op: routes::Instance, id: T) -> Result<T, Rejection> {
-    if let Some(cluster) = &front.info.cluster {
-        crate::cluster::serve::check(cluster, id.as_ref())?;
-        crate::member::gate::check(&front.info.replication, op.op())?;
-    }
-    Ok(id)
 }
 
 /// Where the ids of a batch's ops lie.

@@ -104,8 +104,18 @@ pub async fn start(
     }
 }
 
-/// An instance op for `id`: on a cluster member its slot's ownership, then the member's role
-/// (docs/cluster.md, "Who serves a slot"); then to the owning shard.
+/// On a cluster member: Ok when this member serves the slot of `id` for `op`, ownership
+/// first, then the role (docs/cluster.md, "Who serves a slot"), else the op's answer. A server
+/// without `[cluster]` has nothing to check here (its gate ran in `admit`).
+pub(super) fn served_here(front: &Front, op: routes::Instance, id: &str) -> Result<(), Rejection> {
+    if let Some(cluster) = &front.info.cluster {
+        crate::cluster::serve::check(cluster, id)?;
+        crate::member::gate::check(&front.info.replication, op.op())?;
+    }
+    Ok(())
+}
+
+/// An instance op for `id`: on a cluster member `served_here`; then to the owning shard.
 async fn instance(
     op: routes::Instance,
     id: &str,
@@ -113,10 +123,7 @@ async fn instance(
     front: &Front,
     version: Version,
 ) -> Result<ReplySlot, Rejection> {
-    if let Some(cluster) = &front.info.cluster {
-        crate::cluster::serve::check(cluster, id)?;
-        crate::member::gate::check(&front.info.replication, op.op())?;
-    }
+    served_here(front, op, id)?;
     let call = match version {
         Version::Untagged => ShardCall::Op {
             op: ShardOp::Instance(op),

@@ -67,10 +67,7 @@ fn no_params(params: Option<&[u8]>) -> Result<(), Rejection> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Empty {}
-    match params {
-        None => Ok(()),
-        Some(_) => parse::<Empty>(params).map(|_| ()),
-    }
+    parse::<Empty>(params).map(|_| ())
 }
 
 fn timeout_of(ms: Option<u64>) -> Result<Duration, Rejection> {
@@ -85,16 +82,13 @@ fn timeout_of(ms: Option<u64>) -> Result<Duration, Rejection> {
 
 /// `CLUSTER_CREATE {groups?, timeout_ms?}` → the `CLUSTER_SHARDS` object.
 async fn create(params: Option<&[u8]>, cluster: &Arc<Cluster>) -> Result<Value, Rejection> {
-    #[derive(Deserialize, Default)]
+    #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Create {
         groups: Option<Vec<String>>,
         timeout_ms: Option<u64>,
     }
-    let p: Create = match params {
-        None => Create::default(),
-        Some(_) => parse(params)?,
-    };
+    let p: Create = parse(params)?;
     let timeout = timeout_of(p.timeout_ms)?;
     admin::create(cluster, p.groups, timeout)
         .await

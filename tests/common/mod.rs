@@ -593,6 +593,14 @@ pub fn create_order(c: &mut Client, id: &str, total: i64) -> Value {
 }
 
 /// The error code of a failed call (panics on success).
+/// A failed call's code and details (a server error expected).
+pub fn refusal(r: Result<Value, ClientError>) -> (String, Value) {
+    match r {
+        Err(ClientError::Server { code, details, .. }) => (code.to_string(), details),
+        other => panic!("expected a server error, got {other:?}"),
+    }
+}
+
 pub fn err_code<T: std::fmt::Debug>(r: Result<T, ClientError>) -> String {
     let r = r.map(|v| format!("{v:?}"));
     match r {
