@@ -170,7 +170,10 @@ impl<'e> Overlay<'e> {
             Entry::PutMachine { .. }
             | Entry::Batch { .. }
             | Entry::Epoch { .. }
-            | Entry::Migrate { .. } => {}
+            | Entry::Migrate { .. }
+            | Entry::Import { .. }
+            | Entry::MoveIn { .. }
+            | Entry::DropStaged { .. } => {}
         }
     }
 }
@@ -334,9 +337,11 @@ impl Engine {
             if matches!(
                 entry,
                 Entry::Batch { .. } | Entry::PutMachine { .. } | Entry::Epoch { .. }
-            ) {
+            ) || entry.is_move()
+            {
                 // The codec refuses these inside a batch; a JSON entry could still hold one.
-                let reason = "a nested batch, machine or epoch entry inside a batch".to_string();
+                let reason =
+                    "a nested batch, machine, epoch or slot move entry inside a batch".to_string();
                 self.diverge(offset, reason);
                 continue;
             }

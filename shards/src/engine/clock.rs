@@ -42,7 +42,8 @@ impl Engine {
     }
 }
 
-/// The time an entry carries: its own, or the latest of a batch's; none for an epoch entry.
+/// The time an entry carries: its own, or the latest of a batch's; none for an epoch entry
+/// or a slot move's import or drop.
 pub fn entry_time_of(entry: &Entry) -> Option<u64> {
     match entry {
         Entry::PutMachine { at_ms, .. }
@@ -51,6 +52,9 @@ pub fn entry_time_of(entry: &Entry) -> Option<u64> {
         | Entry::Delete { at_ms, .. }
         | Entry::Migrate { at_ms, .. } => Some(*at_ms),
         Entry::Batch { entries } => entries.iter().filter_map(entry_time_of).max(),
-        Entry::Epoch { .. } => None,
+        // A slot move's import is not an event, nor is dropping the staged imports; the
+        // switch that makes them live is a change at its time (docs/cluster.md "Moving slots").
+        Entry::MoveIn { at_ms, .. } => Some(*at_ms),
+        Entry::Epoch { .. } | Entry::Import { .. } | Entry::DropStaged { .. } => None,
     }
 }

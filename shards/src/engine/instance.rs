@@ -262,6 +262,15 @@ impl InstanceRecord {
     }
 }
 
+impl InstanceRecord {
+    /// The record an image holds (the snapshot form as JSON text, `snapshot_form`), its names
+    /// interned in `names`: a slot move's `Entry::Import` (`engine::moves`).
+    pub(crate) fn from_image(image: &str, names: &mut Interner) -> serde_json::Result<Self> {
+        let record: RecordIn = serde_json::from_str(image)?;
+        Ok(record.into_record(names))
+    }
+}
+
 impl RecordIn {
     /// The record, its machine, state and history names interned in `names`.
     fn into_record(self, names: &mut Interner) -> InstanceRecord {

@@ -71,6 +71,8 @@ pub struct Engine {
     pub(super) walks: u64,
     /// The highest entry time applied (`engine::clock`): new entries are stamped no earlier.
     pub(super) last_at_ms: u64,
+    /// Slot moves' imports not moved in yet (`engine::moves`); not in snapshots.
+    pub(super) staging: super::moves::Staging,
 }
 
 impl Engine {
@@ -115,6 +117,9 @@ impl Engine {
             Entry::Migrate { .. } => self.apply_migrate(entry, offset),
             Entry::Batch { entries } => Some(self.apply_batch(entries, offset, want_result)),
             Entry::Epoch { epoch } => Some(self.apply_epoch(epoch, offset)),
+            Entry::Import { .. } | Entry::MoveIn { .. } | Entry::DropStaged { .. } => {
+                self.apply_move(entry, offset)
+            }
         };
         result.filter(|_| want_result)
     }

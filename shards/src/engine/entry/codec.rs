@@ -12,13 +12,17 @@
 //! | 5 batch   | count, then `count` times: length, entry (kinds 2-4, no nesting) |
 //! | 6 epoch   | epoch |
 //! | 7 migrate | at_ms, from_version, to_version, id, machine, from_state, to_state |
+//! | 8 import  | at_ms, move_id, lo, hi, id, ?image |
+//! | 9 move_in | at_ms, move_id, lo, hi, map_epoch |
+//! | 10 drop_staged | at_ms, move_id |
 //!
 //! Integers are unsigned LEB128; strings are a LEB128 byte length and UTF-8; JSON values
 //! (definition, context, payload) are a length and compact JSON text; `?x` is a presence byte
 //! (0 or 1) followed by x when 1. `[flags]` is an optional trailing integer, written only when
 //! non-zero (bit 0: applied by a timer), so entries without flags keep their old bytes and old
 //! records read as flags 0. A delete's `[machine, reason]` is likewise written only when it has
-//! them (reason 1: DELETE_INSTANCES, 2: retention). A JSON entry starts with `{`, which no kind byte equals, so
+//! them (reason 1: DELETE_INSTANCES, 2: retention, 3: moved; a reason without a machine is
+//! written with an empty machine, which reads back as none). A JSON entry starts with `{`, which no kind byte equals, so
 //! one decoder reads logs of either format. See docs/wal.md.
 
 use std::fmt;
@@ -34,9 +38,13 @@ pub(super) const KIND_DELETE: u8 = 4;
 pub(super) const KIND_BATCH: u8 = 5;
 const KIND_EPOCH: u8 = 6;
 const KIND_MIGRATE: u8 = 7;
+const KIND_IMPORT: u8 = 8;
+const KIND_MOVE_IN: u8 = 9;
+const KIND_DROP_STAGED: u8 = 10;
 /// A delete's reason byte.
 const REASON_DELETE: u8 = 1;
 const REASON_RETENTION: u8 = 2;
+const REASON_MOVED: u8 = 3;
 /// APPLY flags bit: the event was applied by a timer.
 const APPLY_FLAG_TIMER: u64 = 1;
 /// First byte of a format-1 (JSON) entry.
@@ -206,10 +214,11 @@ impl Entry {
                 out.push(KIND_DELETE);
                 put_uint(out, *at_ms);
                 put_str(out, id);
-                if let Some(machine) = machine {
-                    put_str(out, machine);
+                if machine.is_some() || reason.is_some() {
+                    put_str(out, machine.as_deref().unwrap_or(""));
                     out.push(match reason {
                         Some(DeleteReason::Retention) => REASON_RETENTION,
+                        Some(DeleteReason::Moved) => REASON_MOVED,
                         _ => REASON_DELETE,
                     });
                 }
@@ -243,6 +252,51 @@ impl Entry {
                 out.push(KIND_EPOCH);
                 put_uint(out, *epoch);
             }
+            Entry::Import { .. } | Entry::MoveIn { .. } | Entry::DropStaged { .. } => {
+                self.encode_move(out)
+            }
+        }
+    }
+
+    /// The binary form of a slot move's entry (kinds 8-10).
+    fn encode_move(&self, out: &mut Vec<u8>) {
+        match self {
+            Entry::Import {
+                move_id,
+                lo,
+                hi,
+                id,
+                image,
+                at_ms,
+            } => {
+                out.push(KIND_IMPORT);
+                put_uint(out, *at_ms);
+                put_uint(out, *move_id);
+                put_uint(out, u64::from(*lo));
+                put_uint(out, u64::from(*hi));
+                put_str(out, id);
+                put_opt(out, image.as_deref(), put_str);
+            }
+            Entry::MoveIn {
+                move_id,
+                lo,
+                hi,
+                map_epoch,
+                at_ms,
+            } => {
+                out.push(KIND_MOVE_IN);
+                put_uint(out, *at_ms);
+                put_uint(out, *move_id);
+                put_uint(out, u64::from(*lo));
+                put_uint(out, u64::from(*hi));
+                put_uint(out, *map_epoch);
+            }
+            Entry::DropStaged { move_id, at_ms } => {
+                out.push(KIND_DROP_STAGED);
+                put_uint(out, *at_ms);
+                put_uint(out, *move_id);
+            }
+            _ => {} // `encode` routes only the move kinds here.
         }
     }
 
@@ -382,9 +436,37 @@ impl<'a> Reader<'a> {
             KIND_EPOCH => Entry::Epoch {
                 epoch: self.uint()?,
             },
+            KIND_IMPORT | KIND_MOVE_IN | KIND_DROP_STAGED => self.move_entry(kind)?,
             other => {
                 self.pos -= 1;
                 return Err(self.error(format!("unknown entry kind {other}")));
+            }
+        })
+    }
+
+    /// The fields of a slot move's entry (kinds 8-10, after the kind byte).
+    fn move_entry(&mut self, kind: u8) -> Result<Entry, DecodeError> {
+        let (at_ms, move_id) = (self.uint()?, self.uint()?);
+        if kind == KIND_DROP_STAGED {
+            return Ok(Entry::DropStaged { move_id, at_ms });
+        }
+        let (lo, hi) = (self.u16()?, self.u16()?);
+        Ok(if kind == KIND_IMPORT {
+            Entry::Import {
+                move_id,
+                lo,
+                hi,
+                id: self.string()?,
+                image: self.opt(Self::string)?,
+                at_ms,
+            }
+        } else {
+            Entry::MoveIn {
+                move_id,
+                lo,
+                hi,
+                map_epoch: self.uint()?,
+                at_ms,
             }
         })
     }
@@ -401,10 +483,11 @@ impl<'a> Reader<'a> {
                 e.at = tail;
                 e
             };
-            machine = Some(self.string().map_err(at_tail)?);
+            machine = Some(self.string().map_err(at_tail)?).filter(|m| !m.is_empty());
             reason = Some(match self.byte().map_err(at_tail)? {
                 REASON_DELETE => DeleteReason::Delete,
                 REASON_RETENTION => DeleteReason::Retention,
+                REASON_MOVED => DeleteReason::Moved,
                 other => {
                     return Err(at_tail(
                         self.error(format!("unknown delete reason {other}")),
@@ -496,6 +579,11 @@ impl<'a> Reader<'a> {
     fn u32(&mut self) -> Result<u32, DecodeError> {
         let v = self.uint()?;
         u32::try_from(v).map_err(|_| self.error(format!("{v} does not fit 32 bits")))
+    }
+
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        let v = self.uint()?;
+        u16::try_from(v).map_err(|_| self.error(format!("{v} does not fit 16 bits")))
     }
 
     pub(super) fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {

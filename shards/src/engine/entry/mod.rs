@@ -98,6 +98,32 @@ pub enum Entry {
     /// it directly when a term begins. Never inside a batch.
     #[serde(rename = "epoch")]
     Epoch { epoch: u64 },
+    /// One instance of a slot move staged on the target (docs/cluster.md "Moving slots"):
+    /// invisible until `MoveIn`. `image` is the instance's full record as compact JSON
+    /// (`Engine::export_image`); None is a tombstone (the instance was deleted at the source
+    /// since it was sent). Not an event: log readers that describe events skip it.
+    #[serde(rename = "import")]
+    Import {
+        move_id: u64,
+        lo: u16,
+        hi: u16,
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        image: Option<String>,
+        at_ms: u64,
+    },
+    /// The move switched: every staged instance of `move_id` becomes a live instance.
+    #[serde(rename = "move_in")]
+    MoveIn {
+        move_id: u64,
+        lo: u16,
+        hi: u16,
+        map_epoch: u64,
+        at_ms: u64,
+    },
+    /// The move aborted: the staged instances of `move_id` are dropped.
+    #[serde(rename = "drop_staged")]
+    DropStaged { move_id: u64, at_ms: u64 },
 }
 
 /// An APPLY entry with borrowed fields: what `apply` reads, whether the entry was just decided
@@ -126,6 +152,10 @@ pub enum DeleteReason {
     Delete,
     /// The definition's `retention.final_after_ms` ran out in a final state.
     Retention,
+    /// The source's cleanup of an instance whose slot moved to another group
+    /// (docs/cluster.md "Moving slots"): removed like a delete, but pushed to no subscriber
+    /// and counted as no client deletion.
+    Moved,
 }
 
 impl DeleteReason {
@@ -133,6 +163,7 @@ impl DeleteReason {
         match self {
             DeleteReason::Delete => "delete",
             DeleteReason::Retention => "retention",
+            DeleteReason::Moved => "moved",
         }
     }
 }
@@ -159,6 +190,15 @@ impl EventRef<'_> {
 }
 
 impl Entry {
+    /// True for the entries of a slot move (`Import`, `MoveIn`, `DropStaged`): not events, so
+    /// every log reader that describes events skips them (docs/cluster.md "Moving slots").
+    pub fn is_move(&self) -> bool {
+        matches!(
+            self,
+            Entry::Import { .. } | Entry::MoveIn { .. } | Entry::DropStaged { .. }
+        )
+    }
+
     /// The borrowed view of an APPLY entry; None for other kinds.
     pub fn as_event(&self) -> Option<EventRef<'_>> {
         match self {
@@ -192,7 +232,12 @@ impl Entry {
     /// The instance this entry concerns, if any.
     pub fn instance_id(&self) -> Option<&str> {
         match self {
-            Entry::PutMachine { .. } | Entry::Batch { .. } | Entry::Epoch { .. } => None,
+            Entry::PutMachine { .. }
+            | Entry::Batch { .. }
+            | Entry::Epoch { .. }
+            | Entry::Import { .. }
+            | Entry::MoveIn { .. }
+            | Entry::DropStaged { .. } => None,
             Entry::Create { id, .. } | Entry::Delete { id, .. } | Entry::Migrate { id, .. } => {
                 Some(id)
             }

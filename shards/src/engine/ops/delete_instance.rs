@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::rejections::{instance_not_found, misrouted};
 use crate::engine::indexes::Group;
-use crate::engine::instance::InstanceView;
+use crate::engine::instance::{InstanceRecord, InstanceView};
 use crate::engine::{Command, Decision, DeleteReason, Engine, Entry};
 use crate::Rejection;
 
@@ -35,20 +35,32 @@ impl Engine {
         let Entry::Delete { id, reason, .. } = entry else {
             return None; // `Engine::apply` routes only Delete entries here.
         };
-        self.before_change(&id);
-        let Some(record) = self.instances.remove(id.as_str()) else {
+        let expired = reason == Some(DeleteReason::Retention);
+        if self.remove_instance(&id, expired).is_none() {
             self.diverge(offset, format!("delete of unknown instance `{id}`"));
             return None;
-        };
+        }
+        Some(json!({"id": id, "deleted": true, "wal_offset": offset}))
+    }
+
+    /// Removes instance `id` with what derives from it (its armed timer's count, its index
+    /// entries, its state's count; `expired` counts a retention deletion) and returns its
+    /// record; None for an unknown id. A running snapshot walk writes it first.
+    pub(crate) fn remove_instance(
+        &mut self,
+        id: &str,
+        expired: bool,
+    ) -> Option<Box<InstanceRecord>> {
+        self.before_change(id);
+        let record = self.instances.remove(id)?;
         if record.timer_due_ms != 0 {
             self.timers_armed = self.timers_armed.saturating_sub(1);
         }
         let group = Group::of(&record, &mut self.names);
         (self.indexes).deleted(&self.catalog, group, &record);
         let instance = &record.instance;
-        let expired = reason == Some(DeleteReason::Retention);
         self.stats
             .count_delete(&instance.machine, &instance.state, expired);
-        Some(json!({"id": id, "deleted": true, "wal_offset": offset}))
+        Some(record)
     }
 }
