@@ -121,8 +121,10 @@ enum NoticeKind<'a> {
 }
 
 impl<'a> Notice<'a> {
-    /// The notice an entry gives; None for other entries, and for a DELETE_INSTANCE's delete
-    /// (it names no machine: deleting one instance pushes nothing, as before).
+    /// The notice an entry gives; None for other entries, for a DELETE_INSTANCE's delete
+    /// (it names no machine: deleting one instance pushes nothing, as before), and for a slot
+    /// move's cleanup at the source (`DeleteReason::Moved`: the instance lives on elsewhere,
+    /// docs/cluster.md "Moving slots").
     pub fn of(entry: &'a Entry) -> Option<Notice<'a>> {
         match entry {
             Entry::Migrate {
@@ -148,7 +150,7 @@ impl<'a> Notice<'a> {
                 machine: Some(machine),
                 reason,
                 ..
-            } => Some(Notice {
+            } if *reason != Some(DeleteReason::Moved) => Some(Notice {
                 instance_id: id,
                 machine,
                 what: NoticeKind::Deleted(reason.unwrap_or(DeleteReason::Delete)),
@@ -207,7 +209,9 @@ impl<'a> Pushed<'a> {
     pub fn pushes(entry: &Entry) -> bool {
         match entry {
             Entry::Apply { .. } | Entry::Migrate { .. } => true,
-            Entry::Delete { machine, .. } => machine.is_some(),
+            Entry::Delete {
+                machine, reason, ..
+            } => machine.is_some() && *reason != Some(DeleteReason::Moved),
             _ => false,
         }
     }
@@ -361,6 +365,23 @@ mod tests {
             reason: None,
         };
         assert!(Pushed::of(&single).is_none() && !Pushed::pushes(&single));
+        // A slot move's cleanup at the source is no deletion a subscriber sees.
+        let moved = Entry::Delete {
+            id: "o1".into(),
+            at_ms: 2,
+            machine: Some("order".into()),
+            reason: Some(DeleteReason::Moved),
+        };
+        assert!(Pushed::of(&moved).is_none() && !Pushed::pushes(&moved));
+        let import = Entry::Import {
+            move_id: 1,
+            lo: 0,
+            hi: 9,
+            id: "o1".into(),
+            image: None,
+            at_ms: 2,
+        };
+        assert!(Pushed::of(&import).is_none() && !Pushed::pushes(&import));
     }
 
     #[test]

@@ -142,7 +142,10 @@ impl Engine {
                 return None;
             }
             Err(e) => {
-                self.diverge(offset, format!("import of `{id}`: image does not parse: {e}"));
+                self.diverge(
+                    offset,
+                    format!("import of `{id}`: image does not parse: {e}"),
+                );
                 return None;
             }
         };
@@ -179,7 +182,11 @@ impl Engine {
     /// when its machine version is unknown here, and the record is dropped.
     fn go_live(&mut self, record: Box<InstanceRecord>) -> bool {
         let instance = &record.instance;
-        if self.catalog.get(&instance.machine, instance.version).is_none() {
+        if self
+            .catalog
+            .get(&instance.machine, instance.version)
+            .is_none()
+        {
             log::warn!(
                 "slot move: instance `{}` of unknown machine `{}` v{} not moved in",
                 instance.id,

@@ -11,6 +11,7 @@ mod instances;
 mod lifecycle;
 mod machines;
 mod model;
+mod moves;
 mod reads;
 mod replay;
 mod timers;

@@ -79,6 +79,39 @@ fn samples() -> Vec<Entry> {
             to_state: "paid".into(),
             at_ms: 131,
         },
+        Entry::Delete {
+            id: "o-4".into(),
+            at_ms: 132,
+            machine: Some("order".into()),
+            reason: Some(crate::engine::DeleteReason::Moved),
+        },
+        Entry::Import {
+            move_id: u64::MAX,
+            lo: 0,
+            hi: 16383,
+            id: "{o-1}:pay".into(),
+            image: Some(r#"{"instance":{"id":"{o-1}:pay"}}"#.into()),
+            at_ms: 133,
+        },
+        Entry::Import {
+            move_id: 1,
+            lo: 340,
+            hi: 340,
+            id: "o-2".into(),
+            image: None,
+            at_ms: 134,
+        },
+        Entry::MoveIn {
+            move_id: 1,
+            lo: 128,
+            hi: 16383,
+            map_epoch: u64::MAX,
+            at_ms: 135,
+        },
+        Entry::DropStaged {
+            move_id: 300,
+            at_ms: 136,
+        },
     ]
 }
 
@@ -137,7 +170,12 @@ fn every_truncation_and_trailing_byte_is_an_error() {
 
 #[test]
 fn bad_fields_name_their_position() {
-    assert_eq!(Entry::decode(&[9]).unwrap_err().at, 0);
+    assert_eq!(Entry::decode(&[11]).unwrap_err().at, 0);
+    // A slot out of 16 bits.
+    assert!((Entry::decode(&[9, 1, 1, 0x80, 0x80, 0x04, 0, 0])
+        .unwrap_err()
+        .what)
+        .contains("16 bits"));
     // Delete with a presence-free layout but a length running past the end.
     let err = Entry::decode(&[4, 1, 50, b'x']).unwrap_err();
     assert_eq!(err.at, 3);
@@ -355,4 +393,58 @@ fn utf8_takes_ascii_and_other_utf8_and_refuses_the_rest() {
     assert_eq!(utf8("é{t}".as_bytes()), Ok("é{t}"));
     assert!(utf8(b"a\xff").is_err());
     assert!(utf8(b"\xc3").is_err()); // a sequence cut short
+}
+
+#[test]
+fn move_kinds_and_the_moved_reason_have_their_bytes() {
+    use crate::engine::DeleteReason;
+    let drop = Entry::DropStaged {
+        move_id: 2,
+        at_ms: 3,
+    };
+    assert_eq!(drop.to_bytes(), [10, 3, 2]);
+    let tomb = Entry::Import {
+        move_id: 2,
+        lo: 1,
+        hi: 5,
+        id: "a".into(),
+        image: None,
+        at_ms: 3,
+    };
+    assert_eq!(tomb.to_bytes(), [8, 3, 2, 1, 5, 1, b'a', 0]);
+    let switch = Entry::MoveIn {
+        move_id: 2,
+        lo: 1,
+        hi: 5,
+        map_epoch: 7,
+        at_ms: 3,
+    };
+    assert_eq!(switch.to_bytes(), [9, 3, 2, 1, 5, 7]);
+    let json = serde_json::to_string(&switch).unwrap();
+    assert!(json.starts_with(r#"{"k":"move_in""#), "{json}");
+    assert!(serde_json::to_string(&tomb)
+        .unwrap()
+        .starts_with(r#"{"k":"import""#));
+    assert!(serde_json::to_string(&drop)
+        .unwrap()
+        .starts_with(r#"{"k":"drop_staged""#));
+    assert!(drop.is_move() && tomb.is_move() && switch.is_move());
+    let moved = |machine: Option<&str>| Entry::Delete {
+        id: "a".into(),
+        at_ms: 3,
+        machine: machine.map(str::to_owned),
+        reason: Some(DeleteReason::Moved),
+    };
+    assert_eq!(moved(Some("m")).to_bytes(), [4, 3, 1, b'a', 1, b'm', 3]);
+    assert!(serde_json::to_string(&moved(Some("m")))
+        .unwrap()
+        .contains(r#""reason":"moved""#));
+    // A reason without a machine keeps its reason (with an empty machine, read as none).
+    assert_eq!(moved(None).to_bytes(), [4, 3, 1, b'a', 0, 3]);
+    assert_eq!(Entry::decode(&moved(None).to_bytes()), Ok(moved(None)));
+    // The move kinds are not instance records: replay applies each as a barrier.
+    for e in [drop, tomb, switch] {
+        assert_eq!(super::record_instance_id(&e.to_bytes()), None);
+        assert!(!Entry::record_may_push(&e.to_bytes()));
+    }
 }
