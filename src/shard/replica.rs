@@ -247,7 +247,8 @@ impl Shard {
     }
 }
 
-/// The `at_ms` of a record: its own, or its batch's last entry's; none for an epoch entry.
+/// The `at_ms` of a record: its own, or its batch's last entry's; none for an epoch entry, a
+/// slot move's import or its drop.
 fn record_at_ms(record: &Record<'_>) -> Option<u64> {
     fn of(entry: &Entry) -> Option<u64> {
         match entry {
@@ -257,7 +258,9 @@ fn record_at_ms(record: &Record<'_>) -> Option<u64> {
             | Entry::Delete { at_ms, .. }
             | Entry::Migrate { at_ms, .. } => Some(*at_ms),
             Entry::Batch { entries } => entries.iter().rev().find_map(of),
-            Entry::Epoch { .. } => None,
+            // As `shards::engine::entry_time_of`: of a slot move, only the switch has a time.
+            Entry::MoveIn { at_ms, .. } => Some(*at_ms),
+            Entry::Epoch { .. } | Entry::Import { .. } | Entry::DropStaged { .. } => None,
         }
     }
     match record {
