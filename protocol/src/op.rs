@@ -741,6 +741,14 @@ op_table! {
         follower: Follower::Serve, resend: Resend::Never,
         http: &[],
     },
+    /// A move's stream from the source group's primary to the target's (docs/cluster.md,
+    /// "Moving slots"): members call each other with `replication.auth_token`.
+    ClusterImport = "CLUSTER_IMPORT" {
+        need: Need::Scope(Scope::Replicate), before_hello: false,
+        effect: Effect::Control, batch: false, route: Cluster,
+        follower: Follower::Refuse, resend: Resend::Never,
+        http: &[],
+    },
     /// Label: an error before a request could be read.
     Frame = "FRAME" {
         need: Need::Nothing, before_hello: false,
@@ -851,6 +859,8 @@ mod tests {
             (Op::ClusterAddGroup, admin, Effect::Control, false, Route::Cluster, serve, false),
             (Op::ClusterMoveSlots, admin, Effect::Control, false, Route::Cluster, serve, false),
             (Op::ClusterCancelMove, admin, Effect::Control, false, Route::Cluster, serve, false),
+            (Op::ClusterImport, Some(Scope::Replicate), Effect::Control, false, Route::Cluster,
+                refuse, false),
             (Op::Frame, None, Effect::Session, false, Route::Label, serve, false),
             (Op::Unknown, None, Effect::Session, false, Route::Label, serve, false),
         ];
@@ -918,6 +928,7 @@ mod tests {
             Op::Bye, Op::DeleteInstance, Op::Unwatch, Op::Replicate, Op::Backup, Op::Promote,
             Op::HaPause, Op::HaResume, Op::Switchover, Op::TimersResume, Op::Frame, Op::Unknown,
             Op::ClusterCreate, Op::ClusterAddGroup, Op::ClusterMoveSlots, Op::ClusterCancelMove,
+            Op::ClusterImport,
         ];
         for &op in Op::ALL {
             let want = match op {

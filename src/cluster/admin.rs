@@ -18,7 +18,8 @@ use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
 
 use super::error::ClusterError;
 use super::keys::ClusterKeys;
-use super::map::{ClusterMap, MapError};
+use super::map::{ClusterMap, MapError, MigrationRecord};
+use super::moves::etcd::{Figures, Switched};
 use super::Cluster;
 use crate::config::cluster::is_group_name;
 use crate::control::ha::etcd::Etcd;
@@ -47,6 +48,31 @@ pub(crate) enum Ask {
         group: String,
         timeout: Duration,
     },
+    /// A move's transactions (`cluster::moves::etcd`).
+    Move(MoveAsk),
+}
+
+/// A move's etcd work, asked by an executor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoveAsk {
+    /// `CLUSTER_MOVE_SLOTS`: the intent.
+    Start { lo: u16, hi: u16, to: String },
+    /// The source's switch.
+    Switch { id: String, figures: Figures },
+    /// An abort (`CLUSTER_CANCEL_MOVE`, or the source or target giving up).
+    Abort {
+        id: String,
+        reason: String,
+        figures: Figures,
+    },
+}
+
+/// What a move's transaction gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoveAnswer {
+    /// The record as written (start, abort).
+    Record(MigrationRecord),
+    Switch(Switched),
 }
 
 /// A change made (or found made).
@@ -60,7 +86,14 @@ pub struct Done {
     pub added: bool,
 }
 
-type Outcome = Result<Done, ClusterError>;
+/// What a request gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Map(Done),
+    Move(MoveAnswer),
+}
+
+type Outcome = Result<Answer, ClusterError>;
 
 #[derive(Debug, Default)]
 pub(crate) struct Requests {
@@ -120,7 +153,8 @@ pub async fn create(
     groups: Option<Vec<String>>,
     timeout: Duration,
 ) -> Result<Done, ClusterError> {
-    asked(cluster, Ask::Create { groups, timeout }, timeout).await
+    let done = asked(cluster, Ask::Create { groups, timeout }, timeout).await?;
+    map_done(cluster, done).await
 }
 
 /// `CLUSTER_ADD_GROUP` (on an executor): adds `group`, owning no slot, once it has a primary
@@ -131,23 +165,23 @@ pub async fn add_group(
     timeout: Duration,
 ) -> Result<Done, ClusterError> {
     let group = group.to_string();
-    asked(cluster, Ask::AddGroup { group, timeout }, timeout).await
+    let done = asked(cluster, Ask::AddGroup { group, timeout }, timeout).await?;
+    map_done(cluster, done).await
 }
 
-/// Queues `ask`, waits for its outcome, then for the copy to show it.
-async fn asked(cluster: &Cluster, ask: Ask, timeout: Duration) -> Outcome {
-    let ticket = cluster.requests.ask(ask)?;
-    cluster.wake.signal();
-    let waited = timeout + ANSWER_SLACK;
-    let deadline = Instant::now() + waited;
-    let done = loop {
-        if let Some(outcome) = cluster.requests.outcome(ticket) {
-            break outcome?;
-        }
-        if Instant::now() >= deadline {
-            return Err(ClusterError::NoAnswer { waited });
-        }
-        glommio::timer::sleep(LOOK_EVERY).await;
+/// A move's transaction (on an executor), answered once etcd answered it; the copy catches up
+/// by itself (the follower reads at once).
+pub async fn move_txn(cluster: &Cluster, ask: MoveAsk) -> Result<MoveAnswer, ClusterError> {
+    match asked(cluster, Ask::Move(ask), Duration::ZERO).await? {
+        Answer::Move(m) => Ok(m),
+        Answer::Map(_) => Err(ClusterError::Contended),
+    }
+}
+
+/// A map change's answer, once the copy shows it (or `COPY_WAIT` has passed).
+async fn map_done(cluster: &Cluster, answer: Answer) -> Result<Done, ClusterError> {
+    let Answer::Map(done) = answer else {
+        return Err(ClusterError::Contended);
     };
     let shown = Instant::now() + COPY_WAIT;
     while cluster.view.get().map_epoch() < done.map.map_epoch && Instant::now() < shown {
@@ -156,21 +190,40 @@ async fn asked(cluster: &Cluster, ask: Ask, timeout: Duration) -> Outcome {
     Ok(done)
 }
 
+/// Queues `ask` and waits for its outcome.
+async fn asked(cluster: &Cluster, ask: Ask, timeout: Duration) -> Outcome {
+    let ticket = cluster.requests.ask(ask)?;
+    cluster.wake.signal();
+    let waited = timeout + ANSWER_SLACK;
+    let deadline = Instant::now() + waited;
+    loop {
+        if let Some(outcome) = cluster.requests.outcome(ticket) {
+            return outcome;
+        }
+        if Instant::now() >= deadline {
+            return Err(ClusterError::NoAnswer { waited });
+        }
+        glommio::timer::sleep(LOOK_EVERY).await;
+    }
+}
+
 /// The follower (HA thread): starts each queued request as a task of its own.
 pub(crate) fn start_requests(cluster: &Arc<Cluster>, etcd: &Arc<Etcd>) {
     for (ticket, ask) in cluster.requests.take() {
         let (cluster, etcd) = (cluster.clone(), etcd.clone());
         tokio::spawn(async move {
+            let keys = &cluster.keys;
             let outcome = match ask {
-                Ask::Create { groups, timeout } => {
-                    create_in_etcd(&etcd, &cluster.keys, groups, timeout).await
-                }
-                Ask::AddGroup { group, timeout } => {
-                    add_group_in_etcd(&etcd, &cluster.keys, &group, timeout).await
-                }
+                Ask::Create { groups, timeout } => create_in_etcd(&etcd, keys, groups, timeout)
+                    .await
+                    .map(Answer::Map),
+                Ask::AddGroup { group, timeout } => add_group_in_etcd(&etcd, keys, &group, timeout)
+                    .await
+                    .map(Answer::Map),
+                Ask::Move(m) => move_in_etcd(&etcd, keys, m).await.map(Answer::Move),
             };
             match &outcome {
-                Ok(d) if d.added => log::warn!(
+                Ok(Answer::Map(d)) if d.added => log::warn!(
                     "cluster: map epoch {} written: groups {:?}",
                     d.map.map_epoch,
                     d.map.groups
@@ -184,6 +237,27 @@ pub(crate) fn start_requests(cluster: &Arc<Cluster>, etcd: &Arc<Etcd>) {
     }
 }
 
+async fn move_in_etcd(
+    etcd: &Etcd,
+    keys: &ClusterKeys,
+    ask: MoveAsk,
+) -> Result<MoveAnswer, ClusterError> {
+    use super::moves::etcd;
+    Ok(match ask {
+        MoveAsk::Start { lo, hi, to } => {
+            MoveAnswer::Record(etcd::start(etcd, keys, lo, hi, &to).await?)
+        }
+        MoveAsk::Switch { id, figures } => {
+            MoveAnswer::Switch(etcd::switch(etcd, keys, &id, &figures).await?)
+        }
+        MoveAsk::Abort {
+            id,
+            reason,
+            figures,
+        } => MoveAnswer::Record(etcd::abort(etcd, keys, &id, &reason, &figures).await?),
+    })
+}
+
 /// Creates the map in one transaction, only if it is absent and the name is not a standalone
 /// group's: `groups` (default: those with a live primary, in name order) split as
 /// `ClusterMap::create` does, once each has a primary (waiting until `timeout`).
@@ -192,7 +266,7 @@ pub async fn create_in_etcd(
     keys: &ClusterKeys,
     groups: Option<Vec<String>>,
     timeout: Duration,
-) -> Outcome {
+) -> Result<Done, ClusterError> {
     let deadline = Instant::now() + timeout;
     if let Some(e) = taken(etcd, keys).await? {
         return Err(e);
@@ -310,7 +384,7 @@ pub async fn add_group_in_etcd(
     keys: &ClusterKeys,
     group: &str,
     timeout: Duration,
-) -> Outcome {
+) -> Result<Done, ClusterError> {
     if !is_group_name(group) {
         return Err(MapError::BadGroupName(group.to_string()).into());
     }

@@ -5,9 +5,12 @@
 
 use serde_json::{json, Value};
 
-use super::map::SLOTS;
+use super::map::{MigrationState, SLOTS};
 use super::view::{GroupView, MapCopy};
 use super::Cluster;
+
+/// Finished moves `CLUSTER_SHARDS` lists, newest first.
+const FINISHED_LISTED: usize = 10;
 
 /// HELLO's `cluster` object: `{name, group, map_epoch, slots}`.
 pub fn hello(cluster: &Cluster) -> Value {
@@ -38,7 +41,8 @@ fn shards_of(cluster: &Cluster, copy: &MapCopy) -> Value {
         .into_iter()
         .map(|g| group_json(cluster, copy, g, copy.groups.get(g).unwrap_or(&empty)))
         .collect();
-    let migrations: Vec<Value> = (copy.map.iter())
+    // The running moves (the map's), then the 10 newest finished ones (their records).
+    let mut migrations: Vec<Value> = (copy.map.iter())
         .flat_map(|m| m.migrations.iter())
         .map(|m| {
             json!({"id": m.id, "slots": [m.lo, m.hi], "from": m.from, "to": m.to,
@@ -46,6 +50,15 @@ fn shards_of(cluster: &Cluster, copy: &MapCopy) -> Value {
                    "finished_at": null})
         })
         .collect();
+    let finished = (copy.migrations.iter())
+        .filter(|r| r.state != MigrationState::Running)
+        .take(FINISHED_LISTED)
+        .map(|r| {
+            json!({"id": r.id, "slots": [r.lo, r.hi], "from": r.from, "to": r.to,
+                   "state": r.state, "reason": r.reason, "started_at": r.started_at_ms,
+                   "finished_at": r.finished_at_ms})
+        });
+    migrations.extend(finished);
     json!({
         "cluster": cluster.name,
         "map_epoch": copy.map_epoch(),

@@ -28,6 +28,10 @@ pub enum ClusterError {
     Busy { pending: usize },
     /// The HA thread did not answer in time (the change may still apply).
     NoAnswer { waited: std::time::Duration },
+    /// `CLUSTER_MOVE_SLOTS` / `CLUSTER_CANCEL_MOVE` asked for what cannot be (why).
+    BadMove { why: String },
+    /// `CLUSTER_CANCEL_MOVE`: the move's switch has committed.
+    MoveDone { id: String },
 }
 
 impl fmt::Display for ClusterError {
@@ -58,6 +62,10 @@ impl fmt::Display for ClusterError {
             }
             ClusterError::Busy { pending } => {
                 write!(f, "{pending} cluster requests are already waiting")
+            }
+            ClusterError::BadMove { why } => f.write_str(why),
+            ClusterError::MoveDone { id } => {
+                write!(f, "move {id} has switched: it is done, not cancelled")
             }
             ClusterError::NoAnswer { waited } => write!(
                 f,

@@ -11,7 +11,10 @@
 //! - `read`: one consistent read of the map and each group's primary and live members;
 //! - `follow`: the loop that keeps the copy within 1 s of etcd (the watch wakes, a read
 //!   decides);
-//! - `admin`: creating the map and adding a group, run on the HA thread's runtime;
+//! - `admin`: creating the map and adding a group, run on the HA thread's runtime, and a
+//!   move's transactions;
+//! - `moves`: moving slots between groups (the ops, the source's run, the target's import,
+//!   the clean-up);
 //! - `answers`: the replies of the map ops and HELLO's `cluster` object, from the copy;
 //! - `serve`: who serves a slot: the ownership check of an instance op (`MOVED`,
 //!   `CLUSTERDOWN`);
@@ -30,6 +33,7 @@ mod error;
 mod follow;
 pub mod keys;
 pub mod map;
+pub mod moves;
 mod read;
 pub mod serve;
 pub mod unique;
@@ -65,6 +69,10 @@ pub struct Cluster {
     pub view: View,
     /// The answers this member gave (`svc_cluster_moved_total`, ...).
     pub counters: Counters,
+    /// `[cluster]`'s `move_*` keys.
+    pub moves: crate::config::cluster::Cluster,
+    /// `network.max_frame_bytes`: a move's chunks stay well under it.
+    pub max_frame_bytes: usize,
     /// `CLUSTER_CREATE` and `CLUSTER_ADD_GROUP` waiting for the HA thread.
     pub(crate) requests: admin::Requests,
     /// Starts the follower's next read before its poll (the watch, a request).
@@ -91,6 +99,8 @@ impl Cluster {
             maximum_lag: config.ha.maximum_lag_on_failover,
             view: View::default(),
             counters: Counters::default(),
+            moves: config.cluster.clone(),
+            max_frame_bytes: config.max_frame_bytes() as usize,
             requests: admin::Requests::default(),
             wake: Arc::default(),
         }))

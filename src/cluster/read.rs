@@ -8,10 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
 
 use super::keys::ClusterKeys;
-use super::map::ClusterMap;
+use super::map::{ClusterMap, MigrationRecord};
 use super::view::{GroupView, MapCopy, MapState, Node, Primary};
 use crate::control::ha::etcd::Etcd;
 use crate::control::ha::keys::{Leader, Member};
@@ -19,6 +19,9 @@ use crate::control::ha::HaError;
 
 /// Groups read per transaction.
 const GROUPS_PER_TXN: usize = 60;
+/// Move records read, newest first: the running ones and the newest finished ones
+/// (`CLUSTER_SHARDS` lists 10), with room for moves running at once.
+pub const MIGRATIONS_READ: i64 = 32;
 /// etcd's default `--max-txn-ops`.
 const TXN_OPS_MAX: usize = 128;
 const _: () = assert!(
@@ -33,6 +36,8 @@ pub struct Read {
     pub map: Option<(Vec<u8>, i64)>,
     /// Per group asked for: its leader key and member keys.
     pub groups: BTreeMap<String, GroupKeys>,
+    /// The newest `migrations/<id>` records (by their last change).
+    pub migrations: Vec<MigrationRecord>,
 }
 
 /// One group's leader key (value, `create_revision`) and live member keys.
@@ -49,6 +54,11 @@ pub async fn read(etcd: &Etcd, keys: &ClusterKeys, groups: &[String]) -> Result<
         let mut ops = Vec::with_capacity(1 + 2 * chunk.len());
         if i == 0 {
             ops.push(TxnOp::get(keys.map(), None));
+            let newest = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Mod, SortOrder::Descend)
+                .with_limit(MIGRATIONS_READ);
+            ops.push(TxnOp::get(keys.migration(""), Some(newest)));
         }
         for g in chunk {
             let k = keys.group(g);
@@ -64,6 +74,10 @@ pub async fn read(etcd: &Etcd, keys: &ClusterKeys, groups: &[String]) -> Result<
         if i == 0 {
             let map = gets.next().and_then(|g| g.kvs().first().cloned());
             out.map = map.map(|kv| (kv.value().to_vec(), kv.mod_revision()));
+            let records = gets.next().map(|g| g.kvs().to_vec()).unwrap_or_default();
+            out.migrations = (records.iter())
+                .filter_map(|kv| serde_json::from_slice(kv.value()).ok())
+                .collect();
         }
         for g in chunk {
             let leader = gets.next().and_then(|r| r.kvs().first().cloned());
@@ -99,6 +113,7 @@ pub fn copy(read: &Read) -> MapCopy {
         map,
         map_rev,
         groups,
+        migrations: read.migrations.clone(),
     }
 }
 
@@ -149,7 +164,7 @@ mod tests {
     fn a_map_that_breaks_a_rule_is_reported_not_served() {
         let read = Read {
             map: Some((br#"{"map_epoch":1,"groups":["a"],"slots":[]}"#.to_vec(), 5)),
-            groups: BTreeMap::new(),
+            ..Read::default()
         };
         let c = copy(&read);
         assert!(matches!(c.state, MapState::Invalid(ref why) if why.contains("slot 0")));

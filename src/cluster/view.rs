@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::map::ClusterMap;
+use super::map::{ClusterMap, MigrationRecord};
 
 /// Where the copy's map stands.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -68,6 +68,8 @@ pub struct MapCopy {
     pub map_rev: i64,
     /// Each group of the map (and this member's own), by name.
     pub groups: BTreeMap<String, GroupView>,
+    /// The newest move records, newest first (`cluster::read::MIGRATIONS_READ`).
+    pub migrations: Vec<MigrationRecord>,
 }
 
 impl MapCopy {
@@ -81,6 +83,11 @@ impl MapCopy {
         let group = self.map.as_ref()?.owner(slot)?;
         let primary = self.groups.get(group).and_then(|g| g.primary.as_ref());
         Some((group, primary))
+    }
+
+    /// The record of move `id`, if the copy holds it.
+    pub fn migration(&self, id: &str) -> Option<&MigrationRecord> {
+        self.migrations.iter().find(|m| m.id == id)
     }
 
     /// CLUSTER_INFO's and INFO's `state` is "ok": a valid map is read and every group that
@@ -146,6 +153,7 @@ mod tests {
             map: Some(ClusterMap::create(&["a".into(), "b".into()]).unwrap()),
             map_rev: 7,
             groups: BTreeMap::new(),
+            migrations: Vec::new(),
         };
         assert!(v.publish(c.clone()));
         assert_eq!(v.version(), 1);

@@ -88,6 +88,7 @@ pub async fn start(
         }
         Routed::AllShards(op) => Ok(all_shards(op, owned(), front)),
         Routed::Control(op) => Ok(control(op, params, front).await),
+        Routed::Cluster(routes::Cluster::ClusterImport) => Ok(filled(import(params, front).await)),
         Routed::Cluster(op) => {
             let role = front.info.replication.role_name();
             let cluster = front.info.cluster.as_ref();
@@ -189,6 +190,22 @@ async fn control(op: routes::Control, params: Option<&[u8]>, front: &Front) -> R
             slot
         }
     }
+}
+
+/// `CLUSTER_IMPORT`: a move's step on its target (`cluster::moves::import`), which needs this
+/// front's shards.
+async fn import(params: Option<&[u8]>, front: &Front) -> Reply {
+    let answer = match &front.info.cluster {
+        Some(cluster) => {
+            crate::cluster::moves::import::answer(params, &front.router, cluster).await
+        }
+        None => Err(Rejection::new(
+            ErrorCode::BadRequest,
+            "CLUSTER_IMPORT needs cluster mode ([cluster] enabled)",
+        )
+        .with("cluster", false)),
+    };
+    answer.map(|v| ReplyBody::Json(serde_json::to_vec(&v).unwrap_or_default()))
 }
 
 /// A slot already holding `reply` (an op answered on the front).

@@ -5,8 +5,9 @@
 //! (`BAD_REQUEST`, `details.cluster: false`). On a cluster member the reads answer from its
 //! map copy (`crate::cluster::answers`); `CLUSTER_CREATE` and `CLUSTER_ADD_GROUP` ask the HA
 //! thread, the one that talks to etcd (`crate::cluster::admin`), and wait for it at most their
-//! `timeout_ms` (≤ `TIMEOUT_MS_MAX`) and a few seconds. Moving slots is not in this version
-//! yet: `CLUSTER_MOVE_SLOTS` and `CLUSTER_CANCEL_MOVE` answer `BAD_REQUEST` saying so.
+//! `timeout_ms` (≤ `TIMEOUT_MS_MAX`) and a few seconds. `CLUSTER_MOVE_SLOTS` and
+//! `CLUSTER_CANCEL_MOVE` go through the same thread; the move itself runs on the source group's primary
+//! (`crate::cluster::moves`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,14 +52,13 @@ pub async fn answer(
         C::ClusterInfo => no_params(params).map(|()| answers::info(cluster, role)),
         C::ClusterCreate => create(params, cluster).await,
         C::ClusterAddGroup => add_group(params, cluster).await,
-        C::ClusterMoveSlots | C::ClusterCancelMove => Err(Rejection::new(
-            ErrorCode::BadRequest,
-            format!(
-                "{}: moving slots is not available in this version (docs/cluster.md)",
-                op.op().as_str()
-            ),
-        )
-        .with("cluster", true)),
+        C::ClusterMoveSlots => crate::cluster::moves::ops::move_slots(params, cluster).await,
+        C::ClusterCancelMove => crate::cluster::moves::ops::cancel(params, cluster).await,
+        // Needs the member's shards: the front answers it (`request::start`).
+        C::ClusterImport => Err(Rejection::new(
+            ErrorCode::InternalError,
+            "CLUSTER_IMPORT is answered with the member's shards",
+        )),
     }
 }
 
@@ -114,16 +114,20 @@ async fn add_group(params: Option<&[u8]>, cluster: &Arc<Cluster>) -> Result<Valu
     Ok(shards)
 }
 
-/// The answer to a refused create or add-group (docs/cluster.md, "Ops").
-fn refused(e: ClusterError) -> Rejection {
+/// The answer to a refused cluster request (docs/cluster.md, "Ops").
+pub fn refused(e: ClusterError) -> Rejection {
     let text = e.to_string();
     match e {
         ClusterError::Exists { map_epoch } => {
             Rejection::new(ErrorCode::BadRequest, text).with("map_epoch", map_epoch)
         }
-        ClusterError::NotACluster { .. } | ClusterError::NoMap | ClusterError::Map(_) => {
-            Rejection::new(ErrorCode::BadRequest, text)
-        }
+        ClusterError::NotACluster { .. }
+        | ClusterError::NoMap
+        | ClusterError::Map(_)
+        | ClusterError::BadMove { .. } => Rejection::new(ErrorCode::BadRequest, text),
+        ClusterError::MoveDone { id } => Rejection::new(ErrorCode::BadRequest, text)
+            .with("id", id)
+            .with("state", "done"),
         ClusterError::NoPrimary { groups } => Rejection::new(ErrorCode::ClusterDown, text)
             .with("reason", "no_primary")
             .with("groups", groups),

@@ -152,6 +152,8 @@ pub enum ShardCall {
         release: std::sync::Arc<super::pause::BackupRelease>,
         timeout: std::time::Duration,
     },
+    /// One step of moving slots between cluster groups (`shard/moves.rs`).
+    Move(super::moves::MoveCall),
 }
 
 /// One step of receiving a snapshot (`ShardCall::InstallSnapshot`).
@@ -230,6 +232,8 @@ pub enum ReplyBody {
     },
     /// `BackupPause`: the shard's cut.
     BackupCut(Box<super::pause::BackupCut>),
+    /// `Move`: what the step gave.
+    Move(super::moves::MoveReply),
 }
 
 pub struct ShardResponse {

@@ -11,6 +11,7 @@ mod event;
 mod install;
 mod machines;
 pub mod message;
+pub mod moves;
 mod os_yield;
 mod outbox;
 pub mod pause;

@@ -82,6 +82,8 @@ pub struct Shard {
     pub(super) result_buf: RefCell<Vec<u8>>,
     /// A backup's barrier (`pause.rs`): requests wait while it holds.
     pub(super) pause: super::pause::Pause,
+    /// Slots frozen by a move this shard's group is the source of (`moves.rs`).
+    pub(super) frozen: super::moves::Frozen,
 }
 
 /// Runs a shard until every client has hung up.
@@ -114,6 +116,7 @@ pub async fn run(setup: ShardSetup) {
         os_yield: OsYield::default(),
         result_buf: RefCell::new(Vec::with_capacity(RESULT_BYTES_HINT)),
         pause: super::pause::Pause::default(),
+        frozen: super::moves::Frozen::default(),
     });
     shard.timers.rebuild(&mut shard.engine.borrow_mut());
     let timer_task = glommio::spawn_local(Timers::run(shard.clone()));
@@ -255,6 +258,7 @@ impl Shard {
             ShardCall::Demote => self.demote(),
             ShardCall::TimersResume => self.resume_timers(),
             ShardCall::ReplicaAcked { through } => self.replica_acked(through),
+            ShardCall::Move(step) => self.move_step(step),
         };
         let queued = gate.and_then(|g| g.after(self, &outcome));
         Some((outcome, queued))
@@ -292,10 +296,15 @@ impl Shard {
 
     /// A client op, refused on a follower (`follower_refuses`).
     fn client_op(&self, op: ShardOp, params: Option<&[u8]>) -> Outcome {
-        match self.follower_refuses(std::iter::once(op.op())) {
-            Some((_, rej)) => (Err(rej), Needs::NOTHING),
-            None => self.execute_op(op, params),
+        if let Some((_, rej)) = self.follower_refuses(std::iter::once(op.op())) {
+            return (Err(rej), Needs::NOTHING);
         }
+        if let ShardOp::Instance(i) = op {
+            if let Some(rej) = self.moving_refuses(i.op(), params) {
+                return (Err(rej), Needs::NOTHING);
+            }
+        }
+        self.execute_op(op, params)
     }
 
     /// An instance op whose reply carries its version (HTTP), refused on a follower.
@@ -305,18 +314,31 @@ impl Shard {
         params: Option<&[u8]>,
         if_match: Option<(u64, u64)>,
     ) -> Outcome {
-        match self.follower_refuses(std::iter::once(op.op())) {
-            Some((_, rej)) => (Err(rej), Needs::NOTHING),
-            None => self.execute_versioned(op, params, if_match),
+        if let Some((_, rej)) = self.follower_refuses(std::iter::once(op.op())) {
+            return (Err(rej), Needs::NOTHING);
         }
+        if let Some(rej) = self.moving_refuses(op.op(), params) {
+            return (Err(rej), Needs::NOTHING);
+        }
+        self.execute_versioned(op, params, if_match)
     }
 
     /// An atomic BATCH, refused on a follower if any op inside is (naming its index).
     fn client_batch(&self, ops: &crate::ops::batch::BatchOps) -> Outcome {
-        match self.follower_refuses(ops.iter().map(|i| i.op.op())) {
-            Some((index, rej)) => (Err(rej.with("index", index)), Needs::NOTHING),
-            None => self.execute_batch(ops),
+        if let Some((index, rej)) = self.follower_refuses(ops.iter().map(|i| i.op.op())) {
+            return (Err(rej.with("index", index)), Needs::NOTHING);
         }
+        // An atomic batch is one slot (cluster mode): its first op speaks for it.
+        if let Some(item) = ops.iter().next() {
+            let writes = ops
+                .iter()
+                .find(|i| i.op.op().facts().writes())
+                .unwrap_or(item);
+            if let Some(rej) = self.moving_refuses(writes.op.op(), ops.params(item)) {
+                return (Err(rej), Needs::NOTHING);
+            }
+        }
+        self.execute_batch(ops)
     }
 
     /// Defence in depth behind the front's gate (`member::gate`): on a follower, the

@@ -164,6 +164,7 @@ fn client_write(call: &ShardCall) -> bool {
         ShardCall::Versioned { op, .. } => op.op().facts().writes(),
         ShardCall::Batch(ops) => ops.iter().any(|item| item.op.op().facts().writes()),
         ShardCall::Bulk(part) => !part.dry_run,
+        ShardCall::Move(step) => step.writes(),
         _ => false,
     }
 }

@@ -39,6 +39,8 @@ pub const FIRES_PER_BATCH: usize = 256;
 
 /// How long a fire that could not be logged (log I/O failure) waits before it is retried.
 const RETRY_AFTER_LOG_FAILURE_MS: u64 = 1000;
+/// Milliseconds. When a timer of a slot frozen by a move is looked at again.
+const FROZEN_RETRY_MS: u64 = 20;
 
 /// The timer state of one shard.
 pub struct Timers {
@@ -151,6 +153,16 @@ impl Timers {
         }
     }
 
+    /// Queues the timers of `ids` from their own state entries (instances moved in from
+    /// another group: due times as the source had them, overdue ones at once).
+    pub fn arm_at_entry(&self, engine: &mut Engine, ids: &[String]) {
+        for id in ids {
+            if let Some(offset) = engine.entered_offset(id) {
+                self.arm_after(engine, std::slice::from_ref(id), offset);
+            }
+        }
+    }
+
     /// Entries in the queue, live or cancelled (INFO).
     pub fn queued(&self) -> usize {
         self.queue.borrow().len()
@@ -214,6 +226,12 @@ fn fire_batch(shard: &Shard, now: u64) {
         let Some((due, generation, id)) = timers.queue.borrow_mut().pop_due(now) else {
             break;
         };
+        // A slot frozen by a move fires nothing during the freeze (docs/cluster.md).
+        if shard.frozen.covers(shards::routing::slot_of(&id)).is_some() {
+            let retry = now_ms() + FROZEN_RETRY_MS;
+            timers.queue.borrow_mut().push(retry, generation, &id);
+            continue;
+        }
         let fire = shard
             .engine
             .borrow()

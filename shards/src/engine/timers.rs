@@ -49,6 +49,11 @@ impl Engine {
         }
     }
 
+    /// The log offset at which instance `id` entered its state (its timer's generation).
+    pub fn entered_offset(&self, id: &str) -> Option<u64> {
+        self.instances.get(id).map(|r| r.entered_offset)
+    }
+
     /// Arms the timer of instance `id` if it entered its state in the record at `offset` and
     /// that state has a timer. Returns the due time to queue.
     pub fn arm_timer(&mut self, id: &str, offset: u64) -> Option<u64> {

@@ -196,7 +196,11 @@ pub fn cluster_figures(cluster: &Cluster) -> ClusterFigures {
         migrating_in,
         moved,
         tryagain,
-        ..ClusterFigures::default()
+        migration_entries_out: cluster.counters.entries_out.load(Relaxed),
+        migration_entries_in: cluster.counters.entries_in.load(Relaxed),
+        migrations_done: cluster.counters.done.load(Relaxed),
+        migrations_aborted: cluster.counters.aborted.load(Relaxed),
+        slot_freeze: cluster.counters.freezes(),
     }
 }
 
@@ -223,6 +227,8 @@ mod tests {
             keys: crate::cluster::keys::ClusterKeys::new("c"),
             view: Default::default(),
             counters: Default::default(),
+            moves: Default::default(),
+            max_frame_bytes: 1 << 20,
             requests: Default::default(),
             wake: Arc::default(),
         };
@@ -250,6 +256,7 @@ mod tests {
             map: Some(map),
             map_rev: 3,
             groups: Default::default(),
+            migrations: Vec::new(),
         };
         cluster.view.publish(copy);
         cluster.counters.count_moved();

@@ -132,6 +132,10 @@ impl Hub {
             glommio::spawn_local(Hub::recount_on_sync_set_change(Rc::downgrade(&hub))).detach();
         }
         if let Some((shared, template)) = setup.ha {
+            if let Some(cluster) = shared.cluster.clone() {
+                let run = crate::cluster::moves::run(hub.clone(), cluster, template.clone());
+                glommio::spawn_local(run).detach();
+            }
             glommio::spawn_local(crate::control::ha::driver::run(
                 hub.clone(),
                 shared,

@@ -17,7 +17,7 @@ use crate::protocol::frame::{decode_frame, encode_frame};
 use crate::protocol::stream::{self, ReplicateResult};
 
 /// Reads whole frames from one half of the link.
-pub(super) struct FrameReader<R> {
+pub(crate) struct FrameReader<R> {
     r: R,
     buf: Vec<u8>,
     lo: usize,
@@ -25,7 +25,7 @@ pub(super) struct FrameReader<R> {
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
-    pub(super) fn new(r: R) -> Self {
+    pub(crate) fn new(r: R) -> Self {
         FrameReader {
             r,
             buf: vec![0; 256 << 10],
@@ -34,7 +34,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
-    pub(super) async fn next(&mut self, within: Duration) -> Result<Vec<u8>, LinkError> {
+    pub(crate) async fn next(&mut self, within: Duration) -> Result<Vec<u8>, LinkError> {
         loop {
             match decode_frame(&self.buf[self.lo..self.hi], STREAM_FRAME_BYTES_MAX) {
                 Ok(Some((range, used))) => {
@@ -69,7 +69,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
-pub(super) async fn request<R, W>(
+pub(crate) async fn request<R, W>(
     r: &mut FrameReader<R>,
     w: &mut W,
     op: &'static str,
@@ -98,7 +98,7 @@ where
 }
 
 /// HELLO, then AUTH with `replication.auth_token` when set.
-pub(super) async fn handshake<R, W>(
+pub(crate) async fn handshake<R, W>(
     cfg: &Settings,
     r: &mut FrameReader<R>,
     w: &mut W,

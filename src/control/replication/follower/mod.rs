@@ -17,7 +17,7 @@ use rustls::pki_types::ServerName;
 
 mod apply;
 mod error;
-mod link;
+pub(crate) mod link;
 
 use apply::{ack_loop, read_loop, Applier};
 pub use error::{FollowError, LinkError, SettingsError, StreamError};
@@ -29,7 +29,7 @@ use crate::protocol::stream;
 use crate::shard::{ReplyBody, ShardCall};
 
 /// The longest a connect (and the answer to each handshake request) may take.
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// First reconnect delay; doubles up to `replication.reconnect_max_ms`.
 const RECONNECT_MIN: Duration = Duration::from_millis(100);
 
