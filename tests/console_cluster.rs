@@ -2,8 +2,9 @@
 //! Chromium against real processes: one etcd and three groups of two members each, the map
 //! created (Redis's split: 0–5460, 5461–10922, 10923–16383). The nav offers the view; its slot
 //! bar has one segment per group with that group's slot count, the legend names the three, each
-//! group's card names its primary and both members, and the 2 s refresh drops a follower that
-//! died once its member key is gone. A standalone server's console has no cluster nav entry.
+//! group's card names its primary and both members, a running move (put into the map with
+//! etcdctl) shows with its slots and age, and the 2 s refresh drops a follower that died once
+//! its member key is gone. A standalone server's console has no cluster nav entry.
 //! The screenshot goes to `target/tmp/console/cluster.png`.
 //!
 //! Without Chromium or etcd this test fails with the line that installs them: it never passes
@@ -12,7 +13,8 @@
 mod common;
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::cdp::Browser;
 use common::etcd::Etcd;
@@ -68,6 +70,31 @@ fn members_shown(b: &mut Browser, group: &str) -> Value {
         "[...document.querySelectorAll('.group-card[data-group=\"{group}\"] tr[data-node]')]\
          .map(r => [r.dataset.node, r.children[1].textContent])"
     ))
+}
+
+/// Adds a running move of slots 100–199 from g1 to g2, started `ago_ms` ago, to the map in
+/// etcd (a start does not change `map_epoch`); returns its id.
+fn put_running_move(etcd: &Etcd, ago_ms: u64) -> String {
+    let etcdctl = |args: &[&str]| {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &etcd.endpoints.join(",")])
+            .args(args)
+            .output()
+            .expect("etcdctl");
+        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let key = "/smdb/console/map";
+    let mut map: Value =
+        serde_json::from_str(&etcdctl(&["get", key, "--print-value-only"])).unwrap();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let id = "00c0ffee00c0ffee";
+    map["migrations"] = json!([{"id": id, "lo": 100, "hi": 199, "from": "g1", "to": "g2",
+        "from_rev": 1, "to_rev": 1, "from_epoch": 1, "to_epoch": 1,
+        "started_at_ms": now.as_millis() as u64 - ago_ms}]);
+    etcdctl(&["put", key, &map.to_string()]);
+    id.to_string()
 }
 
 #[test]
@@ -150,7 +177,29 @@ fn the_console_shows_a_cluster_of_three_groups() {
             .collect();
         assert_eq!(rows, want, "{group}");
     }
-    assert!(b.eval("document.querySelector('#moves-none') !== null") == json!(true));
+    assert_eq!(
+        b.eval("document.querySelector('#moves-none') !== null"),
+        json!(true)
+    );
+
+    // A running move (written into the map as an operator would, with etcdctl: moves are not
+    // built yet) shows with its slots, groups, state and age; the map epoch does not change.
+    let id = put_running_move(&etcd, 90_000);
+    let row =
+        format!("document.querySelector('#moves tr[data-move=\"{id}\"][data-state=\"running\"]')");
+    b.wait_for(&format!("{row} !== null"), WAIT);
+    let cells = b.eval(&format!(
+        "[...{row}.children].slice(0, 5).map(c => c.textContent)"
+    ));
+    assert_eq!(cells[1], json!("100–199 (100)"));
+    assert_eq!(cells[2], json!("g1 → g2"));
+    assert_eq!(cells[3], json!("running"));
+    let age = cells[4].as_str().unwrap();
+    assert!(age.starts_with("running for 1 min"), "{age}");
+    assert_eq!(
+        b.eval("document.querySelector('#cluster-epoch').textContent"),
+        json!("1")
+    );
     b.screenshot(&shots().join("cluster.png"));
 
     // The view refreshes itself: a follower of g3 that dies leaves its card once its member
