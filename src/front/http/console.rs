@@ -1,8 +1,8 @@
 //! The web console's files, compiled into the binary (`src/front/http/console/`), and the headers
-//! they are served with (docs/http.md, "Console"). The page is plain HTML, CSS and two scripts
-//! (`app.js`, and the migration view in `migrate.js`, loaded first): it loads nothing from any
-//! other origin and runs under a CSP that allows only this server's own files (no inline script
-//! or style).
+//! they are served with (docs/http.md, "Console"). The page is plain HTML, CSS and three scripts
+//! (`app.js`, loaded last, and the migration view in `migrate.js` and the cluster view in
+//! `cluster.js`): it loads nothing from any other origin and runs under a CSP that allows only
+//! this server's own files (no inline script or style).
 
 /// One console file.
 #[derive(Debug, PartialEq, Eq)]
@@ -28,6 +28,11 @@ pub const ASSETS: &[Asset] = &[
         name: "migrate.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_str!("console/migrate.js"),
+    },
+    Asset {
+        name: "cluster.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("console/cluster.js"),
     },
     Asset {
         name: "app.css",

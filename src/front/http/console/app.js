@@ -158,6 +158,8 @@
     try {
       const r = await api("GET", "/info");
       app.scopes = (r.headers.get("Smdb-Scopes") || "").split(" ").filter(Boolean);
+      // The cluster view is offered only by a cluster member (INFO's `cluster`).
+      $("#nav-cluster").hidden = !(r.json && r.json.cluster);
       $("#signin").hidden = true;
       $("#main").hidden = false;
       whoami();
@@ -204,6 +206,7 @@
       else if (view === "migrate") await window.smdbMigrateView(main, parts[1], query, migrateUi);
       else if (view === "feed") feedView(main, query);
       else if (view === "server") await serverView(main);
+      else if (view === "cluster") await window.smdbClusterView(main, clusterUi);
       else main.replaceChildren(h("p", {}, "No such view."));
     } catch (e) {
       if (!(e instanceof ApiError && e.status === 401)) {
@@ -214,6 +217,9 @@
 
   // What the migration view (migrate.js, its own file) uses of this one.
   const migrateUi = { h, api, banner, enc, isAdmin: canAdmin, onLeave: (ctrl) => app.streams.push(ctrl) };
+
+  // What the cluster view (cluster.js) uses of this one.
+  const clusterUi = { h, api, banner, every };
 
   // ---- diagrams ---------------------------------------------------------------------------
   // The server's SVG, parsed as XML (never as HTML) and adopted into the page.
