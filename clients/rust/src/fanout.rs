@@ -59,7 +59,10 @@ pub fn reassemble(
             }
         }
     }
-    let results = slots.into_iter().map(|e| e.unwrap_or_else(missing)).collect();
+    let results = slots
+        .into_iter()
+        .map(|e| e.unwrap_or_else(missing))
+        .collect();
     Ok(BatchResults { results })
 }
 
@@ -90,13 +93,20 @@ fn missing() -> BatchEntry {
 /// cursor), else the combined cursor's `{address: cursor}`.
 pub fn cursors(map: &SlotMap, cursor: Option<&str>) -> Result<BTreeMap<String, Option<String>>> {
     let Some(c) = cursor else {
-        return Ok(map.primaries().into_iter().map(|a| (a.to_string(), None)).collect());
+        return Ok(map
+            .primaries()
+            .into_iter()
+            .map(|a| (a.to_string(), None))
+            .collect());
     };
     let bad = || Error::Config(format!("not a cluster cursor: {c:?}"));
     let hex = c.strip_prefix(CURSOR_PREFIX).ok_or_else(bad)?;
     let bytes = (0..hex.len())
         .step_by(2)
-        .map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        })
         .collect::<Option<Vec<u8>>>()
         .ok_or_else(bad)?;
     let m: BTreeMap<String, String> = serde_json::from_slice(&bytes).map_err(|_| bad())?;
@@ -154,7 +164,10 @@ mod tests {
         let parts = split_batch(&map(), &ops);
         assert_eq!(
             parts,
-            vec![(Some("h:2".into()), vec![0, 2]), (Some("h:1".into()), vec![1])]
+            vec![
+                (Some("h:2".into()), vec![0, 2]),
+                (Some("h:1".into()), vec![1])
+            ]
         );
         let ok = |r: i64| BatchEntry {
             status: "ok".into(),
@@ -165,7 +178,12 @@ mod tests {
         let r = reassemble(
             3,
             vec![
-                (vec![0, 2], Ok(BatchResults { results: vec![ok(0), ok(2)] })),
+                (
+                    vec![0, 2],
+                    Ok(BatchResults {
+                        results: vec![ok(0), ok(2)],
+                    }),
+                ),
                 (vec![1], Err(down)),
             ],
         )
@@ -183,7 +201,8 @@ mod tests {
         let inst = |id: &str| -> Instance {
             serde_json::from_value(json!({"id": id, "machine": "m", "version": 1,
                 "state": "s", "context": {}, "created_at": "t", "updated_at": "t",
-                "wal_offset": 1})).unwrap()
+                "wal_offset": 1}))
+            .unwrap()
         };
         let page = |ids: &[&str], next: Option<&str>| InstancePage {
             instances: ids.iter().map(|i| inst(i)).collect(),
@@ -196,7 +215,10 @@ mod tests {
         let ids: Vec<&str> = merged.instances.iter().map(|i| i.id.as_str()).collect();
         assert_eq!(ids, vec!["a", "b", "c", "d"]);
         let next = cursors(&m, merged.next_cursor.as_deref()).unwrap();
-        assert_eq!(next.into_iter().collect::<Vec<_>>(), vec![("h:1".into(), Some("c1".into()))]);
+        assert_eq!(
+            next.into_iter().collect::<Vec<_>>(),
+            vec![("h:1".into(), Some("c1".into()))]
+        );
         assert!(cursors(&m, Some("plain")).is_err());
         let last = merge_pages(vec![("h:1".into(), page(&[], None))]);
         assert_eq!(last.next_cursor, None);

@@ -386,7 +386,9 @@ impl Client {
         opts: &ApplyOptions,
     ) -> Result<Applied> {
         if self.is_cluster() {
-            return self.run(ops::apply_event(instance_id, event, payload, opts)).await;
+            return self
+                .run(ops::apply_event(instance_id, event, payload, opts))
+                .await;
         }
         // Params written straight into the frame (`ops::apply_event` builds the same object as
         // a `Value`), the result decoded by the reader when the response has the usual shape:

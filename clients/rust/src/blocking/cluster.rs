@@ -144,7 +144,11 @@ impl Client {
     /// A best-effort BATCH of a cluster client: one BATCH per group primary, the results in
     /// the ops' order (a part that failed whole gives each of its ops that error).
     pub(super) fn batch_routed(&mut self, all: &[BatchOp]) -> Result<BatchResults> {
-        let map = self.cluster.as_ref().map(|r| r.map.clone()).unwrap_or_default();
+        let map = self
+            .cluster
+            .as_ref()
+            .map(|r| r.map.clone())
+            .unwrap_or_default();
         let mut done = Vec::new();
         for (addr, idx) in fanout::split_batch(&map, all) {
             let part: Vec<BatchOp> = idx.iter().map(|&i| all[i].clone()).collect();
@@ -161,7 +165,11 @@ impl Client {
     /// LIST_INSTANCES of a cluster client: a page from every group primary (or those the
     /// cursor names), merged by id, with one combined cursor.
     pub(super) fn list_routed(&mut self, filter: &ListFilter) -> Result<InstancePage> {
-        let map = self.cluster.as_ref().map(|r| r.map.clone()).unwrap_or_default();
+        let map = self
+            .cluster
+            .as_ref()
+            .map(|r| r.map.clone())
+            .unwrap_or_default();
         let cursors = fanout::cursors(&map, filter.cursor.as_deref())?;
         if cursors.is_empty() && filter.cursor.is_none() {
             return self.run_direct(ops::list_instances(filter));
