@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use smdb_client::ops::Request;
 use smdb_protocol::op::Op;
 
-use super::cluster_check::{self, Member};
+use super::cluster_check::{self, Member, NoAnswer};
 use super::cluster_plan::{rebalance_plan, Move, Owners};
 use super::commands::Output;
 use super::error::{CliError, Kind};
@@ -309,13 +309,13 @@ fn check(s: &mut Session, out: &mut Output<'_>) -> Result<(), CliError> {
 }
 
 /// One member's `CLUSTER_INFO`, over a connection of its own (a short connect timeout).
-fn info_at(s: &Session, m: &Member) -> Result<Value, String> {
+fn info_at(s: &Session, m: &Member) -> Result<Value, NoAnswer> {
     let mut c = s
         .connect_to(&m.addr, Duration::from_secs(2))
-        .map_err(|e| e.render())?;
+        .map_err(|e| NoAnswer(e.render()))?;
     let r = c.run(Request::<Value>::of(Op::ClusterInfo, json!({})));
     let _ = c.bye();
-    r.map_err(|e| e.to_string())
+    r.map_err(|e| NoAnswer(e.to_string()))
 }
 
 #[cfg(test)]

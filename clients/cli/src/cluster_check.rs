@@ -8,12 +8,16 @@ use smdb_protocol::slot::SLOT_COUNT;
 /// A running move older than this is a problem.
 pub const MOVE_TOO_LONG_MS: u64 = 10 * 60 * 1000;
 
+/// Why a member's `CLUSTER_INFO` could not be read (the connection's or the server's error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoAnswer(pub String);
+
 /// One live member of the map, as `CLUSTER_SHARDS` lists it, and what its `CLUSTER_INFO` said.
 pub struct Member {
     pub group: String,
     pub node_id: String,
     pub addr: String,
-    pub info: Result<Value, String>,
+    pub info: Result<Value, NoAnswer>,
 }
 
 /// Every member `CLUSTER_SHARDS` lists, info not read yet.
@@ -25,7 +29,7 @@ pub fn members(shards: &Value) -> Vec<Member> {
                 group: text(&g["group"]),
                 node_id: text(&n["node_id"]),
                 addr: text(&n["addr"]),
-                info: Err("not asked".into()),
+                info: Err(NoAnswer("not asked".into())),
             });
         }
     }
@@ -123,7 +127,7 @@ fn member(shards: &Value, m: &Member) -> Vec<String> {
     let who = format!("group {} member {} ({})", m.group, m.node_id, m.addr);
     let info = match &m.info {
         Ok(i) => i,
-        Err(e) => return vec![format!("{who}: CLUSTER_INFO failed: {e}")],
+        Err(NoAnswer(e)) => return vec![format!("{who}: CLUSTER_INFO failed: {e}")],
     };
     let mut out = Vec::new();
     if info["map_epoch"] != shards["map_epoch"] {
@@ -193,7 +197,7 @@ mod tests {
                                  "state": "running", "started_at": 0}]);
         let mut ms = healthy(&s);
         ms[0].info = Ok(json!({"map_epoch": 1, "my_group": "g1", "my_slots": [[0, 8191]]}));
-        ms[1].info = Err("connection refused".into());
+        ms[1].info = Err(NoAnswer("connection refused".into()));
         let p = problems(&s, &ms, MOVE_TOO_LONG_MS + 1000);
         assert_eq!(p.len(), 6, "{p:#?}");
         assert_eq!(p[0], "map: slots 8001-8191 have no group");
