@@ -279,6 +279,13 @@ pub enum Command {
         to: Option<String>,
     },
 
+    /// Cluster mode (docs/cluster.md): `create`, `add-group`, `move-slots`, `cancel`,
+    /// `rebalance`, `status` and `check`. Give seeds with --addr a,b,c.
+    Cluster {
+        #[command(subcommand)]
+        command: crate::cluster::ClusterCommand,
+    },
+
     /// Durable timers: `timers resume` lets a data dir restored with `--pause-timers` fire
     /// its timers (TIMERS_RESUME).
     Timers {

@@ -10,7 +10,7 @@ use smdb_client::{ApplyOptions, CreateOptions, ListFilter};
 use super::args::{Cli, Command, ReplicationCommand, TimersCommand};
 use super::error::CliError;
 use super::session::Session;
-use super::{backup, ha, lifecycle, query, render, watch};
+use super::{backup, cluster, ha, lifecycle, query, render, watch};
 
 /// Where results go and how they look.
 pub struct Output<'a> {
@@ -135,6 +135,7 @@ pub fn run(cmd: &Command, s: &mut Session, out: &mut Output<'_>) -> Result<(), C
         Command::Backup { .. } => Err(CliError::usage("backup needs --out DIR or --verify DIR")),
         Command::Ha { command } => ha::run(command, s, out),
         Command::Switchover { to } => ha::switchover(to.as_deref(), s, out),
+        Command::Cluster { command } => cluster::run(command, s, out),
         Command::Timers {
             command: TimersCommand::Resume,
         } => timers_resume(s, out),

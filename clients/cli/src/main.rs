@@ -6,6 +6,8 @@
 //! * `render`: human-readable tables; `--json` prints results as they came.
 //! * `session`: the connection, reconnected when it broke.
 //! * `backup`: the backup manifest and `backup --verify` (offline).
+//! * `cluster`: `cluster create|add-group|move-slots|cancel|rebalance|status|check`
+//!   (`cluster_plan`: the rebalance planner; `cluster_check`: `check`'s verdict).
 //! * `ha`: `ha status|history|pause|resume` and `switchover` (automatic failover).
 //! * `backup_take`: `backup --out DIR`, the online backup through `BACKUP`.
 //! * `query`: `find` and `scan`; `lifecycle`: `migrate` and `delete-instances`.
@@ -15,6 +17,9 @@
 mod args;
 mod backup;
 mod backup_take;
+mod cluster;
+mod cluster_check;
+mod cluster_plan;
 mod commands;
 mod error;
 mod ha;

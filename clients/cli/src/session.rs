@@ -105,6 +105,24 @@ impl Session {
         })
     }
 
+    /// A connection of its own to one address (`cluster check` asks each member), with the
+    /// session's options, no retries and at most `connect_timeout` to connect.
+    pub fn connect_to(&self, addr: &str, connect_timeout: Duration) -> Result<Client, CliError> {
+        let opts = ConnectOptions {
+            connect_timeout: Some(connect_timeout),
+            retry: smdb_client::RetryPolicy::none(),
+            ..self.opts.clone()
+        };
+        Client::connect_with(addr, &opts).map_err(|e| match e {
+            ClientError::Server { .. } => CliError::from_call(e, opts.timeout),
+            e => CliError::new(
+                Kind::Connection,
+                CONNECT_FAILED,
+                format!("cannot connect to {addr}: {}", io_text(&e)),
+            ),
+        })
+    }
+
     /// Runs `f` on a connected client; a broken connection is dropped so the next call
     /// reconnects. `SHUTTING_DOWN` (the server is draining and did not execute the request)
     /// reconnects at once, HELLO and AUTH included, and runs `f` again, up to

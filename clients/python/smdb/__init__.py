@@ -9,6 +9,7 @@ that resume from their cursor, one exception class per server error code.
 ``"python"`` (the fallback; ``SMDB_PURE_PYTHON=1`` forces it)."""
 
 from . import client as aio
+from ._cluster import crc16_xmodem, routing_key, slot_of
 from ._lifecycle import add_reply
 from ._frame import CRC32C_IMPLEMENTATION, crc32c, decode_frame, encode_frame
 from .client import ConnectOptions, Request, RetryPolicy, apply_event, create_instance
@@ -35,6 +36,9 @@ __all__ = [
     "apply_event",
     "create_instance",
     "add_reply",
+    "crc16_xmodem",
+    "routing_key",
+    "slot_of",
     "crc32c",
     "CRC32C_IMPLEMENTATION",
     "encode_frame",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 # The connection (and its limits, still importable from here as before).
+from ._cluster import Routing, route_key
 from ._conn import JSON, SUBSCRIPTION_QUEUE_MAX, TIMEOUT_GRAIN, WRITE_HIGH_WATER, _Conn  # noqa: F401
 from ._lifecycle import LifecycleCalls, add_reply  # noqa: F401  (add_reply: importable from here)
 from .errors import ConnectionLost, ServerError, SmdbError, SubscriptionLagged, may_resend
@@ -100,6 +101,9 @@ class Client(LifecycleCalls):
         #: Requests sent again after a retryable failure, and connections opened.
         self.retries = 0
         self.connects = 0
+        #: Cluster mode (the seed's HELLO lists ``"cluster"``): the slot map and the group
+        #: primaries' clients (``_cluster``); instance ops then route by slot.
+        self._cluster: Optional[Routing] = None
 
     @classmethod
     async def connect(
@@ -117,7 +121,38 @@ class Client(LifecycleCalls):
         opts = options or ConnectOptions(**kw)
         c = cls(host, port, opts)
         await c._connection()
+        if "cluster" in ((c.hello_result or {}).get("features") or []):
+            routing = Routing()
+            await routing.reload(c)
+            c._cluster = routing
         return c
+
+    async def _member(self, addr: str) -> "Client":
+        """A client of one group primary, with this client's options and no routing."""
+        host, port = parse_addresses(addr)[0]
+        c = type(self)(host, port, self.options)
+        await c._connection()
+        return c
+
+    @property
+    def is_cluster(self) -> bool:
+        """Whether the seed runs in cluster mode (instance ops then route by slot)."""
+        return self._cluster is not None
+
+    @property
+    def cluster_map_epoch(self) -> int:
+        """The epoch of the slot map this client routes by (0: none, or not a cluster)."""
+        return self._cluster.map.map_epoch if self._cluster is not None else 0
+
+    @property
+    def cluster_redirects(self) -> int:
+        """``MOVED`` answers this client followed (0 while its map is current)."""
+        return self._cluster.moved if self._cluster is not None else 0
+
+    async def refresh_cluster_map(self) -> None:
+        """Reads the slot map again from the seed now (cluster clients; no-op otherwise)."""
+        if self._cluster is not None:
+            await self._cluster.reload(self)
 
     async def __aenter__(self) -> "Client":
         return self
@@ -126,6 +161,8 @@ class Client(LifecycleCalls):
         await self.close()
 
     async def close(self) -> None:
+        if self._cluster is not None:
+            await self._cluster.close()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -240,7 +277,16 @@ class Client(LifecycleCalls):
     async def request(self, op: str, params: Optional[JSON] = None, *, safe: bool) -> JSON:
         """One request, retried per the policy where that is safe (``safe``: a read,
         PUT_MACHINE, or a write with an idempotency key), on a new connection when the old one
-        was lost."""
+        was lost. In cluster mode an instance op goes to its slot's group primary
+        (``_cluster``)."""
+        if self._cluster is not None:
+            key = route_key(op, params)
+            if key is not None:
+                return await self._cluster.run(self, key, op, params, safe)
+        return await self._direct(op, params, safe=safe)
+
+    async def _direct(self, op: str, params: Optional[JSON] = None, *, safe: bool) -> JSON:
+        """``request`` on this client's own connection (the seed's, in cluster mode)."""
         # The first try on a live connection, inlined (every typed op's path; ``apply_event``
         # has its own copy); the retries go on in ``_retry``.
         conn = self._conn
@@ -416,6 +462,8 @@ class Client(LifecycleCalls):
             p["expected_wal_offset"] = expected_wal_offset
         if idempotency_key is not None:
             p["idempotency_key"] = idempotency_key
+        if self._cluster is not None:
+            return await self.request("APPLY_EVENT", p, safe=idempotency_key is not None)
         # ``request``, inlined: one coroutine less on the hottest path.
         conn = self._conn
         if conn is not None and conn.dead is None:

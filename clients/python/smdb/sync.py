@@ -63,6 +63,21 @@ class Client:
     def retries(self) -> int:
         return self._client.retries
 
+    @property
+    def is_cluster(self) -> bool:
+        return self._client.is_cluster
+
+    @property
+    def cluster_map_epoch(self) -> int:
+        return self._client.cluster_map_epoch
+
+    @property
+    def cluster_redirects(self) -> int:
+        return self._client.cluster_redirects
+
+    def refresh_cluster_map(self) -> None:
+        self._loop.run(self._client.refresh_cluster_map())
+
     def call(self, op: str, params: Optional[JSON] = None) -> JSON:
         return self._loop.run(self._client.call(op, params))
 

@@ -15,6 +15,7 @@
 pub mod blocking;
 pub mod cluster;
 pub mod error;
+pub mod fanout;
 pub use smdb_protocol::frame;
 pub mod lifecycle;
 pub mod message;

@@ -11,6 +11,7 @@
 //! it is safe.
 
 mod call;
+mod cluster;
 mod conn;
 mod fast;
 mod lifecycle;
@@ -58,13 +59,29 @@ struct Inner {
     /// One reconnect at a time; the others wait for its connection.
     reconnecting: tokio::sync::Mutex<()>,
     hello: Mutex<Option<Hello>>,
+    /// Cluster mode (the seed's HELLO lists `"cluster"`): the slot map and the group
+    /// primaries' clients (`cluster`); set once, right after the seed's HELLO.
+    cluster: std::sync::OnceLock<cluster::Routing>,
 }
 
 impl Client {
     /// Connects, sends HELLO and, with a token, AUTH; retries per `opts.retry` while the server
     /// is unreachable or refuses for a retryable reason. `addr` may list several addresses
     /// separated by commas (the members of a failover cluster): each try takes the next.
+    ///
+    /// When the seed's HELLO lists the `"cluster"` feature, the client reads the slot map and
+    /// routes instance ops by slot (`cluster`; docs/cluster.md, "Clients").
     pub async fn connect(addr: &str, opts: ConnectOptions) -> Result<Client> {
+        let c = Client::connect_plain(addr, opts.clone()).await?;
+        if let Some(r) = cluster::Routing::detect(&c, &opts).await {
+            // Just made: nothing else has set it.
+            let _ = c.inner.cluster.set(r);
+        }
+        Ok(c)
+    }
+
+    /// `connect` without cluster routing (a group primary's client uses it).
+    async fn connect_plain(addr: &str, opts: ConnectOptions) -> Result<Client> {
         let addrs = crate::blocking::parse_addrs(addr);
         if addrs.is_empty() {
             return Err(Error::Config("no server address given".into()));
@@ -77,6 +94,7 @@ impl Client {
                 conn: Mutex::new(None),
                 reconnecting: tokio::sync::Mutex::new(()),
                 hello: Mutex::new(None),
+                cluster: std::sync::OnceLock::new(),
             }),
         };
         c.connection().await?;
@@ -168,7 +186,19 @@ impl Client {
 
     /// Sends one typed request and decodes its result, retrying per the policy where that is
     /// safe, on a new connection when the old one was lost.
+    ///
+    /// In cluster mode an instance op goes to its slot's group primary instead (`cluster`).
     pub async fn run<T: DeserializeOwned>(&self, req: Request<T>) -> Result<T> {
+        if self.inner.cluster.get().is_some() {
+            if let Some(key) = crate::cluster::route_key(req.op, &req.params) {
+                return self.run_routed(req, &key).await;
+            }
+        }
+        self.run_direct(req).await
+    }
+
+    /// `run` on this client's own connection (the seed's, in cluster mode).
+    async fn run_direct<T: DeserializeOwned>(&self, req: Request<T>) -> Result<T> {
         let params = params_of(&req.params);
         self.run_params(req.op, params, req.retry, Expect::Raw, decode_answer)
             .await
@@ -320,7 +350,11 @@ impl Client {
         self.run(ops::get_instance(id)).await
     }
 
+    /// In cluster mode: every group's page, merged by id, with one combined cursor.
     pub async fn list_instances(&self, filter: &ListFilter) -> Result<InstancePage> {
+        if self.is_cluster() {
+            return self.list_routed(filter).await;
+        }
         self.run(ops::list_instances(filter)).await
     }
 
@@ -351,6 +385,11 @@ impl Client {
         payload: Option<&Value>,
         opts: &ApplyOptions,
     ) -> Result<Applied> {
+        if self.is_cluster() {
+            return self
+                .run(ops::apply_event(instance_id, event, payload, opts))
+                .await;
+        }
         // Params written straight into the frame (`ops::apply_event` builds the same object as
         // a `Value`), the result decoded by the reader when the response has the usual shape:
         // the hot call of most services.
@@ -378,7 +417,11 @@ impl Client {
         self.run(ops::get_history(id, from, limit)).await
     }
 
+    /// In cluster mode a best-effort batch is split by group primary (results in order).
     pub async fn batch(&self, mode: BatchMode, ops: &[BatchOp]) -> Result<BatchResults> {
+        if mode == BatchMode::BestEffort && self.is_cluster() {
+            return self.batch_routed(ops).await;
+        }
         self.run(ops::batch(mode, ops)).await
     }
 

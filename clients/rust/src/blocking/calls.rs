@@ -79,7 +79,11 @@ impl Client {
     }
 
     /// LIST_INSTANCES: one page.
+    /// In cluster mode: every group's page, merged by id, with one combined cursor.
     pub fn list_instances(&mut self, filter: &ListFilter) -> Result<InstancePage> {
+        if self.is_cluster() {
+            return self.list_routed(filter);
+        }
         self.run(ops::list_instances(filter))
     }
 
@@ -207,7 +211,11 @@ impl Client {
 
     /// BATCH of ops made from single-op requests: `client.batch(BatchMode::Atomic,
     /// &[ops::get_instance("a").into()])`.
+    /// In cluster mode a best-effort batch is split by group primary (results in order).
     pub fn batch(&mut self, mode: BatchMode, ops: &[BatchOp]) -> Result<BatchResults> {
+        if mode == BatchMode::BestEffort && self.is_cluster() {
+            return self.batch_routed(ops);
+        }
         self.run(ops::batch(mode, ops))
     }
 

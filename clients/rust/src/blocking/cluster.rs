@@ -6,7 +6,10 @@
 //! with backoff, `READ_ONLY_MODE` to the named primary, lost connections). On top of that:
 //! `MOVED` resends at once to `details.addr` and refreshes the map (at most once per 100 ms);
 //! `CLUSTERDOWN` / `NO_PRIMARY` that outlast the retries refresh it and resend when it names
-//! another primary; at most `MAX_REDIRECTS` per request. Other ops go to the seed.
+//! another primary; at most `MAX_REDIRECTS` per request. A best-effort BATCH is split by
+//! group primary and its results put back in order; LIST_INSTANCES asks every group and
+//! merges by id, with one cursor holding each group's (`crate::fanout`). Other ops go to the
+//! seed.
 
 use std::collections::HashMap;
 
@@ -15,7 +18,8 @@ use serde_json::json;
 use super::{Client, ConnectOptions};
 use crate::cluster::{self, slot_of, Refresh, SlotMap, Step, MAX_REDIRECTS};
 use crate::error::Result;
-use crate::ops::Request;
+use crate::fanout;
+use crate::ops::{self, BatchMode, BatchOp, BatchResults, InstancePage, ListFilter, Request};
 
 /// What a cluster client keeps beside its seed connection.
 pub(super) struct Routing {
@@ -135,6 +139,54 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// A best-effort BATCH of a cluster client: one BATCH per group primary, the results in
+    /// the ops' order (a part that failed whole gives each of its ops that error).
+    pub(super) fn batch_routed(&mut self, all: &[BatchOp]) -> Result<BatchResults> {
+        let map = self
+            .cluster
+            .as_ref()
+            .map(|r| r.map.clone())
+            .unwrap_or_default();
+        let mut done = Vec::new();
+        for (addr, idx) in fanout::split_batch(&map, all) {
+            let part: Vec<BatchOp> = idx.iter().map(|&i| all[i].clone()).collect();
+            let req = ops::batch(BatchMode::BestEffort, &part);
+            let r = match (addr, self.cluster.as_mut()) {
+                (Some(a), Some(routing)) => routing.conn(&a).and_then(|c| c.run(req)),
+                _ => self.run_direct(req),
+            };
+            done.push((idx, r));
+        }
+        fanout::reassemble(all.len(), done)
+    }
+
+    /// LIST_INSTANCES of a cluster client: a page from every group primary (or those the
+    /// cursor names), merged by id, with one combined cursor.
+    pub(super) fn list_routed(&mut self, filter: &ListFilter) -> Result<InstancePage> {
+        let map = self
+            .cluster
+            .as_ref()
+            .map(|r| r.map.clone())
+            .unwrap_or_default();
+        let cursors = fanout::cursors(&map, filter.cursor.as_deref())?;
+        if cursors.is_empty() && filter.cursor.is_none() {
+            return self.run_direct(ops::list_instances(filter));
+        }
+        let mut pages = Vec::new();
+        for (addr, cursor) in cursors {
+            let f = ListFilter {
+                cursor,
+                ..filter.clone()
+            };
+            let page = match self.cluster.as_mut() {
+                Some(routing) => routing.conn(&addr)?.run(ops::list_instances(&f))?,
+                None => self.run_direct(ops::list_instances(&f))?,
+            };
+            pages.push((addr, page));
+        }
+        Ok(fanout::merge_pages(pages))
     }
 
     fn primary_of(&self, slot: u16) -> Option<String> {
