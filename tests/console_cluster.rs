@@ -2,8 +2,8 @@
 //! Chromium against real processes: one etcd and three groups of two members each, the map
 //! created (Redis's split: 0–5460, 5461–10922, 10923–16383). The nav offers the view; its slot
 //! bar has one segment per group with that group's slot count, the legend names the three, each
-//! group's card names its primary and both members, a running move (put into the map with
-//! etcdctl) shows with its slots and age, and the 2 s refresh drops a follower that died once
+//! group's card names its primary and both members, a finished move shows with its slots and
+//! time, and the 2 s refresh drops a follower that died once
 //! its member key is gone. A standalone server's console has no cluster nav entry.
 //! The screenshot goes to `target/tmp/console/cluster.png`.
 //!
@@ -13,8 +13,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::cdp::Browser;
 use common::etcd::Etcd;
@@ -70,31 +69,6 @@ fn members_shown(b: &mut Browser, group: &str) -> Value {
         "[...document.querySelectorAll('.group-card[data-group=\"{group}\"] tr[data-node]')]\
          .map(r => [r.dataset.node, r.children[1].textContent])"
     ))
-}
-
-/// Adds a running move of slots 100–199 from g1 to g2, started `ago_ms` ago, to the map in
-/// etcd (a start does not change `map_epoch`); returns its id.
-fn put_running_move(etcd: &Etcd, ago_ms: u64) -> String {
-    let etcdctl = |args: &[&str]| {
-        let out = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &etcd.endpoints.join(",")])
-            .args(args)
-            .output()
-            .expect("etcdctl");
-        assert!(out.status.success(), "etcdctl {args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
-    let key = "/smdb/console/map";
-    let mut map: Value =
-        serde_json::from_str(&etcdctl(&["get", key, "--print-value-only"])).unwrap();
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let id = "00c0ffee00c0ffee";
-    map["migrations"] = json!([{"id": id, "lo": 100, "hi": 199, "from": "g1", "to": "g2",
-        "from_rev": 1, "to_rev": 1, "from_epoch": 1, "to_epoch": 1,
-        "started_at_ms": now.as_millis() as u64 - ago_ms}]);
-    etcdctl(&["put", key, &map.to_string()]);
-    id.to_string()
 }
 
 #[test]
@@ -182,23 +156,31 @@ fn the_console_shows_a_cluster_of_three_groups() {
         json!(true)
     );
 
-    // A running move (written into the map as an operator would, with etcdctl: moves are not
-    // built yet) shows with its slots, groups, state and age; the map epoch does not change.
-    let id = put_running_move(&etcd, 90_000);
+    // A move of slots 100–199 from g1 to g2 (empty slots: it switches at once) shows among
+    // the finished ones with its slots, groups, state and time; the map epoch moves to 2.
+    let done = members[0]
+        .client()
+        .call(
+            "CLUSTER_MOVE_SLOTS",
+            json!({"slots": [100, 199], "to": "g2"}),
+        )
+        .expect("the move switches");
+    assert_eq!(done["state"], "done", "{done}");
+    let id = done["id"].as_str().unwrap().to_string();
     let row =
-        format!("document.querySelector('#moves tr[data-move=\"{id}\"][data-state=\"running\"]')");
+        format!("document.querySelector('#moves tr[data-move=\"{id}\"][data-state=\"done\"]')");
     b.wait_for(&format!("{row} !== null"), WAIT);
     let cells = b.eval(&format!(
         "[...{row}.children].slice(0, 5).map(c => c.textContent)"
     ));
     assert_eq!(cells[1], json!("100–199 (100)"));
     assert_eq!(cells[2], json!("g1 → g2"));
-    assert_eq!(cells[3], json!("running"));
-    let age = cells[4].as_str().unwrap();
-    assert!(age.starts_with("running for 1 min"), "{age}");
-    assert_eq!(
-        b.eval("document.querySelector('#cluster-epoch').textContent"),
-        json!("1")
+    assert_eq!(cells[3], json!("done"));
+    let took = cells[4].as_str().unwrap();
+    assert!(took.starts_with("took "), "{took}");
+    b.wait_for(
+        "document.querySelector('#cluster-epoch').textContent === '2'",
+        WAIT,
     );
     b.screenshot(&shots().join("cluster.png"));
 
@@ -213,7 +195,15 @@ fn the_console_shows_a_cluster_of_three_groups() {
         &format!("document.querySelectorAll('.group-card[data-group=\"g3\"] tr[data-node]').length === 1 && !document.querySelector('tr[data-node=\"{gone}\"]')"),
         Duration::from_secs(20),
     );
-    assert_eq!(b.eval(SEGMENTS), expected, "the map is unchanged");
+    // The bar shows the moved range as g2's.
+    let moved = json!([
+        ["g1", 0, 99, 100],
+        ["g2", 100, 199, 100],
+        ["g1", 200, 5460, 5261],
+        ["g2", 5461, 10922, 5462],
+        ["g3", 10923, 16383, 5461]
+    ]);
+    assert_eq!(b.eval(SEGMENTS), moved, "the bar after the move");
 }
 
 #[test]
