@@ -2,8 +2,9 @@
 //! three groups of one member each, the CLI given every member as a seed. `create --groups
 //! g1,g2` makes the map; `status` shows it; `check` passes; `add-group g3` adds the third
 //! group with nothing; `rebalance --dry-run` prints the two moves that give g3 its share;
-//! `move-slots` (not in this server version) exits 1 with `error: CODE`; after a SIGKILL of
-//! g3's only member, `check` exits 1 naming group g3.
+//! `move-slots` to an unknown group exits 1 with `error: CODE`; `rebalance` runs the plan
+//! (the cluster is balanced after, `check` passes) and `move-slots` moves a range; after a
+//! SIGKILL of g3's only member, `check` exits 1 naming group g3.
 
 mod common;
 
@@ -86,6 +87,17 @@ fn cluster_subcommands_create_show_check_and_plan() {
     let (code, _, err) = cli(&members, &["cluster", "move-slots", "0-9", "--to", "g9"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.starts_with("error: BAD_REQUEST"), "{err}");
+
+    // The plan, run: two moves, after which the cluster is balanced and checks out.
+    let ran = cli_ok(&members, &["cluster", "rebalance"]);
+    let again = cli_ok(&members, &["cluster", "rebalance", "--dry-run"]);
+    assert!(again.contains("nothing to move"), "{ran}\n{again}");
+    let status = cli_ok(&members, &["cluster", "status"]);
+    assert!(status.contains("map_epoch 4"), "{ran}\n{status}");
+    let (code, out, err) = check_until(&members, 0, Duration::from_secs(3));
+    assert_eq!(code, 0, "check after rebalance: {out}{err}");
+    let moved = cli_ok(&members, &["cluster", "move-slots", "0-9", "--to", "g2"]);
+    assert!(moved.contains("done"), "{moved}");
 
     members[2].kill();
     let (code, out, err) = check_until(&members[..2], 1, Duration::from_secs(5));
