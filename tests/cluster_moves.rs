@@ -31,24 +31,36 @@ fn member(etcd: &Etcd, cluster: &str, node: &str, group: &str, extra: &str) -> S
 }
 
 fn start(etcd: &Etcd, cluster: &str, extra: &str) -> (Vec<tempfile::TempDir>, Vec<Server>) {
-    let dirs: Vec<_> = (0..4).map(|_| temp_dir()).collect();
-    let members: Vec<Server> = (0..4)
+    start_groups(etcd, cluster, extra, 2)
+}
+
+/// `per` members in each group (member i is in group i / per), each group's primary found,
+/// the map created.
+fn start_groups(
+    etcd: &Etcd,
+    cluster: &str,
+    extra: &str,
+    per: usize,
+) -> (Vec<tempfile::TempDir>, Vec<Server>) {
+    let dirs: Vec<_> = (0..2 * per).map(|_| temp_dir()).collect();
+    let members: Vec<Server> = (0..2 * per)
         .map(|i| {
-            let group = GROUPS[i / 2];
-            let cfg = member(etcd, cluster, &format!("{group}-{}", i % 2), group, extra);
+            let group = GROUPS[i / per];
+            let cfg = member(etcd, cluster, &format!("{group}-{}", i % per), group, extra);
             Server::start_in(dirs[i].path(), &cfg).expect("a member starts")
         })
         .collect();
     for g in 0..2 {
-        let of: Vec<&Server> = members[2 * g..2 * g + 2].iter().collect();
+        let of: Vec<&Server> = members[per * g..per * g + per].iter().collect();
         common::ha::one_primary(&of, Duration::from_secs(20));
     }
     cluster::create(&members, Duration::from_secs(2));
     (dirs, members)
 }
 
-/// Sends `op` starting at `addr`, following `MOVED` and a follower's `READ_ONLY_MODE`, and
-/// retrying `TRYAGAIN` / `CLUSTERDOWN` / `NO_PRIMARY` (nothing executed) for up to 20 s.
+/// Sends `op` starting at `addrs[0]`, following `MOVED` and a follower's `READ_ONLY_MODE`,
+/// retrying `TRYAGAIN` / `CLUSTERDOWN` / `NO_PRIMARY` (nothing executed, or a keyed request
+/// whose outcome is unknown) and a lost connection at the next member, for up to 20 s.
 fn routed(addrs: &[String], op: &str, params: &Value) -> Result<(Value, String), ClientError> {
     let mut addr = addrs[0].clone();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -64,8 +76,8 @@ fn routed(addrs: &[String], op: &str, params: &Value) -> Result<(Value, String),
             {
                 redirects += 1;
                 assert!(
-                    redirects < 50,
-                    "{op} {params}: redirected {redirects} times"
+                    Instant::now() < deadline,
+                    "{op} {params}: redirected {redirects} times in 20 s"
                 );
                 let to = if code == "MOVED" {
                     &details["addr"]
@@ -74,12 +86,20 @@ fn routed(addrs: &[String], op: &str, params: &Value) -> Result<(Value, String),
                 };
                 addr = to.as_str().unwrap_or_default().to_string();
             }
+            // Nothing executed; or, for a request with an idempotency key, an outcome not
+            // known (a primary lost): resent with the same key, it applies at most once.
             Err(ClientError::Server { code, details, .. })
                 if (code == "TRYAGAIN" || code == "CLUSTERDOWN" || code == "NO_PRIMARY")
-                    && details["maybe_committed"] != true
+                    && (details["maybe_committed"] != true
+                        || params["idempotency_key"].is_string())
                     && Instant::now() < deadline =>
             {
                 std::thread::sleep(Duration::from_millis(10));
+                addr = addrs[redirects % addrs.len()].clone();
+                redirects += 1;
+            }
+            Err(ClientError::Io(_)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
                 addr = addrs[redirects % addrs.len()].clone();
                 redirects += 1;
             }
@@ -163,9 +183,48 @@ fn ticks(addrs: &[String], id: &str) -> (Vec<u64>, String) {
     (marks, at)
 }
 
+/// The events each writer had acknowledged, checked against every instance's history:
+/// each exactly once; returns how many instances of the moved slots were answered by `owner`.
+fn check_every_event_once(
+    addrs: &[String],
+    all: &[(String, u16)],
+    acked: &[(String, u64)],
+    owner: &str,
+) -> usize {
+    let mut want: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+    for (id, mark) in acked {
+        want.entry(id.as_str()).or_default().insert(*mark);
+    }
+    let mut at_owner = 0;
+    for (id, slot) in all {
+        let (got, at) = ticks(addrs, id);
+        let unique: BTreeSet<u64> = got.iter().copied().collect();
+        assert_eq!(unique.len(), got.len(), "{id}: an event twice: {got:?}");
+        let missing: Vec<_> = want
+            .get(id.as_str())
+            .into_iter()
+            .flatten()
+            .filter(|m| !unique.contains(m))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{id} (slot {slot}, at {at}): acknowledged, not in history: {missing:?}"
+        );
+        if moved(*slot) {
+            assert_eq!(
+                at, owner,
+                "{id} (slot {slot}) is served by the owner the map names"
+            );
+            at_owner += 1;
+        }
+    }
+    at_owner
+}
+
 fn primary_addr(members: &[Server], group: usize) -> String {
-    let shards = members[0]
-        .client()
+    let shards = (members.iter())
+        .find_map(|m| Client::connect_hello(m.addr.to_string().as_str(), "t").ok())
+        .expect("a live member")
         .call("CLUSTER_SHARDS", json!({}))
         .unwrap();
     let g = &shards["shards"][group];
@@ -232,30 +291,7 @@ fn a_third_of_a_group_s_slots_move_under_writes_with_nothing_lost() {
 
     // Every acknowledged event exactly once, on the owner the map names.
     let g2 = primary_addr(&members, 1);
-    let mut want: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
-    for (id, mark) in &acked {
-        want.entry(id.as_str()).or_default().insert(*mark);
-    }
-    let mut moved_checked = 0;
-    for (id, slot) in all.iter() {
-        let (got, at) = ticks(&addrs, id);
-        let unique: BTreeSet<u64> = got.iter().copied().collect();
-        assert_eq!(unique.len(), got.len(), "{id}: an event twice: {got:?}");
-        let missing: Vec<_> = want
-            .get(id.as_str())
-            .into_iter()
-            .flatten()
-            .filter(|m| !unique.contains(m))
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "{id} (slot {slot}, at {at}): acknowledged, not in history: {missing:?}"
-        );
-        if moved(*slot) {
-            assert_eq!(at, g2, "{id} is served by g2 after the move");
-            moved_checked += 1;
-        }
-    }
+    let moved_checked = check_every_event_once(&addrs, &all, &acked, &g2);
     assert!(moved_checked > 50, "{moved_checked}");
 
     // An idempotency key from before the move still deduplicates on the target.
@@ -395,4 +431,85 @@ fn a_cancelled_move_leaves_the_slots_with_the_source_and_a_new_one_switches() {
         .unwrap();
     assert_eq!(d["state"], "done", "{d}");
     assert_eq!(d["map_epoch"], 2, "{d}");
+}
+
+#[test]
+fn a_move_whose_source_primary_is_killed_aborts_and_nothing_acknowledged_is_lost() {
+    let _serial = serial();
+    let etcd = Etcd::start(1);
+    // Three members a group (sync mode elects from the sync set); a slow copy (20 kB/s).
+    let (_dirs, mut members) = start_groups(&etcd, "kill", "move_bytes_per_sec = 20000\n", 3);
+    put_machines(&members);
+    let addrs: Vec<String> = members.iter().map(|m| m.addr.to_string()).collect();
+    let all = Arc::new(ids(300));
+    for (id, _) in all.iter() {
+        routed(
+            &addrs,
+            "CREATE_INSTANCE",
+            &json!({"machine": "counter", "version": 1, "id": id}),
+        )
+        .unwrap();
+        let pad = json!({"instance_id": id, "event": "tick", "payload": {"w": 9, "k": 0, "pad": "x".repeat(200)}});
+        routed(&addrs, "APPLY_EVENT", &pad).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = writers(addrs.clone(), all.clone(), stop.clone(), 3);
+    let started = members[3]
+        .client()
+        .call(
+            "CLUSTER_MOVE_SLOTS",
+            json!({"slots": MOVED, "to": "g2", "wait": false}),
+        )
+        .unwrap();
+    let id = started["id"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(1200));
+    let g1 = primary_addr(&members, 0);
+    let source = (0..3).find(|&i| addrs[i] == g1).unwrap();
+    members[source].kill();
+    // The new g1 primary aborts the move of the earlier term; the slots stay g1's.
+    common::lifecycle::wait_until(Duration::from_secs(30), || {
+        let shards = members[4]
+            .client()
+            .call("CLUSTER_SHARDS", json!({}))
+            .unwrap();
+        let m = (shards["migrations"].as_array().unwrap().iter())
+            .find(|m| m["id"] == id.as_str())
+            .cloned();
+        match m {
+            Some(m) if m["state"] == "aborted" => Ok(()),
+            other => Err(format!("the move is not aborted: {other:?}")),
+        }
+    });
+    std::thread::sleep(Duration::from_millis(1000)); // writes go on at g1's new primary
+    stop.store(true, Ordering::Relaxed);
+    let acked: Vec<(String, u64)> = running
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    let shards = members[4]
+        .client()
+        .call("CLUSTER_SHARDS", json!({}))
+        .unwrap();
+    let m = (shards["migrations"].as_array().unwrap().iter())
+        .find(|m| m["id"] == id.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(m["reason"], "source_failover", "{m}");
+    assert_eq!(shards["map_epoch"], 1, "{shards}");
+    eprintln!(
+        "source killed mid-move: {m}; {} events acknowledged",
+        acked.len()
+    );
+    let g1 = primary_addr(&members, 0);
+    let at_g1 = check_every_event_once(&addrs, &all, &acked, &g1);
+    assert!(at_g1 > 30, "{at_g1}");
+    // The target staged nothing it serves: its primary answers MOVED for the slots.
+    let g2 = primary_addr(&members, 1);
+    let (id0, _) = all.iter().find(|(_, s)| moved(*s)).unwrap();
+    let r = refusal(
+        Client::connect_hello(g2.as_str(), "t")
+            .unwrap()
+            .call("GET_INSTANCE", json!({"id": id0})),
+    );
+    assert_eq!(r.0, "MOVED", "{r:?}");
 }
