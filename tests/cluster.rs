@@ -52,6 +52,10 @@ fn a_created_cluster_routes_every_instance_op_to_its_slot_s_group() {
     let (_dirs, members, primaries) = cluster::start_groups(&etcd, "routing", &GROUPS, 2);
     let addr_of = |i: usize| members[i].addr.to_string();
 
+    // A definition put on g1 before the map exists stays there; CLUSTER_CREATE (sent to a g1
+    // member) copies it to every group.
+    put_order_machine(&mut members[primaries[0]].client());
+
     // Created, and every member's copy agrees within 1 s, primaries and followers alike.
     let created = cluster::create(&members, Duration::from_secs(1));
     assert_eq!(created["map_epoch"], 1, "{created}");
@@ -90,10 +94,44 @@ fn a_created_cluster_routes_every_instance_op_to_its_slot_s_group() {
         assert_eq!(row[3], json!([addr_of(follower)]), "{slots}");
     }
 
-    // Definitions: one PUT per group's primary (forwarding is not in this version).
+    // Definitions: in every group after the create; a PUT on one group's primary reaches
+    // every group's before it is answered.
+    let machine = |p: usize, name: &str| {
+        let got = members[p]
+            .client()
+            .call("GET_MACHINE", json!({"machine": name, "version": 1}));
+        got.map(|m| m["machine"].clone())
+    };
     for &p in &primaries {
-        put_order_machine(&mut members[p].client());
+        assert_eq!(machine(p, "order").expect("order everywhere"), "order");
     }
+    let counter = json!({"machine": "counter", "version": 1, "definition": {
+        "states": ["open"], "initial": "open",
+        "transitions": [{"from": "open", "event": "tick", "to": "open"}]}});
+    let put = members[primaries[2]]
+        .client()
+        .call("PUT_MACHINE", counter.clone())
+        .unwrap();
+    assert_eq!(put["created"], true, "{put}");
+    for &p in &primaries {
+        assert_eq!(
+            machine(p, "counter").expect("counter everywhere"),
+            "counter"
+        );
+    }
+    let again = members[primaries[0]]
+        .client()
+        .call("PUT_MACHINE", counter)
+        .unwrap();
+    assert_eq!(again["created"], false, "{again}");
+    let mut other = json!({"machine": "counter", "version": 1, "definition": {
+        "states": ["x"], "initial": "x"}});
+    let clash = refusal(
+        members[primaries[1]]
+            .client()
+            .call("PUT_MACHINE", other.take()),
+    );
+    assert_eq!(clash.0, "MACHINE_VERSION_EXISTS", "{clash:?}");
 
     // "foo" is slot 12182 (g3): MOVED from g1's primary, READ_ONLY_MODE from g3's follower.
     let create = |id: &str| json!({"machine": "order", "version": 1, "id": id, "context": {}});

@@ -13,6 +13,8 @@
 //!   decides);
 //! - `admin`: creating the map and adding a group, run on the HA thread's runtime, and a
 //!   move's transactions;
+//! - `define`: definitions in every group (PUT_MACHINE forwarded, copies after create and
+//!   add-group);
 //! - `moves`: moving slots between groups (the ops, the source's run, the target's import,
 //!   the clean-up);
 //! - `answers`: the replies of the map ops and HELLO's `cluster` object, from the copy;
@@ -29,6 +31,7 @@
 pub mod admin;
 pub mod answers;
 pub mod counters;
+pub mod define;
 mod error;
 mod follow;
 pub mod keys;
@@ -73,6 +76,9 @@ pub struct Cluster {
     pub moves: crate::config::cluster::Cluster,
     /// `network.max_frame_bytes`: a move's chunks stay well under it.
     pub max_frame_bytes: usize,
+    /// How this member dials another group's primary (the replication link's TLS, token and
+    /// PROXY header; docs/cluster.md): None when those settings do not load.
+    pub link: Option<crate::control::replication::follower::Settings>,
     /// `CLUSTER_CREATE` and `CLUSTER_ADD_GROUP` waiting for the HA thread.
     pub(crate) requests: admin::Requests,
     /// Starts the follower's next read before its poll (the watch, a request).
@@ -101,6 +107,11 @@ impl Cluster {
             counters: Counters::default(),
             moves: config.cluster.clone(),
             max_frame_bytes: config.max_frame_bytes() as usize,
+            link: crate::control::replication::follower::Settings::for_upstream(
+                config,
+                String::new(),
+            )
+            .ok(),
             requests: admin::Requests::default(),
             wake: Arc::default(),
         }))

@@ -92,7 +92,17 @@ pub async fn start(
         Routed::Cluster(op) => {
             let role = front.info.replication.role_name();
             let cluster = front.info.cluster.as_ref();
-            let answer = crate::ops::cluster::answer(op, params, cluster, role).await;
+            let mut answer = crate::ops::cluster::answer(op, params, cluster, role).await;
+            // A created map or an added group: this group's definitions to every group.
+            let spreads = matches!(
+                op,
+                routes::Cluster::ClusterCreate | routes::Cluster::ClusterAddGroup
+            );
+            if let (true, Ok(_), Some(c)) = (spreads, &answer, cluster) {
+                if let Err(e) = crate::cluster::define::spread(&front.router, c).await {
+                    answer = Err(e);
+                }
+            }
             Ok(filled(answer.map(|v| {
                 ReplyBody::Json(serde_json::to_vec(&v).unwrap_or_default())
             })))
@@ -143,8 +153,12 @@ async fn instance(
 fn all_shards(op: routes::AllShards, params: Option<Vec<u8>>, front: &Rc<Front>) -> ReplySlot {
     use routes::AllShards as A;
     match op {
+        // Cluster mode: every group of the map gets it (docs/cluster.md).
         A::PutMachine => spawn_fanout(front, params, |f, p| async move {
-            fanout::put_machine(&f.router, p).await
+            match &f.info.cluster {
+                Some(cluster) => crate::cluster::define::put_machine(&f.router, cluster, p).await,
+                None => fanout::put_machine(&f.router, p).await,
+            }
         }),
         A::ListInstances => spawn_fanout(front, params, |f, p| async move {
             fanout::list_instances(&f.router, p).await

@@ -10,7 +10,9 @@
 //!   entries, invisible until the switch;
 //! - `end {}`: everything before it is durable (every earlier step answered so);
 //! - `switched {map_epoch}` / `aborted {}`: the outcome, applied on every shard (the clean-up
-//!   task does the same from the copy, whichever comes first).
+//!   task does the same from the copy, whichever comes first);
+//! - `define {definitions}`, no move's: definitions another group's primary forwards
+//!   (`cluster::define`).
 //!
 //! Every step but `switched` and `aborted` is refused unless this member's copy shows the
 //! move running into its group (waiting up to `COPY_WAIT` for the copy to catch up).
@@ -38,10 +40,12 @@ const COPY_WAIT: Duration = Duration::from_secs(2);
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Step {
-    #[serde(rename = "move")]
+    #[serde(rename = "move", default)]
     id: String,
     step: String,
+    #[serde(default)]
     slots: [u16; 2],
+    #[serde(default)]
     from: String,
     #[serde(default)]
     version: Option<u32>,
@@ -60,6 +64,9 @@ pub async fn answer(
     cluster: &Cluster,
 ) -> Result<Value, Rejection> {
     let step: Step = parse(params)?;
+    if step.step == "define" {
+        return define(router, step.definitions).await;
+    }
     let move_id = u64::from_str_radix(&step.id, 16)
         .map_err(|_| refused(&step.id, "the move id is not 16 hex digits"))?;
     let [lo, hi] = step.slots;
@@ -174,6 +181,20 @@ async fn running_here(cluster: &Cluster, step: &Step) -> Result<(), Rejection> {
         }
         glommio::timer::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// `define {definitions}` (not a move's: `cluster::define`): each put as PUT_MACHINE would,
+/// a different one here refused with `MACHINE_VERSION_EXISTS`; `{created}` if any was new.
+async fn define(router: &Router, definitions: Vec<Value>) -> Result<Value, Rejection> {
+    let mut created = false;
+    for d in definitions {
+        let params = serde_json::to_vec(&d).unwrap_or_default();
+        if let ReplyBody::Json(r) = crate::mesh::fanout::put_machine(router, Some(params)).await? {
+            let r: Value = serde_json::from_slice(&r).unwrap_or(Value::Null);
+            created |= r["created"] == true;
+        }
+    }
+    Ok(json!({ "created": created }))
 }
 
 /// Puts one definition as PUT_MACHINE would; a different one here is `definition_conflict`.

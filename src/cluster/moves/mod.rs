@@ -16,7 +16,7 @@
 mod end;
 pub mod etcd;
 pub mod import;
-mod link;
+pub mod link;
 pub mod ops;
 mod source;
 mod tidy;
