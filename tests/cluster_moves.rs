@@ -5,6 +5,10 @@
 //!   once afterwards, on the new owner; idempotency keys still deduplicate there; a timer
 //!   armed before the move fires once, on the target, not early; g1 answers `MOVED` for the
 //!   slots and its clean-up deletes its copies.
+//! - SIGKILL of the source's primary, and SIGSTOP of the target's, in the middle of a move
+//!   under writes: the move aborts (`source_failover`, `target_failover`), the slots stay
+//!   with the source, every acknowledged event is there exactly once, and the target (its new
+//!   primary, and the stopped one once it runs again) answers `MOVED` for them.
 //! - A move cancelled in the middle ends `aborted`: the slots stay with the source, nothing
 //!   is lost, and a later move of them switches.
 
@@ -433,83 +437,104 @@ fn a_cancelled_move_leaves_the_slots_with_the_source_and_a_new_one_switches() {
     assert_eq!(d["map_epoch"], 2, "{d}");
 }
 
+/// What happens to a group's primary in the middle of a move.
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    /// SIGKILL of the source's primary.
+    KillSource,
+    /// SIGSTOP of the target's primary (SIGCONT once the move has aborted).
+    StopTarget,
+}
+
 #[test]
 fn a_move_whose_source_primary_is_killed_aborts_and_nothing_acknowledged_is_lost() {
+    fault_in_the_middle(Fault::KillSource, "kill", "source_failover");
+}
+
+#[test]
+fn a_move_whose_target_primary_is_stopped_aborts_and_nothing_acknowledged_is_lost() {
+    fault_in_the_middle(Fault::StopTarget, "stop", "target_failover");
+}
+
+fn fault_in_the_middle(fault: Fault, name: &str, reason: &str) {
     let _serial = serial();
     let etcd = Etcd::start(1);
     // Three members a group (sync mode elects from the sync set); a slow copy (20 kB/s).
-    let (_dirs, mut members) = start_groups(&etcd, "kill", "move_bytes_per_sec = 20000\n", 3);
+    let (_dirs, mut members) = start_groups(&etcd, name, "move_bytes_per_sec = 20000\n", 3);
     put_machines(&members);
     let addrs: Vec<String> = members.iter().map(|m| m.addr.to_string()).collect();
     let all = Arc::new(ids(300));
     for (id, _) in all.iter() {
-        routed(
-            &addrs,
-            "CREATE_INSTANCE",
-            &json!({"machine": "counter", "version": 1, "id": id}),
-        )
-        .unwrap();
-        let pad = json!({"instance_id": id, "event": "tick", "payload": {"w": 9, "k": 0, "pad": "x".repeat(200)}});
+        let create = json!({"machine": "counter", "version": 1, "id": id});
+        routed(&addrs, "CREATE_INSTANCE", &create).unwrap();
+        let pad = json!({"instance_id": id, "event": "tick",
+                         "payload": {"w": 9, "k": 0, "pad": "x".repeat(200)}});
         routed(&addrs, "APPLY_EVENT", &pad).unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
     let running = writers(addrs.clone(), all.clone(), stop.clone(), 3);
-    let started = members[3]
+    let asked = json!({"slots": MOVED, "to": "g2", "wait": false});
+    let started = members[1]
         .client()
-        .call(
-            "CLUSTER_MOVE_SLOTS",
-            json!({"slots": MOVED, "to": "g2", "wait": false}),
-        )
+        .call("CLUSTER_MOVE_SLOTS", asked)
         .unwrap();
     let id = started["id"].as_str().unwrap().to_string();
     std::thread::sleep(Duration::from_millis(1200));
-    let g1 = primary_addr(&members, 0);
-    let source = (0..3).find(|&i| addrs[i] == g1).unwrap();
-    members[source].kill();
-    // The new g1 primary aborts the move of the earlier term; the slots stay g1's.
-    common::lifecycle::wait_until(Duration::from_secs(30), || {
-        let shards = members[4]
+    let (group, of) = match fault {
+        Fault::KillSource => (0, 0..3),
+        Fault::StopTarget => (1, 3..6),
+    };
+    let primary = primary_addr(&members, group);
+    let hit = of.clone().find(|&i| addrs[i] == primary).unwrap();
+    match fault {
+        Fault::KillSource => members[hit].kill(),
+        Fault::StopTarget => members[hit].signal(libc::SIGSTOP),
+    }
+    // A new primary of the group aborts the move of the earlier term (or the source gives up
+    // on the target); the slots stay g1's.
+    let ask = if group == 0 { 4 } else { 1 };
+    let aborted = || {
+        let shards = members[ask]
             .client()
             .call("CLUSTER_SHARDS", json!({}))
             .unwrap();
-        let m = (shards["migrations"].as_array().unwrap().iter())
+        (shards["migrations"].as_array().unwrap().iter())
             .find(|m| m["id"] == id.as_str())
-            .cloned();
-        match m {
-            Some(m) if m["state"] == "aborted" => Ok(()),
-            other => Err(format!("the move is not aborted: {other:?}")),
-        }
+            .cloned()
+            .filter(|m| m["state"] == "aborted")
+    };
+    common::lifecycle::wait_until(Duration::from_secs(30), || {
+        aborted()
+            .map(|_| ())
+            .ok_or_else(|| "the move is not aborted yet".to_string())
     });
-    std::thread::sleep(Duration::from_millis(1000)); // writes go on at g1's new primary
+    if fault == Fault::StopTarget {
+        members[hit].signal(libc::SIGCONT);
+    }
+    std::thread::sleep(Duration::from_millis(1000)); // writes go on
     stop.store(true, Ordering::Relaxed);
     let acked: Vec<(String, u64)> = running
         .into_iter()
         .flat_map(|t| t.join().unwrap())
         .collect();
-    let shards = members[4]
+    let m = aborted().unwrap();
+    assert_eq!(m["reason"], reason, "{m}");
+    let shards = members[ask]
         .client()
         .call("CLUSTER_SHARDS", json!({}))
         .unwrap();
-    let m = (shards["migrations"].as_array().unwrap().iter())
-        .find(|m| m["id"] == id.as_str())
-        .cloned()
-        .unwrap();
-    assert_eq!(m["reason"], "source_failover", "{m}");
     assert_eq!(shards["map_epoch"], 1, "{shards}");
-    eprintln!(
-        "source killed mid-move: {m}; {} events acknowledged",
-        acked.len()
-    );
+    eprintln!("{name} mid-move: {m}; {} events acknowledged", acked.len());
     let g1 = primary_addr(&members, 0);
     let at_g1 = check_every_event_once(&addrs, &all, &acked, &g1);
     assert!(at_g1 > 30, "{at_g1}");
-    // The target staged nothing it serves: its primary answers MOVED for the slots.
-    let g2 = primary_addr(&members, 1);
+    // No member of g2 serves the slots: each answers MOVED (the stopped one too, once it runs).
     let (id0, _) = all.iter().find(|(_, s)| moved(*s)).unwrap();
-    let r = refusal(
-        Client::connect_hello(g2.as_str(), "t")
-            .unwrap()
-            .call("GET_INSTANCE", json!({"id": id0})),
-    );
-    assert_eq!(r.0, "MOVED", "{r:?}");
+    for addr in &addrs[3..6] {
+        let Ok(mut c) = Client::connect_hello(addr.as_str(), "t") else {
+            continue;
+        };
+        let r = refusal(c.call("GET_INSTANCE", json!({"id": id0})));
+        assert_eq!(r.0, "MOVED", "{addr}: {r:?}");
+    }
 }

@@ -31,7 +31,9 @@ const RECORDS_PER_READ: usize = 4096;
 /// Bytes of log read per call while catching up.
 const BYTES_PER_READ: usize = 4 << 20;
 /// How long a chunk of images may take to be answered (the target logs and syncs it).
-const CHUNK_ANSWER: Duration = Duration::from_secs(30);
+const CHUNK_ANSWER: Duration = Duration::from_secs(10);
+/// How often a wait on the target looks at both groups' terms.
+const TERMS_EVERY: Duration = Duration::from_millis(100);
 /// Times a broken link to the target is opened again within one move.
 const RELINKS: u32 = 3;
 /// How long the source waits for its copy to show the switch before it lifts the freeze
@@ -111,24 +113,7 @@ impl Run<'_> {
     /// The move is still running and this member still the primary of the term it began
     /// in; the target still has the primary it had.
     fn still_mine(&self) -> Result<(), Reason> {
-        let copy = self.mover.cluster.view.get();
-        let listed = copy
-            .map
-            .as_ref()
-            .is_some_and(|map| map.migrations.iter().any(|x| x.id == self.m.id));
-        if !listed {
-            return Err("cancelled");
-        }
-        let term = |g: &str| copy.groups.get(g).and_then(|v| v.primary.as_ref());
-        match term(&self.m.from) {
-            Some(p)
-                if p.create_rev == self.m.from_rev && p.node_id == self.mover.cluster.node_id => {}
-            _ => return Err("source_failover"),
-        }
-        match term(&self.m.to) {
-            Some(p) if p.create_rev == self.m.to_rev => Ok(()),
-            _ => Err("target_failover"),
-        }
+        still_mine(&self.mover.cluster, self.m)
     }
 
     /// The target's primary address, by the copy.
@@ -177,7 +162,19 @@ impl Run<'_> {
             let Some(link) = self.link.as_mut() else {
                 continue;
             };
-            match link.import(params.clone(), within).await {
+            // Raced with the terms: a failover of either group ends the wait at once.
+            let (cluster, m) = (&self.mover.cluster, self.m);
+            let terms = async {
+                loop {
+                    glommio::timer::sleep(TERMS_EVERY).await;
+                    still_mine(cluster, m)?;
+                }
+            };
+            let answer = futures_lite::future::or(
+                async { Ok::<_, Reason>(link.import(params.clone(), within).await) },
+                terms,
+            );
+            match answer.await? {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) => return Err(refusal(&e)),
                 Err(e) => {
@@ -455,6 +452,28 @@ impl Run<'_> {
         if let Some(link) = self.link.as_mut() {
             let _ = link.import(told, Duration::from_secs(5)).await;
         }
+    }
+}
+
+/// The move is still running and this member still the primary of the term it began
+/// in; the target still has the primary it had.
+fn still_mine(cluster: &Cluster, m: &Migration) -> Result<(), Reason> {
+    let copy = cluster.view.get();
+    let listed = copy
+        .map
+        .as_ref()
+        .is_some_and(|map| map.migrations.iter().any(|x| x.id == m.id));
+    if !listed {
+        return Err("cancelled");
+    }
+    let term = |g: &str| copy.groups.get(g).and_then(|v| v.primary.as_ref());
+    match term(&m.from) {
+        Some(p) if p.create_rev == m.from_rev && p.node_id == cluster.node_id => {}
+        _ => return Err("source_failover"),
+    }
+    match term(&m.to) {
+        Some(p) if p.create_rev == m.to_rev => Ok(()),
+        _ => Err("target_failover"),
     }
 }
 
