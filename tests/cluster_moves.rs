@@ -270,6 +270,25 @@ fn a_third_of_a_group_s_slots_move_under_writes_with_nothing_lost() {
     let before = ticks(&addrs, &all[0].0);
     assert!(before.0.is_empty());
 
+    // Subscriptions at the source covering the moved slots: one WATCH_ALL (of `timed`, whose
+    // one instance is in them) and one WATCH_INSTANCE of that instance.
+    let g1_before = primary_addr(&members, 0);
+    let mut watchers: Vec<Client> = [
+        json!({"machines": ["timed"]}),
+        json!({"instance_id": timed}),
+    ]
+    .iter()
+    .map(|p| {
+        let mut c = Client::connect_hello(g1_before.as_str(), "watcher").unwrap();
+        let op = if p["instance_id"].is_string() {
+            "WATCH_INSTANCE"
+        } else {
+            "WATCH_ALL"
+        };
+        c.call(op, p.clone()).unwrap();
+        c
+    })
+    .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let running = writers(addrs.clone(), all.clone(), stop.clone(), 4);
     std::thread::sleep(Duration::from_millis(700));
@@ -292,6 +311,24 @@ fn a_third_of_a_group_s_slots_move_under_writes_with_nothing_lost() {
         "move: {done} in {took:?}; {} events acknowledged",
         acked.len()
     );
+
+    // Each subscription hears slots_moved, naming the slots, the target and the new epoch.
+    for w in &mut watchers {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let moved_push = loop {
+            let push = w.next_push(Some(Duration::from_millis(200))).unwrap();
+            if let Some(p) = push.filter(|p| p["type"] == "slots_moved") {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "no slots_moved push");
+        };
+        assert_eq!(moved_push["slots"], json!(MOVED), "{moved_push}");
+        assert_eq!(
+            (moved_push["to"].as_str(), moved_push["map_epoch"].as_u64()),
+            (Some("g2"), Some(2)),
+            "{moved_push}"
+        );
+    }
 
     // Every acknowledged event exactly once, on the owner the map names.
     let g2 = primary_addr(&members, 1);

@@ -57,6 +57,8 @@ pub enum MoveCall {
     Drop { move_id: u64 },
     /// The moves this shard stages.
     Staged,
+    /// Source, after the switch: subscriptions covering the slots hear `slots_moved`.
+    Moved(super::subs::SlotsMoved),
     /// Deletes up to `max` live instances whose slot lies outside `owned` (sorted ranges).
     Purge {
         owned: Arc<Vec<(u16, u16)>>,
@@ -188,6 +190,12 @@ impl Shard {
                 )
             }
             MoveCall::Purge { owned, max } => self.purge(&owned, max),
+            MoveCall::Moved(moved) => {
+                let head = self.log.head();
+                let epoch = self.engine.borrow().epoch_of(head);
+                self.subs.slots_moved(self.index, head, epoch, &moved);
+                durable(MoveReply::Done, head)
+            }
         }
     }
 

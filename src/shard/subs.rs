@@ -76,6 +76,15 @@ pub enum Hold {
     Followed,
 }
 
+/// Slots a switch moved away from this shard's group.
+#[derive(Debug, Clone)]
+pub struct SlotsMoved {
+    pub lo: u16,
+    pub hi: u16,
+    pub to: String,
+    pub map_epoch: u64,
+}
+
 /// A shard ends subscriptions of one client executor (`Table::ended` on the front).
 #[derive(Debug)]
 pub struct SubsEnded {
@@ -285,6 +294,48 @@ impl Registry {
                 .outbox
                 .push_message(Needs::NOTHING, ShardMessage::SubsEnded(ended));
         }
+    }
+
+    /// Slots `lo..=hi` moved to group `to` at `map_epoch` (a switch this shard's group made
+    /// as the source, docs/cluster.md "Subscriptions"): every subscription that covered them
+    /// hears `slots_moved` after the events its outbox holds, released once `head` is
+    /// durable; a `WATCH_INSTANCE` of an instance in them gets nothing more from here.
+    pub(super) fn slots_moved(&self, shard: u32, head: u64, epoch: u64, moved: &SlotsMoved) {
+        let in_range = |id: &str| {
+            let s = shards::routing::slot_of(id);
+            moved.lo <= s && s <= moved.hi
+        };
+        let body = format!(
+            r#""type":"slots_moved","slots":[{},{}],"to":{},"map_epoch":{}"#,
+            moved.lo,
+            moved.hi,
+            json!(moved.to),
+            moved.map_epoch
+        )
+        .into_bytes();
+        let at = Push {
+            shard,
+            offset: head,
+            epoch,
+            hold: Hold::No,
+        };
+        let mut removed = 0;
+        for client in self.clients.borrow_mut().iter_mut().flatten() {
+            let covered: Vec<u64> = (client.subs.iter())
+                .filter(|(_, f)| f.instance_id.as_deref().is_none_or(in_range))
+                .map(|(s, _)| *s)
+                .collect();
+            if covered.is_empty() {
+                continue;
+            }
+            self.send(client, &at, covered, body.clone());
+            let before = client.subs.len();
+            client
+                .subs
+                .retain(|(_, f)| !f.instance_id.as_deref().is_some_and(in_range));
+            removed += before - client.subs.len();
+        }
+        self.count.set(self.count.get() - removed);
     }
 
     fn subscribe(&self, client: usize, sub: u64, filter: Filter) {

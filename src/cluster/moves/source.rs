@@ -439,6 +439,18 @@ impl Run<'_> {
         if let Some(link) = self.link.as_mut() {
             let _ = link.import(told, Duration::from_secs(5)).await;
         }
+        // Every subscription that covered the slots hears it, after their last event here.
+        for shard in 0..self.mover.router.shard_count() {
+            let moved = crate::shard::subs::SlotsMoved {
+                lo: self.m.lo,
+                hi: self.m.hi,
+                to: self.m.to.clone(),
+                map_epoch,
+            };
+            let _ = (self.mover.router)
+                .call(shard, moves(MoveCall::Moved(moved)))
+                .await;
+        }
         let shown = Instant::now() + SWITCH_SHOWN_WAIT;
         while self.mover.cluster.view.get().map_epoch() < map_epoch && Instant::now() < shown {
             glommio::timer::sleep(Duration::from_millis(10)).await;
