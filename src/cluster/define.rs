@@ -66,22 +66,7 @@ pub async fn put_machine(router: &Router, cluster: &Cluster, params: Option<Vec<
 
 /// Copies every definition this member's group holds to every other group of the map.
 pub async fn spread(router: &Router, cluster: &Cluster) -> Result<(), Rejection> {
-    let definitions = match router.call(0, ShardCall::MachineEntries).await? {
-        ReplyBody::Entries(entries) => (entries.iter())
-            .filter_map(|e| match e {
-                shards::engine::Entry::PutMachine {
-                    machine,
-                    version,
-                    definition,
-                    ..
-                } => {
-                    Some(json!({"machine": machine, "version": version, "definition": definition}))
-                }
-                _ => None,
-            })
-            .collect::<Vec<_>>(),
-        _ => return Ok(()),
-    };
+    let definitions = held(router).await?;
     if definitions.is_empty() {
         return Ok(());
     }
@@ -89,6 +74,24 @@ pub async fn spread(router: &Router, cluster: &Cluster) -> Result<(), Rejection>
         define_at(cluster, &group, definitions.clone()).await?;
     }
     Ok(())
+}
+
+/// Every definition this member holds, as PUT_MACHINE params (`{machine, version,
+/// definition}`): what `spread` and a move's `begin` carry.
+pub async fn held(router: &Router) -> Result<Vec<Value>, Rejection> {
+    let ReplyBody::Entries(entries) = router.call(0, ShardCall::MachineEntries).await? else {
+        return Ok(Vec::new());
+    };
+    let params = |e: &shards::engine::Entry| match e {
+        shards::engine::Entry::PutMachine {
+            machine,
+            version,
+            definition,
+            ..
+        } => Some(json!({"machine": machine, "version": version, "definition": definition})),
+        _ => None,
+    };
+    Ok(entries.iter().filter_map(params).collect())
 }
 
 /// The map's groups but this member's, by its copy.

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use shards::engine::Entry;
 use shards::wal::LogPin;
 
 use super::super::admin::{self, MoveAnswer, MoveAsk};
@@ -194,23 +193,8 @@ impl Run<'_> {
     }
 
     async fn begin_params(&self) -> Result<Value, Reason> {
-        let entries = match self.mover.router.call(0, ShardCall::MachineEntries).await {
-            Ok(ReplyBody::Entries(e)) => e,
-            _ => return Err("target_refused"),
-        };
-        let definitions: Vec<Value> = (entries.iter())
-            .filter_map(|e| match e {
-                Entry::PutMachine {
-                    machine,
-                    version,
-                    definition,
-                    ..
-                } => {
-                    Some(json!({"machine": machine, "version": version, "definition": definition}))
-                }
-                _ => None,
-            })
-            .collect();
+        let definitions =
+            (super::super::define::held(&self.mover.router).await).map_err(|_| "target_refused")?;
         Ok(self.params("begin", json!({"version": 1, "definitions": definitions})))
     }
 
