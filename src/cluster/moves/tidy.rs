@@ -5,7 +5,8 @@
 //! - instances this member's shards stage for a move that is no longer running go live if
 //!   the copy shows the slots owned here (the switch committed), else are dropped;
 //! - instances of slots the copy says this group does not own are deleted (the source's
-//!   clean-up after a switch), in slices of `PURGE_SLICE`, logged as deletes of reason
+//!   clean-up after a switch), in slices of `PURGE_SLICE`, once per map epoch (a purge walks
+//!   the shard's instances), logged as deletes of reason
 //!   `moved` and replicated, never pushed. It runs only when the copy is at least as new as
 //!   the last move this member took in, so a copy from before a switch never deletes what
 //!   the switch brought.
@@ -36,6 +37,9 @@ pub struct Tidy {
     moved_in_epoch: u64,
     /// Instances still to delete by the last round (CLUSTER_INFO's `cleanup_pending`).
     pub pending: usize,
+    /// The map epoch at which a round found nothing left to delete: ownership changes only
+    /// with the epoch, so the shards are not walked again until it moves.
+    clean_at: Option<u64>,
 }
 
 impl Tidy {
@@ -49,11 +53,15 @@ impl Tidy {
         for shard in 0..router.shard_count() {
             self.settle_staged(router, shard, cluster, &copy, map).await;
         }
-        if copy.map_epoch() >= self.moved_in_epoch {
+        let epoch = copy.map_epoch();
+        if epoch >= self.moved_in_epoch && self.clean_at != Some(epoch) {
             let owned = Arc::new(map.ranges_of(&cluster.group));
             self.pending = 0;
             for shard in 0..router.shard_count() {
                 self.pending += purge(router, shard, &owned).await;
+            }
+            if self.pending == 0 {
+                self.clean_at = Some(epoch);
             }
         }
     }
@@ -109,7 +117,7 @@ async fn purge(router: &Router, shard: u32, owned: &Arc<Vec<(u16, u16)>>) -> usi
             Ok(_) => return 0,
             Err(e) => {
                 log::debug!("cluster: clean-up on shard {shard}: {}", e.message);
-                return 0;
+                return PURGE_SLICE; // not known to be clean: the next round tries again
             }
         }
     }
