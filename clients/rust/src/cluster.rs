@@ -9,12 +9,17 @@ use smdb_protocol::op::{Op, Route};
 pub use smdb_protocol::slot::{crc16_xmodem, routing_key, slot_of, SLOT_COUNT};
 
 use crate::error::{Code, Error};
+use crate::ops::Retry;
+use crate::retry::{next_step, Next, RetryPolicy, Stage};
 
 /// A request follows at most this many `MOVED` (or map changes) before it fails with the last
 /// error (docs/cluster.md, "Clients").
 pub const MAX_REDIRECTS: u32 = 5;
 /// The map is read again at most once per this long.
 pub const REFRESH_EVERY: Duration = Duration::from_millis(100);
+/// The first wait of a routed request that backs off (`TRYAGAIN`, a group without a primary,
+/// a lost primary); it doubles up to the policy's `max_backoff`.
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 
 /// The id an instance op routes by, as the server picks it (`ops::route::route_key`):
 /// `instance_id`, else `id`. `None` for ops that do not route by instance (they go to the
@@ -38,18 +43,25 @@ pub struct SlotMap {
     pub map_epoch: u64,
     /// `(lo, hi, primary address)` ranges by `lo`; no address when the group has no primary.
     ranges: Vec<(u16, u16, Option<String>)>,
+    /// Every member's address, of every group: where the map is read when the seed is gone.
+    nodes: Vec<String>,
 }
 
 impl SlotMap {
     /// The map of a `CLUSTER_SHARDS` result (`shards: [{group, slots, primary, nodes}]`; the
     /// primary is a node id, its address the node's `addr`).
     pub fn from_shards(shards: &Value) -> SlotMap {
-        let mut ranges = Vec::new();
+        let (mut ranges, mut nodes) = (Vec::new(), Vec::new());
         for g in shards["shards"]
             .as_array()
             .map(Vec::as_slice)
             .unwrap_or(&[])
         {
+            let each = g["nodes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            nodes.extend(
+                each.iter()
+                    .filter_map(|n| n["addr"].as_str().map(str::to_string)),
+            );
             let primary = g["primary"].as_str().and_then(|p| {
                 g["nodes"]
                     .as_array()?
@@ -69,6 +81,7 @@ impl SlotMap {
         SlotMap {
             map_epoch: shards["map_epoch"].as_u64().unwrap_or(0),
             ranges,
+            nodes,
         }
     }
 
@@ -88,6 +101,13 @@ impl SlotMap {
         out.sort_unstable();
         out.dedup();
         out
+    }
+}
+
+impl SlotMap {
+    /// Every member's address the map named (live members of every group).
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
     }
 }
 
@@ -116,27 +136,52 @@ impl Refresh {
 pub enum Step {
     /// `MOVED`: resend at once to this address, and refresh the map.
     Moved(String),
-    /// `CLUSTERDOWN` or `NO_PRIMARY` (after the connection's own retries): refresh the map and
-    /// resend if it names another primary.
+    /// `READ_ONLY_MODE` naming the group's primary: resend there at once.
+    Follow(String),
+    /// Nothing executed (`TRYAGAIN`, another retryable refusal): back off, resend to the same
+    /// primary.
+    Wait,
+    /// The group's primary is gone or unknown (`CLUSTERDOWN`, `NO_PRIMARY`, a lost or refused
+    /// connection): back off, forget the connection, read the map again and resend to the
+    /// primary it names.
     Refresh,
     /// Report the error.
     Fail,
 }
 
-/// The cluster step for error `e` (the connection's retry policy already handled `TRYAGAIN`,
-/// backoffs and `READ_ONLY_MODE`).
-pub fn step(e: &Error) -> Step {
-    let Error::Server { code, details, .. } = e else {
-        return Step::Fail;
-    };
-    match code.known() {
-        Some(Code::Moved) => match details["addr"].as_str() {
-            Some(a) if !a.is_empty() => Step::Moved(a.to_string()),
-            _ => Step::Fail,
-        },
-        Some(Code::ClusterDown | Code::NoPrimary) => Step::Refresh,
-        _ => Step::Fail,
+/// The cluster step for error `e` of a request of safety `retry` that failed at `stage` (the
+/// primaries' connections retry nothing themselves: the routing paces every retry, so a lost
+/// primary is left for the map's next one instead of being retried in place).
+pub fn step(e: &Error, retry: Retry, stage: Stage) -> Step {
+    if let Error::Server { code, details, .. } = e {
+        if code.known() == Some(Code::Moved) {
+            return match details["addr"].as_str() {
+                Some(a) if !a.is_empty() => Step::Moved(a.to_string()),
+                _ => Step::Fail,
+            };
+        }
     }
+    match next_step(e, retry, stage) {
+        Next::Fail => Step::Fail,
+        Next::Redirect(p) => Step::Follow(p),
+        Next::Again => Step::Wait,
+        Next::Elsewhere => Step::Refresh,
+    }
+}
+
+/// The wait before routed try `attempt + 1`: `FIRST_BACKOFF` doubling, capped at the
+/// policy's `max_backoff`.
+pub fn backoff(policy: &RetryPolicy, attempt: u32) -> Duration {
+    let shift = attempt.saturating_sub(1).min(16);
+    FIRST_BACKOFF
+        .saturating_mul(1u32 << shift)
+        .min(policy.max_backoff)
+}
+
+/// The options of one group primary's connection: the seed's, retrying nothing (the routing
+/// paces retries, see `step`).
+pub fn member_policy() -> RetryPolicy {
+    RetryPolicy::none()
 }
 
 #[cfg(test)]
@@ -171,6 +216,35 @@ mod tests {
         assert_eq!(m.primary_of(16383), Some("h1:1"));
         assert_eq!(m.primaries(), vec!["h1:1"]);
         assert_eq!(SlotMap::from_shards(&json!({})).primary_of(5), None);
+    }
+
+    #[test]
+    fn a_lost_primary_rereads_the_map_and_only_safe_writes_resend_after_sending() {
+        let w = |v| Error::from_wire(&v);
+        let moved = w(json!({"code":"MOVED","retryable":false,"details":{"addr":"h:2"}}));
+        assert_eq!(
+            step(&moved, Retry::Unsafe, Stage::Sent),
+            Step::Moved("h:2".into())
+        );
+        let frozen = w(json!({"code":"TRYAGAIN","retryable":true,"details":{"slot":3}}));
+        assert_eq!(step(&frozen, Retry::Unsafe, Stage::Sent), Step::Wait);
+        let down = w(json!({"code":"CLUSTERDOWN","retryable":true,"details":{}}));
+        assert_eq!(step(&down, Retry::Unsafe, Stage::Sent), Step::Refresh);
+        let ro = w(json!({"code":"READ_ONLY_MODE","retryable":false,"details":{"primary":"p:1"}}));
+        assert_eq!(
+            step(&ro, Retry::Unsafe, Stage::Sent),
+            Step::Follow("p:1".into())
+        );
+        // A refused connection sent nothing; a lost one may have executed the request.
+        let lost = Error::eof("gone");
+        assert_eq!(step(&lost, Retry::Unsafe, Stage::BeforeSend), Step::Refresh);
+        assert_eq!(step(&lost, Retry::Safe, Stage::Sent), Step::Refresh);
+        assert_eq!(step(&lost, Retry::Unsafe, Stage::Sent), Step::Fail);
+        let conflict = w(json!({"code":"CONFLICT","retryable":false}));
+        assert_eq!(step(&conflict, Retry::Safe, Stage::Sent), Step::Fail);
+        let p = RetryPolicy::failover();
+        let waits: Vec<u128> = (1..10).map(|a| backoff(&p, a).as_millis()).collect();
+        assert_eq!(waits, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
     }
 
     #[test]
