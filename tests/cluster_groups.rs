@@ -12,17 +12,16 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::cluster_writes::{cluster_client, counter_machine, lost_events, writer, Written};
 use common::etcd::Etcd;
 use common::ha::serial;
 use common::*;
-use serde_json::{json, Value};
-use smdb_client::ops::{self, ApplyOptions, BatchMode, CreateOptions};
-use smdb_client::{ConnectOptions, RetryPolicy};
+use serde_json::json;
+use smdb_client::ops::{self, BatchMode, CreateOptions};
 
 const GROUPS: [&str; 3] = ["g1", "g2", "g3"];
 const CREATES: usize = 100_000;
@@ -42,14 +41,6 @@ fn group_of(slot: u16) -> usize {
     }
 }
 
-fn cluster_client(seeds: &[String]) -> smdb_client::Client {
-    let opts = ConnectOptions {
-        retry: RetryPolicy::failover(),
-        ..ConnectOptions::default()
-    };
-    smdb_client::Client::connect_any(seeds, &opts).expect("connect to a seed")
-}
-
 /// The instances each member's group holds: the sum of INFO's per-shard counts on it.
 fn held(s: &Server) -> u64 {
     let info = s.client().call("INFO", json!({})).expect("INFO");
@@ -65,38 +56,6 @@ fn role(s: &Server) -> String {
     (s.client().call("REPLICATION_STATUS", json!({})))
         .map(|r| r["role"].as_str().unwrap_or("").to_string())
         .unwrap_or_else(|_| "down".into())
-}
-
-/// One acknowledged event: instance, mark (w * 1e6 + k), when it was answered.
-type Ack = (String, u64, Instant);
-
-/// Writer `w` applies `tick` with key `w<w>-<k>` to `ids` round-robin until `stop`; returns
-/// its acknowledgements and its failures (text of the error).
-fn writer(
-    seeds: Vec<String>,
-    ids: Vec<String>,
-    w: u64,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<(Vec<Ack>, Vec<String>)> {
-    std::thread::spawn(move || {
-        let mut c = cluster_client(&seeds);
-        let (mut acked, mut failed) = (Vec::new(), Vec::new());
-        let mut k = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            k += 1;
-            let id = &ids[k as usize % ids.len()];
-            let opts = ApplyOptions {
-                idempotency_key: Some(format!("w{w}-{k}")),
-                ..ApplyOptions::default()
-            };
-            let payload = json!({"w": w, "k": k});
-            match c.apply_event_with(id, "tick", Some(&payload), &opts) {
-                Ok(_) => acked.push((id.clone(), w * 1_000_000 + k, Instant::now())),
-                Err(e) => failed.push(format!("{id} k={k}: {e}")),
-            }
-        }
-        (acked, failed)
-    })
 }
 
 #[test]
@@ -119,9 +78,7 @@ fn three_groups_spread_creates_evenly_and_survive_one_primary_s_sigkill() {
     // Every member's copy shows the new map within 1 s of the answer.
     let created = cluster::create(&members, Duration::from_secs(1));
     assert_eq!(created["map_epoch"], 1, "{created}");
-    let counter = json!({"machine": "counter", "version": 1, "definition": {
-        "states": ["open"], "initial": "open",
-        "transitions": [{"from": "open", "event": "tick", "to": "open"}]}});
+    let counter = counter_machine();
     // One PUT reaches every group (forwarded by the group primary it lands on).
     (members[primaries[1]].client())
         .call("PUT_MACHINE", counter)
@@ -129,7 +86,7 @@ fn three_groups_spread_creates_evenly_and_survive_one_primary_s_sigkill() {
 
     let seed = vec![members[3].addr.to_string()];
     let ids = create_spread(&seed, &members);
-    sigkill_one_primary_under_writes(&etcd, &mut members, &primaries, &ids);
+    sigkill_one_primary_under_writes(&mut members, &primaries, &ids);
 }
 
 /// 100k creates through one seed; checks the spread and that no request was redirected.
@@ -177,7 +134,6 @@ fn create_spread(seed: &[String], members: &[Server]) -> Vec<Vec<String>> {
 }
 
 fn sigkill_one_primary_under_writes(
-    etcd: &Etcd,
     members: &mut [Server],
     primaries: &[usize],
     ids: &[Vec<String>],
@@ -189,7 +145,7 @@ fn sigkill_one_primary_under_writes(
         .map(|w| {
             let g = w as usize / 2;
             let mine = ids[g][(w as usize % 2) * 200..(w as usize % 2 + 1) * 200].to_vec();
-            writer(seeds.clone(), mine, w, stop.clone())
+            writer(seeds.clone(), Arc::new(mine), w, stop.clone())
         })
         .collect();
     std::thread::sleep(Duration::from_secs(2));
@@ -211,20 +167,28 @@ fn sigkill_one_primary_under_writes(
     // Sync mode with k = 1: the lone survivor acknowledges g1's writes once a replica is back
     // (docs/ha.md), so the killed member restarts, as its service manager would restart it.
     members[killed].restart_after_kill();
-    std::thread::sleep(Duration::from_secs(5));
+    let back = acknowledged_again(&seeds, &ids[0][400], took_over);
+    std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
-    let results: Vec<(Vec<Ack>, Vec<String>)> = handles
+    let results: Vec<Written> = handles
         .into_iter()
         .map(|h| h.join().expect("a writer"))
         .collect();
-    let _ = etcd;
 
+    eprintln!("g1 acknowledged writes again {back:?} after its follower took over");
+    if std::env::var("SHOW_LOGS").is_ok() {
+        eprintln!(
+            "{}\n----\n{}",
+            members[killed].log(),
+            members[follower].log()
+        );
+    }
     for (w, (acked, failed)) in results.iter().enumerate() {
         let g = w / 2;
         let during = (acked.iter())
-            .filter(|(_, _, at)| *at > kill_at && *at < took_over)
+            .filter(|a| a.answered() > kill_at && a.answered() < took_over)
             .count();
-        let after = acked.iter().filter(|(_, _, at)| *at > took_over).count();
+        let after = (acked.iter()).filter(|a| a.answered() > took_over).count();
         eprintln!(
             "writer {w} ({}): {} acked, {during} while g1 had no primary ({:?}), {after} after, \
              {} failed",
@@ -243,33 +207,28 @@ fn sigkill_one_primary_under_writes(
             assert!(during > 0, "writer {w} ({}) kept writing", GROUPS[g]);
         }
     }
-    let acked: Vec<&Ack> = results.iter().flat_map(|(a, _)| a).collect();
-    every_event_once(&seeds, &acked);
-}
-
-/// Every acknowledged event is in its instance's history exactly once (sync mode: the
-/// killed primary's follower had each one before it was answered).
-fn every_event_once(seeds: &[String], acked: &[&Ack]) {
-    let mut want: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
-    for (id, mark, _) in acked {
-        want.entry(id.as_str()).or_default().insert(*mark);
-    }
-    let mut c = cluster_client(seeds);
-    for (id, marks) in &want {
-        let h =
-            (c.history(id, None, Some(1000))).unwrap_or_else(|e| panic!("history of {id}: {e}"));
-        let got: Vec<u64> = (h.events.iter())
-            .filter(|e| e.event == "tick")
-            .map(|e| mark_of(&e.payload))
-            .collect();
-        let unique: BTreeSet<u64> = got.iter().copied().collect();
-        assert_eq!(unique.len(), got.len(), "{id}: an event twice: {got:?}");
-        let missing: Vec<_> = marks.difference(&unique).collect();
-        assert!(missing.is_empty(), "{id}: acknowledged, lost: {missing:?}");
-    }
+    let acked: Vec<_> = results.iter().flat_map(|(a, _)| a).collect();
+    let lost = lost_events(&seeds, &acked);
+    assert!(lost.is_empty(), "acknowledged, lost: {lost:?}");
     eprintln!("{} acknowledged events, each once", acked.len());
 }
 
-fn mark_of(p: &Value) -> u64 {
-    p["w"].as_u64().unwrap_or(0) * 1_000_000 + p["k"].as_u64().unwrap_or(0)
+/// Waits (at most 60 s) until a write to g1's `id` is acknowledged again (the restarted member
+/// back as a replica); how long after `since` that was.
+fn acknowledged_again(seeds: &[String], id: &str, since: Instant) -> Duration {
+    let mut c = cluster_client(seeds);
+    let deadline = since + Duration::from_secs(60);
+    loop {
+        let opts = ops::ApplyOptions {
+            idempotency_key: Some("probe".into()),
+            ..ops::ApplyOptions::default()
+        };
+        match c.apply_event_with(id, "tick", None, &opts) {
+            Ok(_) => return since.elapsed(),
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "g1 never acknowledged again: {e}"
+            ),
+        }
+    }
 }

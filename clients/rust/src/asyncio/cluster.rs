@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::{lock, Client, ConnectOptions};
-use crate::cluster::{self, slot_of, Refresh, SlotMap, Step, MAX_REDIRECTS};
+use crate::cluster::{self, slot_of, Action, Refresh, Route, SlotMap};
 use crate::error::{Error, Result};
 use crate::fanout;
 use crate::ops::{self, BatchMode, BatchOp, BatchResults, InstancePage, ListFilter, Request};
@@ -136,9 +136,8 @@ impl Client {
         let Some(routing) = self.inner.cluster.get() else {
             return self.run_direct(req).await;
         };
-        let policy = self.inner.opts.retry;
+        let mut route = Route::new(self.inner.opts.retry);
         let mut addr = routing.primary_of(slot);
-        let (mut redirects, mut attempt) = (0, 1);
         loop {
             let again = Request::new(req.op, req.params.clone(), req.retry);
             let (r, stage) = match &addr {
@@ -149,41 +148,32 @@ impl Client {
                 },
                 // No primary known for the slot: wait for the map to name one, else let the
                 // seed say why (`CLUSTERDOWN`).
-                None if attempt < policy.attempts => {
-                    (Err(Error::eof("no primary")), Stage::BeforeSend)
-                }
+                None if route.may_wait() => (Err(Error::eof("no primary")), Stage::BeforeSend),
                 None => return self.run_direct(again).await,
             };
             let e = match r {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            let step = cluster::step(&e, req.retry, stage);
-            let moved = matches!(step, Step::Moved(_));
-            match step {
-                Step::Fail => return Err(e),
-                Step::Moved(to) | Step::Follow(to) => {
-                    if redirects >= MAX_REDIRECTS {
-                        return Err(e);
-                    }
-                    redirects += 1;
-                    if moved {
-                        routing.moved.fetch_add(1, Ordering::Relaxed);
-                        self.refresh_if_due(routing).await;
-                    }
+            match route.after(&e, req.retry, stage) {
+                Action::Fail => return Err(e),
+                Action::Moved(to) => {
+                    routing.moved.fetch_add(1, Ordering::Relaxed);
+                    self.refresh_if_due(routing).await;
                     addr = Some(to);
                 }
-                _ if attempt >= policy.attempts => return Err(e),
-                next => {
-                    tokio::time::sleep(cluster::backoff(&policy, attempt)).await;
-                    attempt += 1;
-                    if next == Step::Refresh {
-                        if let Some(a) = &addr {
-                            routing.forget(a, &e).await;
-                        }
-                        self.refresh_if_due(routing).await;
-                        addr = routing.primary_of(slot);
+                Action::Follow(to) => addr = Some(to),
+                Action::Wait(d, to) => {
+                    tokio::time::sleep(d).await;
+                    addr = to.or(addr);
+                }
+                Action::Refresh(d) => {
+                    tokio::time::sleep(d).await;
+                    if let Some(a) = &addr {
+                        routing.forget(a, &e).await;
                     }
+                    self.refresh_if_due(routing).await;
+                    addr = routing.primary_of(slot);
                 }
             }
         }

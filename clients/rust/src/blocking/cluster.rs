@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde_json::json;
 
 use super::{Client, ConnectOptions};
-use crate::cluster::{self, slot_of, Refresh, SlotMap, Step, MAX_REDIRECTS};
+use crate::cluster::{self, slot_of, Action, Refresh, Route, SlotMap};
 use crate::error::{Error, Result};
 use crate::fanout;
 use crate::ops::{self, BatchMode, BatchOp, BatchResults, InstancePage, ListFilter, Request};
@@ -132,9 +132,8 @@ impl Client {
         req: Request<T>,
         slot: u16,
     ) -> Result<T> {
-        let policy = self.retry_policy();
+        let mut route = Route::new(self.retry_policy());
         let mut addr = self.primary_of(slot);
-        let (mut redirects, mut attempt) = (0, 1);
         loop {
             let again = Request::new(req.op, req.params.clone(), req.retry);
             let (r, stage) = match (&addr, self.cluster.as_mut()) {
@@ -144,40 +143,31 @@ impl Client {
                 },
                 // No primary known for the slot: wait for the map to name one, else let the
                 // seed say why (`CLUSTERDOWN`).
-                _ if attempt < policy.attempts => {
-                    (Err(Error::eof("no primary")), Stage::BeforeSend)
-                }
+                _ if route.may_wait() => (Err(Error::eof("no primary")), Stage::BeforeSend),
                 _ => return self.run_direct(again),
             };
             let e = match r {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            let step = cluster::step(&e, req.retry, stage);
-            let moved = matches!(step, Step::Moved(_));
-            match step {
-                Step::Fail => return Err(e),
-                Step::Moved(to) | Step::Follow(to) => {
-                    if redirects >= MAX_REDIRECTS {
-                        return Err(e);
-                    }
-                    redirects += 1;
-                    if moved {
-                        self.note_moved();
-                    }
+            match route.after(&e, req.retry, stage) {
+                Action::Fail => return Err(e),
+                Action::Moved(to) => {
+                    self.note_moved();
                     addr = Some(to);
                 }
-                _ if attempt >= policy.attempts => return Err(e),
-                next => {
-                    std::thread::sleep(cluster::backoff(&policy, attempt));
-                    attempt += 1;
-                    if next == Step::Refresh {
-                        if let (Some(a), Some(r)) = (&addr, self.cluster.as_mut()) {
-                            r.forget(a, &e);
-                        }
-                        self.refresh_if_due();
-                        addr = self.primary_of(slot);
+                Action::Follow(to) => addr = Some(to),
+                Action::Wait(d, to) => {
+                    std::thread::sleep(d);
+                    addr = to.or(addr);
+                }
+                Action::Refresh(d) => {
+                    std::thread::sleep(d);
+                    if let (Some(a), Some(r)) = (&addr, self.cluster.as_mut()) {
+                        r.forget(a, &e);
                     }
+                    self.refresh_if_due();
+                    addr = self.primary_of(slot);
                 }
             }
         }
