@@ -145,6 +145,6 @@ pub fn info(cluster: &Cluster, role: &str) -> Value {
         "my_role": role,
         "my_slots": mine,
         "migrations_running": copy.map.as_ref().map_or(0, |m| m.migrations.len()),
-        "cleanup_pending": 0,
+        "cleanup_pending": cluster.counters.cleanup_pending.load(std::sync::atomic::Ordering::Relaxed),
     })
 }

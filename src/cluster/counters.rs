@@ -31,6 +31,9 @@ pub struct Counters {
     /// (`svc_cluster_migrations_total{result}`).
     pub done: AtomicU64,
     pub aborted: AtomicU64,
+    /// Slots whose data this member's settling has still to delete (CLUSTER_INFO's
+    /// `cleanup_pending`; `cluster::moves::tidy`).
+    pub cleanup_pending: AtomicU64,
     freezes: Mutex<Option<HistogramSnapshot>>,
 }
 

@@ -282,7 +282,9 @@ async fn running_record(
     keys: &ClusterKeys,
     m: &Migration,
 ) -> Result<MigrationRecord, ClusterError> {
-    Ok(record(etcd, keys, &m.id).await?.unwrap_or_else(|| running(m)))
+    Ok(record(etcd, keys, &m.id)
+        .await?
+        .unwrap_or_else(|| running(m)))
 }
 
 fn fill(record: &mut MigrationRecord, f: &Figures) {

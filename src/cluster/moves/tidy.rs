@@ -11,6 +11,7 @@
 //!   the last move this member took in, so a copy from before a switch never deletes what
 //!   the switch brought.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,11 +36,11 @@ const PURGE_CALLS: usize = 8;
 pub struct Tidy {
     /// The highest map epoch a move this member took in was switched at.
     moved_in_epoch: u64,
-    /// Instances still to delete by the last round (CLUSTER_INFO's `cleanup_pending`).
-    pub pending: usize,
     /// The map epoch at which a round found nothing left to delete: ownership changes only
     /// with the epoch, so the shards are not walked again until it moves.
     clean_at: Option<u64>,
+    /// The ranges the group owned at that epoch (None before the first clean round).
+    owned_when_clean: Option<Vec<(u16, u16)>>,
 }
 
 impl Tidy {
@@ -56,12 +57,16 @@ impl Tidy {
         let epoch = copy.map_epoch();
         if epoch >= self.moved_in_epoch && self.clean_at != Some(epoch) {
             let owned = Arc::new(map.ranges_of(&cluster.group));
-            self.pending = 0;
+            let pending = pending_slots(self.owned_when_clean.as_deref(), &owned);
+            (cluster.counters.cleanup_pending).store(pending, Relaxed);
+            let mut left = 0;
             for shard in 0..router.shard_count() {
-                self.pending += purge(router, shard, &owned).await;
+                left += purge(router, shard, &owned).await;
             }
-            if self.pending == 0 {
+            if left == 0 {
                 self.clean_at = Some(epoch);
+                self.owned_when_clean = Some(owned.to_vec());
+                cluster.counters.cleanup_pending.store(0, Relaxed);
             }
         }
     }
@@ -102,6 +107,16 @@ impl Tidy {
             }
         }
     }
+}
+
+/// CLUSTER_INFO's `cleanup_pending` while a purge has not found everything clean: the slots
+/// owned at the last clean round and not now (before any clean round in this process, every
+/// slot outside `owned`: a crash may have left any of them behind).
+fn pending_slots(when_clean: Option<&[(u16, u16)]>, owned: &[(u16, u16)]) -> u64 {
+    let has = |ranges: &[(u16, u16)], slot: u16| ranges.iter().any(|r| r.0 <= slot && slot <= r.1);
+    (0..smdb_protocol::slot::SLOT_COUNT)
+        .filter(|&s| !has(owned, s) && when_clean.is_none_or(|c| has(c, s)))
+        .count() as u64
 }
 
 /// Deletes what `shard` holds of slots outside `owned`; what is left for the next round.
@@ -154,5 +169,22 @@ async fn abort_old_terms(cluster: &Cluster, copy: &MapCopy, map: &ClusterMap) {
             ),
             Err(e) => log::warn!("cluster: move {}: aborting it: {e}", m.id),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pending_slots;
+
+    #[test]
+    fn pending_slots_are_those_given_up_since_the_last_clean_round() {
+        // g1 owned 0-8191 when clean; a move took 0-2730 away.
+        assert_eq!(pending_slots(Some(&[(0, 8191)]), &[(2731, 8191)]), 2731);
+        // Nothing given up: nothing pending.
+        assert_eq!(pending_slots(Some(&[(0, 8191)]), &[(0, 8191)]), 0);
+        // Slots taken in are not pending.
+        assert_eq!(pending_slots(Some(&[(0, 8191)]), &[(0, 9000)]), 0);
+        // No clean round yet in this process: every slot outside the group's.
+        assert_eq!(pending_slots(None, &[(0, 8191)]), 8192);
     }
 }
