@@ -3,7 +3,9 @@
 //! them: it hears events from both groups, and across a `CLUSTER_MOVE_SLOTS` of a third of
 //! g1's slots to g2 under writes, every acknowledged event of every instance arrives once, in
 //! the order it was written (a moved instance's events before the switch come from g1, those
-//! after it from g2; g2's are held until g1's `slots_moved`).
+//! after it from g2; g2's are held until g1's `slots_moved`). And when g2's member restarts
+//! (on a new port), g2's subscription opens again from its own cursor at the address the map
+//! then names: still every event once, in order.
 
 mod common;
 
@@ -28,11 +30,9 @@ fn moved(id: &str) -> bool {
     MOVED[0] <= s && s <= MOVED[1]
 }
 
-#[test]
-fn watch_all_over_two_groups_keeps_each_instance_s_events_in_order_across_a_move() {
-    let _serial = serial();
-    let etcd = Etcd::start(1);
-    let (_dirs, members, _) = cluster::start_groups(&etcd, "watch", &GROUPS, 1);
+/// Two groups of one member, the map made, `counter` defined; the seed is g1's member.
+fn start(etcd: &Etcd, cluster: &str) -> (Vec<tempfile::TempDir>, Vec<Server>) {
+    let (dirs, members, _) = cluster::start_groups(etcd, cluster, &GROUPS, 1);
     cluster::create(&members, Duration::from_secs(2));
     let counter = json!({"machine": "counter", "version": 1, "definition": {
         "states": ["open"], "initial": "open",
@@ -41,33 +41,111 @@ fn watch_all_over_two_groups_keeps_each_instance_s_events_in_order_across_a_move
         .client()
         .call("PUT_MACHINE", counter)
         .expect("PUT_MACHINE");
-    let seed = members[0].addr.to_string();
-    let ids: Vec<String> = (0..120).map(|i| format!("w-{i}")).collect();
-    assert!(ids.iter().filter(|id| moved(id)).count() > 10);
+    (dirs, members)
+}
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let opts = ConnectOptions {
-            retry: RetryPolicy::failover(),
-            ..ConnectOptions::default()
-        };
-        let c = asyncio::Client::connect(&seed, opts)
-            .await
-            .expect("connect");
+        .expect("runtime")
+}
+
+async fn client(seed: &str, ids: &[String]) -> asyncio::Client {
+    let opts = ConnectOptions {
+        retry: RetryPolicy::failover(),
+        ..ConnectOptions::default()
+    };
+    let c = asyncio::Client::connect(seed, opts).await.expect("connect");
+    for id in ids {
+        let r = (c.create_instance("counter", 1, id, &json!({}), &CreateOptions::default())).await;
+        r.unwrap_or_else(|e| panic!("create {id}: {e}"));
+    }
+    c
+}
+
+fn ticks() -> WatchAllFilter {
+    WatchAllFilter {
+        events: vec!["tick".into()],
+        ..WatchAllFilter::default()
+    }
+}
+
+#[test]
+fn a_group_s_subscription_resumes_from_its_cursor_after_its_member_restarts() {
+    let _serial = serial();
+    let etcd = Etcd::start(1);
+    let (_dirs, mut members) = start(&etcd, "watch-restart");
+    let seed = members[0].addr.to_string();
+    let ids: Vec<String> = (0..40).map(|i| format!("r-{i}")).collect();
+    let rt = runtime();
+    let (c, mut sub) = rt.block_on(async {
+        let c = client(&seed, &ids).await;
+        let sub = c.subscribe_all(ticks()).await.expect("subscribe_all");
+        (c, sub)
+    });
+    let mut acked: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut tick_all = |c: &asyncio::Client, k: u64| {
+        rt.block_on(async {
+            for id in &ids {
+                let (payload, opts) = (json!({"k": k}), ApplyOptions::default());
+                let r = c.apply_event(id, "tick", Some(&payload), &opts).await;
+                r.unwrap_or_else(|e| panic!("{id} {k}: {e}"));
+            }
+        });
         for id in &ids {
-            let r =
-                (c.create_instance("counter", 1, id, &json!({}), &CreateOptions::default())).await;
-            r.unwrap_or_else(|e| panic!("create {id}: {e}"));
+            acked.entry(id.clone()).or_default().push(k);
         }
-        let filter = WatchAllFilter {
-            events: vec!["tick".into()],
-            ..WatchAllFilter::default()
-        };
-        let mut sub = c.subscribe_all(filter).await.expect("subscribe_all");
+    };
+    for k in 1..=5 {
+        tick_all(&c, k);
+    }
+    // g2's member stops cleanly and comes back on a new port: its subscription's connection
+    // is gone, and the map names the new address once the member is primary again.
+    members[1].terminate();
+    members[1].restart_after_kill();
+    common::ha::one_primary(&[&members[1]], Duration::from_secs(20));
+    let c = rt.block_on(async {
+        // A fresh client: this one's routing would still know g2's old address.
+        let fresh = client(&seed, &[]).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !all_up(&fresh, &ids).await {
+            assert!(Instant::now() < deadline, "g2 never served again");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            fresh.refresh_cluster_map().await;
+        }
+        fresh
+    });
+    for k in 6..=10 {
+        tick_all(&c, k);
+    }
+    let total: usize = acked.values().map(Vec::len).sum();
+    let got = rt.block_on(collect(&mut sub, total));
+    check_in_order(&acked, &got);
+}
+
+/// Whether every instance answers a read.
+async fn all_up(c: &asyncio::Client, ids: &[String]) -> bool {
+    for id in ids {
+        if c.get_instance(id).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+#[test]
+fn watch_all_over_two_groups_keeps_each_instance_s_events_in_order_across_a_move() {
+    let _serial = serial();
+    let etcd = Etcd::start(1);
+    let (_dirs, members) = start(&etcd, "watch");
+    let seed = members[0].addr.to_string();
+    let ids: Vec<String> = (0..120).map(|i| format!("w-{i}")).collect();
+    assert!(ids.iter().filter(|id| moved(id)).count() > 10);
+    runtime().block_on(async {
+        let c = client(&seed, &ids).await;
+        let mut sub = c.subscribe_all(ticks()).await.expect("subscribe_all");
 
         let stop = Arc::new(AtomicBool::new(false));
         let writers: Vec<_> = (0..4)
@@ -148,14 +226,26 @@ async fn collect(sub: &mut Subscription, want: usize) -> Got {
     got
 }
 
-fn check(acked: &BTreeMap<String, Vec<u64>>, got: &Got) {
-    let mut groups: BTreeMap<String, usize> = BTreeMap::new();
-    let mut both = 0;
+/// Each instance's events exactly as acknowledged: every one once, in order.
+fn check_in_order(acked: &BTreeMap<String, Vec<u64>>, got: &Got) {
     for (id, want) in acked {
         let seen = got.get(id).cloned().unwrap_or_default();
         let ks: Vec<u64> = seen.iter().map(|(k, _)| *k).collect();
         assert_eq!(&ks, want, "{id}: every event once, in order ({seen:?})");
-        for (_, g) in &seen {
+    }
+    let extra: Vec<&String> = got.keys().filter(|id| !acked.contains_key(*id)).collect();
+    assert!(
+        extra.is_empty(),
+        "events of instances never written: {extra:?}"
+    );
+}
+
+fn check(acked: &BTreeMap<String, Vec<u64>>, got: &Got) {
+    check_in_order(acked, got);
+    let mut groups: BTreeMap<String, usize> = BTreeMap::new();
+    let mut both = 0;
+    for (id, seen) in got {
+        for (_, g) in seen {
             *groups.entry(g.clone()).or_default() += 1;
         }
         if moved(id) {
@@ -170,11 +260,6 @@ fn check(acked: &BTreeMap<String, Vec<u64>>, got: &Got) {
             }
         }
     }
-    let extra: Vec<&String> = got.keys().filter(|id| !acked.contains_key(*id)).collect();
-    assert!(
-        extra.is_empty(),
-        "events of instances never written: {extra:?}"
-    );
     eprintln!("events by group: {groups:?}; {both} moved instances heard from both");
     assert!(groups.get("g1").copied().unwrap_or(0) > 0, "{groups:?}");
     assert!(groups.get("g2").copied().unwrap_or(0) > 0, "{groups:?}");
