@@ -145,8 +145,12 @@ class ClusterWatch:
         named = _fanout.decode_cursor(start) if start and start.startswith(_fanout.CURSOR_PREFIX) else {}
         for _ in range(OPEN_TRIES):
             epoch, gs = groups(await seed._direct("CLUSTER_SHARDS", {}, safe=True))
-            for name, addr, _ in gs:
-                await w._watch(name, addr, named.get(name, start))
+            try:
+                for name, addr, _ in gs:
+                    await w._watch(name, addr, named.get(name, start))
+            except BaseException:
+                await w._close_subs()
+                raise
             # A move that switched while they opened gave no slots_moved to a subscription
             # opened after it: open them all again under one epoch.
             again, _ = groups(await seed._direct("CLUSTER_SHARDS", {}, safe=True))

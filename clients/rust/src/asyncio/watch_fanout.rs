@@ -59,7 +59,15 @@ pub(super) async fn subscribe_all(seed: &Client, filter: WatchAllFilter) -> Resu
         let (epoch, gs) = read_map(seed).await?;
         let mut opened = Vec::new();
         for g in &gs {
-            opened.push(Opened::open(seed, g, &filter, from(&g.name)).await?);
+            match Opened::open(seed, g, &filter, from(&g.name)).await {
+                Ok(o) => opened.push(o),
+                Err(e) => {
+                    for o in opened {
+                        o.unwatch().await;
+                    }
+                    return Err(e);
+                }
+            }
         }
         // A move that switched while they opened gave no slots_moved to a subscription
         // opened after it: open them all again under one epoch.
