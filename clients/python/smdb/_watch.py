@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover
 JSON = Any
 #: How often the map is read again to find groups it gained.
 MAP_EVERY = 1.0
+#: How long a reopened group's hand-over of moved slots waits for a live push of their shard
+#: (its replay over) before it goes ahead.
+HANDOVER_WAIT = 2.0
 #: Tries to open every group's subscription under one map epoch.
 OPEN_TRIES = 5
 
@@ -60,6 +63,8 @@ class Order:
         #: The groups watched, with their shard count (0: not known yet).
         self.shards: Dict[str, int] = {}
         self.held: Dict[str, Deque[JSON]] = {}
+        #: By group reopened: slots to hand over to another group once its replay is over.
+        self.pending: Dict[str, List[Tuple[int, str]]] = {}
         for name, _, ranges in gs:
             for lo, hi in ranges:
                 for s in range(lo, min(hi, SLOT_COUNT - 1) + 1):
@@ -89,14 +94,39 @@ class Order:
                 self.owner[s] = to
         return self._release()
 
-    def adopt(self, group: str, gs: List[Tuple[str, Optional[str], List[Tuple[int, int]]]]) -> List[JSON]:
+    def reopened(self, group: str, gs: List[Tuple[str, Optional[str], List[Tuple[int, int]]]]) -> None:
         """After ``group``'s subscription was opened again (a ``slots_moved`` may have gone with
-        its connection): slots the streams give it but the fresh map gives another pass."""
+        its connection): the slots the streams give it but the fresh map gives another are to
+        pass to that one once the reopened replay is over, shard by shard (``live``), or when
+        the wait for that ends (``expire``). A replay carries no ``slots_moved``, and it may
+        still bring older events of those slots."""
+        moves = []
         for name, _, ranges in gs:
             for lo, hi in ranges:
                 for s in range(lo, min(hi, SLOT_COUNT - 1) + 1):
                     if self.owner[s] == group and name != group:
-                        self.owner[s] = name
+                        moves.append((s, name))
+        self.pending[group] = moves
+
+    def live(self, group: str, shard: int) -> List[JSON]:
+        """A live push (not replayed) of ``group``'s shard ``shard``: its slots pending a
+        hand-over pass; the events that releases."""
+        n = self.shards.get(group) or 0
+        moves = self.pending.get(group) or []
+        now = [m for m in moves if n == 0 or m[0] % n == shard]
+        self.pending[group] = [m for m in moves if not (n == 0 or m[0] % n == shard)]
+        return self._hand_over(group, now)
+
+    def expire(self, group: str) -> List[JSON]:
+        """The wait for ``group``'s replay is over: every slot pending a hand-over passes."""
+        return self._hand_over(group, self.pending.pop(group, []))
+
+    def _hand_over(self, group: str, moves: List[Tuple[int, str]]) -> List[JSON]:
+        if not moves:
+            return []
+        for s, to in moves:
+            if self.owner[s] == group:
+                self.owner[s] = to
         return self._release()
 
     def _release(self) -> List[JSON]:
@@ -129,6 +159,8 @@ class ClusterWatch:
         self._received: Dict[str, str] = {}
         self._cursors: Dict[str, str] = {}
         self._reconnects: Dict[str, int] = {}
+        #: Groups opened again, since when (their hand-over waits at most HANDOVER_WAIT).
+        self._reopened: Dict[str, float] = {}
         self._in: "asyncio.Queue[Tuple[str, Any]]" = asyncio.Queue()
         self._ready: Deque[Any] = deque()
         self._out: "asyncio.Queue[Any]" = asyncio.Queue(256)
@@ -255,11 +287,12 @@ class ClusterWatch:
                 try:
                     group, msg = await asyncio.wait_for(self._in.get(), MAP_EVERY)
                 except asyncio.TimeoutError:
-                    await self._watch_new_groups()
-                    continue
+                    group, msg = "", None
                 if time.monotonic() >= self._next_map:
                     await self._watch_new_groups()
-                await self._handle(group, msg)
+                self._expire()
+                if msg is not None:
+                    await self._handle(group, msg)
                 self._publish()
                 while self._ready:
                     item = self._ready.popleft()
@@ -268,6 +301,13 @@ class ClusterWatch:
                         return
         except Exception as e:  # noqa: BLE001 - handed to the consumer, which ends
             await self._out.put(e)
+
+    def _expire(self) -> None:
+        """Hand-overs of groups reopened ``HANDOVER_WAIT`` ago that still wait go ahead."""
+        now = time.monotonic()
+        for g in [g for g, at in self._reopened.items() if now - at >= HANDOVER_WAIT]:
+            del self._reopened[g]
+            self._ready.extend(self.order.expire(g))
 
     async def _handle(self, group: str, msg: Any) -> None:
         if isinstance(msg, SubscriptionLagged):
@@ -279,10 +319,14 @@ class ClusterWatch:
             return
         sub = self.subs.get(group)
         if sub is not None and sub.reconnects != self._reconnects.get(group):
-            # Opened again: a slots_moved may have gone with the connection.
+            # Opened again: a slots_moved may have gone with the connection; the fresh map
+            # says who owns what once the replay is over (``Order.reopened``).
             self._reconnects[group] = sub.reconnects
             _, gs = groups(await self.seed._direct("CLUSTER_SHARDS", {}, safe=True))
-            self._ready.extend(self.order.adopt(group, gs))
+            self.order.reopened(group, gs)
+            self._reopened[group] = time.monotonic()
+        if isinstance(msg.get("shard"), int) and not msg.get("replayed"):
+            self._ready.extend(self.order.live(group, msg["shard"]))
         cursor = msg.get("cursor")
         if isinstance(cursor, str):
             self._received[group] = cursor

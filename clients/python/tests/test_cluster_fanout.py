@@ -56,10 +56,19 @@ def test_a_moved_slot_s_events_wait_for_the_source_s_slots_moved() -> None:
     assert o.moved("g1", {"slots": [800, 900], "to": "g2", "shard": 1}) == []
     assert [e["n"] for e in o.moved("g1", {"slots": [800, 900], "to": "g2", "shard": 0})] == [5, 6]
     assert o.event("g2", ev("hello", 7)) is not None
-    # After a reopen the fresh map hands over slots whose slots_moved was lost.
-    o2 = Order(gs)
-    o2.saw("g1", "c1-0")
-    o2.saw("g2", "c1-0")
-    assert o2.event("g2", ev("hello", 5)) is None
+    # After a reopen the fresh map hands over slots whose slots_moved was lost, once the
+    # reopened group's replay of their shard is over (a live push), or the wait ends.
     now = [("g1", "h:1", [(0, 799), (901, 8191)]), ("g2", "h:2", [(800, 900), (8192, 16383)])]
-    assert len(o2.adopt("g1", now)) == 1 and not o2.holds("g2")
+    for end in ("live", "expire"):
+        o2 = Order(gs)
+        o2.saw("g1", "c1-0-0")
+        o2.saw("g2", "c1-0")
+        assert o2.event("g2", ev("hello", 5)) is None
+        o2.reopened("g1", now)
+        assert o2.event("g1", ev("hello", 4)) is not None  # replayed, older: still first
+        if end == "live":
+            assert o2.live("g1", 1) == []  # slot 866 is shard 0's of two
+            assert len(o2.live("g1", 0)) == 1
+        else:
+            assert len(o2.expire("g1")) == 1
+        assert not o2.holds("g2")

@@ -106,6 +106,8 @@ pub struct Order {
     shards: BTreeMap<usize, usize>,
     /// Events held, by group, in the order they came.
     held: BTreeMap<usize, VecDeque<Event>>,
+    /// By group reopened: slots to hand over to another group once its replay is over.
+    pending: BTreeMap<usize, Vec<(u16, usize)>>,
 }
 
 impl Order {
@@ -116,6 +118,7 @@ impl Order {
             owner: vec![None; usize::from(SLOT_COUNT)],
             shards: BTreeMap::new(),
             held: BTreeMap::new(),
+            pending: BTreeMap::new(),
         };
         for g in groups {
             let i = o.index(&g.name);
@@ -178,18 +181,62 @@ impl Order {
 
     /// After `group`'s subscription was opened again (a `slots_moved` may have been lost with
     /// its connection): the slots the streams give it but `groups` (a fresh map) give another
-    /// pass to that one; returns the events that releases.
-    pub fn adopt(&mut self, group: &str, groups: &[Group]) -> Vec<Event> {
+    /// are to pass to that one once the reopened stream's replay is over, shard by shard
+    /// (`live`), or when the wait for that ends (`expire`). A replay carries no `slots_moved`,
+    /// and it may still bring older events of those slots.
+    pub fn reopened(&mut self, group: &str, groups: &[Group]) {
         let from = self.index(group);
+        let mut moves = Vec::new();
         for g in groups {
             let to = self.index(&g.name);
             for &(lo, hi) in &g.slots {
                 for s in lo..=hi.min(SLOT_COUNT - 1) {
-                    let o = &mut self.owner[usize::from(s)];
-                    if *o == Some(from) && to != from {
-                        *o = Some(to);
+                    if self.owner[usize::from(s)] == Some(from) && to != from {
+                        moves.push((s, to));
                     }
                 }
+            }
+        }
+        self.pending.insert(from, moves);
+    }
+
+    /// A live push (not replayed) of `group`'s shard `shard`: that shard's replay is over,
+    /// so its slots pending a hand-over pass; returns the events that releases.
+    pub fn live(&mut self, group: &str, shard: u32) -> Vec<Event> {
+        let from = self.index(group);
+        let n = self.shards.get(&from).copied().unwrap_or(0);
+        let Some(moves) = self.pending.get_mut(&from) else {
+            return Vec::new();
+        };
+        let (now, later) = moves
+            .drain(..)
+            .partition(|(s, _)| n == 0 || usize::from(*s) % n == shard as usize);
+        *moves = later;
+        self.hand_over(from, now)
+    }
+
+    /// The wait for `group`'s replay is over: every slot pending a hand-over passes.
+    pub fn expire(&mut self, group: &str) -> Vec<Event> {
+        let from = self.index(group);
+        let moves = self.pending.remove(&from).unwrap_or_default();
+        self.hand_over(from, moves)
+    }
+
+    /// Whether `group` has slots pending a hand-over.
+    pub fn pending(&self, group: &str) -> bool {
+        (self.names.iter().position(|n| n == group))
+            .and_then(|i| self.pending.get(&i))
+            .is_some_and(|m| !m.is_empty())
+    }
+
+    fn hand_over(&mut self, from: usize, moves: Vec<(u16, usize)>) -> Vec<Event> {
+        if moves.is_empty() {
+            return Vec::new();
+        }
+        for (s, to) in moves {
+            let o = &mut self.owner[usize::from(s)];
+            if *o == Some(from) {
+                *o = Some(to);
             }
         }
         self.release()
@@ -289,15 +336,29 @@ mod tests {
     }
 
     #[test]
-    fn a_fresh_map_hands_over_slots_after_a_reopen() {
+    fn a_fresh_map_hands_over_slots_once_the_reopened_replay_is_over() {
         let mut o = Order::new(&two());
-        o.opened("g1", "c1-0");
+        o.opened("g1", "c1-0-0");
         o.opened("g2", "c1-0");
         assert!(o.event("g2", ev("hello", 5)).is_none());
         let mut now = two();
         now[0].slots = vec![(0, 799), (901, 8191)];
         now[1].slots = vec![(800, 900), (8192, 16383)];
-        assert_eq!(o.adopt("g1", &now).len(), 1);
+        o.reopened("g1", &now);
+        assert!(o.pending("g1"));
+        // g1 replays an older event of hello: it still comes first.
+        assert!(o.event("g1", ev("hello", 4)).is_some());
+        // A live push of g1's shard 1 hands over nothing of slot 866 (866 mod 2 = 0).
+        assert!(o.live("g1", 1).is_empty());
+        assert_eq!(o.live("g1", 0).len(), 1);
         assert_eq!(o.held(), 0);
+        // Or the wait ends.
+        let mut o = Order::new(&two());
+        o.opened("g1", "c1-0");
+        o.opened("g2", "c1-0");
+        assert!(o.event("g2", ev("hello", 5)).is_none());
+        o.reopened("g1", &now);
+        assert_eq!(o.expire("g1").len(), 1);
+        assert!(!o.pending("g1"));
     }
 }

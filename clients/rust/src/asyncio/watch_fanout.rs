@@ -26,6 +26,9 @@ use smdb_protocol::op::Op;
 
 /// How often the map is read again to find groups it gained.
 const MAP_EVERY: Duration = Duration::from_secs(1);
+/// How long a reopened group's hand-over of moved slots waits for a live push of their shard
+/// (its replay over) before it goes ahead.
+const HANDOVER_WAIT: Duration = Duration::from_secs(2);
 /// Tries to open every group's subscription under one map epoch.
 const OPEN_TRIES: u32 = 5;
 
@@ -86,6 +89,7 @@ pub(super) async fn subscribe_all(seed: &Client, filter: WatchAllFilter) -> Resu
         filter,
         readers: BTreeMap::new(),
         tx,
+        reopened: BTreeMap::new(),
         received: BTreeMap::new(),
         cursors: BTreeMap::new(),
         cursor: Arc::new(Mutex::new(None)),
@@ -258,6 +262,9 @@ struct Merger {
     filter: WatchAllFilter,
     readers: BTreeMap<String, JoinHandle<()>>,
     tx: Tx,
+    /// Groups opened again, since when (their hand-over waits for their replay, at most
+    /// `HANDOVER_WAIT`).
+    reopened: BTreeMap<String, Instant>,
     /// Each group's cursor as received, and as delivered (kept before its first held event).
     received: BTreeMap<String, String>,
     cursors: BTreeMap<String, String>,
@@ -283,6 +290,21 @@ impl Merger {
             tx: self.tx.clone(),
         };
         self.readers.insert(group, tokio::spawn(reader.run(open)));
+    }
+
+    /// The hand-overs of groups reopened `HANDOVER_WAIT` ago or more that are still pending:
+    /// their replay is taken as over.
+    fn expire(&mut self, order: &mut Order) -> Vec<Result<Event>> {
+        let due: Vec<String> = (self.reopened.iter())
+            .filter(|(_, at)| at.elapsed() >= HANDOVER_WAIT)
+            .map(|(g, _)| g.clone())
+            .collect();
+        let mut out = Vec::new();
+        for g in due {
+            self.reopened.remove(&g);
+            out.extend(order.expire(&g).into_iter().map(Ok));
+        }
+        out
     }
 
     /// Watches the groups of a fresh map it does not watch yet, from all they retain.
@@ -316,17 +338,16 @@ impl Merger {
     ) {
         let mut tick = tokio::time::interval(MAP_EVERY);
         loop {
-            let (group, msg) = tokio::select! {
+            let (events, fail) = tokio::select! {
                 m = rx.recv() => match m {
-                    Some(m) => m,
+                    Some((group, msg)) => self.handle(&mut order, &group, msg).await,
                     None => return,
                 },
                 _ = tick.tick() => {
                     self.watch_new_groups().await;
-                    continue;
+                    (self.expire(&mut order), None)
                 }
             };
-            let (events, fail) = self.handle(&mut order, &group, msg).await;
             for e in events {
                 if out.send(e).await.is_err() {
                     return;
@@ -352,14 +373,20 @@ impl Merger {
             Msg::Opened { from, answered } => {
                 order.opened(group, &answered);
                 self.received.insert(group.to_string(), from);
-                // A slots_moved lost with the connection: the fresh map says who owns what.
+                // A slots_moved lost with the connection: the fresh map says who owns what,
+                // once the replay is over (`Order::reopened`).
                 if let Ok((_, gs)) = read_map(&self.seed).await {
-                    out.extend(order.adopt(group, &gs).into_iter().map(Ok));
+                    order.reopened(group, &gs);
+                    self.reopened.insert(group.to_string(), Instant::now());
                 }
             }
             Msg::Push(push) => {
                 if let Some(c) = push["cursor"].as_str() {
                     self.received.insert(group.to_string(), c.to_string());
+                }
+                let shard = push["shard"].as_u64().and_then(|k| u32::try_from(k).ok());
+                if let Some(k) = shard.filter(|_| push["replayed"] != true) {
+                    out.extend(order.live(group, k).into_iter().map(Ok));
                 }
                 if push["type"] == "slots_moved" {
                     if let Some(m) = SlotsMoved::parse(&push) {
