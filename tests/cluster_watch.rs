@@ -107,7 +107,7 @@ fn a_group_s_subscription_resumes_from_its_cursor_after_its_member_restarts() {
     members[1].restart_after_kill();
     common::ha::one_primary(&[&members[1]], Duration::from_secs(20));
     let c = rt.block_on(async {
-        // A fresh client: this one's routing would still know g2's old address.
+        // A fresh client, so the writes do not hang on how the first one finds g2 again.
         let fresh = client(&seed, &[]).await;
         let deadline = Instant::now() + Duration::from_secs(20);
         while !all_up(&fresh, &ids).await {

@@ -82,6 +82,9 @@ pub struct MigrationRecord {
     pub freeze_ms: u64,
     #[serde(default)]
     pub attempts: u32,
+    /// Bytes of instance images the source shipped.
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 /// One step of a rebalance: move `lo..=hi` from `from` to `to`.

@@ -5,6 +5,7 @@
 pub mod balancer;
 pub mod cdp;
 pub mod cluster;
+pub mod cluster_writes;
 pub mod etcd;
 pub mod ha;
 pub mod http;

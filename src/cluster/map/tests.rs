@@ -48,6 +48,7 @@ fn the_value_is_the_documented_json() {
         entries: 0,
         freeze_ms: 0,
         attempts: 0,
+        bytes: 0,
     };
     let v = serde_json::to_value(&record).unwrap();
     assert_eq!(v["state"], "aborted");

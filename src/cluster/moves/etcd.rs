@@ -25,6 +25,8 @@ pub struct Figures {
     pub entries: u64,
     pub freeze_ms: u64,
     pub attempts: u32,
+    /// Bytes of instance images shipped (the throttle's measure).
+    pub bytes: u64,
 }
 
 /// The map and its `mod_revision`.
@@ -139,23 +141,9 @@ pub async fn start(
             to_epoch: tl.epoch,
             started_at_ms,
         };
+        let record = running(&migration);
         let mut next = map.clone();
         next.migrations.push(migration);
-        let record = MigrationRecord {
-            id: id.clone(),
-            lo,
-            hi,
-            from: from.clone(),
-            to: to.to_string(),
-            state: MigrationState::Running,
-            reason: None,
-            started_at_ms,
-            finished_at_ms: None,
-            instances: 0,
-            entries: 0,
-            freeze_ms: 0,
-            attempts: 0,
-        };
         let txn = Txn::new()
             .when([
                 Compare::mod_revision(keys.map(), CompareOp::Equal, rev),
@@ -269,12 +257,9 @@ async fn settled(etcd: &Etcd, keys: &ClusterKeys, id: &str) -> Result<Switched, 
     }
 }
 
-async fn running_record(
-    etcd: &Etcd,
-    keys: &ClusterKeys,
-    m: &Migration,
-) -> Result<MigrationRecord, ClusterError> {
-    Ok(record(etcd, keys, &m.id).await?.unwrap_or(MigrationRecord {
+/// The record of move `m` as it starts: running, no figures yet.
+fn running(m: &Migration) -> MigrationRecord {
+    MigrationRecord {
         id: m.id.clone(),
         lo: m.lo,
         hi: m.hi,
@@ -288,7 +273,16 @@ async fn running_record(
         entries: 0,
         freeze_ms: 0,
         attempts: 0,
-    }))
+        bytes: 0,
+    }
+}
+
+async fn running_record(
+    etcd: &Etcd,
+    keys: &ClusterKeys,
+    m: &Migration,
+) -> Result<MigrationRecord, ClusterError> {
+    Ok(record(etcd, keys, &m.id).await?.unwrap_or_else(|| running(m)))
 }
 
 fn fill(record: &mut MigrationRecord, f: &Figures) {
@@ -296,6 +290,7 @@ fn fill(record: &mut MigrationRecord, f: &Figures) {
     record.entries = f.entries;
     record.freeze_ms = f.freeze_ms;
     record.attempts = f.attempts;
+    record.bytes = f.bytes;
 }
 
 /// The abort (step 7): the move removed from the map (no epoch change) and its record

@@ -10,7 +10,8 @@
 //!   entries, invisible until the switch;
 //! - `end {}`: everything before it is durable (every earlier step answered so);
 //! - `switched {map_epoch}` / `aborted {}`: the outcome, applied on every shard (the clean-up
-//!   task does the same from the copy, whichever comes first);
+//!   task does the same from the copy, whichever comes first); `switched` is answered once
+//!   this member's copy shows `map_epoch` (or after `COPY_WAIT`);
 //! - `define {definitions}`, no move's: definitions another group's primary forwards
 //!   (`cluster::define`).
 //!
@@ -80,6 +81,7 @@ pub async fn answer(
                 map_epoch,
             })
             .await?;
+            copy_shows(cluster, map_epoch).await;
             return Ok(json!({}));
         }
         "aborted" => {
@@ -111,6 +113,18 @@ pub async fn answer(
         }
     }
     Ok(json!({}))
+}
+
+/// Waits (at most `COPY_WAIT`) until this member's copy shows `map_epoch`, the copy read at
+/// once: the source lifts its freeze only after this answer, so from then on both groups'
+/// primaries route the moved slots alike (a client is not sent back and forth between a
+/// source that gave them up and a target whose copy does not show it yet).
+async fn copy_shows(cluster: &Cluster, map_epoch: u64) {
+    let until = Instant::now() + COPY_WAIT;
+    cluster.wake.signal();
+    while cluster.view.get().map_epoch() < map_epoch && Instant::now() < until {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Stages `images` of move `move_id` on their shards, sent to every shard before any answer

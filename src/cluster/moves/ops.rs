@@ -114,6 +114,7 @@ fn record_json(r: &MigrationRecord) -> Value {
         "entries": r.entries,
         "freeze_ms": r.freeze_ms,
         "attempts": r.attempts,
+        "bytes": r.bytes,
     })
 }
 

@@ -275,6 +275,7 @@ impl Run<'_> {
         let params = self.params("images", json!({ "images": images }));
         self.send(params, CHUNK_ANSWER).await?;
         self.sent += bytes as u64;
+        self.figures.bytes = self.sent;
         self.throttle().await;
         Ok(())
     }

@@ -2,12 +2,11 @@
 //! (`blocking::cluster`) with the same shared map logic (`crate::cluster`). A client made by
 //! `connect` whose seed's HELLO lists the `"cluster"` feature reads the slot map with
 //! `CLUSTER_SHARDS` and sends each instance op to its slot's group primary, over one client
-//! per primary opened on first use with the seed's options, so each retries as §12 says
-//! (`TRYAGAIN`, `CLUSTERDOWN` and `NO_PRIMARY` with backoff, `READ_ONLY_MODE` to the named
-//! primary, lost connections). On top of that: `MOVED` resends at once to `details.addr` and
-//! refreshes the map (at most once per 100 ms); `CLUSTERDOWN` / `NO_PRIMARY` that outlast the
-//! retries refresh it and resend when it names another primary; at most `MAX_REDIRECTS` per
-//! request. A best-effort BATCH is split by group primary and LIST_INSTANCES asks every group
+//! per primary opened on first use. Those clients retry nothing themselves; the routing paces
+//! every retry under the seed's policy (`crate::cluster::step`), as the blocking client does:
+//! `MOVED` at once (at most `MAX_REDIRECTS`), `TRYAGAIN` after a backoff, and a group whose
+//! primary is gone (`CLUSTERDOWN`, `NO_PRIMARY`, a lost or refused connection) after a
+//! backoff and a new read of the map, from the seed or any member the map named. A best-effort BATCH is split by group primary and LIST_INSTANCES asks every group
 //! (`crate::fanout`), as in the blocking client. Other ops go to the seed.
 
 use std::collections::HashMap;
@@ -18,10 +17,11 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::{lock, Client, ConnectOptions};
-use crate::cluster::{self, slot_of, Refresh, SlotMap, Step, MAX_REDIRECTS};
-use crate::error::Result;
+use crate::cluster::{self, slot_of, Action, Refresh, Route, SlotMap};
+use crate::error::{Error, Result};
 use crate::fanout;
 use crate::ops::{self, BatchMode, BatchOp, BatchResults, InstancePage, ListFilter, Request};
+use crate::retry::Stage;
 
 /// What a cluster client keeps beside its seed connection, shared by its clones.
 pub(super) struct Routing {
@@ -44,7 +44,10 @@ impl Routing {
         let r = Routing {
             map: Mutex::new(SlotMap::default()),
             conns: tokio::sync::Mutex::new(HashMap::new()),
-            opts: opts.clone(),
+            opts: ConnectOptions {
+                retry: cluster::member_policy(),
+                ..opts.clone()
+            },
             refresh: Mutex::new(Refresh::default()),
             moved: AtomicU64::new(0),
         };
@@ -52,11 +55,29 @@ impl Routing {
         Some(r)
     }
 
-    /// Reads the map from `seed` (kept as is when that fails: the errors of the next requests
-    /// say why).
+    /// Reads the map from `seed`, else from the first member of the last map that answers
+    /// (kept as is when none does: the errors of the next requests say why).
     async fn reload(&self, seed: &Client) {
-        if let Ok(shards) = seed.call("CLUSTER_SHARDS", json!({})).await {
-            *lock(&self.map) = SlotMap::from_shards(&shards);
+        let mut shards = seed.call("CLUSTER_SHARDS", json!({})).await.ok();
+        let nodes = lock(&self.map).nodes().to_vec();
+        for addr in nodes {
+            if shards.is_some() {
+                break;
+            }
+            if let Ok(c) = Client::connect_plain(&addr, self.opts.clone()).await {
+                shards = c.call("CLUSTER_SHARDS", json!({})).await.ok();
+            }
+        }
+        if let Some(s) = shards {
+            *lock(&self.map) = SlotMap::from_shards(&s);
+        }
+    }
+
+    /// Closes the client of `addr` when `e` says its connection is lost (the next use
+    /// reconnects).
+    async fn forget(&self, addr: &str, e: &Error) {
+        if e.is_connection_lost() || e.is_timeout() || matches!(e, Error::Io(_)) {
+            self.conns.lock().await.remove(addr);
         }
     }
 
@@ -107,48 +128,61 @@ impl Client {
         req: Request<T>,
         key: &str,
     ) -> Result<T> {
-        let slot = slot_of(key);
+        self.run_at_slot(req, slot_of(key)).await
+    }
+
+    /// `req` to the primary of `slot`, with the retries and redirects of `run_routed`.
+    async fn run_at_slot<T: DeserializeOwned>(&self, req: Request<T>, slot: u16) -> Result<T> {
         let Some(routing) = self.inner.cluster.get() else {
             return self.run_direct(req).await;
         };
+        let mut route = Route::new(self.inner.opts.retry);
         let mut addr = routing.primary_of(slot);
-        let mut redirects = 0;
         loop {
             let again = Request::new(req.op, req.params.clone(), req.retry);
-            let r = match &addr {
+            let (r, stage) = match &addr {
                 Some(a) => match routing.conn(a).await {
                     // The member's client has no routing of its own: straight to its primary.
-                    Ok(c) => c.run_direct(again).await,
-                    Err(e) => Err(e),
+                    Ok(c) => (c.run_direct(again).await, Stage::Sent),
+                    Err(e) => (Err(e), Stage::BeforeSend),
                 },
-                None => self.run_direct(again).await,
+                // No primary known for the slot: wait for the map to name one, else let the
+                // seed say why (`CLUSTERDOWN`).
+                None if route.may_wait() => (Err(Error::eof("no primary")), Stage::BeforeSend),
+                None => return self.run_direct(again).await,
             };
             let e = match r {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            let step = cluster::step(&e);
-            if step == Step::Fail || redirects >= MAX_REDIRECTS {
-                return Err(e);
-            }
-            redirects += 1;
-            let due = lock(&routing.refresh).due();
-            if due {
-                routing.reload(self).await;
-            }
-            match step {
-                Step::Moved(to) => {
+            match route.after(&e, req.retry, stage) {
+                Action::Fail => return Err(e),
+                Action::Moved(to) => {
                     routing.moved.fetch_add(1, Ordering::Relaxed);
+                    self.refresh_if_due(routing).await;
                     addr = Some(to);
                 }
-                _ => {
-                    let fresh = routing.primary_of(slot);
-                    if fresh.is_none() || fresh == addr {
-                        return Err(e);
+                Action::Follow(to) => addr = Some(to),
+                Action::Wait(d, to) => {
+                    tokio::time::sleep(d).await;
+                    addr = to.or(addr);
+                }
+                Action::Refresh(d) => {
+                    tokio::time::sleep(d).await;
+                    if let Some(a) = &addr {
+                        routing.forget(a, &e).await;
                     }
-                    addr = fresh;
+                    self.refresh_if_due(routing).await;
+                    addr = routing.primary_of(slot);
                 }
             }
+        }
+    }
+
+    async fn refresh_if_due(&self, routing: &Routing) {
+        let due = lock(&routing.refresh).due();
+        if due {
+            routing.reload(self).await;
         }
     }
 
@@ -170,12 +204,15 @@ impl Client {
     pub(super) async fn batch_routed(&self, all: &[BatchOp]) -> Result<BatchResults> {
         let map = self.map_now();
         let mut done = Vec::new();
-        for (addr, idx) in fanout::split_batch(&map, all) {
+        for (_, idx) in fanout::split_batch(&map, all) {
             let part: Vec<BatchOp> = idx.iter().map(|&i| all[i].clone()).collect();
             let req = ops::batch(BatchMode::BestEffort, &part);
-            let r = match self.member(addr.as_deref()).await {
-                Ok(c) => c.run_direct(req).await,
-                Err(e) => Err(e),
+            // Every op of a part routes to one primary: the part follows its first op's slot
+            // (an op whose slot moved meanwhile gets its own MOVED entry).
+            let key = (part.first()).and_then(|o| cluster::route_key(o.op, &o.params));
+            let r = match key {
+                Some(k) => self.run_at_slot(req, slot_of(&k)).await,
+                None => self.run_direct(req).await,
             };
             done.push((idx, r));
         }

@@ -1,12 +1,13 @@
 //! The blocking client in cluster mode (docs/cluster.md, "Clients"). A client made by
 //! `connect_with` whose seed's HELLO lists the `"cluster"` feature reads the slot map with
 //! `CLUSTER_SHARDS` and sends each instance op to its slot's group primary, over one
-//! connection per primary opened on first use. Those connections are plain clients with the
-//! seed's options, so each retries as §12 says (`TRYAGAIN`, `CLUSTERDOWN` and `NO_PRIMARY`
-//! with backoff, `READ_ONLY_MODE` to the named primary, lost connections). On top of that:
-//! `MOVED` resends at once to `details.addr` and refreshes the map (at most once per 100 ms);
-//! `CLUSTERDOWN` / `NO_PRIMARY` that outlast the retries refresh it and resend when it names
-//! another primary; at most `MAX_REDIRECTS` per request. A best-effort BATCH is split by
+//! connection per primary opened on first use. Those connections retry nothing themselves;
+//! the routing paces every retry under the seed's policy (`crate::cluster::step`): `MOVED`
+//! resends at once to `details.addr` and refreshes the map (at most once per 100 ms), at most
+//! `MAX_REDIRECTS` per request; `TRYAGAIN` backs off (from 10 ms) and resends; `CLUSTERDOWN`,
+//! `NO_PRIMARY` and a lost or refused primary back off, read the map again (from the seed,
+//! else from any member the map named) and resend to the primary it names, so a failover in
+//! one group costs that group's requests the election and nothing else. A best-effort BATCH is split by
 //! group primary and its results put back in order; LIST_INSTANCES asks every group and
 //! merges by id, with one cursor holding each group's (`crate::fanout`). Other ops go to the
 //! seed.
@@ -16,10 +17,11 @@ use std::collections::HashMap;
 use serde_json::json;
 
 use super::{Client, ConnectOptions};
-use crate::cluster::{self, slot_of, Refresh, SlotMap, Step, MAX_REDIRECTS};
-use crate::error::Result;
+use crate::cluster::{self, slot_of, Action, Refresh, Route, SlotMap};
+use crate::error::{Error, Result};
 use crate::fanout;
 use crate::ops::{self, BatchMode, BatchOp, BatchResults, InstancePage, ListFilter, Request};
+use crate::retry::Stage;
 
 /// What a cluster client keeps beside its seed connection.
 pub(super) struct Routing {
@@ -42,7 +44,10 @@ impl Routing {
         let mut r = Routing {
             map: SlotMap::default(),
             conns: HashMap::new(),
-            opts: opts.clone(),
+            opts: ConnectOptions {
+                retry: cluster::member_policy(),
+                ..opts.clone()
+            },
             refresh: Refresh::default(),
             moved: 0,
         };
@@ -50,11 +55,28 @@ impl Routing {
         Some(r)
     }
 
-    /// Reads the map from `seed` (kept as is when that fails: the errors of the next requests
-    /// say why).
+    /// Reads the map from `seed`, else from the first member of the last map that answers
+    /// (kept as is when none does: the errors of the next requests say why).
     fn reload(&mut self, seed: &mut Client) {
-        if let Ok(shards) = seed.call("CLUSTER_SHARDS", json!({})) {
-            self.map = SlotMap::from_shards(&shards);
+        let ask = |c: &mut Client| c.call("CLUSTER_SHARDS", json!({})).ok();
+        let mut shards = ask(seed);
+        for addr in self.map.nodes().to_vec() {
+            if shards.is_some() {
+                break;
+            }
+            shards = Client::connect_member(&addr, &self.opts)
+                .ok()
+                .and_then(|mut c| ask(&mut c));
+        }
+        if let Some(s) = shards {
+            self.map = SlotMap::from_shards(&s);
+        }
+    }
+
+    /// Closes the connection to `addr` when `e` says it is lost (the next use reconnects).
+    fn forget(&mut self, addr: &str, e: &Error) {
+        if e.is_connection_lost() || e.is_timeout() || matches!(e, Error::Io(_)) {
+            self.conns.remove(addr);
         }
     }
 
@@ -101,43 +123,67 @@ impl Client {
         req: Request<T>,
         key: &str,
     ) -> Result<T> {
-        let slot = slot_of(key);
+        self.run_at_slot(req, slot_of(key))
+    }
+
+    /// `req` to the primary of `slot`, with the retries and redirects of `run_routed`.
+    fn run_at_slot<T: serde::de::DeserializeOwned>(
+        &mut self,
+        req: Request<T>,
+        slot: u16,
+    ) -> Result<T> {
+        let mut route = Route::new(self.retry_policy());
         let mut addr = self.primary_of(slot);
-        let mut redirects = 0;
         loop {
             let again = Request::new(req.op, req.params.clone(), req.retry);
-            let r = match (&addr, self.cluster.as_mut()) {
-                (Some(a), Some(routing)) => routing.conn(a).and_then(|c| c.run(again)),
-                _ => self.run_direct(again),
+            let (r, stage) = match (&addr, self.cluster.as_mut()) {
+                (Some(a), Some(routing)) => match routing.conn(a) {
+                    Ok(c) => (c.run(again), Stage::Sent),
+                    Err(e) => (Err(e), Stage::BeforeSend),
+                },
+                // No primary known for the slot: wait for the map to name one, else let the
+                // seed say why (`CLUSTERDOWN`).
+                _ if route.may_wait() => (Err(Error::eof("no primary")), Stage::BeforeSend),
+                _ => return self.run_direct(again),
             };
             let e = match r {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
-            let step = cluster::step(&e);
-            if step == Step::Fail || redirects >= MAX_REDIRECTS {
-                return Err(e);
-            }
-            redirects += 1;
-            let due = self.cluster.as_mut().is_some_and(|r| r.refresh.due());
-            if due {
-                self.refresh_cluster_map();
-            }
-            match step {
-                Step::Moved(to) => {
-                    if let Some(r) = self.cluster.as_mut() {
-                        r.moved += 1;
-                    }
+            match route.after(&e, req.retry, stage) {
+                Action::Fail => return Err(e),
+                Action::Moved(to) => {
+                    self.note_moved();
                     addr = Some(to);
                 }
-                _ => {
-                    let fresh = self.primary_of(slot);
-                    if fresh.is_none() || fresh == addr {
-                        return Err(e);
+                Action::Follow(to) => addr = Some(to),
+                Action::Wait(d, to) => {
+                    std::thread::sleep(d);
+                    addr = to.or(addr);
+                }
+                Action::Refresh(d) => {
+                    std::thread::sleep(d);
+                    if let (Some(a), Some(r)) = (&addr, self.cluster.as_mut()) {
+                        r.forget(a, &e);
                     }
-                    addr = fresh;
+                    self.refresh_if_due();
+                    addr = self.primary_of(slot);
                 }
             }
+        }
+    }
+
+    /// A `MOVED` followed: counted, and the map read again (at most once per 100 ms).
+    fn note_moved(&mut self) {
+        if let Some(r) = self.cluster.as_mut() {
+            r.moved += 1;
+        }
+        self.refresh_if_due();
+    }
+
+    fn refresh_if_due(&mut self) {
+        if self.cluster.as_mut().is_some_and(|r| r.refresh.due()) {
+            self.refresh_cluster_map();
         }
     }
 
@@ -150,12 +196,15 @@ impl Client {
             .map(|r| r.map.clone())
             .unwrap_or_default();
         let mut done = Vec::new();
-        for (addr, idx) in fanout::split_batch(&map, all) {
+        for (_, idx) in fanout::split_batch(&map, all) {
             let part: Vec<BatchOp> = idx.iter().map(|&i| all[i].clone()).collect();
             let req = ops::batch(BatchMode::BestEffort, &part);
-            let r = match (addr, self.cluster.as_mut()) {
-                (Some(a), Some(routing)) => routing.conn(&a).and_then(|c| c.run(req)),
-                _ => self.run_direct(req),
+            // Every op of a part routes to one primary: the part follows its first op's slot
+            // (an op whose slot moved meanwhile gets its own MOVED entry).
+            let key = (part.first()).and_then(|o| cluster::route_key(o.op, &o.params));
+            let r = match key {
+                Some(k) => self.run_at_slot(req, slot_of(&k)),
+                None => self.run_direct(req),
             };
             done.push((idx, r));
         }
