@@ -78,6 +78,15 @@ fn one_seed_routes_every_instance_op_to_its_slot_s_primary() {
         let batch = batch_ops(&ids);
         let r = c.batch(BatchMode::BestEffort, &batch).await.expect("batch");
         check_batch(&ids, r);
+        // An atomic batch keeps to one slot and goes to that slot's group (the seed is g3's).
+        let other = (ids.iter()).find(|id| smdb_protocol::slot::slot_of(id) < 10923);
+        let one: Vec<BatchOp> = vec![ops::get_instance(other.expect("an id of g1 or g2")).into()];
+        let r = c
+            .batch(BatchMode::Atomic, &one)
+            .await
+            .expect("atomic batch");
+        assert_eq!(r.results[0].status, "ok", "{r:?}");
+        assert_eq!(c.cluster_redirects(), 0, "no MOVED for the atomic batch");
         let mut seen = Vec::new();
         let mut filter = ListFilter {
             limit: Some(40),

@@ -88,6 +88,10 @@ class SlotMap:
         lo, hi, addr = self._ranges[i]
         return addr if slot <= hi else None
 
+    def primaries(self) -> List[str]:
+        """Every primary address of the map, each once, in order."""
+        return sorted({r[2] for r in self._ranges if r[2] is not None})
+
 
 class Routing:
     """What a cluster client keeps beside its seed connection."""

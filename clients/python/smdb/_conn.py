@@ -310,7 +310,7 @@ class _Conn(asyncio.Protocol):
                 _set_exception_now(fut, from_wire(msg.get("error")))
             else:
                 fut.set_exception(from_wire(msg.get("error")))
-        elif kind in ("event", "subscription_lagged"):
+        elif kind in ("event", "subscription_lagged", "slots_moved"):
             q = self.subs.get(msg.get("subscription_id"))
             if q is None:
                 return

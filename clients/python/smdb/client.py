@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 # The connection (and its limits, still importable from here as before).
+from . import _fanout
 from ._cluster import Routing, route_key
+from ._watch import ClusterWatch
 from ._conn import JSON, SUBSCRIPTION_QUEUE_MAX, TIMEOUT_GRAIN, WRITE_HIGH_WATER, _Conn  # noqa: F401
 from ._lifecycle import LifecycleCalls, add_reply  # noqa: F401  (add_reply: importable from here)
 from .errors import ConnectionLost, ServerError, SmdbError, SubscriptionLagged, may_resend
@@ -398,6 +400,9 @@ class Client(LifecycleCalls):
         cursor: Optional[str] = None,
     ) -> JSON:
         p = _params(machine=machine, state=state, has_timer=has_timer, limit=limit, cursor=cursor)
+        if self._cluster is not None:
+            # Every group's page, merged by id, with one combined cursor (``_fanout``).
+            return await _fanout.list_instances(self, p)
         return await self.request("LIST_INSTANCES", p, safe=True)
 
     async def find_instances(
@@ -487,6 +492,13 @@ class Client(LifecycleCalls):
         ``Request("GET_INSTANCE", {...})``, ``Request("DELETE_INSTANCE", {...}, safe=False)``)."""
         ops = list(ops)
         p = {"mode": "atomic" if atomic else "best_effort", "ops": [{"op": o.op, "params": o.params or {}} for o in ops]}
+        if self._cluster is not None and not atomic:
+            # Split by group primary, the results in the ops' order (``_fanout``).
+            return await _fanout.batch(self, p["ops"], all(o.safe for o in ops))
+        key = next((k for k in (route_key(o.op, o.params) for o in ops) if k is not None), None)
+        if self._cluster is not None and key is not None:
+            # An atomic batch keeps to one slot: to its group primary (else CROSS_SLOT).
+            return await self._cluster.run(self, key, "BATCH", p, all(o.safe for o in ops))
         return await self.request("BATCH", p, safe=all(o.safe for o in ops))
 
     async def replication_status(self) -> JSON:
@@ -523,6 +535,9 @@ class Client(LifecycleCalls):
             include_context=include_context or None,
             from_cursor=from_cursor,
         )
+        if self._cluster is not None:
+            # One subscription per group, merged, each instance's events in order (``_watch``).
+            return await ClusterWatch.open(self, p)  # type: ignore[return-value]
         s = Subscription(self, "WATCH_ALL", p)
         await s._open()
         return s

@@ -109,3 +109,161 @@ def test_one_seed_routes_every_instance_op_to_its_slot_s_primary(tmp_path: pathl
     finally:
         for m in members:
             m.kill()
+
+
+COUNTER = {"states": ["open"], "initial": "open", "transitions": [{"from": "open", "event": "tick", "to": "open"}]}
+#: g1's first third (g1 owns 0-8191 of two groups), moved to g2 under writes.
+MOVED = [0, 2730]
+
+
+def moved(id: str) -> bool:
+    return MOVED[0] <= smdb.slot_of(id) <= MOVED[1]
+
+
+def two_groups(tmp_path: pathlib.Path, etcd: str) -> List[Server]:
+    members: List[Server] = []
+    for g in GROUPS[:2]:
+        d = tmp_path / g
+        d.mkdir()
+        members.append(Server(d, member_config(etcd, f"{g}0", g)))
+    direct = smdb.Client("127.0.0.1", members[0].port)
+
+    def create() -> bool:
+        # A just-started etcd may time the first check out (a retryable INTERNAL_ERROR); a
+        # create that went through before its answer was lost leaves the map there.
+        try:
+            direct.call("CLUSTER_CREATE", {"groups": GROUPS[:2], "timeout_ms": 20000})
+        except ServerError as e:
+            if e.code == "BAD_REQUEST" and "map_epoch" in e.details:
+                return True
+            if not e.retryable:
+                raise
+            return False
+        return True
+
+    wait_for("CLUSTER_CREATE", create)
+    for m in members:
+        c = smdb.Client("127.0.0.1", m.port)
+        wait_for("the map", lambda c=c: c.call("CLUSTER_INFO", {})["state"] == "ok", 3.0)
+        c.close()
+    direct.put_machine("counter", 1, COUNTER)
+    direct.close()
+    return members
+
+
+def test_batches_split_by_group_and_lists_fan_out(tmp_path: pathlib.Path, etcd: str) -> None:
+    members = two_groups(tmp_path, etcd)
+    try:
+        seed = smdb.Client("127.0.0.1", members[0].port, options=ConnectOptions(retry=RetryPolicy.failover()))
+        ids = [f"b-{i}" for i in range(90)]
+        for id in ids:
+            seed.create_instance("counter", 1, id)
+        # A best-effort batch over both groups: each op answered by its owner, in order.
+        ops = [smdb.Request("GET_INSTANCE", {"id": id}, safe=True) for id in ids[::3]]
+        ops.insert(2, smdb.Request("GET_INSTANCE", {"id": "no-such-id"}, safe=True))
+        r = seed.batch(ops)["results"]
+        assert len(r) == len(ops)
+        assert r[2]["status"] == "error" and r[2]["error"]["code"] != "MOVED", r[2]
+        got = [e["result"]["id"] for i, e in enumerate(r) if i != 2]
+        assert got == ids[::3], "results in the ops' order, none MOVED"
+        assert {smdb.slot_of(i) <= 8191 for i in got} == {True, False}, "both groups were asked"
+        # An atomic batch keeps to one slot and goes to that slot's group.
+        other = next(i for i in ids if smdb.slot_of(i) > 8191)
+        r = seed.batch([smdb.apply_event(other, "tick", {"k": 0})], atomic=True)["results"]
+        assert r[0]["status"] == "ok", r
+        assert seed.cluster_redirects == 0
+        # LIST_INSTANCES over both groups with one combined cursor, pages of up to 7 per group.
+        seen: List[str] = []
+        cursor = None
+        pages = 0
+        while True:
+            page = seed.list_instances(limit=7, cursor=cursor)
+            pages += 1
+            listed = [i["id"] for i in page["instances"]]
+            assert listed == sorted(listed), "a page is in id order"
+            seen += listed
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+            assert cursor.startswith("cluster:")
+            groups_in = bytes.fromhex(cursor[len("cluster:"):]).decode()
+            assert groups_in.startswith('{"127.0.0.1:'), groups_in
+        assert sorted(seen) == sorted(ids) and len(seen) == len(ids), (len(seen), pages)
+        assert pages >= 90 // 14
+        seed.close()
+    finally:
+        for m in members:
+            m.kill()
+
+
+def test_watch_all_over_two_groups_keeps_order_across_a_move(tmp_path: pathlib.Path, etcd: str) -> None:
+    import threading
+
+    members = two_groups(tmp_path, etcd)
+    try:
+        opts = ConnectOptions(retry=RetryPolicy.failover())
+        seed = smdb.Client("127.0.0.1", members[0].port, options=opts)
+        ids = [f"w-{i}" for i in range(60)]
+        assert sum(moved(i) for i in ids) > 5
+        for id in ids:
+            seed.create_instance("counter", 1, id)
+        sub = seed.watch_all(events=["tick"])
+        assert sub.cursor is not None and sub.cursor.startswith("cluster:")
+
+        stop = threading.Event()
+        acked: dict = {id: [] for id in ids}
+
+        def write(w: int) -> None:
+            c = smdb.Client("127.0.0.1", members[0].port, options=opts)
+            mine = ids[w::3]
+            k = 0
+            while not stop.is_set():
+                k += 1
+                for id in mine:
+                    c.apply_event(id, "tick", {"k": k}, idempotency_key=f"{id}-{k}")
+                    acked[id].append(k)
+            c.close()
+
+        writers = [threading.Thread(target=write, args=(w,)) for w in range(3)]
+        for t in writers:
+            t.start()
+        time.sleep(0.7)
+        mover = smdb.Client("127.0.0.1", members[0].port)
+        done = mover.call("CLUSTER_MOVE_SLOTS", {"slots": MOVED, "to": "g2"})
+        assert done["state"] == "done", done
+        time.sleep(0.7)
+        stop.set()
+        for t in writers:
+            t.join()
+        total = sum(len(v) for v in acked.values())
+
+        got: dict = {}
+        deadline = time.monotonic() + 15
+        n = 0
+        while n < total and time.monotonic() < deadline:
+            e = sub.next(timeout=1.0)
+            if e is None:
+                continue
+            got.setdefault(e["instance_id"], []).append((e["payload"]["k"], e.get("group")))
+            n += 1
+        by_group = {"g1": 0, "g2": 0}
+        both = 0
+        for id in ids:
+            seen = got.get(id, [])
+            assert [k for k, _ in seen] == acked[id], f"{id} (slot {smdb.slot_of(id)}): every event once, in order: {seen}"
+            for _, g in seen:
+                by_group[g] += 1
+            if moved(id):
+                groups_of = [g for _, g in seen]
+                first_g2 = groups_of.index("g2") if "g2" in groups_of else len(groups_of)
+                assert all(g == "g2" for g in groups_of[first_g2:]), f"{id}: {groups_of}"
+                both += 0 < first_g2 < len(groups_of)
+        print(f"{total} events; by group {by_group}; {both} moved instances heard from both")
+        assert by_group["g1"] > 0 and by_group["g2"] > 0, by_group
+        assert both > 0, "a moved instance was heard from both groups"
+        sub.close()
+        seed.close()
+        mover.close()
+    finally:
+        for m in members:
+            m.kill()

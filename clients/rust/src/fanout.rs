@@ -31,6 +31,12 @@ pub fn split_batch(map: &SlotMap, ops: &[BatchOp]) -> Vec<(Option<String>, Vec<u
     parts
 }
 
+/// The id an atomic batch routes by: its first op's that routes by instance (an atomic batch
+/// keeps to one slot; the server answers `CROSS_SLOT` otherwise).
+pub fn atomic_key(ops: &[BatchOp]) -> Option<String> {
+    ops.iter().find_map(|op| route_key(op.op, &op.params))
+}
+
 /// The whole batch's results from each part's (in `split_batch`'s order): a part that failed
 /// as a whole gives each of its ops that error as its entry.
 pub fn reassemble(
@@ -99,6 +105,12 @@ pub fn cursors(map: &SlotMap, cursor: Option<&str>) -> Result<BTreeMap<String, O
             .map(|a| (a.to_string(), None))
             .collect());
     };
+    let m = decode_cursor(c)?;
+    Ok(m.into_iter().map(|(a, c)| (a, Some(c))).collect())
+}
+
+/// The `{key: cursor}` of a combined cursor (`cluster:` then the hex of its JSON).
+pub fn decode_cursor(c: &str) -> Result<BTreeMap<String, String>> {
     let bad = || Error::Config(format!("not a cluster cursor: {c:?}"));
     let hex = c.strip_prefix(CURSOR_PREFIX).ok_or_else(bad)?;
     let bytes = (0..hex.len())
@@ -109,8 +121,19 @@ pub fn cursors(map: &SlotMap, cursor: Option<&str>) -> Result<BTreeMap<String, O
         })
         .collect::<Option<Vec<u8>>>()
         .ok_or_else(bad)?;
-    let m: BTreeMap<String, String> = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-    Ok(m.into_iter().map(|(a, c)| (a, Some(c))).collect())
+    serde_json::from_slice(&bytes).map_err(|_| bad())
+}
+
+/// The combined cursor of `{key: cursor}` (keys in order, compact JSON, hex).
+pub fn encode_cursor(cursors: &BTreeMap<String, String>) -> String {
+    let text = Value::from(serde_json::Map::from_iter(
+        cursors
+            .iter()
+            .map(|(a, c)| (a.clone(), Value::String(c.clone()))),
+    ))
+    .to_string();
+    let hex: String = text.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("{CURSOR_PREFIX}{hex}")
 }
 
 /// One merged page of each group's page (by address): instances by id, and a combined
@@ -126,14 +149,7 @@ pub fn merge_pages(pages: Vec<(String, InstancePage)>) -> InstancePage {
     }
     instances.sort_by(|a, b| a.id.cmp(&b.id));
     instances.dedup_by(|a, b| a.id == b.id);
-    let next_cursor = (!next.is_empty()).then(|| {
-        let text = Value::from(serde_json::Map::from_iter(
-            next.into_iter().map(|(a, c)| (a, Value::String(c))),
-        ))
-        .to_string();
-        let hex: String = text.bytes().map(|b| format!("{b:02x}")).collect();
-        format!("{CURSOR_PREFIX}{hex}")
-    });
+    let next_cursor = (!next.is_empty()).then(|| encode_cursor(&next));
     InstancePage {
         instances,
         next_cursor,

@@ -24,6 +24,7 @@ pub mod queries;
 pub mod resume;
 pub mod retry;
 pub use smdb_protocol::tls;
+pub mod watch_fanout;
 
 #[cfg(feature = "tokio")]
 pub mod asyncio;

@@ -20,6 +20,7 @@ mod scan;
 mod subscription;
 #[cfg(test)]
 mod tests;
+mod watch_fanout;
 mod write;
 
 pub use conn::SUBSCRIPTION_QUEUE_MAX;
@@ -417,10 +418,14 @@ impl Client {
         self.run(ops::get_history(id, from, limit)).await
     }
 
-    /// In cluster mode a best-effort batch is split by group primary (results in order).
+    /// In cluster mode a best-effort batch is split by group primary (results in order), and
+    /// an atomic one goes to its slot's group primary.
     pub async fn batch(&self, mode: BatchMode, ops: &[BatchOp]) -> Result<BatchResults> {
         if mode == BatchMode::BestEffort && self.is_cluster() {
             return self.batch_routed(ops).await;
+        }
+        if let Some(key) = crate::fanout::atomic_key(ops).filter(|_| self.is_cluster()) {
+            return self.run_routed(ops::batch(mode, ops), &key).await;
         }
         self.run(ops::batch(mode, ops)).await
     }
@@ -445,7 +450,11 @@ impl Client {
 
     /// WATCH_ALL as a `Stream` of events that resumes from its cursor after a reconnect; a
     /// `subscription_lagged` comes as `Error::Lagged` (the stream then resumes by itself).
+    /// In cluster mode: one subscription per group, merged (`watch_fanout`).
     pub async fn subscribe_all(&self, filter: WatchAllFilter) -> Result<Subscription> {
+        if self.is_cluster() {
+            return watch_fanout::subscribe_all(self, filter).await;
+        }
         Subscription::open(self.clone(), crate::resume::Target::All(filter)).await
     }
 

@@ -176,6 +176,8 @@ fn dispatch(link: &Link, m: Received) -> Result<()> {
         }
         Received::Other(Incoming::Event(v)) => push(link, v),
         Received::Other(lag @ Incoming::Lagged { .. }) => push(link, lag.into_value()),
+        // Another push of a subscription (`slots_moved` in cluster mode): its queue decides.
+        Received::Other(Incoming::Other(v)) if !v["subscription_id"].is_null() => push(link, v),
         Received::Other(_) => {}
     }
     Ok(())

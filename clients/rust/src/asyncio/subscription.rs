@@ -62,6 +62,15 @@ impl Subscription {
         Ok(Subscription { rx, cursor, task })
     }
 
+    /// A subscription fed by another task (`watch_fanout`'s merger).
+    pub(super) fn from_parts(
+        rx: mpsc::Receiver<Result<Event>>,
+        cursor: Arc<Mutex<Option<String>>>,
+        task: tokio::task::JoinHandle<()>,
+    ) -> Subscription {
+        Subscription { rx, cursor, task }
+    }
+
     /// The next event (`None` once the subscription ended for good).
     pub async fn next(&mut self) -> Option<Result<Event>> {
         self.rx.recv().await

@@ -211,10 +211,14 @@ impl Client {
 
     /// BATCH of ops made from single-op requests: `client.batch(BatchMode::Atomic,
     /// &[ops::get_instance("a").into()])`.
-    /// In cluster mode a best-effort batch is split by group primary (results in order).
+    /// In cluster mode a best-effort batch is split by group primary (results in order), and
+    /// an atomic one goes to its slot's group primary.
     pub fn batch(&mut self, mode: BatchMode, ops: &[BatchOp]) -> Result<BatchResults> {
         if mode == BatchMode::BestEffort && self.is_cluster() {
             return self.batch_routed(ops);
+        }
+        if let Some(key) = crate::fanout::atomic_key(ops).filter(|_| self.is_cluster()) {
+            return self.run_routed(ops::batch(mode, ops), &key);
         }
         self.run(ops::batch(mode, ops))
     }

@@ -1,0 +1,134 @@
+"""Cluster mode's fan-out (docs/cluster.md, "Clients"), as the Rust client's ``fanout``
+module: a best-effort BATCH split by group primary and its results put back in the ops'
+order, and LIST_INSTANCES over every group, merged by id, with one cursor that holds every
+group's (``cluster:`` then the hex of the compact JSON ``{primary address: group cursor}``,
+keys in order: the Rust client's format, so either client continues the other's listing)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from ._cluster import SlotMap, route_key, slot_of
+from .errors import ServerError, SmdbError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import Client
+
+JSON = Any
+CURSOR_PREFIX = "cluster:"
+
+
+def split_batch(map: SlotMap, ops: List[JSON]) -> List[Tuple[Optional[str], List[int]]]:
+    """The ops (``{"op", "params"}``) by the primary of their slot (``None``: ops that do not
+    route by instance, or whose slot has no known primary; they go to the seed), each part
+    with its ops' indices in order, parts in the order of their first op."""
+    parts: List[Tuple[Optional[str], List[int]]] = []
+    for i, op in enumerate(ops):
+        key = route_key(op.get("op", ""), op.get("params"))
+        addr = map.primary_of(slot_of(key)) if key is not None else None
+        for a, idx in parts:
+            if a == addr:
+                idx.append(i)
+                break
+        else:
+            parts.append((addr, [i]))
+    return parts
+
+
+def error_entry(e: BaseException) -> JSON:
+    """A batch entry for an op whose part failed as a whole."""
+    if isinstance(e, ServerError):
+        return {"status": "error", "error": {"code": e.code, "message": e.message,
+                                             "retryable": e.retryable, "details": e.details}}
+    return {"status": "error", "error": {"code": "CONNECTION_LOST", "message": str(e), "retryable": False}}
+
+
+def reassemble(n: int, parts: List[Tuple[List[int], Any]]) -> JSON:
+    """The whole batch's ``{"results"}`` from each part's result or exception."""
+    slots: List[Optional[JSON]] = [None] * n
+    for idx, r in parts:
+        if isinstance(r, BaseException):
+            for i in idx:
+                slots[i] = error_entry(r)
+            continue
+        results = r.get("results") or []
+        if len(results) != len(idx):
+            raise SmdbError(f"BATCH answered {len(results)} entries for {len(idx)} ops")
+        for i, e in zip(idx, results):
+            slots[i] = e
+    return {"results": [e if e is not None else error_entry(SmdbError("no answer for this op")) for e in slots]}
+
+
+def encode_cursor(cursors: Dict[str, str]) -> str:
+    text = json.dumps(dict(sorted(cursors.items())), separators=(",", ":"), ensure_ascii=False)
+    return CURSOR_PREFIX + text.encode("utf-8").hex()
+
+
+def decode_cursor(cursor: str) -> Dict[str, str]:
+    bad = ValueError(f"not a cluster cursor: {cursor!r}")
+    if not cursor.startswith(CURSOR_PREFIX):
+        raise bad
+    try:
+        m = json.loads(bytes.fromhex(cursor[len(CURSOR_PREFIX):]).decode("utf-8"))
+    except ValueError:
+        raise bad from None
+    if not isinstance(m, dict) or not all(isinstance(v, str) for v in m.values()):
+        raise bad
+    return m
+
+
+def cursors(map: SlotMap, cursor: Optional[str]) -> Dict[str, Optional[str]]:
+    """The group cursors of a LIST_INSTANCES call: every primary with none for a first page,
+    else the combined cursor's."""
+    if cursor is None:
+        return {a: None for a in map.primaries()}
+    return dict(decode_cursor(cursor))
+
+
+def merge_pages(pages: List[Tuple[str, JSON]]) -> JSON:
+    """One page of the groups' pages: instances by id (each once), and a combined cursor of
+    the groups with more to list (``None`` when none has)."""
+    by_id: Dict[str, JSON] = {}
+    nxt: Dict[str, str] = {}
+    for addr, page in pages:
+        for inst in page.get("instances") or []:
+            by_id.setdefault(inst["id"], inst)
+        if page.get("next_cursor") is not None:
+            nxt[addr] = page["next_cursor"]
+    instances = [by_id[k] for k in sorted(by_id, key=lambda s: s.encode("utf-8"))]
+    return {"instances": instances, "next_cursor": encode_cursor(nxt) if nxt else None}
+
+
+async def batch(seed: "Client", ops: List[JSON], safe: bool) -> JSON:
+    """A best-effort BATCH of a cluster client: one BATCH per group primary, one after
+    another, the results in the ops' order."""
+    routing = seed._cluster
+    assert routing is not None  # only called for cluster clients
+    done: List[Tuple[List[int], Any]] = []
+    for addr, idx in split_batch(routing.map, ops):
+        p = {"mode": "best_effort", "ops": [ops[i] for i in idx]}
+        try:
+            member = seed if addr is None else await routing.member(seed, addr)
+            done.append((idx, await member._direct("BATCH", p, safe=safe)))
+        except SmdbError as e:
+            done.append((idx, e))
+    return reassemble(len(ops), done)
+
+
+async def list_instances(seed: "Client", params: JSON) -> JSON:
+    """LIST_INSTANCES of a cluster client: a page from every group primary (or those the
+    cursor names), merged by id, with one combined cursor."""
+    routing = seed._cluster
+    assert routing is not None  # only called for cluster clients
+    cs = cursors(routing.map, params.get("cursor"))
+    if not cs and params.get("cursor") is None:
+        return await seed._direct("LIST_INSTANCES", params, safe=True)
+    pages = []
+    for addr, c in sorted(cs.items()):
+        p = {k: v for k, v in params.items() if k != "cursor"}
+        if c is not None:
+            p["cursor"] = c
+        member = await routing.member(seed, addr)
+        pages.append((addr, await member._direct("LIST_INSTANCES", p, safe=True)))
+    return merge_pages(pages)
