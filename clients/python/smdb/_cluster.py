@@ -3,20 +3,24 @@
 from ``CLUSTER_SHARDS``, and the routing of instance ops to their slot's group primary.
 
 A client whose seed's HELLO lists the ``"cluster"`` feature reads the map and sends each
-instance op to its slot's group primary, over one client per primary opened on first use with
-the seed's options, so each retries as the failover rules say (``TRYAGAIN``, ``CLUSTERDOWN``
-and ``NO_PRIMARY`` with backoff). On ``MOVED`` the request goes at once to ``details.addr``
-and the map is read again (at most once per 100 ms); a ``CLUSTERDOWN`` or ``NO_PRIMARY`` that
-outlasts the retries reads the map again and resends when it names another primary. A request
-follows at most ``MAX_REDIRECTS`` such redirects, then raises the last error."""
+instance op to its slot's group primary, over one client per primary opened on first use.
+Those clients retry nothing themselves; the routing paces every retry under the seed's policy,
+as the Rust client's ``cluster::Route`` does: ``MOVED`` at once to ``details.addr`` (the map
+read again at most once per 100 ms; at most ``MAX_REDIRECTS``; never to an older copy's owner
+than one already heard from in the request), ``TRYAGAIN`` after a backoff (10 ms doubling up
+to the policy's ``max_backoff``), and a group whose primary is gone (``CLUSTERDOWN``,
+``NO_PRIMARY``, a refused connection, or a lost one for a request safe to resend) after a
+backoff and a new read of the map (from the seed, else any member the map named), resent to
+the primary it names."""
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from .errors import ServerError
+from .errors import ConnectionLost, ServerError, SmdbError, may_resend
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
@@ -24,6 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
 SLOT_COUNT = 16384
 MAX_REDIRECTS = 5
 REFRESH_EVERY = 0.1
+#: The first wait of a routed request that backs off; it doubles up to ``max_backoff``.
+FIRST_BACKOFF = 0.01
 
 #: The ops that route by instance (the op table's ``Route::Instance``), keyed by
 #: ``instance_id``, else ``id``.
@@ -72,7 +78,10 @@ class SlotMap:
         shards = shards or {}
         self.map_epoch: int = int(shards.get("map_epoch") or 0)
         ranges: List[Tuple[int, int, Optional[str]]] = []
+        #: Every member's address: where the map is read when the seed is gone.
+        self.nodes: List[str] = []
         for g in shards.get("shards") or []:
+            self.nodes += [n["addr"] for n in g.get("nodes") or [] if isinstance(n.get("addr"), str)]
             primary = g.get("primary")
             addr = next((n.get("addr") for n in g.get("nodes") or [] if n.get("node_id") == primary), None)
             for r in g.get("slots") or []:
@@ -103,11 +112,22 @@ class Routing:
         self._last_refresh = 0.0
 
     async def reload(self, seed: "Client") -> None:
-        """Reads the map from the seed (kept as is when that fails)."""
-        try:
-            self.map = SlotMap(await seed._direct("CLUSTER_SHARDS", {}, safe=True))
-        except Exception:  # noqa: BLE001 - the next requests' errors say why
-            pass
+        """Reads the map from the seed, else from the first member of the last map that
+        answers (kept as is when none does: the next requests' errors say why)."""
+        for addr in [None] + list(self.map.nodes):
+            try:
+                if addr is None:
+                    shards = await seed._direct("CLUSTER_SHARDS", {}, safe=True)
+                else:
+                    c = await seed._member(addr, retry_nothing=True)
+                    try:
+                        shards = await c._direct("CLUSTER_SHARDS", {}, safe=True)
+                    finally:
+                        await c.close()
+            except (SmdbError, OSError, TimeoutError):
+                continue
+            self.map = SlotMap(shards)
+            return
 
     def refresh_due(self) -> bool:
         now = time.monotonic()
@@ -119,38 +139,104 @@ class Routing:
     async def member(self, seed: "Client", addr: str) -> "Client":
         c = self.members.get(addr)
         if c is None:
-            c = await seed._member(addr)
+            c = await seed._member(addr, retry_nothing=True)
             self.members[addr] = c
         return c
 
+    async def forget(self, addr: Optional[str]) -> None:
+        """Closes the client of ``addr`` (the next use reconnects)."""
+        c = self.members.pop(addr, None) if addr is not None else None
+        if c is not None:
+            await c.close()
+
     async def run(self, seed: "Client", key: str, op: str, params: Any, safe: bool) -> Any:
         slot = slot_of(key)
+        route = Route(seed.options.retry)
         addr = self.map.primary_of(slot)
-        redirects = 0
         while True:
+            sent = False
             try:
                 if addr is None:
-                    return await seed._direct(op, params, safe=safe)
+                    if not route.may_wait():
+                        return await seed._direct(op, params, safe=safe)
+                    raise ConnectionLost("no primary known for the slot")
                 member = await self.member(seed, addr)
+                sent = True
                 return await member._direct(op, params, safe=safe)
-            except ServerError as e:
-                moved = e.code == "MOVED" and isinstance(e.details.get("addr"), str) and e.details["addr"]
-                again = e.code in ("CLUSTERDOWN", "NO_PRIMARY")
-                if not (moved or again) or redirects >= MAX_REDIRECTS:
+            except (SmdbError, OSError, TimeoutError) as e:
+                action, to, wait = route.after(e, safe, sent)
+                if action == "fail":
                     raise
-                redirects += 1
-                if self.refresh_due():
-                    await self.reload(seed)
-                if moved:
+                if action == "moved":
                     self.moved += 1
-                    addr = e.details["addr"]
-                else:
-                    fresh = self.map.primary_of(slot)
-                    if fresh is None or fresh == addr:
-                        raise
-                    addr = fresh
+                    if self.refresh_due():
+                        await self.reload(seed)
+                    addr = to
+                elif action == "follow":
+                    addr = to
+                elif action == "wait":
+                    await asyncio.sleep(wait)
+                    addr = to or addr
+                else:  # refresh
+                    await asyncio.sleep(wait)
+                    await self.forget(addr)
+                    if self.refresh_due():
+                        await self.reload(seed)
+                    addr = self.map.primary_of(slot)
 
     async def close(self) -> None:
         for c in self.members.values():
             await c.close()
         self.members.clear()
+
+
+class Route:
+    """One routed request's retries and redirects under the client's policy (the Rust client's
+    ``cluster::Route``): ``after`` says what follows an error, as ``(action, address, wait)``
+    with action ``fail``, ``moved``, ``follow``, ``wait`` or ``refresh``."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.attempt = 1
+        self.redirects = 0
+        #: The newest ``MOVED`` heard: its copy's ``map_epoch`` and the owner it named.
+        self.newest: Optional[Tuple[int, str]] = None
+
+    def may_wait(self) -> bool:
+        return self.attempt < self.policy.attempts
+
+    def _backoff(self) -> Optional[float]:
+        if not self.may_wait():
+            return None
+        wait = min(FIRST_BACKOFF * (2 ** (self.attempt - 1)), self.policy.max_backoff)
+        self.attempt += 1
+        return wait
+
+    def after(self, e: BaseException, safe: bool, sent: bool) -> Tuple[str, Optional[str], float]:
+        if isinstance(e, ServerError):
+            to = e.details.get("addr") if e.code == "MOVED" else e.details.get("primary")
+            if e.code in ("MOVED", "READ_ONLY_MODE") and isinstance(to, str) and to:
+                epoch = int(e.details.get("map_epoch") or 0)
+                if e.code == "MOVED" and self.newest and epoch < self.newest[0] and to != self.newest[1]:
+                    wait = self._backoff()
+                    return ("fail", None, 0.0) if wait is None else ("wait", self.newest[1], wait)
+                if self.redirects >= MAX_REDIRECTS:
+                    return ("fail", None, 0.0)
+                self.redirects += 1
+                if e.code == "MOVED":
+                    self.newest = (epoch, to)
+                    return ("moved", to, 0.0)
+                return ("follow", to, 0.0)
+            if not may_resend(e, safe):
+                return ("fail", None, 0.0)
+            elsewhere = e.code in ("CLUSTERDOWN", "NO_PRIMARY", "SHUTTING_DOWN")
+        elif isinstance(e, (ConnectionLost, OSError, TimeoutError)):
+            if sent and not safe:
+                return ("fail", None, 0.0)
+            elsewhere = True
+        else:
+            return ("fail", None, 0.0)
+        wait = self._backoff()
+        if wait is None:
+            return ("fail", None, 0.0)
+        return ("refresh" if elsewhere else "wait", None, wait)

@@ -106,12 +106,17 @@ async def batch(seed: "Client", ops: List[JSON], safe: bool) -> JSON:
     routing = seed._cluster
     assert routing is not None  # only called for cluster clients
     done: List[Tuple[List[int], Any]] = []
-    for addr, idx in split_batch(routing.map, ops):
+    for _addr, idx in split_batch(routing.map, ops):
         p = {"mode": "best_effort", "ops": [ops[i] for i in idx]}
+        # Every op of a part routes to one primary: the part follows its first op's slot,
+        # with the routing's retries (an op whose slot moved meanwhile gets its own MOVED).
+        key = route_key(ops[idx[0]]["op"], ops[idx[0]].get("params"))
         try:
-            member = seed if addr is None else await routing.member(seed, addr)
-            done.append((idx, await member._direct("BATCH", p, safe=safe)))
-        except SmdbError as e:
+            if key is None:
+                done.append((idx, await seed._direct("BATCH", p, safe=safe)))
+            else:
+                done.append((idx, await routing.run(seed, key, "BATCH", p, safe)))
+        except (SmdbError, OSError) as e:
             done.append((idx, e))
     return reassemble(len(ops), done)
 

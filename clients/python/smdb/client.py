@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl as _ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 # The connection (and its limits, still importable from here as before).
@@ -129,10 +129,14 @@ class Client(LifecycleCalls):
             c._cluster = routing
         return c
 
-    async def _member(self, addr: str) -> "Client":
-        """A client of one group primary, with this client's options and no routing."""
+    async def _member(self, addr: str, retry_nothing: bool = False) -> "Client":
+        """A client of one group primary, with this client's options and no routing
+        (``retry_nothing``: a policy of one try, the routing pacing the retries)."""
         host, port = parse_addresses(addr)[0]
-        c = type(self)(host, port, self.options)
+        options = self.options
+        if retry_nothing:
+            options = replace(options, retry=replace(options.retry, attempts=1))
+        c = type(self)(host, port, options)
         await c._connection()
         return c
 

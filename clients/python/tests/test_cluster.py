@@ -267,3 +267,84 @@ def test_watch_all_over_two_groups_keeps_order_across_a_move(tmp_path: pathlib.P
     finally:
         for m in members:
             m.kill()
+
+
+def test_a_killed_group_primary_stalls_only_its_own_group(tmp_path: pathlib.Path, etcd: str) -> None:
+    """g1 has two members, g2 one (async mode: g1's survivor takes writes alone). A writer per
+    group through one seed; g1's primary is SIGKILLed: g2's writer never fails and keeps being
+    answered while g1 has no primary, and g1's writer (idempotency keys) resumes on the new
+    primary. Before the routing paced the retries itself, a refused connection to the dead
+    primary failed the request at once."""
+    import threading
+
+    members: List[Server] = []
+    try:
+        for g, node in (("g1", "g1-0"), ("g1", "g1-1"), ("g2", "g2-0")):
+            d = tmp_path / node
+            d.mkdir()
+            members.append(Server(d, member_config(etcd, node, g)))
+        direct = smdb.Client("127.0.0.1", members[2].port)
+        wait_for(
+            "CLUSTER_CREATE",
+            lambda: direct.call("CLUSTER_CREATE", {"groups": GROUPS[:2], "timeout_ms": 20000}) is not None,
+        )
+        for m in members:
+            c = smdb.Client("127.0.0.1", m.port)
+            wait_for("the map", lambda c=c: c.call("CLUSTER_INFO", {})["state"] == "ok", 3.0)
+            c.close()
+        direct.put_machine("counter", 1, COUNTER)
+        direct.close()
+        opts = ConnectOptions(retry=RetryPolicy.failover())
+        seed = smdb.Client("127.0.0.1", members[2].port, options=opts)
+        ids = {g: [] for g in GROUPS[:2]}
+        i = 0
+        while min(len(v) for v in ids.values()) < 20:
+            id = f"k-{i}"
+            i += 1
+            g = "g1" if smdb.slot_of(id) <= 8191 else "g2"
+            if len(ids[g]) < 20:
+                seed.create_instance("counter", 1, id)
+                ids[g].append(id)
+        seed.close()
+
+        stop = threading.Event()
+        acks: dict = {g: [] for g in GROUPS[:2]}
+        failures: dict = {g: [] for g in GROUPS[:2]}
+
+        def write(g: str) -> None:
+            c = smdb.Client("127.0.0.1", members[2].port, options=opts)
+            k = 0
+            while not stop.is_set():
+                k += 1
+                id = ids[g][k % 20]
+                try:
+                    c.apply_event(id, "tick", {"k": k}, idempotency_key=f"{g}-{k}")
+                    acks[g].append(time.monotonic())
+                except smdb.SmdbError as e:
+                    failures[g].append(repr(e))
+            c.close()
+
+        writers = [threading.Thread(target=write, args=(g,)) for g in GROUPS[:2]]
+        for t in writers:
+            t.start()
+        time.sleep(1.0)
+        roles = [smdb.Client("127.0.0.1", m.port).replication_status()["role"] for m in members[:2]]
+        killed = roles.index("primary")
+        survivor = members[1 - killed]
+        members[killed].kill()
+        killed_at = time.monotonic()
+        wait_for(
+            "g1's survivor takes over",
+            lambda: smdb.Client("127.0.0.1", survivor.port).replication_status()["role"] == "primary",
+        )
+        took_over = time.monotonic()
+        time.sleep(2.0)
+        stop.set()
+        for t in writers:
+            t.join()
+        assert not failures["g2"], failures["g2"]
+        assert any(killed_at < t < took_over for t in acks["g2"]), "g2 kept writing"
+        assert any(t > took_over for t in acks["g1"]), f"g1 resumed: {failures['g1']}"
+    finally:
+        for m in members:
+            m.kill()
