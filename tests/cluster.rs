@@ -175,6 +175,35 @@ fn a_created_cluster_routes_every_instance_op_to_its_slot_s_group() {
     let (got, _) = follow(addr_of(1), "GET_INSTANCE", &json!({"id": "o-7"}));
     assert_eq!(got["state"], "new");
 
+    // Pushes name the group and the instance's slot, live and replayed.
+    let mut live = Client::connect_hello(addr_of(primaries[2]).as_str(), "w").unwrap();
+    live.call("WATCH_ALL", json!({"machines": ["order"]}))
+        .unwrap();
+    let mut g3 = members[primaries[2]].client();
+    let mut foo = create("foo");
+    foo["context"] = json!({"total": 1});
+    g3.call("CREATE_INSTANCE", foo).unwrap();
+    g3.call(
+        "APPLY_EVENT",
+        json!({"instance_id": "foo", "event": "pay", "payload": {"amount": 1}}),
+    )
+    .unwrap();
+    let mut replay = Client::connect_hello(addr_of(primaries[2]).as_str(), "r").unwrap();
+    replay
+        .call(
+            "WATCH_INSTANCE",
+            json!({"instance_id": "foo", "from_offset": 0}),
+        )
+        .unwrap();
+    for (w, what) in [(&mut live, "live"), (&mut replay, "replayed")] {
+        let push = (w.next_push(Some(Duration::from_secs(5))).unwrap()).expect(what);
+        assert_eq!(
+            (&push["instance_id"], &push["group"], &push["slot"]),
+            (&json!("foo"), &json!("g3"), &json!(12182)),
+            "{what}: {push}"
+        );
+    }
+
     // A group added owns no slot until slots move to it.
     let added = admin
         .call(

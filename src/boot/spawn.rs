@@ -69,6 +69,9 @@ pub(super) fn spawn_shards(
                 config.ha.enabled,
             ),
             member: shared.repl.clone(),
+            cluster_group: (config.cluster.enabled)
+                .then(|| config.cluster.group.clone())
+                .flatten(),
             ready: ready.clone(),
         };
         let io_memory = config.shards.io_memory_bytes;

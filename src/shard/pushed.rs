@@ -242,6 +242,26 @@ impl<'a> Pushed<'a> {
             Pushed::Notice(n) => n.body(replayed),
         }
     }
+
+    /// `body`, plus in cluster mode (`group`: the member's) `"group"` and the instance's
+    /// `"slot"` (docs/cluster.md, "Subscriptions").
+    pub fn body_in(
+        &self,
+        context: Option<&Context>,
+        replayed: bool,
+        group: Option<&str>,
+    ) -> Vec<u8> {
+        let mut out = self.body(context, replayed);
+        if let Some(group) = group {
+            let id = match self {
+                Pushed::Event(ev) => ev.instance_id,
+                Pushed::Notice(n) => n.instance_id,
+            };
+            member(&mut out, "group", group, true);
+            member(&mut out, "slot", &smdb_protocol::slot::slot_of(id), true);
+        }
+        out
+    }
 }
 
 #[cfg(test)]

@@ -129,7 +129,8 @@ async fn matching(
         for e in inner {
             if let Some(ev) = Pushed::of(e).filter(|ev| ev.matches(filter)) {
                 let epoch = shard.engine.borrow().epoch_of(*offset);
-                events.push((*offset, epoch, ev.body(None, true)));
+                let group = shard.subs.cluster_group.as_deref();
+                events.push((*offset, epoch, ev.body_in(None, true, group)));
             }
         }
     }

@@ -51,6 +51,9 @@ pub struct ShardSetup {
     /// The member's role in force now (the front's gate reads the same), so the shard refuses
     /// a client write on a follower by itself.
     pub member: std::sync::Arc<crate::member::ReplState>,
+    /// Cluster mode: the member's group, which every push names with its instance's slot
+    /// (docs/cluster.md, "Subscriptions"). None otherwise.
+    pub cluster_group: Option<String>,
     pub ready: std::sync::mpsc::Sender<Result<(), String>>,
 }
 
@@ -105,7 +108,10 @@ pub async fn run(setup: ShardSetup) {
         incoming: RefCell::new(None),
         queued: Cell::new(0),
         // Pushes wait for sync acknowledgement only with failover on in sync mode.
-        subs: Registry::start(setup.member.ha() && setup.sync.is_some()),
+        subs: Registry::start(
+            setup.member.ha() && setup.sync.is_some(),
+            setup.cluster_group.clone(),
+        ),
         timers: Timers::new(setup.fires_timers, setup.timers_paused),
         repl: ReplState::default(),
         ha: setup.member.ha(),

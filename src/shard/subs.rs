@@ -129,12 +129,14 @@ pub struct Registry {
     hold_local: bool,
     /// Push messages held for sync acknowledgement now (a gauge, INFO `pushes_held`).
     pub(super) held: Cell<u64>,
+    /// Cluster mode: the member's group, named in every push with its slot. Fixed at start-up.
+    pub(super) cluster_group: Option<String>,
 }
 
 impl Registry {
     /// Must run on the shard's executor (creates the replay task queue there). `hold_local`:
     /// see the field.
-    pub fn start(hold_local: bool) -> Registry {
+    pub fn start(hold_local: bool, cluster_group: Option<String>) -> Registry {
         let replay_queue = glommio::executor().create_task_queue(
             Shares::Static(REPLAY_SHARES),
             Latency::NotImportant,
@@ -148,6 +150,7 @@ impl Registry {
             readers: Gate::new(),
             hold_local,
             held: Cell::new(0),
+            cluster_group,
         }
     }
 
@@ -250,12 +253,13 @@ impl Registry {
             if !ctx_subs.is_empty() {
                 let body = with_context.get_or_insert_with(|| {
                     let ctx = engine.instance(ev.instance_id()).map(|i| &i.context);
-                    ev.body(ctx, false)
+                    ev.body_in(ctx, false, self.cluster_group.as_deref())
                 });
                 self.send(client, &at, ctx_subs, body.clone());
             }
             if !subs.is_empty() {
-                let body = plain.get_or_insert_with(|| ev.body(None, false));
+                let body = plain
+                    .get_or_insert_with(|| ev.body_in(None, false, self.cluster_group.as_deref()));
                 self.send(client, &at, subs, body.clone());
             }
         }

@@ -135,10 +135,16 @@ impl SyncState {
 /// whether it appended an entry (a first reply) or repeated the result of one already in the
 /// log (an idempotent resend, whose `needs` is the instance's last entry): a resend of a
 /// write answered `SYNC_TIMEOUT` waits, or answers `SYNC_TIMEOUT` again, and is never `ok`
-/// while no replica holds the entry. A refusal (`Needs::NOTHING`) is acknowledged at once.
+/// while no replica holds the entry. A refusal (`Needs::NOTHING`) is acknowledged at once. A
+/// move's step (`ShardCall::Move`, sent by the member itself) waits only when it appended: a
+/// settling round that found nothing to purge must not hold the control executor's channel
+/// behind it for `sync_timeout_ms` (on a primary whose replicas are not back yet, every
+/// `LogPosition` after it, REPLICATION_STATUS's among them, waited that long).
 pub(super) struct Gate {
     /// The log's head before the call ran.
     before: u64,
+    /// A move's step: gated only if it appended.
+    internal: bool,
 }
 
 impl Gate {
@@ -147,13 +153,16 @@ impl Gate {
         let gates = shard.sync.is_some() || shard.ha;
         (gates && client_write(call)).then(|| Gate {
             before: shard.log.head(),
+            internal: matches!(call, ShardCall::Move(_)),
         })
     }
 
-    /// The time the reply is queued when it must wait: it answered, or it appended.
+    /// The time the reply is queued when it must wait: it answered (a client's write), or it
+    /// appended.
     pub(super) fn after(self, shard: &Shard, outcome: &Outcome) -> Option<Instant> {
-        let answered = outcome.0.is_ok() || shard.log.head() > self.before;
-        answered.then(Instant::now)
+        let appended = shard.log.head() > self.before;
+        let answered = outcome.0.is_ok() && !self.internal;
+        (answered || appended).then(Instant::now)
     }
 }
 

@@ -107,6 +107,7 @@ impl TestShard {
             timers_paused: opts.timers_paused,
             sync: opts.sync,
             member: member.clone(),
+            cluster_group: None,
             ready: ready_tx,
         };
         let task = glommio::spawn_local(runtime::run(setup)).detach();
