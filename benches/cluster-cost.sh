@@ -78,13 +78,14 @@ print(round(ops), cpu, r.get("cluster_groups", 0))
 PY
 }
 
-declare -A all
+declare -A all cpus
 for i in $(seq 1 "$ROUNDS"); do
     line="round $i (load $(cut -d' ' -f1 /proc/loadavg)):"
     base=
     for arm in $ARMS; do
         read -r ops cpu groups < <(run "$arm")
         all[$arm]="${all[$arm]:-} $ops"
+        cpus[$arm]="${cpus[$arm]:-} $cpu"
         [ "$arm" = group ] && base=$ops
         ratio=
         [ -n "$base" ] && [ "$arm" != group ] &&
@@ -93,16 +94,23 @@ for i in $(seq 1 "$ROUNDS"); do
     done
     echo "$line"
 done
-python3 - "${all[group]:-}" "$ARMS" "$(for a in $ARMS; do echo "$a:${all[$a]}"; done)" <<'PY'
+python3 - "${all[group]:-}" "${cpus[group]:-}" \
+    "$(for a in $ARMS; do echo "$a:${all[$a]}:${cpus[$a]}"; done)" <<'PY'
 import statistics, sys
 base = [float(x) for x in sys.argv[1].split()]
+base_cpu = sys.argv[2].split()
 for row in sys.argv[3].splitlines():
-    arm, _, vals = row.partition(":")
+    arm, vals, cpu = row.split(":")
     v = [float(x) for x in vals.split()]
     line = f"{arm}: median {statistics.median(v):,.0f} ops/s (min {min(v):,.0f}, max {max(v):,.0f})"
     if base and arm != "group":
         r = sorted(a / b for a, b in zip(v, base))
         line += f"; ratio to group per round: median {statistics.median(r):.3f} " \
                 f"(spread {r[0]:.3f} .. {r[-1]:.3f}, {len(r)} rounds)"
+        c = sorted(float(a) / float(b) for a, b in zip(cpu.split(), base_cpu)
+                   if a != "-" and b != "-")
+        if c:
+            line += f"; server CPU per op ratio: median {statistics.median(c):.3f} " \
+                    f"(spread {c[0]:.3f} .. {c[-1]:.3f})"
     print(line)
 PY
