@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # benches/cluster-cost.sh: what cluster mode costs a routing client (issue 51). APPLY_EVENT
 # 16 connections x 8 in flight from `smdb-bench --cluster` (routes by slot, as smdb-client
-# does: docs/cluster.md "Clients") against these arms, alternated round by round (A/B/C, A/B/C,
-# ...), each run on fresh servers and data dirs, one etcd for all:
+# does: docs/cluster.md "Clients") against these arms, alternated round by round, the order
+# reversed every other round (A/B/C, C/B/A, A/B/C, ...: no arm always runs first), each run on
+# fresh servers and data dirs, one etcd for all:
 #
 #   group     one failover group of one member (`[ha]` on, no `[cluster]`): the seed's HELLO
 #             has no "cluster", so the client sends everything to it (the baseline)
@@ -25,7 +26,9 @@
 #   OUT=file.jsonl                               keep every run's smdb-bench --json line
 #
 # Needs etcd (Debian etcd-server) and curl. Run on a quiet machine; every process and temp dir
-# is removed on exit. The server CPU per op is printed for the one-member arms.
+# is removed on exit. The one-member arms also print the server's CPU per op (all its threads,
+# from /proc) and `other_cores` (CPU used by anything but the server and the load generator;
+# above 0.10 the run was disturbed), whose ratio varies far less than ops/s on a shared host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
@@ -74,25 +77,33 @@ ops, cores = r["ops_per_sec"], r["cpu"]["server_cores"]
 if r["errors_total"]:
     print(f"errors in the window: {r['errors']}", file=sys.stderr)
 cpu = f"{cores * 1e6 / max(ops, 1):.2f}" if cores is not None else "-"
-print(round(ops), cpu, r.get("cluster_groups", 0))
+other = r["cpu"]["other_cores"]
+print(round(ops), cpu, r.get("cluster_groups", 0), "-" if other is None else f"{other:.2f}")
 PY
 }
 
 declare -A all cpus
+reversed=$(tr ' ' '\n' <<<"$ARMS" | tac | tr '\n' ' ')
 for i in $(seq 1 "$ROUNDS"); do
+    order=$ARMS
+    [ $((i % 2)) = 0 ] && order=$reversed
     line="round $i (load $(cut -d' ' -f1 /proc/loadavg)):"
-    base=
-    for arm in $ARMS; do
-        read -r ops cpu groups < <(run "$arm")
+    declare -A got=()
+    for arm in $order; do
+        read -r ops cpu groups other < <(run "$arm")
         all[$arm]="${all[$arm]:-} $ops"
         cpus[$arm]="${cpus[$arm]:-} $cpu"
-        [ "$arm" = group ] && base=$ops
-        ratio=
-        [ -n "$base" ] && [ "$arm" != group ] &&
-            ratio=" ($(python3 -c "print(f'{$ops / $base:.3f}')"))"
-        line+=" $arm=$ops$ratio cpu_us_per_op=$cpu groups=$groups"
+        got[$arm]="$ops cpu_us_per_op=$cpu other_cores=$other groups=$groups"
     done
-    echo "$line"
+    base=${got[group]%% *}
+    for arm in $ARMS; do
+        ops=${got[$arm]%% *} ratio=
+        if [ -n "$base" ] && [ "$arm" != group ]; then
+            ratio=" ($(python3 -c "print(f'{$ops / $base:.3f}')"))"
+        fi
+        line+=" $arm=$ops$ratio ${got[$arm]#* }"
+    done
+    echo "$line (order: $order)"
 done
 python3 - "${all[group]:-}" "${cpus[group]:-}" \
     "$(for a in $ARMS; do echo "$a:${all[$a]}:${cpus[$a]}"; done)" <<'PY'

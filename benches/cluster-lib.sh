@@ -28,7 +28,9 @@ work=$(mktemp -d /tmp/smdb-cluster-bench.XXXXXX)
 cl_cleanup() {
     local p
     while read -r p; do kill -9 "$p" 2>/dev/null || true; done <"$work/pids"
-    wait 2>/dev/null || true
+    while read -r p; do
+        for _ in $(seq 1 40); do kill -0 "$p" 2>/dev/null || break && sleep 0.05; done
+    done <"$work/pids"
     rm -rf "$work"
 }
 trap cl_cleanup EXIT
@@ -47,6 +49,7 @@ cl_start_etcd() {
         --listen-peer-urls "http://127.0.0.1:$ep" --initial-advertise-peer-urls "http://127.0.0.1:$ep" \
         --initial-cluster "e0=http://127.0.0.1:$ep" >"$work/etcd.log" 2>&1 &
     echo $! >>"$work/pids"
+    disown # killed at exit only; no job notice then
     for _ in $(seq 1 100); do
         curl -sf "http://127.0.0.1:$ETCD_PORT/health" >/dev/null && return 0
         sleep 0.1
