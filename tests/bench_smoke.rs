@@ -1,5 +1,6 @@
 //! smdb-bench against the real server: every workload runs briefly with no errors, `--scale`
-//! starts its own servers, `--report` summarises JSON outputs, `--help` documents every option.
+//! starts its own servers, `--cluster` routes by slot over a two-group cluster, `--report`
+//! summarises JSON outputs, `--help` documents every option.
 
 mod common;
 
@@ -102,6 +103,46 @@ fn every_workload_runs_without_errors_and_reports_summarise_them() {
     );
     let apply_row = format!("| apply 4x4 | {} | 1 |", info["shards"]);
     assert!(table.contains(&apply_row), "{table}");
+}
+
+#[test]
+fn cluster_mode_routes_each_request_to_its_slot_s_primary() {
+    let _serial = common::ha::serial();
+    let etcd = common::etcd::Etcd::start(1);
+    let groups = ["g1", "g2"];
+    let (_dirs, members, _) = common::cluster::start_groups(&etcd, "bench", &groups, 1);
+    common::cluster::create(&members, std::time::Duration::from_secs(5));
+    let seed = members[1].addr.to_string();
+    for w in ["apply", "get"] {
+        let runs = bench_line(&format!(
+            "--cluster --addr {seed} --workload {w} --duration 1 --warmup 0.2 --connections 4 \
+             --in-flight 4 --instances 300 --json"
+        ));
+        assert_eq!(runs.len(), 1, "{w}: one JSON line");
+        assert_clean(&runs[0], w);
+        assert_eq!(runs[0]["cluster_groups"], 2, "{w}: {}", runs[0]);
+        assert_eq!(runs[0]["shards"], 2, "one shard per group: {}", runs[0]);
+    }
+    // The pre-created instances went to their slots' groups: both hold some, none refused.
+    let held: Vec<u64> = members
+        .iter()
+        .map(|m| {
+            let info = m.client().call("INFO", serde_json::json!({})).unwrap();
+            info["instances"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(held.iter().sum::<u64>(), 600, "{held:?}");
+    assert!(held.iter().all(|n| *n > 0), "{held:?}");
+
+    // Against a server not in cluster mode --cluster loads it alone.
+    let (s, _dir) = Server::start("");
+    let runs = bench_line(&format!(
+        "--cluster --addr {} --workload apply --duration 0.5 --warmup 0.1 --connections 2 \
+         --in-flight 2 --instances 50 --json",
+        s.addr
+    ));
+    assert_clean(&runs[0], "standalone");
+    assert_eq!(runs[0]["cluster_groups"], 0, "{}", runs[0]);
 }
 
 #[test]

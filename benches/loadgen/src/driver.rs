@@ -25,6 +25,7 @@ use serde_json::Value;
 use smdb_client::{ClientTlsOptions, CLIENT_FRAME_BYTES_MAX};
 use smdb_protocol::frame::decode_frame;
 
+use super::cluster::Routes;
 use super::setup;
 use super::stats::RunCounts;
 use super::workload::{OpKind, Plan, RequestWriter};
@@ -62,6 +63,9 @@ pub struct ThreadSpec {
     pub pin: Option<usize>,
     /// `--http`: the HTTP API's address (connections go there, requests are HTTP).
     pub http: Option<String>,
+    /// `--cluster` against a cluster: each connection is one socket per group primary, and
+    /// each request goes to its slot's (`cluster`).
+    pub routes: Option<Arc<Routes>>,
 }
 
 /// Body of a load thread: pin, connect every connection (HELLO, AUTH), report ready, wait for
@@ -79,9 +83,21 @@ pub fn run_thread(
         }
     }
     let mut conns = Vec::with_capacity(spec.conns.len());
+    // `--cluster`: the sockets of connection i are conns[i * width..(i + 1) * width], one per
+    // primary in `routes.addrs` order; each connection's requests come from its own writer.
+    let mut writers = Vec::new();
     for n in &spec.conns {
-        match Conn::open(&spec, *n) {
-            Ok(c) => conns.push(c),
+        let opened = match &spec.routes {
+            None => Conn::open(&spec, *n, &spec.addr).map(|c| vec![c]),
+            Some(routes) => {
+                writers.push(RequestWriter::new(spec.seed, *n));
+                (routes.addrs.iter())
+                    .map(|addr| Conn::open(&spec, *n, addr))
+                    .collect()
+            }
+        };
+        match opened {
+            Ok(c) => conns.extend(c),
             Err(e) => {
                 let _ = ready.send(Err(e));
                 return RunCounts::default();
@@ -93,7 +109,7 @@ pub fn run_thread(
         return RunCounts::default();
     };
     let mut counts = RunCounts::default();
-    drive(&mut conns, &spec, &schedule, &mut counts);
+    drive(&mut conns, &mut writers, &spec, &schedule, &mut counts);
     counts
 }
 
@@ -135,12 +151,13 @@ impl Clock<'_> {
 }
 
 impl Conn {
-    fn open(spec: &ThreadSpec, n: u64) -> Result<Conn, String> {
+    /// Connection number `n` to `addr` (`spec.addr`, or a primary's with `--cluster`).
+    fn open(spec: &ThreadSpec, n: u64, addr: &str) -> Result<Conn, String> {
         if let Some(addr) = &spec.http {
             return Conn::open_http(spec, n, addr);
         }
         let tls = spec.tls.as_ref();
-        let client = setup::connect(&spec.addr, spec.token.as_deref(), tls, "smdb-bench")?;
+        let client = setup::connect(addr, spec.token.as_deref(), tls, "smdb-bench")?;
         // The client reads whole frames only, so nothing is buffered in it: the socket (and
         // the TLS session) can be taken over as they are.
         let (stream, session) = client.into_transport().into_parts();
@@ -203,6 +220,36 @@ impl Conn {
             };
             self.pending.push_back(Pending { id, sent: now, op });
             counts.sent += 1;
+        }
+    }
+
+    /// `--cluster`: queues requests on the sockets of one connection (`group`, one per
+    /// primary) until `in_flight` are outstanding over all of them, each on its slot's
+    /// primary. A connection that lost a socket sends no more (its requests there were
+    /// counted as errors).
+    fn top_up_routed(
+        group: &mut [Conn],
+        writer: &mut RequestWriter,
+        spec: &ThreadSpec,
+        routes: &Routes,
+        key: &mut Vec<u8>,
+        counts: &mut RunCounts,
+    ) {
+        if group.iter().any(|c| !c.open) {
+            return;
+        }
+        let mut outstanding: usize = group.iter().map(|c| c.pending.len()).sum();
+        let now = Instant::now();
+        while outstanding < spec.in_flight {
+            let pick = writer.pick(&spec.plan);
+            writer.route_key(&spec.plan, pick, key);
+            let c = &mut group[routes.index_of_key(key)];
+            let id = c.next_id;
+            c.next_id += 1;
+            let op = writer.write_pick(&spec.plan, id, pick, &mut c.out);
+            c.pending.push_back(Pending { id, sent: now, op });
+            counts.sent += 1;
+            outstanding += 1;
         }
     }
 
@@ -574,9 +621,17 @@ fn classify_slow(payload: &[u8]) -> Reply {
 }
 
 /// The poll loop of one thread: top up, flush, poll, read; after the window, only drain.
-fn drive(conns: &mut [Conn], spec: &ThreadSpec, schedule: &Schedule, counts: &mut RunCounts) {
+/// `writers` are the `--cluster` connections' (one per group of sockets; empty otherwise).
+fn drive(
+    conns: &mut [Conn],
+    writers: &mut [RequestWriter],
+    spec: &ThreadSpec,
+    schedule: &Schedule,
+    counts: &mut RunCounts,
+) {
     let mut fds: Vec<libc::pollfd> = Vec::with_capacity(conns.len());
     let mut which: Vec<usize> = Vec::with_capacity(conns.len());
+    let mut key = Vec::with_capacity(64);
     loop {
         let now = Instant::now();
         let sending = now < schedule.window_end;
@@ -590,7 +645,20 @@ fn drive(conns: &mut [Conn], spec: &ThreadSpec, schedule: &Schedule, counts: &mu
             }
             break;
         }
-        for c in conns.iter_mut().filter(|c| c.open) {
+        if let Some(routes) = &spec.routes {
+            let width = routes.addrs.len();
+            for (group, writer) in conns.chunks_mut(width).zip(writers.iter_mut()) {
+                if sending {
+                    Conn::top_up_routed(group, writer, spec, routes, &mut key, counts);
+                }
+                for c in group.iter_mut().filter(|c| c.open) {
+                    if let Err(e) = c.flush() {
+                        c.fail("IO_ERROR", &clock, counts, Some(&e.to_string()));
+                    }
+                }
+            }
+        }
+        for c in conns.iter_mut().filter(|c| c.open && spec.routes.is_none()) {
             if sending {
                 // A fresh reading per connection: the writes of the connections before this
                 // one are not charged to its requests.

@@ -8,7 +8,9 @@
 //! * `stats`: HDR histograms and counters. `cpu`: where the CPU went, from /proc.
 //! * `spawn`: starting servers for `--spawn` and `--scale`. `report`: text, JSON, markdown.
 //! * `http`: `--http`, the same load over the HTTP API.
+//! * `cluster`: `--cluster`, requests routed by slot to each group primary.
 
+pub mod cluster;
 pub mod cpu;
 pub mod driver;
 pub mod fill;
@@ -175,9 +177,14 @@ fn run_load(opts: &Options, target: &Target) -> Result<RunReport, String> {
         tls.as_ref(),
         "smdb-bench-setup",
     )?;
-    let shards = match opts.shards.or(target.shards) {
-        Some(n) => n,
-        None => setup::shard_count(&mut c).map_err(|e| format!("{e} (pass --shards)"))?,
+    let routes = match opts.cluster {
+        true => cluster::Routes::load(&mut c)?.map(Arc::new),
+        false => None,
+    };
+    let shards = match (opts.shards.or(target.shards), &routes) {
+        (Some(n), _) => n,
+        (None, Some(r)) => cluster::shard_count(r, opts.token.as_deref(), tls.as_ref())?,
+        (None, None) => setup::shard_count(&mut c).map_err(|e| format!("{e} (pass --shards)"))?,
     };
     let batch_size = match opts.workload {
         workload::WorkloadKind::Batch => opts.batch_size,
@@ -195,7 +202,10 @@ fn run_load(opts: &Options, target: &Target) -> Result<RunReport, String> {
         setup::put_machine(&mut c, opts.indexes)?;
     }
     if mix.needs_instances() {
-        setup::precreate(&mut c, &plan)?;
+        match &routes {
+            Some(r) => cluster::precreate(r, opts.token.as_deref(), tls.as_ref(), &plan)?,
+            None => setup::precreate(&mut c, &plan)?,
+        }
     }
     drop(c);
     let setup_s = setup_started.elapsed().as_secs_f64();
@@ -205,7 +215,8 @@ fn run_load(opts: &Options, target: &Target) -> Result<RunReport, String> {
         (true, Some(spawned)) => Some(spawned.as_str()),
         (true, None) => Some(opts.http_addr.as_str()),
     };
-    let (handles, gos) = start_threads(opts, &target.addr, http, Arc::new(plan))?;
+    let groups = routes.as_ref().map_or(0, |r| r.addrs.len());
+    let (handles, gos) = start_threads(opts, &target.addr, http, Arc::new(plan), routes)?;
     let start = Instant::now();
     let window_start = start + Duration::from_secs_f64(opts.warmup);
     let window_end = window_start + Duration::from_secs_f64(opts.duration);
@@ -246,6 +257,7 @@ fn run_load(opts: &Options, target: &Target) -> Result<RunReport, String> {
         cpu: before.usage_until(&after),
         ..RunReport::default()
     };
+    run.cluster_groups = groups;
     run.fill_counts(&counts, opts.duration);
     run.set_batch_size(batch_size);
     Ok(run)
@@ -260,6 +272,7 @@ fn start_threads(
     addr: &str,
     http: Option<&str>,
     plan: Arc<Plan>,
+    routes: Option<Arc<cluster::Routes>>,
 ) -> Result<Threads, String> {
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut handles = Vec::new();
@@ -279,6 +292,7 @@ fn start_threads(
             seed: opts.seed,
             pin: (!opts.pin_cpu.is_empty()).then(|| opts.pin_cpu[t % opts.pin_cpu.len()]),
             http: http.map(str::to_string),
+            routes: routes.clone(),
         };
         let (go_tx, go_rx) = mpsc::channel();
         let ready = ready_tx.clone();

@@ -21,6 +21,8 @@ Modes:
   --spawn          start smdb-server (sibling binary or --server-bin) in a temp dir, load it
   --scale N        start it with shards.count = 1, 2, .., N in turn; print the scaling curve
   --report FILES   read --json outputs and print a markdown table (median of repeated labels)
+  --cluster        route by slot: read the map from --addr (CLUSTER_SLOTS) and send each request
+                   to its slot's group primary (one socket per primary per connection)
   --fill           create --instances instances with context {\"n\":0}, --events-per-instance
                    events each, and print the server's resident bytes per instance (VmRSS
                    growth; --spawn or --server-pid); --fill-recover adds SIGKILL + recovery
@@ -35,6 +37,7 @@ Examples:
   smdb-bench --scale 2 --workload apply --server-cores 1,0
   smdb-bench --spawn --workload batch --batch-size 10 -c 16 --in-flight 8
   smdb-bench --spawn --fill --fill-recover --instances 1000000 --events-per-instance 1
+  smdb-bench --cluster --addr 127.0.0.1:7401 --workload apply -c 16 --in-flight 8
   smdb-bench --report out/*.json";
 
 /// smdb-bench: closed-loop RCP1 load generator for smdb.
@@ -46,9 +49,17 @@ Examples:
     after_help = AFTER_HELP
 )]
 pub struct Options {
-    /// Server address (ignored with --spawn/--scale).
+    /// Server address (ignored with --spawn/--scale); with --cluster, the seed.
     #[arg(long, default_value = "127.0.0.1:7401", value_name = "HOST:PORT")]
     pub addr: String,
+
+    /// Route by slot, as smdb-client's cluster mode: read the slot map from --addr
+    /// (CLUSTER_SLOTS) once, pre-create each instance on its slot's group primary, and send
+    /// every request to its slot's primary (each connection holds one socket per primary;
+    /// --in-flight counts over all of them). Against a server not in cluster mode, the same
+    /// as without.
+    #[arg(long, conflicts_with_all = ["spawn", "scale", "fill", "http", "report"])]
+    pub cluster: bool,
 
     /// TCP connections.
     #[arg(short = 'c', long, default_value_t = 16, value_name = "N")]

@@ -47,6 +47,9 @@ pub struct RunReport {
     /// `batch_ops_per_sec` is the instance changes per second (batches/s x size).
     pub batch_size: u64,
     pub batch_ops_per_sec: f64,
+    /// `--cluster` against a cluster: the group primaries the load was routed to (0: one
+    /// server, no routing).
+    pub cluster_groups: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -151,6 +154,13 @@ impl RunReport {
             None => String::new(),
         };
         let _ = writeln!(s, "server {}: {} shard(s){spawned}", self.addr, self.shards);
+        if self.cluster_groups > 0 {
+            let _ = writeln!(
+                s,
+                "cluster      routed by slot to {} group primaries",
+                self.cluster_groups
+            );
+        }
         let _ = writeln!(
             s,
             "window {:.2} s after {:.2} s warm-up (set-up {:.2} s); host {} CPUs, Linux {}",

@@ -63,12 +63,23 @@ pub fn put_machine(c: &mut Client, indexes: Option<u8>) -> Result<(), String> {
 /// Creates the plan's instances `0..plan.instances`, keeping `PRECREATE_WINDOW` requests in
 /// flight. Fails on the first error response.
 pub fn precreate(c: &mut Client, plan: &Plan) -> Result<(), String> {
+    precreate_ids(c, plan, 0..plan.instances)
+}
+
+/// `precreate` of the plan's instances numbered by `ks` (`--cluster` gives each primary its
+/// share).
+pub fn precreate_ids(
+    c: &mut Client,
+    plan: &Plan,
+    ks: impl Iterator<Item = u64>,
+) -> Result<(), String> {
     let context: Value =
         serde_json::from_str(&plan.payload_json).map_err(|e| format!("payload JSON: {e}"))?;
+    let mut ks = ks.peekable();
     let mut pending: VecDeque<String> = VecDeque::new();
-    let mut next = 0u64;
-    while next < plan.instances || !pending.is_empty() {
-        while next < plan.instances && pending.len() < PRECREATE_WINDOW {
+    while ks.peek().is_some() || !pending.is_empty() {
+        while pending.len() < PRECREATE_WINDOW {
+            let Some(next) = ks.next() else { break };
             let id = plan.instance_id(next);
             let mut context = context.clone();
             with_indexed_fields(&mut context, plan.indexes, next);
@@ -77,7 +88,9 @@ pub fn precreate(c: &mut Client, plan: &Plan) -> Result<(), String> {
             c.send("CREATE_INSTANCE", &params)
                 .map_err(|e| e.to_string())?;
             pending.push_back(id);
-            next += 1;
+        }
+        if pending.is_empty() {
+            break;
         }
         let resp = c.recv_response().map_err(|e| e.to_string())?;
         let Some(id) = pending.pop_front() else {

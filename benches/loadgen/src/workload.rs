@@ -286,6 +286,14 @@ pub fn payload_object(bytes: usize) -> String {
     format!("{{\"p\":\"{}\"}}", "x".repeat(bytes))
 }
 
+/// The random choices of one request (`RequestWriter::pick`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pick {
+    pub op: OpKind,
+    /// The pre-created instance (get, apply) or batch group (batch) it names; 0 otherwise.
+    pub k: u64,
+}
+
 /// Builds the requests of one connection.
 #[derive(Debug, Clone)]
 pub struct RequestWriter {
@@ -306,7 +314,52 @@ impl RequestWriter {
 
     /// Appends one request frame with request id `id` to `out`; returns the op it carries.
     pub fn write(&mut self, plan: &Plan, id: u64, out: &mut Vec<u8>) -> OpKind {
+        let pick = self.pick(plan);
+        self.write_pick(plan, id, pick, out)
+    }
+
+    /// The random choices of the next request (its op, and the instance or batch group it
+    /// names), made before its bytes are written so that `--cluster` can route it by slot.
+    pub fn pick(&mut self, plan: &Plan) -> Pick {
         let op = plan.mix.pick(&mut self.rng);
+        let k = match op {
+            OpKind::Get | OpKind::Apply => self.rng.below(plan.instances),
+            OpKind::Batch => self
+                .rng
+                .below((plan.instances / plan.batch_size.max(1)).max(1)),
+            OpKind::Ping | OpKind::Create => 0,
+        };
+        Pick { op, k }
+    }
+
+    /// Writes the routing id of `pick` (the instance id it names; a batch's hash tag; the id
+    /// a create would use) into `key`, empty for PING. `--cluster` hashes it to a slot.
+    pub fn route_key(&self, plan: &Plan, pick: Pick, key: &mut Vec<u8>) {
+        key.clear();
+        match pick.op {
+            OpKind::Ping => {}
+            OpKind::Get | OpKind::Apply => {
+                key.extend_from_slice(plan.instance_prefix.as_bytes());
+                write_u64(key, pick.k);
+            }
+            OpKind::Batch => {
+                key.push(b'{');
+                key.extend_from_slice(plan.instance_prefix.as_bytes());
+                write_u64(key, pick.k);
+                key.push(b'}');
+            }
+            OpKind::Create => {
+                key.extend_from_slice(plan.create_prefix.as_bytes());
+                write_u64(key, self.conn);
+                key.push(b'.');
+                write_u64(key, self.create_seq);
+            }
+        }
+    }
+
+    /// Appends the request frame of `pick` with request id `id` to `out`; returns its op.
+    pub fn write_pick(&mut self, plan: &Plan, id: u64, pick: Pick, out: &mut Vec<u8>) -> OpKind {
+        let op = pick.op;
         let start = begin_frame(out);
         out.extend_from_slice(br#"{"type":"request","id":"#);
         write_u64(out, id);
@@ -317,12 +370,14 @@ impl RequestWriter {
             OpKind::Ping => {}
             OpKind::Get => {
                 out.extend_from_slice(br#","params":{"id":""#);
-                self.push_existing_id(plan, out);
+                out.extend_from_slice(plan.instance_prefix.as_bytes());
+                write_u64(out, pick.k);
                 out.extend_from_slice(b"\"}");
             }
             OpKind::Apply => {
                 out.extend_from_slice(br#","params":{"instance_id":""#);
-                self.push_existing_id(plan, out);
+                out.extend_from_slice(plan.instance_prefix.as_bytes());
+                write_u64(out, pick.k);
                 out.extend_from_slice(br#"","event":""#);
                 out.extend_from_slice(EVENT.as_bytes());
                 out.extend_from_slice(br#"","payload":"#);
@@ -344,7 +399,7 @@ impl RequestWriter {
                 out.extend_from_slice(plan.payload_json.as_bytes());
                 out.push(b'}');
             }
-            OpKind::Batch => self.write_batch(plan, out),
+            OpKind::Batch => write_batch(plan, pick.k, out),
         }
         out.push(b'}');
         finish_frame(out, start);
@@ -358,35 +413,28 @@ impl RequestWriter {
         super::http::write_request(plan, op, host, &mut self.rng, create, out);
         op
     }
+}
 
-    /// `,"params":{"mode":"atomic","ops":[APPLY_EVENT on each member of a random group]}`.
-    fn write_batch(&mut self, plan: &Plan, out: &mut Vec<u8>) {
-        let size = plan.batch_size.max(1);
-        let group = self.rng.below((plan.instances / size).max(1));
-        out.extend_from_slice(br#","params":{"mode":"atomic","ops":["#);
-        for member in 0..size {
-            if member > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(br#"{"op":"APPLY_EVENT","params":{"instance_id":"{"#);
-            out.extend_from_slice(plan.instance_prefix.as_bytes());
-            write_u64(out, group);
-            out.extend_from_slice(b"}:");
-            write_u64(out, member);
-            out.extend_from_slice(br#"","event":""#);
-            out.extend_from_slice(EVENT.as_bytes());
-            out.extend_from_slice(br#"","payload":"#);
-            out.extend_from_slice(plan.payload_json.as_bytes());
-            out.extend_from_slice(b"}}");
+/// `,"params":{"mode":"atomic","ops":[APPLY_EVENT on each member of batch group `group`]}`.
+fn write_batch(plan: &Plan, group: u64, out: &mut Vec<u8>) {
+    let size = plan.batch_size.max(1);
+    out.extend_from_slice(br#","params":{"mode":"atomic","ops":["#);
+    for member in 0..size {
+        if member > 0 {
+            out.push(b',');
         }
-        out.extend_from_slice(b"]}");
-    }
-
-    fn push_existing_id(&mut self, plan: &Plan, out: &mut Vec<u8>) {
+        out.extend_from_slice(br#"{"op":"APPLY_EVENT","params":{"instance_id":"{"#);
         out.extend_from_slice(plan.instance_prefix.as_bytes());
-        let k = self.rng.below(plan.instances);
-        write_u64(out, k);
+        write_u64(out, group);
+        out.extend_from_slice(b"}:");
+        write_u64(out, member);
+        out.extend_from_slice(br#"","event":""#);
+        out.extend_from_slice(EVENT.as_bytes());
+        out.extend_from_slice(br#"","payload":"#);
+        out.extend_from_slice(plan.payload_json.as_bytes());
+        out.extend_from_slice(b"}}");
     }
+    out.extend_from_slice(b"]}");
 }
 
 /// Appends `n` in decimal.
