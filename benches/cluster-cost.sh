@@ -36,13 +36,9 @@ SECS=${2:-10}
 WARMUP=${WARMUP:-2}
 ARMS=${ARMS:-group cluster1 cluster3}
 SHAPE=${SHAPE:--c 16 --in-flight 8}
-if [ -z "${BIN:-}" ]; then
-    cargo build --release --quiet -p smdb -p smdb-bench -p smdb-cli \
-        --bin smdb-server --bin smdb-bench --bin smdb-cli
-    BIN=${CARGO_TARGET_DIR:-target}/release
-fi
 # shellcheck source=benches/cluster-lib.sh
 . benches/cluster-lib.sh
+cl_build
 cl_start_etcd
 
 # run ARM: start the arm's members, load them, stop them; prints "<ops/s> <µs CPU/op|->".

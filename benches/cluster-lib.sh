@@ -2,8 +2,9 @@
 # (sourced, not run). A one-member etcd on a free loopback port and smdb members of one
 # cluster on 127.0.0.1, every process and temp dir removed on exit (the trap is set here).
 #
-# Expects: BIN (dir of smdb-server, smdb-bench, smdb-cli), set -euo pipefail.
+# Expects: set -euo pipefail; BIN (dir of smdb-server, smdb-bench, smdb-cli) or cl_build.
 # Gives:
+#   cl_build                             a release build into BIN unless BIN is set
 #   cl_start_etcd                        etcd in $work/etcd; sets ETCD_PORT
 #   cl_start MEMBER KIND [TOML] [NET]    start a server: KIND standalone (no failover),
 #                                        group:<G> (a failover group of one member, no
@@ -18,6 +19,14 @@
 #   cl_rss PID                           VmRSS of PID in bytes
 # STORAGE: extra [storage] lines for every server (e.g. 'fsync = "never"').
 # CLUSTER is a fresh cluster name per call of cl_new_cluster (each run its own etcd prefix).
+
+cl_build() {
+    if [ -z "${BIN:-}" ]; then
+        cargo build --release --quiet -p smdb -p smdb-bench -p smdb-cli \
+            --bin smdb-server --bin smdb-bench --bin smdb-cli
+        BIN=${CARGO_TARGET_DIR:-target}/release
+    fi
+}
 
 # A failing step inside `$(..)` or `< <(..)` ends that subshell too.
 shopt -s inherit_errexit

@@ -25,13 +25,9 @@ cd "$(dirname "$0")/.."
 INSTANCES=${1:-1000000}
 SETTLE=${2:-5}
 STORAGE=${STORAGE:-$(printf 'fsync = "never"\nsnapshot_every_entries = %s' $((INSTANCES * 4 + 1000000)))}
-if [ -z "${BIN:-}" ]; then
-    cargo build --release --quiet -p smdb -p smdb-bench -p smdb-cli \
-        --bin smdb-server --bin smdb-bench --bin smdb-cli
-    BIN=${CARGO_TARGET_DIR:-target}/release
-fi
 # shellcheck source=benches/cluster-lib.sh
 . benches/cluster-lib.sh
+cl_build
 cl_start_etcd
 cl_new_cluster
 

@@ -58,13 +58,9 @@ if [ "$need" -gt "$NCPU" ]; then
     echo "warning: $max_n groups want $need cores (fronts, shards, load), the host has $NCPU:" \
         "executors will share cores and the curve shows sharing, not scaling" >&2
 fi
-if [ -z "${BIN:-}" ]; then
-    cargo build --release --quiet -p smdb -p smdb-bench -p smdb-cli \
-        --bin smdb-server --bin smdb-bench --bin smdb-cli
-    BIN=${CARGO_TARGET_DIR:-target}/release
-fi
 # shellcheck source=benches/cluster-lib.sh
 . benches/cluster-lib.sh
+cl_build
 cl_start_etcd
 
 # run N: N groups on their cores, the load, stop; prints ops/s.

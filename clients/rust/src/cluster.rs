@@ -36,6 +36,15 @@ pub fn route_key(op: &str, params: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The address of a `CLUSTER_SHARDS` group's primary (its `primary` node id's `addr`), when
+/// it has one.
+pub fn primary_addr(g: &Value) -> Option<String> {
+    let p = g["primary"].as_str()?;
+    (g["nodes"].as_array()?.iter()).find(|n| n["node_id"].as_str() == Some(p))?["addr"]
+        .as_str()
+        .map(str::to_string)
+}
+
 /// Which group primary serves each slot, as one `CLUSTER_SHARDS` answer had it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlotMap {
@@ -62,14 +71,7 @@ impl SlotMap {
                 each.iter()
                     .filter_map(|n| n["addr"].as_str().map(str::to_string)),
             );
-            let primary = g["primary"].as_str().and_then(|p| {
-                g["nodes"]
-                    .as_array()?
-                    .iter()
-                    .find(|n| n["node_id"].as_str() == Some(p))?["addr"]
-                    .as_str()
-                    .map(str::to_string)
-            });
+            let primary = primary_addr(g);
             for r in g["slots"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
                 let bound = |i: usize| r[i].as_u64().and_then(|s| u16::try_from(s).ok());
                 if let (Some(lo), Some(hi)) = (bound(0), bound(1)) {

@@ -36,14 +36,7 @@ pub fn groups(shards: &Value) -> (u64, Vec<Group>) {
         let Some(name) = g["group"].as_str() else {
             continue;
         };
-        let primary = g["primary"].as_str().and_then(|p| {
-            g["nodes"]
-                .as_array()?
-                .iter()
-                .find(|n| n["node_id"].as_str() == Some(p))?["addr"]
-                .as_str()
-                .map(str::to_string)
-        });
+        let primary = crate::cluster::primary_addr(g);
         let bound = |r: &Value, i: usize| r[i].as_u64().and_then(|s| u16::try_from(s).ok());
         let slots = (g["slots"].as_array().map(Vec::as_slice).unwrap_or(&[]))
             .iter()
