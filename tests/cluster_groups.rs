@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cluster_writes::{cluster_client, counter_machine, lost_events, writer, Written};
+use common::cluster_writes::{
+    cluster_client, counter_machine, lost_events, put_machine, writer, Written,
+};
 use common::etcd::Etcd;
 use common::ha::serial;
 use common::*;
@@ -78,11 +80,8 @@ fn three_groups_spread_creates_evenly_and_survive_one_primary_s_sigkill() {
     // Every member's copy shows the new map within 1 s of the answer.
     let created = cluster::create(&members, Duration::from_secs(1));
     assert_eq!(created["map_epoch"], 1, "{created}");
-    let counter = counter_machine();
     // One PUT reaches every group (forwarded by the group primary it lands on).
-    (members[primaries[1]].client())
-        .call("PUT_MACHINE", counter)
-        .expect("PUT_MACHINE");
+    put_machine(&members[primaries[1]], &counter_machine());
 
     let seed = vec![members[3].addr.to_string()];
     let ids = create_spread(&seed, &members);

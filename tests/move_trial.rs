@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cluster_writes::{cluster_client, counter_machine, lost_events, writer, Written};
+use common::cluster_writes::{
+    cluster_client, counter_machine, lost_events, put_machine, writer, Written,
+};
 use common::etcd::Etcd;
 use common::ha::serial;
 use common::*;
@@ -96,14 +98,14 @@ fn move_trial() {
             Server::start_in(dirs[i].path(), &member(&etcd, &node, group)).expect("starts")
         })
         .collect();
-    for g in 0..2 {
-        let of: Vec<&Server> = members[2 * g..2 * g + 2].iter().collect();
-        common::ha::one_primary(&of, Duration::from_secs(20));
-    }
+    let primaries: Vec<usize> = (0..2)
+        .map(|g| {
+            let of: Vec<&Server> = members[2 * g..2 * g + 2].iter().collect();
+            2 * g + common::ha::one_primary(&of, Duration::from_secs(20))
+        })
+        .collect();
     cluster::create(&members, Duration::from_secs(2));
-    (members[0].client())
-        .call("PUT_MACHINE", counter_machine())
-        .expect("PUT_MACHINE");
+    put_machine(&members[primaries[0]], &counter_machine());
     let seeds: Vec<String> = members.iter().map(|m| m.addr.to_string()).collect();
     let began = Instant::now();
     let ids = Arc::new(load(&seeds, n, history));

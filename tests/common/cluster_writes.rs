@@ -19,6 +19,23 @@ pub fn counter_machine() -> Value {
         "transitions": [{"from": "open", "event": "tick", "to": "open"}]}})
 }
 
+/// PUT_MACHINE `def` on `s`, forwarded to every group: a retryable refusal (a group's primary
+/// not answering the forward yet: `CLUSTERDOWN`, which the contract says is safe to repeat)
+/// is repeated for up to 10 s, each printed so a slow start shows in the test's output.
+pub fn put_machine(s: &super::Server, def: &Value) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match s.client().call("PUT_MACHINE", def.clone()) {
+            Ok(_) => return,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                eprintln!("PUT_MACHINE refused, repeated: {e} {}", e.details());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("PUT_MACHINE: {e} {}", e.details()),
+        }
+    }
+}
+
 /// A cluster client on `seeds` with the failover retry policy.
 pub fn cluster_client(seeds: &[String]) -> smdb_client::Client {
     let opts = ConnectOptions {
