@@ -11,7 +11,7 @@ import pathlib
 import shutil
 import subprocess
 import time
-from typing import Iterator, List
+from typing import Iterator, List, Sequence, Tuple
 
 import pytest
 
@@ -120,13 +120,17 @@ def moved(id: str) -> bool:
     return MOVED[0] <= smdb.slot_of(id) <= MOVED[1]
 
 
-def two_groups(tmp_path: pathlib.Path, etcd: str) -> List[Server]:
+def two_groups(
+    tmp_path: pathlib.Path, etcd: str, nodes: Sequence[Tuple[str, str]] = (("g1", "g10"), ("g2", "g20"))
+) -> List[Server]:
+    """Members ``(group, node)`` of g1 and g2, the map created, ``counter`` put. The last
+    member must be its group's only one (a primary): it serves the create and the PUT."""
     members: List[Server] = []
-    for g in GROUPS[:2]:
-        d = tmp_path / g
+    for g, node in nodes:
+        d = tmp_path / node
         d.mkdir()
-        members.append(Server(d, member_config(etcd, f"{g}0", g)))
-    direct = smdb.Client("127.0.0.1", members[0].port)
+        members.append(Server(d, member_config(etcd, node, g)))
+    direct = smdb.Client("127.0.0.1", members[-1].port)
 
     def create() -> bool:
         # A just-started etcd may time the first check out (a retryable INTERNAL_ERROR); a
@@ -277,23 +281,8 @@ def test_a_killed_group_primary_stalls_only_its_own_group(tmp_path: pathlib.Path
     primary failed the request at once."""
     import threading
 
-    members: List[Server] = []
+    members = two_groups(tmp_path, etcd, (("g1", "g1-0"), ("g1", "g1-1"), ("g2", "g2-0")))
     try:
-        for g, node in (("g1", "g1-0"), ("g1", "g1-1"), ("g2", "g2-0")):
-            d = tmp_path / node
-            d.mkdir()
-            members.append(Server(d, member_config(etcd, node, g)))
-        direct = smdb.Client("127.0.0.1", members[2].port)
-        wait_for(
-            "CLUSTER_CREATE",
-            lambda: direct.call("CLUSTER_CREATE", {"groups": GROUPS[:2], "timeout_ms": 20000}) is not None,
-        )
-        for m in members:
-            c = smdb.Client("127.0.0.1", m.port)
-            wait_for("the map", lambda c=c: c.call("CLUSTER_INFO", {})["state"] == "ok", 3.0)
-            c.close()
-        direct.put_machine("counter", 1, COUNTER)
-        direct.close()
         opts = ConnectOptions(retry=RetryPolicy.failover())
         seed = smdb.Client("127.0.0.1", members[2].port, options=opts)
         ids = {g: [] for g in GROUPS[:2]}
