@@ -24,8 +24,8 @@ use std::os::fd::IntoRawFd;
 use std::rc::Rc;
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use glommio::channels::local_channel::{self, LocalSender};
-use glommio::channels::shared_channel::{self, ConnectedSender, SharedReceiver, SharedSender};
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+use glommio::channels::shared_channel::{self, ConnectedReceiver, ConnectedSender};
 use glommio::io::{DmaFile, OpenOptions};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::{LocalExecutorBuilder, Placement};
@@ -70,7 +70,7 @@ struct Reply {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
-        eprintln!("usage: reference_server ADDR DATA_DIR [dsync|fdatasync|none]");
+        eprintln!("usage: reference_server ADDR DATA_DIR [dsync|fdatasync|none] [two|one]");
         std::process::exit(2);
     }
     let sync = match args.get(3).map(String::as_str) {
@@ -86,18 +86,70 @@ fn main() {
     println!("listening on {}", listener.local_addr().expect("addr"));
     let fd = listener.into_raw_fd();
 
+    if args.get(4).map(String::as_str) == Some("one") {
+        // The shard's own core serves the connections too (Seastar's shape): one executor, the
+        // front and the shard talk through local channels, no cross-thread wake-up.
+        let one = LocalExecutorBuilder::new(Placement::Fixed(1))
+            .name("ref-one")
+            .spawn(move || async move {
+                let (req_tx, req_rx) = local_channel::new_bounded::<Request>(CHANNEL_CAPACITY);
+                let (rep_tx, rep_rx) = local_channel::new_bounded::<Reply>(CHANNEL_CAPACITY);
+                glommio::spawn_local(shard(dir, sync, Rx::Local(req_rx), Tx::Local(rep_tx)))
+                    .detach();
+                front(fd, Tx::Local(req_tx), Rx::Local(rep_rx)).await
+            })
+            .expect("executor");
+        one.join().expect("executor");
+        return;
+    }
     let (req_tx, req_rx) = shared_channel::new_bounded::<Request>(CHANNEL_CAPACITY);
     let (rep_tx, rep_rx) = shared_channel::new_bounded::<Reply>(CHANNEL_CAPACITY);
     let shard = LocalExecutorBuilder::new(Placement::Fixed(1))
         .name("ref-shard")
-        .spawn(move || shard(dir, sync, req_rx, rep_tx))
+        .spawn(move || async move {
+            let (rx, tx) = futures_lite::future::zip(req_rx.connect(), rep_tx.connect()).await;
+            shard(dir, sync, Rx::Shared(rx), Tx::Shared(tx)).await
+        })
         .expect("shard executor");
     let front = LocalExecutorBuilder::new(Placement::Fixed(0))
         .name("ref-front")
-        .spawn(move || front(fd, req_tx, rep_rx))
+        .spawn(move || async move {
+            let (tx, rx) = futures_lite::future::zip(req_tx.connect(), rep_rx.connect()).await;
+            front(fd, Tx::Shared(tx), Rx::Shared(rx)).await
+        })
         .expect("front executor");
     front.join().expect("front");
     shard.join().expect("shard");
+}
+
+/// One direction between the front and the shard: across cores (a shared channel) or, with
+/// `one`, within the one executor (a local channel).
+enum Tx<T: Send + Sized> {
+    Shared(ConnectedSender<T>),
+    Local(LocalSender<T>),
+}
+
+impl<T: Send + Sized> Tx<T> {
+    async fn send(&self, t: T) -> Result<(), ()> {
+        match self {
+            Tx::Shared(s) => s.send(t).await.map_err(|_| ()),
+            Tx::Local(s) => s.send(t).await.map_err(|_| ()),
+        }
+    }
+}
+
+enum Rx<T: Send + Sized> {
+    Shared(ConnectedReceiver<T>),
+    Local(LocalReceiver<T>),
+}
+
+impl<T: Send + Sized> Rx<T> {
+    async fn recv(&self) -> Option<T> {
+        match self {
+            Rx::Shared(r) => r.recv().await,
+            Rx::Local(r) => r.recv().await,
+        }
+    }
 }
 
 /// The probe file (docs/glommio.md §0.1) and the log, zeroed and synced before the executors start.
@@ -132,9 +184,7 @@ fn error(id: &str, code: &str) -> Vec<u8> {
 
 type Conns = Rc<RefCell<HashMap<u32, Rc<LocalSender<Reply>>>>>;
 
-async fn front(fd: i32, to_shard: SharedSender<Request>, from_shard: SharedReceiver<Reply>) {
-    let (to_shard, from_shard) =
-        futures_lite::future::zip(to_shard.connect(), from_shard.connect()).await;
+async fn front(fd: i32, to_shard: Tx<Request>, from_shard: Rx<Reply>) {
     let to_shard = Rc::new(to_shard);
     let conns: Conns = Rc::default();
     let routes = conns.clone();
@@ -172,7 +222,7 @@ async fn front(fd: i32, to_shard: SharedSender<Request>, from_shard: SharedRecei
 async fn serve(
     conn: u32,
     stream: TcpStream,
-    shard: Rc<ConnectedSender<Request>>,
+    shard: Rc<Tx<Request>>,
     local: Rc<LocalSender<Reply>>,
     replies: local_channel::LocalReceiver<Reply>,
 ) -> glommio::Task<()> {
@@ -244,7 +294,7 @@ async fn route(
     conn: u32,
     seq: u64,
     body: &[u8],
-    shard: &ConnectedSender<Request>,
+    shard: &Tx<Request>,
     local: &LocalSender<Reply>,
 ) -> Result<(), ()> {
     let v: Value = serde_json::from_slice(body).map_err(|_| ())?;
@@ -296,7 +346,7 @@ async fn route(
         instance,
         body: body.to_vec(),
     };
-    shard.send(req).await.map_err(|_| ())
+    shard.send(req).await
 }
 
 // ---- shard ----
@@ -309,11 +359,9 @@ struct Group {
 async fn shard(
     dir: std::path::PathBuf,
     sync: Durability,
-    from_front: SharedReceiver<Request>,
-    to_front: SharedSender<Reply>,
+    from_front: Rx<Request>,
+    to_front: Tx<Reply>,
 ) {
-    let (from_front, to_front) =
-        futures_lite::future::zip(from_front.connect(), to_front.connect()).await;
     let to_front = Rc::new(to_front);
     let file = open_log(&dir, sync).await;
     let group = Rc::new(RefCell::new(Group {
@@ -420,7 +468,7 @@ async fn commit_loop(
     sync: Durability,
     group: Rc<RefCell<Group>>,
     rung: local_channel::LocalReceiver<()>,
-    to_front: Rc<ConnectedSender<Reply>>,
+    to_front: Rc<Tx<Reply>>,
 ) {
     let (mut block_at, mut tail) = (0u64, Vec::<u8>::new());
     while rung.recv().await.is_some() {

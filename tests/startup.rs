@@ -31,6 +31,11 @@ fn bad_config_exits_78_naming_the_key() {
     let (code, _, err) = run_config_to_exit(&path, "[network]\nmax_frame_bytes = 104857600\n");
     assert_eq!(code, 78);
     assert!(err.contains("network.max_frame_bytes"), "{err}");
+    // Separate front executors and fronts run by the shards are two placements, not one.
+    let both = "[network]\nfronts_on_shards = true\nacceptor_cores = 2\n";
+    let (code, _, err) = run_config_to_exit(&path, both);
+    assert_eq!(code, 78);
+    assert!(err.contains("network.fronts_on_shards"), "{err}");
 }
 
 #[test]

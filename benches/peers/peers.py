@@ -4,6 +4,7 @@ transition on each, each driven by its own load tool, alternated in one window (
 
   python3 benches/peers/peers.py [--rounds 2] [--seconds 10]
       [--server-bin target/release/smdb-server] [--bench-bin target/release/smdb-bench]
+      [--systems smdb,reference,redis,postgres] [--shapes 16x1,16x8]
 
 - Redis (Debian's redis-server): `appendonly yes`, `appendfsync always`, the transition as the
   Lua script transition.lua, driven by redis-benchmark (EVALSHA, 16 clients, pipeline 1 or 8).
@@ -174,13 +175,19 @@ class Postgres:
 class Smdb:
     name = "smdb (defaults: fsync always)"
 
-    def __init__(self, d, server_bin, bench_bin):
+    def __init__(self, d, server_bin, bench_bin, on_shards=False):
         self.port = free_port()
         self.bench = bench_bin
-        cfg = f"{d}/smdb.toml"
+        tag = "-on-shards" if on_shards else ""
+        if on_shards:
+            self.name = "smdb, fronts_on_shards = true"
+        cfg = f"{d}/smdb{tag}.toml"
         with open(cfg, "w") as f:
             f.write(f'[network]\nbind_addr = "127.0.0.1:{self.port}"\n'
-                    f'[storage]\ndata_dir = "{d}/smdb"\n')
+                    f'fronts_on_shards = {str(on_shards).lower()}\n'
+                    f'[storage]\ndata_dir = "{d}/smdb{tag}"\n'
+                    f'[metrics]\nbind_addr = "127.0.0.1:{free_port()}"\n'
+                    f'[http]\nbind_addr = "127.0.0.1:{free_port()}"\n')
         self.p = subprocess.Popen([server_bin, "--config", cfg], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         wait_port(self.port)
@@ -191,7 +198,10 @@ class Smdb:
             [self.bench, "--addr", f"127.0.0.1:{self.port}", "--server-pid", str(self.p.pid),
              "--workload", "apply", "-c", "16", "--in-flight", in_flight, "--instances",
              str(INSTANCES), "--duration", str(seconds), "--warmup", "2", "--json"],
-            capture_output=True, text=True, check=True).stdout
+            capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"smdb-bench against {self.name} failed: {out.stderr.strip()}")
+        out = out.stdout
         r = [json.loads(x) for x in out.splitlines() if x.startswith("{")][-1]
         ops = r["ops_per_sec"]
         return ops, r["latency_us"]["p99"] / 1000, r["cpu"]["server_cores"] / ops * 1e6
@@ -201,25 +211,55 @@ class Smdb:
         self.p.wait()
 
 
+class Reference(Smdb):
+    """The bare design (benches/reference_server.rs): front + one shard + O_DSYNC group commit
+    and nothing else, driven by the same load as smdb, so smdb's distance to the design's floor
+    is a number."""
+    name = "reference server (bare design, O_DSYNC)"
+
+    def __init__(self, d, server_bin, bench_bin, cores="two"):
+        self.port = free_port()
+        self.bench = bench_bin
+        if cores == "one":
+            self.name = "reference, one core (connections on the shard's executor)"
+        os.makedirs(f"{d}/ref-{cores}", exist_ok=True)
+        self.p = subprocess.Popen([server_bin, f"127.0.0.1:{self.port}", f"{d}/ref-{cores}",
+                                   "dsync", cores],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--server-bin", default="target/release/smdb-server")
     ap.add_argument("--bench-bin", default="target/release/smdb-bench")
+    ap.add_argument("--ref-bin", default="target/release/examples/reference_server")
+    ap.add_argument("--systems", default="smdb,redis,postgres",
+                    help="comma-separated, in run order: smdb, smdb-on-shards, reference, "
+                    "reference-one, redis, postgres")
+    ap.add_argument("--shapes", default="16x1,16x8")
     args = ap.parse_args()
-    ensure_installed()
+    if "redis" in args.systems or "postgres" in args.systems:
+        ensure_installed()
     d = tempfile.mkdtemp(prefix="smdb-peers-")
     os.chmod(d, 0o755)
     systems = []
     try:
-        systems = [Smdb(d, args.server_bin, args.bench_bin), Redis(d), Postgres(d)]
+        make = {"smdb": lambda: Smdb(d, args.server_bin, args.bench_bin),
+                "smdb-on-shards": lambda: Smdb(d, args.server_bin, args.bench_bin, True),
+                "reference": lambda: Reference(d, args.ref_bin, args.bench_bin),
+                "reference-one": lambda: Reference(d, args.ref_bin, args.bench_bin, "one"),
+                "redis": lambda: Redis(d), "postgres": lambda: Postgres(d)}
+        for name in args.systems.split(","):
+            systems.append(make[name]())
         print(f"host: {os.cpu_count()} cpus, {os.uname().release}; {INSTANCES} instances; "
               f"{args.seconds} s per run, {args.rounds} rounds alternated")
         print("| round | system | shape | ops/s | p99 ms | server CPU per op (us) |")
         print("|---:|---|---|---:|---:|---:|")
         for rnd in range(1, args.rounds + 1):
-            for shape in ("16x1", "16x8"):
+            for shape in args.shapes.split(","):
                 for s in systems:
                     ops, p99, cpu = s.run(shape, args.seconds)
                     print(f"| {rnd} | {s.name} | {shape} | {ops:,.0f} | {p99:.2f} | "

@@ -5,6 +5,7 @@
 //! one control executor (start-up fan-out, the metrics listener, replication). Every front
 //! and the control executor hold one request/response channel pair per shard, created here.
 
+mod colocate;
 mod listen;
 mod placement;
 mod shutdown;
@@ -59,7 +60,7 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     let (shard_ends, mut client_ends) = make_channels(&place, routing);
     let mut handles = Vec::new();
     let (ready_tx, ready_rx) = mpsc::channel();
-    spawn_shards(
+    let front_slots = spawn_shards(
         &config,
         &place,
         &data_dir,
@@ -70,21 +71,20 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     )?;
     wait_ready(&ready_rx, shard_count as usize, "shards")?;
     let (relay_fronts, relay_control) = relay_channels(repl_settings.is_some(), place.fronts.len());
-    let control = ControlParts {
-        channels: client_ends.pop().unwrap_or_default(),
-        replication: repl_settings.map(|settings| crate::control::replication::hub::HubSetup {
-            fronts: relay_control.unwrap_or_default(),
-            state: shared.repl.clone(),
-            settings,
-            ha,
-        }),
-        metrics: listeners.metrics.take(),
-    };
+    let repl_parts = (repl_settings, relay_control.unwrap_or_default(), ha);
+    let control = control_parts(client_ends.pop(), repl_parts, &shared, &mut listeners);
     let ctl_shutdown = spawn_control(&config, &place, control, &shared, &ready_tx, &mut handles)?;
     wait_ready(&ready_rx, 1, "control")?;
     let channels = client_ends.into_iter().zip(relay_fronts).collect();
-    let (shutdowns, drained) =
-        spawn_fronts(&config, &place, &listeners, channels, &shared, &mut handles)?;
+    let (shutdowns, drained) = spawn_fronts(
+        &config,
+        &place,
+        &listeners,
+        channels,
+        &shared,
+        front_slots,
+        &mut handles,
+    )?;
     announce(&config, &listeners.bound(), shard_count, &place);
     drop(listeners);
 
@@ -101,6 +101,26 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     drop(data_dir);
     log::info!("stopped");
     Ok(())
+}
+
+/// What the control executor is started with: its channels to the shards, replication (with
+/// the fronts' relay ends and the failover parts) when a role is set, the metrics listener.
+fn control_parts(
+    channels: Option<crate::mesh::router::RouterChannels>,
+    (repl_settings, relay, ha): ReplParts,
+    shared: &Shared,
+    listeners: &mut Listeners,
+) -> ControlParts {
+    ControlParts {
+        channels: channels.unwrap_or_default(),
+        replication: repl_settings.map(|settings| crate::control::replication::hub::HubSetup {
+            fronts: relay,
+            state: shared.repl.clone(),
+            settings,
+            ha,
+        }),
+        metrics: listeners.metrics.take(),
+    }
 }
 
 /// The member's replication role, shared by every executor: decided by the failover thread
@@ -253,6 +273,14 @@ fn start_ha(
 fn advertised(config: &Config, local: SocketAddr) -> String {
     (config.ha.advertise_addr.clone()).unwrap_or_else(|| local.to_string())
 }
+
+/// The control executor's replication parts: the settings (None without a role), the fronts'
+/// relay ends, the failover parts.
+type ReplParts = (
+    Option<crate::control::replication::hub::Settings>,
+    Vec<crate::mesh::relay::ControlEnds>,
+    Option<HaParts>,
+);
 
 type HaParts = (
     Arc<crate::control::ha::shared::Shared>,

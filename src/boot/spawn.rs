@@ -44,6 +44,8 @@ pub(super) fn relay_channels(
 
 pub(super) type Handles = Vec<glommio::ExecutorJoinHandle<()>>;
 
+/// Starts the shards. With `network.fronts_on_shards` each shard's executor also waits for its
+/// front's setup (`boot/colocate.rs`): returns where `spawn_fronts` hands them over.
 pub(super) fn spawn_shards(
     config: &Config,
     place: &Placements,
@@ -52,8 +54,11 @@ pub(super) fn spawn_shards(
     shared: &Shared,
     ready: &mpsc::Sender<Result<(), String>>,
     handles: &mut Handles,
-) -> Result<(), String> {
-    for (i, (cpu, ends)) in place.shards.iter().zip(ends).enumerate() {
+) -> Result<Option<Vec<mpsc::Sender<FrontSetup>>>, String> {
+    let (front_slots, fronts) =
+        super::colocate::slots(config.network.fronts_on_shards, place.shards.len());
+    let each = place.shards.iter().zip(ends).zip(fronts);
+    for (i, ((cpu, ends), front)) in each.enumerate() {
         let setup = ShardSetup {
             index: i as u32,
             clients: ends,
@@ -76,10 +81,10 @@ pub(super) fn spawn_shards(
         };
         let io_memory = config.shards.io_memory_bytes;
         handles.push(spawn(&format!("shard{i}"), *cpu, io_memory, move || {
-            crate::shard::runtime::run(setup)
+            super::colocate::run(setup, front)
         })?);
     }
-    Ok(())
+    Ok(front_slots)
 }
 
 /// What the control executor gets beside what every executor shares.
@@ -146,14 +151,16 @@ pub(super) fn front_limits(config: &Config) -> Limits {
     }
 }
 
-/// Starts the fronts, each on a duplicate of every listening socket; returns their stop
-/// sockets and the channel each reports on when it has drained.
+/// Starts the fronts, each on a duplicate of every listening socket: on executors of their own,
+/// or handed to the shards' executors through `on_shards` (`network.fronts_on_shards`).
+/// Returns their stop sockets and the channel each reports on when it has drained.
 pub(super) fn spawn_fronts(
     config: &Config,
     place: &Placements,
     listeners: &Listeners,
     channels: Vec<(RouterChannels, Option<crate::mesh::relay::FrontEnds>)>,
     shared: &Shared,
+    on_shards: Option<Vec<mpsc::Sender<FrontSetup>>>,
     handles: &mut Handles,
 ) -> Result<(Vec<StdUnixStream>, mpsc::Receiver<()>), String> {
     let info = Arc::new(ServerInfo {
@@ -201,6 +208,12 @@ pub(super) fn spawn_fronts(
             drained: drained_tx.clone(),
             http,
         };
+        if let Some(shard) = on_shards.as_ref().and_then(|s| s.get(i)) {
+            shard
+                .send(setup)
+                .map_err(|_| format!("shard {i} stopped before its front could start"))?;
+            continue;
+        }
         let io_memory = config.shards.io_memory_bytes;
         handles.push(spawn(&format!("front{i}"), *cpu, io_memory, move || {
             crate::front::executor::run(setup)

@@ -58,6 +58,9 @@ pub struct Network {
     pub idle_timeout_secs: u64,
     /// Front executors that accept connections and route requests.
     pub acceptor_cores: u32,
+    /// Each shard's executor also accepts and serves connections (one front per shard, on the
+    /// shard's own core: no separate front executors). docs/architecture.md, "Placement".
+    pub fronts_on_shards: bool,
     /// Requests one connection may have outstanding; the server stops reading that socket
     /// until responses drain (backpressure, not an error).
     pub max_inflight_per_connection: u32,
@@ -78,6 +81,7 @@ impl Default for Network {
             max_frame_bytes: None,
             idle_timeout_secs: 300,
             acceptor_cores: 1,
+            fronts_on_shards: false,
             max_inflight_per_connection: 1024,
             proxy_protocol: false,
             drain_grace_ms: 0,
@@ -446,6 +450,14 @@ impl Config {
         }
         if self.network.acceptor_cores == 0 {
             return err("network.acceptor_cores must be >= 1".into());
+        }
+        if self.network.fronts_on_shards && self.network.acceptor_cores != 1 {
+            return err(
+                "network.acceptor_cores counts separate front executors; with \
+                 network.fronts_on_shards = true every shard serves connections itself: \
+                 leave acceptor_cores unset"
+                    .into(),
+            );
         }
         let inflight = self.network.max_inflight_per_connection;
         if inflight == 0 || inflight > INFLIGHT_PER_CONNECTION_MAX {
