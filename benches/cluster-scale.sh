@@ -12,8 +12,11 @@
 #   ROUNDS=3                    rounds (N=1, 2, 4, N=1, 2, 4, ...)
 #   SHARDS_PER_GROUP=1          shards.count of every member; group i (0-based) runs its shards
 #                               on cores FIRST_CORE + i*SHARDS_PER_GROUP ..
-#   FIRST_CORE=<FRONTS>         first shard core (default: right after the front cores)
-#   FRONTS=1                    network.acceptor_cores of every member (see below)
+#   FIRST_CORE=1                first shard core (default: right after core 0, or after the
+#                               front cores with FRONTS=<n>)
+#   FRONTS=on_shards            every member runs its fronts on its own shard cores
+#                               (network.fronts_on_shards = true, the default here); a number n
+#                               gives every member n front executors instead (acceptor_cores)
 #   LOAD_CORES=<last cores>     CPUs of the load threads (--pin-cpu), default the last
 #                               LOAD_THREADS cores of the host
 #   LOAD_THREADS=2              smdb-bench load threads
@@ -23,14 +26,14 @@
 #   QUICK=1                     COUNTS="1 2" ROUNDS=1 1 s runs on whatever cores there are: a
 #                               check that the script runs, not a measurement
 #
-# Example, a 16-core host, 4 groups of 2 shards on cores 2-9, load on 12-15:
-#   FRONTS=2 SHARDS_PER_GROUP=2 LOAD_THREADS=4 benches/cluster-scale.sh "1 2 4" 10
+# Example, a 16-core host, 4 groups of 2 shards on cores 1-8, load on 12-15:
+#   SHARDS_PER_GROUP=2 LOAD_THREADS=4 benches/cluster-scale.sh "1 2 4" 10
 #
-# Placement limit of this version: the server places its fronts on cores 0..acceptor_cores-1
-# and its control executor on core 0, with no setting to move them (src/boot/placement.rs), so
-# every member's fronts share those cores. Give FRONTS enough cores for all groups' TCP work,
-# or the fronts, not the groups, bound the curve (check `server_threads` in the JSON: with
-# OUT=file.jsonl every run's smdb-bench line is kept).
+# Placement: separate front executors (FRONTS=<n>) always run on cores 0..n-1 and the control
+# executor on core 0 (src/boot/placement.rs), so with FRONTS=<n> every member's fronts share
+# those cores and may bound the curve (check `server_threads` in the JSON: with OUT=file.jsonl
+# every run's smdb-bench line is kept). With FRONTS=on_shards each member's connections are
+# served on its own shard cores; only the (light) control executors share core 0.
 #
 # Needs etcd and curl. Every process and temp dir is removed on exit.
 set -euo pipefail
@@ -43,9 +46,15 @@ fi
 ROUNDS=${ROUNDS:-3}
 WARMUP=${WARMUP:-2}
 NCPU=$(nproc)
-FRONTS=${FRONTS:-1}
+FRONTS=${FRONTS:-on_shards}
 SHARDS_PER_GROUP=${SHARDS_PER_GROUP:-1}
-FIRST_CORE=${FIRST_CORE:-$FRONTS}
+if [ "$FRONTS" = on_shards ]; then
+    NET="fronts_on_shards = true"
+    FIRST_CORE=${FIRST_CORE:-1}
+else
+    NET="acceptor_cores = $FRONTS"
+    FIRST_CORE=${FIRST_CORE:-$FRONTS}
+fi
 LOAD_THREADS=${LOAD_THREADS:-2}
 CONNS_PER_GROUP=${CONNS_PER_GROUP:-16}
 IN_FLIGHT=${IN_FLIGHT:-8}
@@ -73,7 +82,7 @@ run() {
         # A range that wraps past the last core is placed from core 0 (sharing).
         [ -z "$cores" ] && cores=$(((FIRST_CORE + i * SHARDS_PER_GROUP) % NCPU))
         cl_start "m$i" "cluster:g$i" "$(printf '[shards]\ncount = %s\ncores = [%s]' \
-            "$SHARDS_PER_GROUP" "$cores")" "acceptor_cores = $FRONTS"
+            "$SHARDS_PER_GROUP" "$cores")" "$NET"
         members+=("m$i")
     done
     for i in "${members[@]}"; do cl_wait_ready "$i"; done

@@ -42,6 +42,25 @@ def cpu_s(pid, children=False):
     return t / TICK
 
 
+def user_sys(pid):
+    """(utime, stime) of `pid` in clock ticks."""
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return (0, 0)
+    return (int(f[11]), int(f[12]))
+
+
+def kernel_share(pid, run):
+    """Runs `run()` and returns its result with the share of `pid`'s CPU time spent in the
+    kernel meanwhile (None for a process tree, whose children are not followed)."""
+    (u0, s0) = user_sys(pid)
+    out = run()
+    (u1, s1) = user_sys(pid)
+    total = (u1 - u0) + (s1 - s0)
+    return out, ((s1 - s0) / total if total else None)
+
+
 def children_of(pid):
     out = []
     for stat in glob.glob("/proc/[0-9]*/stat"):
@@ -256,14 +275,19 @@ def main():
             systems.append(make[name]())
         print(f"host: {os.cpu_count()} cpus, {os.uname().release}; {INSTANCES} instances; "
               f"{args.seconds} s per run, {args.rounds} rounds alternated")
-        print("| round | system | shape | ops/s | p99 ms | server CPU per op (us) |")
-        print("|---:|---|---|---:|---:|---:|")
+        print("| round | system | shape | ops/s | p99 ms | server CPU per op (us) | of it in the "
+              "kernel |")
+        print("|---:|---|---|---:|---:|---:|---:|")
         for rnd in range(1, args.rounds + 1):
             for shape in args.shapes.split(","):
                 for s in systems:
-                    ops, p99, cpu = s.run(shape, args.seconds)
+                    pid = getattr(s, "p", None)
+                    pid = None if isinstance(s, Postgres) else pid and pid.pid
+                    (ops, p99, cpu), ks = (kernel_share(pid, lambda: s.run(shape, args.seconds))
+                                           if pid else (s.run(shape, args.seconds), None))
+                    kern = f"{ks * 100:.0f}%" if ks is not None else "n/a"
                     print(f"| {rnd} | {s.name} | {shape} | {ops:,.0f} | {p99:.2f} | "
-                          f"{cpu:.1f} |", flush=True)
+                          f"{cpu:.1f} | {kern} |", flush=True)
     finally:
         for s in systems:
             s.stop()
