@@ -5,7 +5,8 @@
 //! the order it was written (a moved instance's events before the switch come from g1, those
 //! after it from g2; g2's are held until g1's `slots_moved`). And when g2's member restarts
 //! (on a new port), g2's subscription opens again from its own cursor at the address the map
-//! then names: still every event once, in order.
+//! then names: still every event once, in order. The blocking client's `subscribe_all` does
+//! the same over the move.
 
 mod common;
 
@@ -172,6 +173,67 @@ fn watch_all_over_two_groups_keeps_each_instance_s_events_in_order_across_a_move
         let got = collect(&mut sub, total).await;
         check(&acked, &got);
     });
+}
+
+/// The same through the blocking client: its `subscribe_all` on a cluster client runs one
+/// subscription per group (a thread each) and merges them by the same rule.
+#[test]
+fn the_blocking_client_s_watch_all_hears_every_group_in_order_across_a_move() {
+    let _serial = serial();
+    let etcd = Etcd::start(1);
+    let (_dirs, members) = start(&etcd, "watch-blocking");
+    let seed = members[0].addr.to_string();
+    let ids: Vec<String> = (0..120).map(|i| format!("b-{i}")).collect();
+    let rt = runtime();
+    let c = rt.block_on(client(&seed, &ids));
+    let opts = ConnectOptions {
+        retry: RetryPolicy::failover(),
+        ..ConnectOptions::default()
+    };
+    let blocking = smdb_client::Client::connect_with(&seed, &opts).expect("blocking client");
+    assert!(blocking.is_cluster());
+    let mut sub = blocking.subscribe_all(ticks()).expect("subscribe_all");
+    let (acked, done) = rt.block_on(async {
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..4)
+            .map(|w| tokio::spawn(write(c.clone(), ids.clone(), w, stop.clone())))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let mover = asyncio::Client::connect(&seed, ConnectOptions::default())
+            .await
+            .expect("mover");
+        let done = (mover.call("CLUSTER_MOVE_SLOTS", json!({"slots": MOVED, "to": "g2"})))
+            .await
+            .expect("the move");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        stop.store(true, Ordering::Relaxed);
+        let mut acked: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for w in writers {
+            for (id, k) in w.await.expect("writer") {
+                acked.entry(id).or_default().push(k);
+            }
+        }
+        (acked, done)
+    });
+    assert_eq!(done["state"], "done", "{done}");
+    let total: usize = acked.values().map(Vec::len).sum();
+    let mut got = Got::new();
+    let (mut n, deadline) = (0, Instant::now() + Duration::from_secs(15));
+    while n < total && Instant::now() < deadline {
+        let Some(e) = sub.next_timeout(Duration::from_secs(1)).expect("no error") else {
+            continue;
+        };
+        let k = e.payload["k"].as_u64().expect("k");
+        let group = e.extra.get("group").and_then(|g| g.as_str()).unwrap_or("?");
+        got.entry(e.instance_id.clone())
+            .or_default()
+            .push((k, group.to_string()));
+        n += 1;
+    }
+    eprintln!("{total} events acknowledged; cursor {:?}", sub.cursor());
+    assert!(sub.cursor().is_some_and(|c| c.starts_with("cluster:")));
+    check(&acked, &got);
+    sub.close().expect("close");
 }
 
 /// Applies `tick` to the ids `w` owns (every 4th), each with payload `{k}` counting up per

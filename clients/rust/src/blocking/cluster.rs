@@ -245,7 +245,7 @@ impl Client {
 
     /// A connection to one group primary: as `connect_with`, without cluster routing of its
     /// own.
-    fn connect_member(addr: &str, opts: &ConnectOptions) -> Result<Client> {
+    pub(super) fn connect_member(addr: &str, opts: &ConnectOptions) -> Result<Client> {
         let addrs = vec![addr.to_string()];
         let (mut c, at) = Client::connect_from(&addrs, 0, opts, opts.retry)?;
         c.recipe = Some(super::Recipe {

@@ -18,6 +18,7 @@ mod calls;
 mod cluster;
 mod subscription;
 mod transport;
+mod watch_fanout;
 
 pub use subscription::Subscription;
 pub use transport::Transport;

@@ -2,12 +2,14 @@
 //! lost (a server restart, a balancer reset) it reconnects with capped backoff and opens the
 //! subscription again from its cursor, so no event is missed or repeated. A
 //! `subscription_lagged` is yielded as `Error::Lagged` carrying the resume cursor; iterating on
-//! resumes from it (or drop the subscription to stop).
+//! resumes from it (or drop the subscription to stop). WATCH_ALL through a cluster client
+//! watches every group and merges (`watch_fanout`).
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::watch_fanout::ClusterSubscription;
 use super::Client;
 use crate::error::{Error, Result};
 use crate::ops::{Event, WatchAllFilter, WatchOptions};
@@ -26,10 +28,25 @@ pub struct Subscription {
     lost: bool,
     /// Reconnections so far.
     pub reconnects: u64,
+    /// WATCH_ALL through a cluster client: one subscription per group, merged
+    /// (`watch_fanout`); the fields above then keep only the seed connection.
+    fanout: Option<Box<ClusterSubscription>>,
 }
 
 impl Subscription {
     pub(super) fn all(client: Client, filter: WatchAllFilter) -> Result<Subscription> {
+        if client.is_cluster() {
+            let fanout = ClusterSubscription::open(&client, filter.clone())?;
+            return Ok(Subscription {
+                client,
+                position: Position::new(Target::All(filter)),
+                id: Value::Null,
+                reopen: false,
+                lost: false,
+                reconnects: 0,
+                fanout: Some(Box::new(fanout)),
+            });
+        }
         Subscription::open(client, Target::All(filter))
     }
 
@@ -49,14 +66,19 @@ impl Subscription {
             reopen: true,
             lost: false,
             reconnects: 0,
+            fanout: None,
         };
         s.reopen()?;
         Ok(s)
     }
 
-    /// The cursor after the last event delivered (to store for a later `from_cursor`).
+    /// The cursor after the last event delivered (to store for a later `from_cursor`); over
+    /// a cluster, one cursor holding each group's.
     pub fn cursor(&self) -> Option<&str> {
-        self.position.cursor()
+        match &self.fanout {
+            Some(f) => Some(f.cursor()),
+            None => self.position.cursor(),
+        }
     }
 
     /// The server's id of the current subscription.
@@ -104,6 +126,9 @@ impl Subscription {
     }
 
     fn next_event(&mut self, wait: Option<Duration>) -> Result<Option<Event>> {
+        if let Some(f) = &mut self.fanout {
+            return f.next_timeout(wait);
+        }
         let deadline = wait.map(|w| Instant::now() + w);
         loop {
             if self.reopen {
@@ -142,6 +167,10 @@ impl Subscription {
 
     /// Ends the subscription (UNWATCH) and returns the connection.
     pub fn close(mut self) -> Result<Client> {
+        if self.fanout.take().is_some() {
+            // Dropped: each group's thread ends its own subscription.
+            return Ok(self.client);
+        }
         if !self.reopen {
             self.client.unwatch(&self.id)?;
         }
