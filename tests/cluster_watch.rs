@@ -147,32 +147,43 @@ fn watch_all_over_two_groups_keeps_each_instance_s_events_in_order_across_a_move
     runtime().block_on(async {
         let c = client(&seed, &ids).await;
         let mut sub = c.subscribe_all(ticks()).await.expect("subscribe_all");
-
-        let stop = Arc::new(AtomicBool::new(false));
-        let writers: Vec<_> = (0..4)
-            .map(|w| tokio::spawn(write(c.clone(), ids.clone(), w, stop.clone())))
-            .collect();
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        let mover = asyncio::Client::connect(&seed, ConnectOptions::default())
-            .await
-            .expect("mover");
-        let done = (mover.call("CLUSTER_MOVE_SLOTS", json!({"slots": MOVED, "to": "g2"})))
-            .await
-            .expect("the move");
-        assert_eq!(done["state"], "done", "{done}");
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        stop.store(true, Ordering::Relaxed);
-        let mut acked: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-        for w in writers {
-            for (id, k) in w.await.expect("writer") {
-                acked.entry(id).or_default().push(k);
-            }
-        }
+        let acked = writes_across_a_move(&c, &seed, &ids).await;
         let total: usize = acked.values().map(Vec::len).sum();
-        eprintln!("{total} events acknowledged; move {done}");
         let got = collect(&mut sub, total).await;
         check(&acked, &got);
     });
+}
+
+/// 4 writers apply `tick`s to `ids` while a third of g1's slots move to g2: every (id, k)
+/// acknowledged, by id in order.
+async fn writes_across_a_move(
+    c: &asyncio::Client,
+    seed: &str,
+    ids: &[String],
+) -> BTreeMap<String, Vec<u64>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..4)
+        .map(|w| tokio::spawn(write(c.clone(), ids.to_vec(), w, stop.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mover = asyncio::Client::connect(seed, ConnectOptions::default())
+        .await
+        .expect("mover");
+    let done = (mover.call("CLUSTER_MOVE_SLOTS", json!({"slots": MOVED, "to": "g2"})))
+        .await
+        .expect("the move");
+    assert_eq!(done["state"], "done", "{done}");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acked: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for w in writers {
+        for (id, k) in w.await.expect("writer") {
+            acked.entry(id).or_default().push(k);
+        }
+    }
+    let total: usize = acked.values().map(Vec::len).sum();
+    eprintln!("{total} events acknowledged; move {done}");
+    acked
 }
 
 /// The same through the blocking client: its `subscribe_all` on a cluster client runs one
@@ -193,29 +204,7 @@ fn the_blocking_client_s_watch_all_hears_every_group_in_order_across_a_move() {
     let blocking = smdb_client::Client::connect_with(&seed, &opts).expect("blocking client");
     assert!(blocking.is_cluster());
     let mut sub = blocking.subscribe_all(ticks()).expect("subscribe_all");
-    let (acked, done) = rt.block_on(async {
-        let stop = Arc::new(AtomicBool::new(false));
-        let writers: Vec<_> = (0..4)
-            .map(|w| tokio::spawn(write(c.clone(), ids.clone(), w, stop.clone())))
-            .collect();
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        let mover = asyncio::Client::connect(&seed, ConnectOptions::default())
-            .await
-            .expect("mover");
-        let done = (mover.call("CLUSTER_MOVE_SLOTS", json!({"slots": MOVED, "to": "g2"})))
-            .await
-            .expect("the move");
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        stop.store(true, Ordering::Relaxed);
-        let mut acked: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-        for w in writers {
-            for (id, k) in w.await.expect("writer") {
-                acked.entry(id).or_default().push(k);
-            }
-        }
-        (acked, done)
-    });
-    assert_eq!(done["state"], "done", "{done}");
+    let acked = rt.block_on(writes_across_a_move(&c, &seed, &ids));
     let total: usize = acked.values().map(Vec::len).sum();
     let mut got = Got::new();
     let (mut n, deadline) = (0, Instant::now() + Duration::from_secs(15));
@@ -230,7 +219,6 @@ fn the_blocking_client_s_watch_all_hears_every_group_in_order_across_a_move() {
             .push((k, group.to_string()));
         n += 1;
     }
-    eprintln!("{total} events acknowledged; cursor {:?}", sub.cursor());
     assert!(sub.cursor().is_some_and(|c| c.starts_with("cluster:")));
     check(&acked, &got);
     sub.close().expect("close");

@@ -11,11 +11,140 @@
 //! The tokio driver is `asyncio::watch_fanout`.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::cluster::{slot_of, SLOT_COUNT};
+use crate::error::Error;
+use crate::fanout;
 use crate::ops::Event;
+
+/// How often a driver reads the map again to find groups it gained.
+pub const MAP_EVERY: Duration = Duration::from_secs(1);
+/// How long a reopened group's hand-over of moved slots waits for a live push of their shard
+/// (its replay over) before it goes ahead.
+pub const HANDOVER_WAIT: Duration = Duration::from_secs(2);
+
+/// What a group's reader tells the merger (both drivers).
+pub enum Msg {
+    /// Opened again (after a lost connection or a lag): the cursor it resumed from, and the
+    /// WATCH answer's.
+    Opened {
+        from: String,
+        answered: String,
+    },
+    Push(Value),
+    Lagged(String),
+    Failed(Error),
+}
+
+/// The merging side of a fan-out, the same in both drivers: the order rule, each group's
+/// cursor as received and as delivered, and the groups reopened whose hand-over waits.
+#[derive(Debug)]
+pub struct Merge {
+    order: Order,
+    /// Groups opened again, since when (their hand-over waits at most `HANDOVER_WAIT`).
+    reopened: BTreeMap<String, Instant>,
+    received: BTreeMap<String, String>,
+    /// Kept before a group's first held event.
+    cursors: BTreeMap<String, String>,
+}
+
+impl Merge {
+    /// The merge of subscriptions opened by the map of `groups`.
+    pub fn new(groups: &[Group]) -> Merge {
+        Merge {
+            order: Order::new(groups),
+            reopened: BTreeMap::new(),
+            received: BTreeMap::new(),
+            cursors: BTreeMap::new(),
+        }
+    }
+
+    /// `group`'s subscription was opened from `from`, and answered `answered`.
+    pub fn opened(&mut self, group: &str, from: &str, answered: &str) {
+        self.order.opened(group, answered);
+        self.received.insert(group.to_string(), from.to_string());
+    }
+
+    /// Opened again; `fresh` is a map read just now (a `slots_moved` may have gone with the
+    /// lost connection: it says who owns what once the replay is over, `Order::reopened`).
+    pub fn reopened(&mut self, group: &str, from: &str, answered: &str, fresh: Option<&[Group]>) {
+        self.opened(group, from, answered);
+        if let Some(gs) = fresh {
+            self.order.reopened(group, gs);
+            self.reopened.insert(group.to_string(), Instant::now());
+        }
+    }
+
+    /// A push of `group`'s subscription: the events it releases, in order, and the group a
+    /// `slots_moved` names (to watch, if it is not yet). `Err` for an event it cannot read.
+    pub fn push(
+        &mut self,
+        group: &str,
+        push: Value,
+    ) -> Result<(Vec<Event>, Option<String>), Error> {
+        let mut out = Vec::new();
+        if let Some(c) = push["cursor"].as_str() {
+            self.received.insert(group.to_string(), c.to_string());
+        }
+        let shard = push["shard"].as_u64().and_then(|k| u32::try_from(k).ok());
+        if let Some(k) = shard.filter(|_| push["replayed"] != true) {
+            out.extend(self.order.live(group, k));
+        }
+        if push["type"] == "slots_moved" {
+            if let Some(m) = SlotsMoved::parse(&push) {
+                out.extend(self.order.moved(group, &m));
+                return Ok((out, Some(m.to)));
+            }
+        } else if push["type"] == "event" {
+            let mut e = serde_json::from_value::<Event>(push)
+                .map_err(|e| Error::Protocol(e.to_string()))?;
+            // The contract's `group` and `slot`, when the member left them out.
+            let slot = slot_of(&e.instance_id);
+            e.extra.entry("group").or_insert_with(|| json!(group));
+            e.extra.entry("slot").or_insert_with(|| json!(slot));
+            out.extend(self.order.event(group, e));
+        }
+        Ok((out, None))
+    }
+
+    /// `group`'s subscription lagged: it resumes from `resume_cursor`; the error to deliver.
+    pub fn lagged(&mut self, group: &str, resume_cursor: String) -> Error {
+        (self.received).insert(group.to_string(), resume_cursor.clone());
+        Error::Lagged {
+            subscription_id: json!(group),
+            resume_cursor,
+        }
+    }
+
+    /// The hand-overs of groups reopened `HANDOVER_WAIT` ago or more that are still
+    /// pending (their replay is taken as over): the events that releases.
+    pub fn expire(&mut self) -> Vec<Event> {
+        let due: Vec<String> = (self.reopened.iter())
+            .filter(|(_, at)| at.elapsed() >= HANDOVER_WAIT)
+            .map(|(g, _)| g.clone())
+            .collect();
+        let mut out = Vec::new();
+        for g in due {
+            self.reopened.remove(&g);
+            out.extend(self.order.expire(&g));
+        }
+        out
+    }
+
+    /// The combined cursor: each group's as received, but a group with events held keeps
+    /// the one before the first of them.
+    pub fn cursor(&mut self) -> String {
+        for (g, c) in &self.received {
+            if !self.order.holds(g) {
+                self.cursors.insert(g.clone(), c.clone());
+            }
+        }
+        fanout::encode_cursor(&self.cursors)
+    }
+}
 
 /// One group of the map: its name, its primary's address and its slot ranges.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -21,29 +21,11 @@ use super::{call_on, lock, Client, SUBSCRIPTION_QUEUE_MAX};
 use crate::error::{Error, Result};
 use crate::fanout;
 use crate::ops::{self, Event, WatchAllFilter};
-use crate::watch_fanout::{groups, Group, Order, SlotsMoved};
+use crate::watch_fanout::{groups, Group, Merge, Msg, MAP_EVERY};
 use smdb_protocol::op::Op;
 
-/// How often the map is read again to find groups it gained.
-const MAP_EVERY: Duration = Duration::from_secs(1);
-/// How long a reopened group's hand-over of moved slots waits for a live push of their shard
-/// (its replay over) before it goes ahead.
-const HANDOVER_WAIT: Duration = Duration::from_secs(2);
 /// Tries to open every group's subscription under one map epoch.
 const OPEN_TRIES: u32 = 5;
-
-/// What a group's reader tells the merger.
-enum Msg {
-    /// Opened (again, after a lost connection or a lag): the cursor it resumed from, and the
-    /// WATCH answer's.
-    Opened {
-        from: String,
-        answered: String,
-    },
-    Push(Value),
-    Lagged(String),
-    Failed(Error),
-}
 
 type Tx = mpsc::Sender<(String, Msg)>;
 
@@ -83,26 +65,22 @@ pub(super) async fn subscribe_all(seed: &Client, filter: WatchAllFilter) -> Resu
         }
     };
     let (tx, rx) = mpsc::channel(SUBSCRIPTION_QUEUE_MAX);
-    let mut order = Order::new(&gs);
     let mut merger = Merger {
         seed: seed.clone(),
         filter,
         readers: BTreeMap::new(),
         tx,
-        reopened: BTreeMap::new(),
-        received: BTreeMap::new(),
-        cursors: BTreeMap::new(),
+        merge: Merge::new(&gs),
         cursor: Arc::new(Mutex::new(None)),
     };
     for o in opened {
-        order.opened(&o.group, &o.answered);
-        merger.received.insert(o.group.clone(), o.cursor.clone());
+        merger.merge.opened(&o.group, &o.cursor, &o.answered);
         merger.start(o.group.clone(), Some(o), None);
     }
-    merger.publish_cursor(&order);
+    merger.publish_cursor();
     let cursor = merger.cursor.clone();
     let (out, sub_rx) = mpsc::channel(256);
-    let task = tokio::spawn(merger.run(order, rx, out));
+    let task = tokio::spawn(merger.run(rx, out));
     Ok(Subscription::from_parts(sub_rx, cursor, task))
 }
 
@@ -256,18 +234,13 @@ fn retry(e: &Error) -> bool {
     e.is_connection_lost() || matches!(e, Error::Config(_)) || e.is_retryable()
 }
 
-/// The merger: the readers' pushes in, events out in order.
+/// The merger: the readers' pushes in, events out in order (`Merge`).
 struct Merger {
     seed: Client,
     filter: WatchAllFilter,
     readers: BTreeMap<String, JoinHandle<()>>,
     tx: Tx,
-    /// Groups opened again, since when (their hand-over waits for their replay, at most
-    /// `HANDOVER_WAIT`).
-    reopened: BTreeMap<String, Instant>,
-    /// Each group's cursor as received, and as delivered (kept before its first held event).
-    received: BTreeMap<String, String>,
-    cursors: BTreeMap<String, String>,
+    merge: Merge,
     cursor: Arc<Mutex<Option<String>>>,
 }
 
@@ -292,21 +265,6 @@ impl Merger {
         self.readers.insert(group, tokio::spawn(reader.run(open)));
     }
 
-    /// The hand-overs of groups reopened `HANDOVER_WAIT` ago or more that are still pending:
-    /// their replay is taken as over.
-    fn expire(&mut self, order: &mut Order) -> Vec<Result<Event>> {
-        let due: Vec<String> = (self.reopened.iter())
-            .filter(|(_, at)| at.elapsed() >= HANDOVER_WAIT)
-            .map(|(g, _)| g.clone())
-            .collect();
-        let mut out = Vec::new();
-        for g in due {
-            self.reopened.remove(&g);
-            out.extend(order.expire(&g).into_iter().map(Ok));
-        }
-        out
-    }
-
     /// Watches the groups of a fresh map it does not watch yet, from all they retain.
     async fn watch_new_groups(&mut self) {
         let Ok((_, gs)) = read_map(&self.seed).await else {
@@ -319,20 +277,12 @@ impl Merger {
         }
     }
 
-    /// The combined cursor: each group's as received, but a group with events held keeps
-    /// the one before the first of them.
-    fn publish_cursor(&mut self, order: &Order) {
-        for (g, c) in &self.received {
-            if !order.holds(g) {
-                self.cursors.insert(g.clone(), c.clone());
-            }
-        }
-        *lock(&self.cursor) = Some(fanout::encode_cursor(&self.cursors));
+    fn publish_cursor(&mut self) {
+        *lock(&self.cursor) = Some(self.merge.cursor());
     }
 
     async fn run(
         mut self,
-        mut order: Order,
         mut rx: mpsc::Receiver<(String, Msg)>,
         out: mpsc::Sender<Result<Event>>,
     ) {
@@ -340,12 +290,12 @@ impl Merger {
         loop {
             let (events, fail) = tokio::select! {
                 m = rx.recv() => match m {
-                    Some((group, msg)) => self.handle(&mut order, &group, msg).await,
+                    Some((group, msg)) => self.handle(&group, msg).await,
                     None => return,
                 },
                 _ = tick.tick() => {
                     self.watch_new_groups().await;
-                    (self.expire(&mut order), None)
+                    (self.merge.expire().into_iter().map(Ok).collect(), None)
                 }
             };
             for e in events {
@@ -353,7 +303,7 @@ impl Merger {
                     return;
                 }
             }
-            self.publish_cursor(&order);
+            self.publish_cursor();
             if let Some(e) = fail {
                 let _ = out.send(Err(e)).await;
                 return;
@@ -362,62 +312,26 @@ impl Merger {
     }
 
     /// One message of `group`'s reader: what goes out now, and an error that ends it all.
-    async fn handle(
-        &mut self,
-        order: &mut Order,
-        group: &str,
-        msg: Msg,
-    ) -> (Vec<Result<Event>>, Option<Error>) {
-        let mut out = Vec::new();
+    async fn handle(&mut self, group: &str, msg: Msg) -> (Vec<Result<Event>>, Option<Error>) {
         match msg {
             Msg::Opened { from, answered } => {
-                order.opened(group, &answered);
-                self.received.insert(group.to_string(), from);
-                // A slots_moved lost with the connection: the fresh map says who owns what,
-                // once the replay is over (`Order::reopened`).
-                if let Ok((_, gs)) = read_map(&self.seed).await {
-                    order.reopened(group, &gs);
-                    self.reopened.insert(group.to_string(), Instant::now());
-                }
+                let fresh = read_map(&self.seed).await.ok().map(|(_, gs)| gs);
+                (self.merge).reopened(group, &from, &answered, fresh.as_deref());
+                (Vec::new(), None)
             }
-            Msg::Push(push) => {
-                if let Some(c) = push["cursor"].as_str() {
-                    self.received.insert(group.to_string(), c.to_string());
-                }
-                let shard = push["shard"].as_u64().and_then(|k| u32::try_from(k).ok());
-                if let Some(k) = shard.filter(|_| push["replayed"] != true) {
-                    out.extend(order.live(group, k).into_iter().map(Ok));
-                }
-                if push["type"] == "slots_moved" {
-                    if let Some(m) = SlotsMoved::parse(&push) {
-                        if !self.readers.contains_key(&m.to) {
-                            self.start(m.to.clone(), None, Some("0".into()));
-                        }
-                        out.extend(order.moved(group, &m).into_iter().map(Ok));
+            Msg::Push(push) => match self.merge.push(group, push) {
+                Ok((events, to)) => {
+                    if let Some(to) = to.filter(|to| !self.readers.contains_key(to)) {
+                        self.start(to, None, Some("0".into()));
                     }
-                } else if push["type"] == "event" {
-                    match serde_json::from_value::<Event>(push) {
-                        Ok(mut e) => {
-                            // The contract's `group` and `slot`, when the member left them out.
-                            let slot = crate::cluster::slot_of(&e.instance_id);
-                            e.extra.entry("group").or_insert_with(|| json!(group));
-                            e.extra.entry("slot").or_insert_with(|| json!(slot));
-                            out.extend(order.event(group, e).map(Ok))
-                        }
-                        Err(e) => return (out, Some(Error::Protocol(e.to_string()))),
-                    }
+                    (events.into_iter().map(Ok).collect(), None)
                 }
-            }
+                Err(e) => (Vec::new(), Some(e)),
+            },
             Msg::Lagged(resume_cursor) => {
-                self.received
-                    .insert(group.to_string(), resume_cursor.clone());
-                out.push(Err(Error::Lagged {
-                    subscription_id: json!(group),
-                    resume_cursor,
-                }));
+                (vec![Err(self.merge.lagged(group, resume_cursor))], None)
             }
-            Msg::Failed(e) => return (out, Some(e)),
+            Msg::Failed(e) => (Vec::new(), Some(e)),
         }
-        (out, None)
     }
 }

@@ -20,28 +20,12 @@ use super::{Client, ConnectOptions};
 use crate::error::{Error, Result};
 use crate::fanout;
 use crate::ops::{self, Event, WatchAllFilter};
-use crate::watch_fanout::{groups, Group, Order, SlotsMoved};
+use crate::watch_fanout::{groups, Group, Merge, Msg, MAP_EVERY};
 
-/// How often the map is read again to find groups it gained.
-const MAP_EVERY: Duration = Duration::from_secs(1);
-/// How long a reopened group's hand-over of moved slots waits for its replay to end.
-const HANDOVER_WAIT: Duration = Duration::from_secs(2);
 /// How long a group's thread waits for a push before it looks at the stop flag.
 const POLL: Duration = Duration::from_millis(100);
 /// Messages from the groups' threads not yet merged; a thread waits when it is full.
 const QUEUE_MAX: usize = 4096;
-
-/// What a group's thread tells the merger.
-enum Msg {
-    /// Opened again: the cursor it resumed from, and the WATCH answer's.
-    Opened {
-        from: String,
-        answered: String,
-    },
-    Push(Value),
-    Lagged(String),
-    Failed(Error),
-}
 
 type Tx = mpsc::SyncSender<(String, Msg)>;
 
@@ -86,21 +70,16 @@ struct Opened {
     answered: String,
 }
 
-/// WATCH_ALL over every group of the cluster `seed` belongs to, merged.
+/// WATCH_ALL over every group of the cluster `seed` belongs to, merged (`Merge`).
 pub struct ClusterSubscription {
     dial: Dial,
     filter: WatchAllFilter,
-    order: Order,
+    merge: Merge,
     rx: mpsc::Receiver<(String, Msg)>,
     tx: Tx,
     stop: Arc<AtomicBool>,
     readers: BTreeMap<String, JoinHandle<()>>,
     ready: VecDeque<Result<Event>>,
-    /// Groups opened again, since when (their hand-over waits for their replay).
-    reopened: BTreeMap<String, Instant>,
-    /// Each group's cursor as received, and as delivered (kept before its first held event).
-    received: BTreeMap<String, String>,
-    cursors: BTreeMap<String, String>,
     cursor: String,
     map_read: Instant,
     ended: bool,
@@ -132,26 +111,22 @@ impl ClusterSubscription {
         let (tx, rx) = mpsc::sync_channel(QUEUE_MAX);
         let mut s = ClusterSubscription {
             dial,
-            order: Order::new(&gs),
+            merge: Merge::new(&gs),
             filter,
             rx,
             tx,
             stop: Arc::new(AtomicBool::new(false)),
             readers: BTreeMap::new(),
             ready: VecDeque::new(),
-            reopened: BTreeMap::new(),
-            received: BTreeMap::new(),
-            cursors: BTreeMap::new(),
             cursor: String::new(),
             map_read: Instant::now(),
             ended: false,
         };
         for (group, o) in opened {
-            s.order.opened(&group, &o.answered);
-            s.received.insert(group.clone(), o.cursor.clone());
+            s.merge.opened(&group, &o.cursor, &o.answered);
             s.start(group, Some(o), None);
         }
-        s.publish_cursor();
+        s.cursor = s.merge.cursor();
         Ok(s)
     }
 
@@ -199,69 +174,36 @@ impl ClusterSubscription {
                 Ok((group, msg)) => self.handle(&group, msg),
                 Err(RecvTimeoutError::Timeout) if self.map_read.elapsed() >= MAP_EVERY => {
                     self.watch_new_groups();
-                    self.expire();
+                    self.ready.extend(self.merge.expire().into_iter().map(Ok));
                     self.map_read = Instant::now();
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 // This holds a sender itself: never disconnected.
                 Err(RecvTimeoutError::Disconnected) => self.ended = true,
             }
-            self.publish_cursor();
+            self.cursor = self.merge.cursor();
         }
     }
 
     fn handle(&mut self, group: &str, msg: Msg) {
         match msg {
             Msg::Opened { from, answered } => {
-                self.order.opened(group, &answered);
-                self.received.insert(group.to_string(), from);
-                if let Ok((_, gs)) = self.dial.read_map() {
-                    self.order.reopened(group, &gs);
-                    self.reopened.insert(group.to_string(), Instant::now());
+                let fresh = self.dial.read_map().ok().map(|(_, gs)| gs);
+                (self.merge).reopened(group, &from, &answered, fresh.as_deref());
+            }
+            Msg::Push(push) => match self.merge.push(group, push) {
+                Ok((events, to)) => {
+                    if let Some(to) = to.filter(|to| !self.readers.contains_key(to)) {
+                        self.start(to, None, Some("0".into()));
+                    }
+                    self.ready.extend(events.into_iter().map(Ok));
                 }
-            }
-            Msg::Push(push) => self.push(group, push),
-            Msg::Lagged(resume_cursor) => {
-                self.received
-                    .insert(group.to_string(), resume_cursor.clone());
-                self.ready.push_back(Err(Error::Lagged {
-                    subscription_id: json!(group),
-                    resume_cursor,
-                }));
-            }
+                Err(e) => self.ready.push_back(Err(e)),
+            },
+            Msg::Lagged(c) => self.ready.push_back(Err(self.merge.lagged(group, c))),
             Msg::Failed(e) => {
                 self.ready.push_back(Err(e));
                 self.ended = true;
-            }
-        }
-    }
-
-    fn push(&mut self, group: &str, push: Value) {
-        if let Some(c) = push["cursor"].as_str() {
-            self.received.insert(group.to_string(), c.to_string());
-        }
-        let shard = push["shard"].as_u64().and_then(|k| u32::try_from(k).ok());
-        if let Some(k) = shard.filter(|_| push["replayed"] != true) {
-            let live = self.order.live(group, k);
-            self.ready.extend(live.into_iter().map(Ok));
-        }
-        if push["type"] == "slots_moved" {
-            if let Some(m) = SlotsMoved::parse(&push) {
-                if !self.readers.contains_key(&m.to) {
-                    self.start(m.to.clone(), None, Some("0".into()));
-                }
-                let out = self.order.moved(group, &m);
-                self.ready.extend(out.into_iter().map(Ok));
-            }
-        } else if push["type"] == "event" {
-            match serde_json::from_value::<Event>(push) {
-                Ok(mut e) => {
-                    let slot = crate::cluster::slot_of(&e.instance_id);
-                    e.extra.entry("group").or_insert_with(|| json!(group));
-                    e.extra.entry("slot").or_insert_with(|| json!(slot));
-                    self.ready.extend(self.order.event(group, e).map(Ok));
-                }
-                Err(e) => self.ready.push_back(Err(Error::Protocol(e.to_string()))),
             }
         }
     }
@@ -276,30 +218,6 @@ impl ClusterSubscription {
                 self.start(g.name, None, Some("0".into()));
             }
         }
-    }
-
-    /// Hand-overs of groups reopened `HANDOVER_WAIT` ago or more: their replay is over.
-    fn expire(&mut self) {
-        let due: Vec<String> = (self.reopened.iter())
-            .filter(|(_, at)| at.elapsed() >= HANDOVER_WAIT)
-            .map(|(g, _)| g.clone())
-            .collect();
-        for g in due {
-            self.reopened.remove(&g);
-            let out = self.order.expire(&g);
-            self.ready.extend(out.into_iter().map(Ok));
-        }
-    }
-
-    /// Each group's cursor as received, but a group with events held keeps the one before
-    /// the first of them.
-    fn publish_cursor(&mut self) {
-        for (g, c) in &self.received {
-            if !self.order.holds(g) {
-                self.cursors.insert(g.clone(), c.clone());
-            }
-        }
-        self.cursor = fanout::encode_cursor(&self.cursors);
     }
 }
 
