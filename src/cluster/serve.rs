@@ -4,6 +4,10 @@
 //! group's primary, `CLUSTERDOWN` when it has none or no map is read), then the role gate
 //! (`READ_ONLY_MODE` / `NO_PRIMARY`), then the op. One lock and one `Arc` copy per request;
 //! each `MOVED` also counts once in `Cluster::counters` (`svc_cluster_moved_total`).
+//!
+//! The listings (LIST_INSTANCES, FIND_INSTANCES, SCAN_INSTANCES) follow the same rule per
+//! item: `Owned` keeps the instances of the slots this member's group owns by its copy, so
+//! the data of slots moved away, until the settling purges it, is never listed.
 
 use shards::routing::slot_of;
 use shards::{ErrorCode, Rejection};
@@ -48,6 +52,31 @@ pub fn check(cluster: &Cluster, id: &str) -> Result<(), Rejection> {
     }
 }
 
+/// The slots this member's group owns by its map copy: what its listings may show. Without
+/// a valid map the group owns nothing (instance ops answer `CLUSTERDOWN` meanwhile).
+#[derive(Debug, Clone, Default)]
+pub struct Owned {
+    /// Sorted, disjoint ranges (the map's own order).
+    ranges: Vec<(u16, u16)>,
+}
+
+impl Owned {
+    /// What `cluster`'s group owns by the copy in force now.
+    pub fn now(cluster: &Cluster) -> Owned {
+        let copy = cluster.view.get();
+        let ranges = (copy.map.as_ref())
+            .map(|m| m.ranges_of(&cluster.group))
+            .unwrap_or_default();
+        Owned { ranges }
+    }
+
+    /// Whether the instance `id` lies in a slot owned here.
+    pub fn holds(&self, id: &str) -> bool {
+        let slot = slot_of(id);
+        (self.ranges.iter()).any(|&(lo, hi)| lo <= slot && slot <= hi)
+    }
+}
+
 /// `CLUSTERDOWN` before a map is read (or while none exists).
 fn no_map(slot: u16, map_epoch: u64) -> Rejection {
     Rejection::new(
@@ -57,4 +86,21 @@ fn no_map(slot: u16, map_epoch: u64) -> Rejection {
     .with("slot", slot)
     .with("map_epoch", map_epoch)
     .with("reason", "no_map")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Owned;
+
+    #[test]
+    fn owned_holds_the_ids_of_its_ranges_only() {
+        // slot("hello") = 866, slot("foo") = 12182, slot("{o-7}:pay") = 340.
+        let owned = Owned {
+            ranges: vec![(0, 340), (800, 8191)],
+        };
+        assert!(owned.holds("hello"));
+        assert!(owned.holds("{o-7}:pay"));
+        assert!(!owned.holds("foo"));
+        assert!(!Owned::default().holds("hello"), "no map: nothing owned");
+    }
 }

@@ -10,6 +10,8 @@ use crate::config::ConfigError;
 const GROUP_BYTES_MAX: usize = 64;
 /// Bounds of `cluster.move_freeze_max_ms`.
 const FREEZE_MAX_MS_RANGE: std::ops::RangeInclusive<u64> = 50..=10_000;
+/// Longest `cluster.move_purge_delay_ms`: one day.
+const PURGE_DELAY_MS_MAX: u64 = 86_400_000;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -27,6 +29,9 @@ pub struct Cluster {
     pub move_catchup_timeout_ms: u64,
     /// Copy rate of a move's stream; 0 is unlimited.
     pub move_bytes_per_sec: u64,
+    /// How long a group's primary keeps the data of slots moved away (never served or
+    /// listed) before its settling deletes it; 0 deletes at once.
+    pub move_purge_delay_ms: u64,
 }
 
 impl Default for Cluster {
@@ -39,6 +44,7 @@ impl Default for Cluster {
             move_attempts: 5,
             move_catchup_timeout_ms: 300_000,
             move_bytes_per_sec: 64 << 20,
+            move_purge_delay_ms: 0,
         }
     }
 }
@@ -79,6 +85,9 @@ impl Cluster {
         }
         if self.move_catchup_timeout_ms == 0 {
             return err("cluster.move_catchup_timeout_ms must be >= 1");
+        }
+        if self.move_purge_delay_ms > PURGE_DELAY_MS_MAX {
+            return err("cluster.move_purge_delay_ms must be <= 86400000");
         }
         Ok(())
     }
@@ -121,6 +130,7 @@ mod tests {
         assert_eq!(c.cluster.my_group(), None);
         assert_eq!(c.cluster.move_freeze_max_ms, 500);
         assert_eq!(c.cluster.move_bytes_per_sec, 67_108_864);
+        assert_eq!(c.cluster.move_purge_delay_ms, 0);
         let on = Config::from_toml(&format!("{HA}[cluster]\nenabled = true\ngroup = \"g-1\"\n"))
             .unwrap();
         assert_eq!(on.cluster.my_group(), Some("g-1"));
@@ -137,6 +147,7 @@ mod tests {
         assert!(bad(&on("move_freeze_max_ms = 10001")).contains("cluster.move_freeze_max_ms"));
         assert!(bad(&on("move_attempts = 0")).contains("cluster.move_attempts"));
         assert!(bad(&on("move_freeze_lag_entries = 0")).contains("move_freeze_lag_entries"));
+        assert!(bad(&on("move_purge_delay_ms = 86400001")).contains("move_purge_delay_ms"));
         assert!(bad(&on("frobnicate = 1")).contains("frobnicate"));
     }
 }

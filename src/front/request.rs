@@ -161,13 +161,13 @@ fn all_shards(op: routes::AllShards, params: Option<Vec<u8>>, front: &Rc<Front>)
             }
         }),
         A::ListInstances => spawn_fanout(front, params, |f, p| async move {
-            fanout::list_instances(&f.router, p).await
+            fanout::list_instances(&f.router, p, f.info.cluster.as_deref()).await
         }),
         A::FindInstances => spawn_fanout(front, params, |f, p| async move {
-            fanout::find_instances(&f.router, p).await
+            fanout::find_instances(&f.router, p, f.info.cluster.as_deref()).await
         }),
         A::ScanInstances => spawn_fanout(front, params, |f, p| async move {
-            fanout::scan_instances(&f.router, p).await
+            fanout::scan_instances(&f.router, p, f.info.cluster.as_deref()).await
         }),
         A::MigrateInstances => spawn_fanout(front, params, |f, p| async move {
             crate::mesh::bulk::migrate_instances(&f.router, p).await

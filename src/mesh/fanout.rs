@@ -2,12 +2,21 @@
 //! every other shard before the client hears back), LIST_INSTANCES and FIND_INSTANCES (merges
 //! of per-shard pages), SCAN_INSTANCES (a merge of bounded walks),
 //! INFO (totals from every shard), and the start-up copy of definitions.
+//!
+//! In cluster mode the three listings leave out, after the merge, the instances of slots the
+//! member's group does not own by its map copy (`cluster::serve::Owned`): the data of slots
+//! moved away until the settling purges it. The cursor is taken before that filter, so the
+//! next page goes on past the items left out, nothing owned is skipped, and a page may hold
+//! fewer than `limit` items (even none) while `next_cursor` goes on. Without `[cluster]`
+//! (`cluster` None) nothing is filtered and nothing is paid.
 
 use serde_json::{json, Value};
 use shards::engine::Entry;
 use shards::{ErrorCode, Rejection};
 
 use super::router::{Reply, Router};
+use crate::cluster::serve::Owned;
+use crate::cluster::Cluster;
 use crate::ops::instances::{encode_cursor, find_query, list_query, scan_query};
 use crate::shard::message::Query;
 use crate::shard::{ReplyBody, ShardCall, ShardOp};
@@ -60,8 +69,13 @@ pub async fn reconcile_definitions(router: &Router) -> Result<usize, Rejection> 
     }
 }
 
-/// LIST_INSTANCES: ask every shard for its first `limit` matches after the cursor, merge by id.
-pub async fn list_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
+/// LIST_INSTANCES: ask every shard for its first `limit` matches after the cursor, merge by id
+/// (in cluster mode, then keep those owned here).
+pub async fn list_instances(
+    router: &Router,
+    params: Option<Vec<u8>>,
+    cluster: Option<&Cluster>,
+) -> Reply {
     let q = list_query(params.as_deref())?;
     let mut all = Vec::new();
     let mut more = false;
@@ -76,6 +90,7 @@ pub async fn list_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
         }
     }
     let next = merge_by_id(&mut all, more, q.limit);
+    keep_owned(&mut all, cluster);
     let body = json!({ "instances": all, "next_cursor": next });
     Ok(ReplyBody::Json(
         serde_json::to_vec(&body).unwrap_or_default(),
@@ -83,8 +98,13 @@ pub async fn list_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
 }
 
 /// FIND_INSTANCES: every shard's first `limit` matches after the cursor, merged by id; the
-/// versions searched are every shard's (each holds every definition).
-pub async fn find_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
+/// versions searched are every shard's (each holds every definition). In cluster mode, then
+/// those owned here.
+pub async fn find_instances(
+    router: &Router,
+    params: Option<Vec<u8>>,
+    cluster: Option<&Cluster>,
+) -> Reply {
     let q = Box::new(find_query(params.as_deref())?);
     let (mut all, mut more, mut versions) = (Vec::new(), false, Vec::new());
     for shard in 0..router.shard_count() {
@@ -101,6 +121,7 @@ pub async fn find_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
         }
     }
     let next = merge_by_id(&mut all, more, q.limit);
+    keep_owned(&mut all, cluster);
     let body = json!({ "instances": all, "next_cursor": next, "versions": versions });
     Ok(ReplyBody::Json(
         serde_json::to_vec(&body).unwrap_or_default(),
@@ -109,8 +130,13 @@ pub async fn find_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
 
 /// SCAN_INSTANCES: each shard walks its part (`shard::scan`); the page holds the matches up to
 /// the smallest id a shard that has not finished examined through (past it, a shard has not
-/// looked yet), at most `limit` of them, and the cursor goes on from there.
-pub async fn scan_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
+/// looked yet), at most `limit` of them, and the cursor goes on from there. In cluster mode,
+/// then those owned here (`examined` still counts what the shards walked).
+pub async fn scan_instances(
+    router: &Router,
+    params: Option<Vec<u8>>,
+    cluster: Option<&Cluster>,
+) -> Reply {
     let q = Box::new(scan_query(params.as_deref())?);
     let (mut all, mut examined) = (Vec::new(), 0usize);
     let mut bound: Option<String> = None;
@@ -139,6 +165,7 @@ pub async fn scan_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
         (Value::Null, Some(bound)) => Value::String(encode_cursor(&bound)),
         (next, _) => next,
     };
+    keep_owned(&mut all, cluster);
     let body = json!({ "instances": all, "next_cursor": next, "examined": examined });
     Ok(ReplyBody::Json(
         serde_json::to_vec(&body).unwrap_or_default(),
@@ -156,6 +183,15 @@ fn merge_by_id(all: &mut Vec<Value>, mut more: bool, limit: usize) -> Value {
     match (more, all.last()) {
         (true, Some(last)) => Value::String(encode_cursor(id_of(last))),
         _ => Value::Null,
+    }
+}
+
+/// Cluster mode: drops the merged page's instances of slots this member's group does not own
+/// by its copy (taken now, after the shards answered). Called after the cursor is taken.
+fn keep_owned(all: &mut Vec<Value>, cluster: Option<&Cluster>) {
+    if let Some(cluster) = cluster {
+        let owned = Owned::now(cluster);
+        all.retain(|i| owned.holds(id_of(i)));
     }
 }
 

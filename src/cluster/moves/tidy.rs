@@ -9,11 +9,14 @@
 //!   the shard's instances), logged as deletes of reason
 //!   `moved` and replicated, never pushed. It runs only when the copy is at least as new as
 //!   the last move this member took in, so a copy from before a switch never deletes what
-//!   the switch brought.
+//!   the switch brought. Slots given up since the last clean round wait
+//!   `cluster.move_purge_delay_ms` (0: none) from the first round that sees the map epoch
+//!   (a newer epoch starts the wait again); meanwhile their data is kept but neither served
+//!   nor listed (`cluster::serve::Owned`). A process's first purge does not wait.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::super::admin::{self, MoveAsk};
 use super::super::map::ClusterMap;
@@ -41,6 +44,9 @@ pub struct Tidy {
     clean_at: Option<u64>,
     /// The ranges the group owned at that epoch (None before the first clean round).
     owned_when_clean: Option<Vec<(u16, u16)>>,
+    /// The map epoch at which a round first found slots to delete, and when: the
+    /// `move_purge_delay_ms` wait counts from it, again at each new epoch.
+    pending_since: Option<(u64, Instant)>,
 }
 
 impl Tidy {
@@ -59,6 +65,12 @@ impl Tidy {
             let owned = Arc::new(map.ranges_of(&cluster.group));
             let pending = pending_slots(self.owned_when_clean.as_deref(), &owned);
             (cluster.counters.cleanup_pending).store(pending, Relaxed);
+            // The wait is for slots given up since a clean round; what a process finds at
+            // its start (a crash's leftovers) goes at once.
+            let given_up = pending > 0 && self.owned_when_clean.is_some();
+            if given_up && !self.delay_over(epoch, cluster.moves.move_purge_delay_ms) {
+                return;
+            }
             let mut left = 0;
             for shard in 0..router.shard_count() {
                 left += purge(router, shard, &owned).await;
@@ -66,9 +78,27 @@ impl Tidy {
             if left == 0 {
                 self.clean_at = Some(epoch);
                 self.owned_when_clean = Some(owned.to_vec());
+                self.pending_since = None;
                 cluster.counters.cleanup_pending.store(0, Relaxed);
             }
         }
+    }
+
+    /// Whether `delay_ms` has passed since a round first found slots to delete at map epoch
+    /// `epoch` (a newer epoch starts the wait again).
+    fn delay_over(&mut self, epoch: u64, delay_ms: u64) -> bool {
+        if delay_ms == 0 {
+            return true;
+        }
+        let since = match self.pending_since {
+            Some((e, at)) if e == epoch => at,
+            _ => {
+                let now = Instant::now();
+                self.pending_since = Some((epoch, now));
+                now
+            }
+        };
+        since.elapsed() >= Duration::from_millis(delay_ms)
     }
 
     async fn settle_staged(

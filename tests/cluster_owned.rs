@@ -1,0 +1,200 @@
+//! A cluster member lists only what its group owns (docs/cluster.md, "Moving slots",
+//! "Listings after a move"), against real processes: one etcd, two groups of two members.
+//! `cluster.move_purge_delay_ms` keeps the source's copies of moved slots on its shards for
+//! ten minutes, so the window between the switch and the purge stays open for the whole
+//! test: MACHINE_STATS and CLUSTER_INFO's `cleanup_pending` on the source show that the data
+//! is still there, while LIST_INSTANCES, FIND_INSTANCES and SCAN_INSTANCES on the source's
+//! primary and follower show none of it (paged with a small limit, every owned instance
+//! once), and the Rust client's fan-out LIST gives every instance exactly once.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::cluster_writes::{cluster_client, put_machine};
+use common::etcd::Etcd;
+use common::ha::serial;
+use common::lifecycle::wait_until;
+use common::*;
+use serde_json::{json, Value};
+use smdb_client::ops::ListFilter;
+use smdb_protocol::slot::slot_of;
+
+const GROUPS: [&str; 2] = ["g1", "g2"];
+/// The moved range: the lower third of g1's half (g1 owns 0-8191 at first).
+const MOVED: [u16; 2] = [0, 2730];
+/// Instances created before the move, over every slot.
+const INSTANCES: usize = 300;
+/// Page size of every listing here: small, so pages straddle the moved instances.
+const PAGE: u64 = 7;
+
+/// A member of `group` in async mode whose settling waits ten minutes before it purges.
+fn member(etcd: &Etcd, cluster: &str, node: &str, group: &str) -> String {
+    common::ha::member_config(etcd, cluster, node, "async")
+        + &format!("[cluster]\nenabled = true\ngroup = \"{group}\"\nmove_purge_delay_ms = 600000\n")
+}
+
+/// `item`, with an index on `ctx.kind` (for FIND_INSTANCES).
+fn item_machine() -> Value {
+    json!({"machine": "item", "version": 1, "definition": {
+        "states": ["open"], "initial": "open",
+        "transitions": [{"from": "open", "event": "tick", "to": "open"}],
+        "indexes": ["ctx.kind"]}})
+}
+
+/// Every id `op` lists on `server` with `params`, page after page of `PAGE`; fails on an id
+/// listed twice.
+fn every_page(server: &Server, op: &str, params: &Value) -> Result<Vec<String>, String> {
+    let mut c = server.client();
+    let (mut ids, mut cursor, mut pages) = (Vec::new(), Value::Null, 0);
+    loop {
+        let mut p = params.clone();
+        p["limit"] = json!(PAGE);
+        if !cursor.is_null() {
+            p["cursor"] = cursor.clone();
+        }
+        let page = c.call(op, p).map_err(|e| format!("{op}: {e}"))?;
+        let items = page["instances"].as_array().cloned().unwrap_or_default();
+        ids.extend(
+            items
+                .iter()
+                .map(|i| i["id"].as_str().unwrap_or("").to_string()),
+        );
+        cursor = page["next_cursor"].clone();
+        pages += 1;
+        if cursor.is_null() || pages > 1000 {
+            break;
+        }
+    }
+    let unique: BTreeSet<&String> = ids.iter().collect();
+    if unique.len() != ids.len() {
+        return Err(format!("{op} on {}: an id twice: {ids:?}", server.addr));
+    }
+    Ok(ids)
+}
+
+/// `op` on `server` lists exactly `want`, in id order.
+fn lists_exactly(server: &Server, op: &str, params: &Value, want: &[String]) -> Result<(), String> {
+    let got = every_page(server, op, params)?;
+    if got == want {
+        return Ok(());
+    }
+    let stale: Vec<&String> = (got.iter()).filter(|id| slot_of(id) <= MOVED[1]).collect();
+    Err(format!(
+        "{op} on {}: {} listed, {} wanted; moved instances listed: {stale:?}",
+        server.addr,
+        got.len(),
+        want.len()
+    ))
+}
+
+#[test]
+fn the_source_lists_no_moved_instance_before_its_purge_and_the_fan_out_lists_each_once() {
+    let _serial = serial();
+    let etcd = Etcd::start(1);
+    let dirs: Vec<_> = (0..4).map(|_| temp_dir()).collect();
+    let members: Vec<Server> = (0..4)
+        .map(|i| {
+            let group = GROUPS[i / 2];
+            let cfg = member(&etcd, "owned", &format!("{group}-{}", i % 2), group);
+            Server::start_in(dirs[i].path(), &cfg).expect("a member starts")
+        })
+        .collect();
+    let primary = [0, 1].map(|g| {
+        2 * g
+            + ha::one_primary(
+                &[&members[2 * g], &members[2 * g + 1]],
+                Duration::from_secs(20),
+            )
+    });
+    cluster::create(&members, Duration::from_secs(2));
+    put_machine(&members[primary[0]], &item_machine());
+    let seeds: Vec<String> = members.iter().map(|m| m.addr.to_string()).collect();
+    let mut client = cluster_client(&seeds);
+    let mut all: Vec<String> = (0..INSTANCES).map(|i| format!("i-{i}")).collect();
+    all.sort();
+    for id in &all {
+        (client.create_instance("item", 1, id, &json!({"kind": "k"})))
+            .unwrap_or_else(|e| panic!("create {id}: {e}"));
+    }
+    let moved: Vec<&String> = all.iter().filter(|id| slot_of(id) <= MOVED[1]).collect();
+    let kept: Vec<String> = (all.iter())
+        .filter(|id| (MOVED[1] + 1..=8191).contains(&slot_of(id)))
+        .cloned()
+        .collect();
+    assert!(
+        moved.len() > 20 && kept.len() > 40,
+        "{} {}",
+        moved.len(),
+        kept.len()
+    );
+
+    let done = (members[primary[0]].client())
+        .call("CLUSTER_MOVE_SLOTS", json!({"slots": MOVED, "to": "g2"}))
+        .expect("the move switches");
+    assert_eq!(done["state"], "done", "{done}");
+    let g1 = [&members[0], &members[1]];
+    for m in g1 {
+        wait_until(Duration::from_secs(5), || {
+            let info = m.client().call("CLUSTER_INFO", json!({})).unwrap();
+            match info["map_epoch"] == done["map_epoch"] {
+                true => Ok(()),
+                false => Err(format!("{}: {info}", m.addr)),
+            }
+        });
+    }
+
+    // The window is open: g1's primary has not purged (its shards still count the moved
+    // instances, and its settling has slots to delete).
+    let mut source = members[primary[0]].client();
+    wait_until(Duration::from_secs(5), || {
+        let info = source.call("CLUSTER_INFO", json!({})).unwrap();
+        match info["cleanup_pending"] == 2731 {
+            true => Ok(()),
+            false => Err(format!("the settling has not seen the switch: {info}")),
+        }
+    });
+    let stats = source
+        .call("MACHINE_STATS", json!({"machine": "item"}))
+        .unwrap();
+    let held = (moved.len() + kept.len()) as u64;
+    assert_eq!(stats["states"]["open"], held, "not purged yet: {stats}");
+
+    // g1's primary and follower list, find and scan only what g1 owns, each once.
+    let find = json!({"machine": "item", "where": {"ctx.kind": "k"}});
+    for m in g1 {
+        wait_until(Duration::from_secs(5), || {
+            lists_exactly(m, "LIST_INSTANCES", &json!({"machine": "item"}), &kept)?;
+            lists_exactly(m, "FIND_INSTANCES", &find, &kept)?;
+            lists_exactly(m, "SCAN_INSTANCES", &find, &kept)
+        });
+    }
+
+    // The Rust client's fan-out over both groups: every instance exactly once.
+    let mut listed = Vec::new();
+    let mut filter = ListFilter {
+        machine: Some("item".into()),
+        limit: Some(PAGE),
+        ..ListFilter::default()
+    };
+    loop {
+        let page = client
+            .list_instances(&filter)
+            .expect("LIST_INSTANCES fan-out");
+        listed.extend(page.instances.into_iter().map(|i| i.id));
+        match page.next_cursor {
+            Some(c) => filter.cursor = Some(c),
+            None => break,
+        }
+    }
+    let unique: BTreeSet<&String> = listed.iter().collect();
+    assert_eq!(unique.len(), listed.len(), "an instance listed twice");
+    listed.sort();
+    assert_eq!(listed, all, "every instance once");
+    let still = source.call("CLUSTER_INFO", json!({})).unwrap();
+    assert!(
+        still["cleanup_pending"].as_u64() > Some(0),
+        "purged meanwhile: {still}"
+    );
+}
