@@ -161,13 +161,13 @@ fn all_shards(op: routes::AllShards, params: Option<Vec<u8>>, front: &Rc<Front>)
             }
         }),
         A::ListInstances => spawn_fanout(front, params, |f, p| async move {
-            fanout::list_instances(&f.router, p, f.info.cluster.as_deref()).await
+            fanout::list_instances(&f.router, p, owned(&f)).await
         }),
         A::FindInstances => spawn_fanout(front, params, |f, p| async move {
-            fanout::find_instances(&f.router, p, f.info.cluster.as_deref()).await
+            fanout::find_instances(&f.router, p, owned(&f)).await
         }),
         A::ScanInstances => spawn_fanout(front, params, |f, p| async move {
-            fanout::scan_instances(&f.router, p, f.info.cluster.as_deref()).await
+            fanout::scan_instances(&f.router, p, owned(&f)).await
         }),
         A::MigrateInstances => spawn_fanout(front, params, |f, p| async move {
             crate::mesh::bulk::migrate_instances(&f.router, p).await
@@ -183,6 +183,16 @@ fn all_shards(op: routes::AllShards, params: Option<Vec<u8>>, front: &Rc<Front>)
             fanout::timers_resume(&f.router, &f.info.timers_pause).await
         }),
     }
+}
+
+/// Cluster mode: whether a listed instance lies in a slot this member's group owns, by the map
+/// copy read at the first question (after the shards answered; `cluster::serve::Owned`).
+fn owned(front: &Front) -> Option<impl Fn(&str) -> bool + '_> {
+    let cluster = front.info.cluster.as_deref()?;
+    let owned = std::cell::OnceCell::new();
+    Some(move |id: &str| {
+        (owned.get_or_init(|| crate::cluster::serve::Owned::now(cluster))).holds(id)
+    })
 }
 
 /// REPLICATION_STATUS, PROMOTE, HA_PAUSE, HA_RESUME and SWITCHOVER: relayed to the control

@@ -4,19 +4,18 @@
 //! INFO (totals from every shard), and the start-up copy of definitions.
 //!
 //! In cluster mode the three listings leave out, after the merge, the instances of slots the
-//! member's group does not own by its map copy (`cluster::serve::Owned`): the data of slots
-//! moved away until the settling purges it. The cursor is taken before that filter, so the
-//! next page goes on past the items left out, nothing owned is skipped, and a page may hold
-//! fewer than `limit` items (even none) while `next_cursor` goes on. Without `[cluster]`
-//! (`cluster` None) nothing is filtered and nothing is paid.
+//! member's group does not own by its map copy (the caller's `keep`, `cluster::serve::Owned`
+//! read once the shards have answered): the data of slots moved away until the settling
+//! purges it. The cursor is taken before that filter, so the next page goes on past the items
+//! left out, nothing owned is skipped, and a page may hold fewer than `limit` items (even
+//! none) while `next_cursor` goes on. Without `[cluster]` (`keep` None) nothing is filtered
+//! and nothing is paid.
 
 use serde_json::{json, Value};
 use shards::engine::Entry;
 use shards::{ErrorCode, Rejection};
 
 use super::router::{Reply, Router};
-use crate::cluster::serve::Owned;
-use crate::cluster::Cluster;
 use crate::ops::instances::{encode_cursor, find_query, list_query, scan_query};
 use crate::shard::message::Query;
 use crate::shard::{ReplyBody, ShardCall, ShardOp};
@@ -74,7 +73,7 @@ pub async fn reconcile_definitions(router: &Router) -> Result<usize, Rejection> 
 pub async fn list_instances(
     router: &Router,
     params: Option<Vec<u8>>,
-    cluster: Option<&Cluster>,
+    keep: Option<impl Fn(&str) -> bool>,
 ) -> Reply {
     let q = list_query(params.as_deref())?;
     let mut all = Vec::new();
@@ -90,7 +89,7 @@ pub async fn list_instances(
         }
     }
     let next = merge_by_id(&mut all, more, q.limit);
-    keep_owned(&mut all, cluster);
+    keep_owned(&mut all, keep);
     let body = json!({ "instances": all, "next_cursor": next });
     Ok(ReplyBody::Json(
         serde_json::to_vec(&body).unwrap_or_default(),
@@ -103,7 +102,7 @@ pub async fn list_instances(
 pub async fn find_instances(
     router: &Router,
     params: Option<Vec<u8>>,
-    cluster: Option<&Cluster>,
+    keep: Option<impl Fn(&str) -> bool>,
 ) -> Reply {
     let q = Box::new(find_query(params.as_deref())?);
     let (mut all, mut more, mut versions) = (Vec::new(), false, Vec::new());
@@ -121,7 +120,7 @@ pub async fn find_instances(
         }
     }
     let next = merge_by_id(&mut all, more, q.limit);
-    keep_owned(&mut all, cluster);
+    keep_owned(&mut all, keep);
     let body = json!({ "instances": all, "next_cursor": next, "versions": versions });
     Ok(ReplyBody::Json(
         serde_json::to_vec(&body).unwrap_or_default(),
@@ -135,7 +134,7 @@ pub async fn find_instances(
 pub async fn scan_instances(
     router: &Router,
     params: Option<Vec<u8>>,
-    cluster: Option<&Cluster>,
+    keep: Option<impl Fn(&str) -> bool>,
 ) -> Reply {
     let q = Box::new(scan_query(params.as_deref())?);
     let (mut all, mut examined) = (Vec::new(), 0usize);
@@ -165,7 +164,7 @@ pub async fn scan_instances(
         (Value::Null, Some(bound)) => Value::String(encode_cursor(&bound)),
         (next, _) => next,
     };
-    keep_owned(&mut all, cluster);
+    keep_owned(&mut all, keep);
     let body = json!({ "instances": all, "next_cursor": next, "examined": examined });
     Ok(ReplyBody::Json(
         serde_json::to_vec(&body).unwrap_or_default(),
@@ -186,12 +185,11 @@ fn merge_by_id(all: &mut Vec<Value>, mut more: bool, limit: usize) -> Value {
     }
 }
 
-/// Cluster mode: drops the merged page's instances of slots this member's group does not own
-/// by its copy (taken now, after the shards answered). Called after the cursor is taken.
-fn keep_owned(all: &mut Vec<Value>, cluster: Option<&Cluster>) {
-    if let Some(cluster) = cluster {
-        let owned = Owned::now(cluster);
-        all.retain(|i| owned.holds(id_of(i)));
+/// Cluster mode: drops the merged page's instances `keep` refuses (slots this member's group
+/// does not own). Called after the cursor is taken.
+fn keep_owned(all: &mut Vec<Value>, keep: Option<impl Fn(&str) -> bool>) {
+    if let Some(keep) = keep {
+        all.retain(|i| keep(id_of(i)));
     }
 }
 
