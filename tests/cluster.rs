@@ -177,8 +177,20 @@ fn a_created_cluster_routes_every_instance_op_to_its_slot_s_group() {
 
     // Pushes name the group and the instance's slot, live and replayed.
     let mut live = Client::connect_hello(addr_of(primaries[2]).as_str(), "w").unwrap();
-    live.call("WATCH_ALL", json!({"machines": ["order"]}))
-        .unwrap();
+    let watching = (live.call("WATCH_ALL", json!({"machines": ["order"]}))).unwrap();
+    // A cursor names its group; a member of another group refuses it, naming both.
+    let g3_cursor = watching["cursor"].as_str().expect("cursor").to_string();
+    assert!(g3_cursor.ends_with("@g3"), "{g3_cursor}");
+    let elsewhere = members[primaries[0]]
+        .client()
+        .call("WATCH_ALL", json!({"from_cursor": g3_cursor}));
+    let (code, details) = refusal(elsewhere);
+    assert_eq!(code, "BAD_REQUEST", "{details}");
+    assert_eq!(
+        (&details["cursor_group"], &details["group"]),
+        (&json!("g3"), &json!("g1")),
+        "{details}"
+    );
     let mut g3 = members[primaries[2]].client();
     let mut foo = create("foo");
     foo["context"] = json!({"total": 1});

@@ -47,6 +47,9 @@ pub fn run(mut config: Config, config_path: Option<PathBuf>) -> Result<(), Strin
     if !shards::engine::set_index_key(data_dir.index_key.0, data_dir.index_key.1) {
         log::warn!("instance tables were built before the data dir's index key was read");
     }
+    if let Some(group) = config.cluster.my_group() {
+        crate::front::subscriptions::cursor::set_group(group);
+    }
     let timers_pause = timers_pause(&data_dir);
     let mut listeners = Listeners::bind(&config)?;
     let mut signals = Signals::install()?;

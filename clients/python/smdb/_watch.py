@@ -47,11 +47,11 @@ def groups(shards: JSON) -> Tuple[int, List[Tuple[str, Optional[str], List[Tuple
 
 
 def cursor_shards(cursor: Optional[str]) -> Optional[int]:
-    """The shard positions in a cursor (``c1-<o0>-..``, ``c2-<e0>.<o0>-..``): the group's shard
-    count."""
+    """The shard positions in a cursor (``c1-<o0>-..``, ``c2-<e0>.<o0>-..``, in cluster mode
+    followed by ``@<group>``): the group's shard count."""
     if not cursor or not (cursor.startswith("c1-") or cursor.startswith("c2-")):
         return None
-    return len(cursor[3:].split("-"))
+    return len(cursor.partition("@")[0][3:].split("-"))
 
 
 class Order:

@@ -595,7 +595,9 @@ def apply_event(
 
 
 def _cursor_max(cursor: str) -> Optional[int]:
-    # `c1-<o0>-<o1>-...`, or `c2-<e0>.<o0>-...` (each offset with its epoch).
+    # `c1-<o0>-<o1>-...`, or `c2-<e0>.<o0>-...` (each offset with its epoch); in cluster mode
+    # followed by `@<group>`.
+    cursor = cursor.partition("@")[0]
     if cursor.startswith("c1-"):
         parts = cursor[3:].split("-")
     elif cursor.startswith("c2-"):

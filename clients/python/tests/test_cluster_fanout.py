@@ -47,6 +47,7 @@ def test_a_moved_slot_s_events_wait_for_the_source_s_slots_moved() -> None:
     o.saw("g1", "c1-0-0")
     o.saw("g2", "c1-0")
     assert cursor_shards("c2-1.3-2.4") == 2 and cursor_shards("0") is None
+    assert cursor_shards("c2-1.3-2.4@g-1") == 2
     ev = lambda id, n: {"instance_id": id, "n": n}  # noqa: E731
     assert o.event("g1", ev("hello", 1)) and o.event("g2", ev("foo", 1))
     assert o.event("g2", ev("hello", 5)) is None and o.event("g2", ev("hello", 6)) is None

@@ -88,6 +88,8 @@ impl Position {
 /// each offset's epoch). A WATCH_INSTANCE cursor holds its shard's position and zeros, so this
 /// is the instance shard's position.
 fn cursor_max(cursor: &str) -> Option<u64> {
+    // In cluster mode the positions are followed by `@<group>`.
+    let cursor = cursor.split('@').next().unwrap_or(cursor);
     if let Some(rest) = cursor.strip_prefix("c1-") {
         return rest.split('-').map(|p| p.parse::<u64>().ok()).max()?;
     }

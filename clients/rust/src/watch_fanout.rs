@@ -207,8 +207,10 @@ impl SlotsMoved {
 }
 
 /// The number of shard positions in a subscription cursor (`c1-<o0>-<o1>..` or
-/// `c2-<e0>.<o0>-..`): the group's shard count. `None` for anything else.
+/// `c2-<e0>.<o0>-..`, in cluster mode followed by `@<group>`): the group's shard count.
+/// `None` for anything else.
 pub fn cursor_shards(cursor: &str) -> Option<usize> {
+    let cursor = cursor.split('@').next().unwrap_or(cursor);
     let rest = cursor
         .strip_prefix("c1-")
         .or_else(|| cursor.strip_prefix("c2-"))?;
@@ -424,6 +426,7 @@ mod tests {
         assert_eq!(g[1].slots, vec![(8192, 16383)]);
         assert_eq!(cursor_shards("c1-3-4"), Some(2));
         assert_eq!(cursor_shards("c2-1.3"), Some(1));
+        assert_eq!(cursor_shards("c2-1.3-1.9@g-1"), Some(2));
         assert_eq!(cursor_shards("0"), None);
     }
 

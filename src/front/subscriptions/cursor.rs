@@ -12,11 +12,30 @@
 //! A cursor names positions *after* which delivery resumes: resuming from it replays offsets
 //! `> o_k` of every shard `k`. `"0"` is shorthand for "from the oldest retained entry of every
 //! shard".
+//!
+//! In cluster mode a cursor names its group: `@<group>` follows the positions (`c2-1.5-1.9@g1`;
+//! a group name never holds `@`). A member of another group refuses it (`BAD_REQUEST`,
+//! `details: {cursor_group, group}`): its offsets are another group's log. A cursor without a
+//! group (an older one, or `"0"`) is still read.
+
+use std::sync::OnceLock;
 
 use shards::{ErrorCode, Rejection};
 
 const PREFIX_V1: &str = "c1";
 const PREFIX_V2: &str = "c2";
+/// Between a cursor's positions and its group.
+const GROUP_MARK: char = '@';
+
+/// This member's group in cluster mode, set once at start-up (`set_group`), before any
+/// front serves: every cursor the process issues names it.
+static GROUP: OnceLock<String> = OnceLock::new();
+
+/// Cluster mode: the cursors of this process name `group` (docs/cluster.md, "Subscriptions").
+/// Called once at start-up; a later call changes nothing.
+pub fn set_group(group: &str) {
+    let _ = GROUP.set(group.to_string());
+}
 
 /// One shard's position: the offset, and the epoch of its entry when the cursor said it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,13 +67,39 @@ pub fn encode(positions: &[(u64, u64)]) -> String {
         }
         s.push_str(&o.to_string());
     }
+    if let Some(g) = GROUP.get() {
+        s.push(GROUP_MARK);
+        s.push_str(g);
+    }
     s
 }
 
 /// Decodes a client's cursor for a server with `shards` shards.
 pub fn decode(cursor: &str, shards: u32) -> Result<Start, Rejection> {
+    decode_in(cursor, shards, GROUP.get().map(String::as_str))
+}
+
+/// `decode` on a member of group `mine` (None: not in cluster mode).
+fn decode_in(cursor: &str, shards: u32, mine: Option<&str>) -> Result<Start, Rejection> {
     if cursor == "0" {
         return Ok(Start::Oldest);
+    }
+    let (cursor, named) = match cursor.split_once(GROUP_MARK) {
+        Some((positions, group)) => (positions, Some(group)),
+        None => (cursor, None),
+    };
+    match (named, mine) {
+        (Some(theirs), Some(mine)) if theirs != mine => {
+            let msg = format!(
+                "from_cursor is a cursor of group {:?}; this member is in group {mine:?}",
+                smdb_protocol::codes::quote(theirs)
+            );
+            return Err(Rejection::new(ErrorCode::BadRequest, msg)
+                .with("cursor_group", theirs)
+                .with("group", mine));
+        }
+        (Some(_), None) => named_but_standalone(cursor)?,
+        _ => {}
     }
     let bad = || {
         Rejection::new(
@@ -102,6 +147,17 @@ pub fn decode(cursor: &str, shards: u32) -> Result<Start, Rejection> {
         .with("shards", shards));
     }
     Ok(Start::After(positions))
+}
+
+/// A cursor naming a group, on a member outside cluster mode: not one it issued.
+fn named_but_standalone(cursor: &str) -> Result<(), Rejection> {
+    Err(Rejection::new(
+        ErrorCode::BadRequest,
+        format!(
+            "from_cursor {:?} names a cluster group; this server is not in cluster mode",
+            smdb_protocol::codes::quote(cursor)
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -158,6 +214,25 @@ mod tests {
             assert_eq!(e.code, ErrorCode::BadRequest, "{bad}");
         }
         assert!(decode("c1-1-2", 3).unwrap_err().message.contains("3"));
+    }
+
+    #[test]
+    fn a_cursor_of_another_group_is_refused_naming_both() {
+        let at = |offset| Pos {
+            offset,
+            epoch: Some(2),
+        };
+        let mine = decode_in("c2-2.5-2.9@g1", 2, Some("g1")).unwrap();
+        assert_eq!(mine, Start::After(vec![at(5), at(9)]));
+        let e = decode_in("c2-2.5-2.9@g1", 2, Some("g2")).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
+        assert_eq!(e.details["cursor_group"], "g1", "{:?}", e.details);
+        assert_eq!(e.details["group"], "g2");
+        // Without a group (older cursors, "0"): read in cluster mode; a group outside it: not.
+        assert!(decode_in("c1-5-9", 2, Some("g2")).is_ok());
+        assert_eq!(decode_in("0", 2, Some("g2")).unwrap(), Start::Oldest);
+        assert!(decode_in("c1-5-9@g1", 2, None).is_err());
+        assert!(decode_in("c1-5-9@", 2, Some("g1")).is_err());
     }
 
     /// A bad 100 KB cursor comes back as a short prefix, not whole.
