@@ -194,19 +194,22 @@ class Postgres:
 class Smdb:
     name = "smdb (defaults: fsync always)"
 
-    def __init__(self, d, server_bin, bench_bin, on_shards=False):
+    def __init__(self, d, server_bin, bench_bin, on_shards=False, shards=None):
         self.port = free_port()
         self.bench = bench_bin
-        tag = "-on-shards" if on_shards else ""
+        tag = ("-on-shards" if on_shards else "") + (f"-{shards}" if shards else "")
         if on_shards:
             self.name = "smdb, fronts_on_shards = true"
+        if shards:
+            self.name += f", {shards} shards"
         cfg = f"{d}/smdb{tag}.toml"
         with open(cfg, "w") as f:
             f.write(f'[network]\nbind_addr = "127.0.0.1:{self.port}"\n'
                     f'fronts_on_shards = {str(on_shards).lower()}\n'
                     f'[storage]\ndata_dir = "{d}/smdb{tag}"\n'
                     f'[metrics]\nbind_addr = "127.0.0.1:{free_port()}"\n'
-                    f'[http]\nbind_addr = "127.0.0.1:{free_port()}"\n')
+                    f'[http]\nbind_addr = "127.0.0.1:{free_port()}"\n'
+                    + (f'[shards]\ncount = {shards}\n' if shards else ''))
         self.p = subprocess.Popen([server_bin, "--config", cfg], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         wait_port(self.port)
@@ -256,7 +259,8 @@ def main():
     ap.add_argument("--bench-bin", default="target/release/smdb-bench")
     ap.add_argument("--ref-bin", default="target/release/examples/reference_server")
     ap.add_argument("--systems", default="smdb,redis,postgres",
-                    help="comma-separated, in run order: smdb, smdb-on-shards, reference, "
+                    help="comma-separated, in run order: smdb, smdb-on-shards, smdb-on-shards-2 (two "
+                    "shards, a front on each), reference, "
                     "reference-one, redis, postgres")
     ap.add_argument("--shapes", default="16x1,16x8")
     args = ap.parse_args()
@@ -268,6 +272,7 @@ def main():
     try:
         make = {"smdb": lambda: Smdb(d, args.server_bin, args.bench_bin),
                 "smdb-on-shards": lambda: Smdb(d, args.server_bin, args.bench_bin, True),
+                "smdb-on-shards-2": lambda: Smdb(d, args.server_bin, args.bench_bin, True, 2),
                 "reference": lambda: Reference(d, args.ref_bin, args.bench_bin),
                 "reference-one": lambda: Reference(d, args.ref_bin, args.bench_bin, "one"),
                 "redis": lambda: Redis(d), "postgres": lambda: Postgres(d)}
