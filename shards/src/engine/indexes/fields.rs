@@ -8,12 +8,13 @@
 //! Bound: one entry per (instance, declared path of its version): at most
 //! `INDEXES_PER_VERSION_MAX` per instance. An emptied set is dropped.
 
-use std::collections::{btree_set, BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
 use serde_json::Value;
 
 use super::key::{encode_value, IndexKey};
+use super::packed::{PackedSet, Range};
 use crate::engine::context::Context;
 use crate::engine::definition::IndexPath;
 use crate::engine::limits::INDEXES_PER_VERSION_MAX;
@@ -22,7 +23,7 @@ use crate::engine::names::NameId;
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct FieldIndexes {
     /// machine -> path as declared -> entries.
-    sets: BTreeMap<NameId, BTreeMap<String, BTreeSet<IndexKey>>>,
+    sets: BTreeMap<NameId, BTreeMap<String, PackedSet>>,
 }
 
 /// The entries one instance has in the indexes of its version: one per path, None where the
@@ -60,7 +61,8 @@ impl FieldIndexes {
         let mut out = FieldIndexes::default();
         for ((machine, path), mut keys) in by_set {
             keys.sort_unstable();
-            let set: BTreeSet<IndexKey> = keys.into_iter().collect();
+            keys.dedup();
+            let set = PackedSet::from_sorted(keys.iter().map(IndexKey::bytes));
             out.sets
                 .entry(machine)
                 .or_default()
@@ -73,7 +75,7 @@ impl FieldIndexes {
     pub(crate) fn add(&mut self, machine: NameId, paths: &[IndexPath], entries: Entries) {
         for (path, entry) in paths.iter().zip(entries) {
             if let Some(entry) = entry {
-                self.set_mut(machine, &path.declared).insert(entry);
+                self.set_mut(machine, &path.declared).insert(entry.bytes());
             }
         }
     }
@@ -100,7 +102,7 @@ impl FieldIndexes {
                 continue;
             }
             if let Some(new) = new {
-                self.set_mut(machine, &path.declared).insert(new);
+                self.set_mut(machine, &path.declared).insert(new.bytes());
             }
             if let Some(old) = old {
                 self.remove_one(machine, &path.declared, &old);
@@ -109,10 +111,10 @@ impl FieldIndexes {
     }
 
     /// The set of `machine`'s index on `path`, made empty if missing.
-    fn set_mut(&mut self, machine: NameId, path: &str) -> &mut BTreeSet<IndexKey> {
+    fn set_mut(&mut self, machine: NameId, path: &str) -> &mut PackedSet {
         let paths = self.sets.entry(machine).or_default();
         if !paths.contains_key(path) {
-            paths.insert(path.to_owned(), BTreeSet::new());
+            paths.insert(path.to_owned(), PackedSet::default());
         }
         // Present: inserted just above when it was missing.
         paths.get_mut(path).expect("inserted above")
@@ -124,7 +126,7 @@ impl FieldIndexes {
             return;
         };
         if let Some(set) = paths.get_mut(path) {
-            set.remove(entry);
+            set.remove(entry.bytes());
             if set.is_empty() {
                 paths.remove(path);
             }
@@ -142,15 +144,13 @@ impl FieldIndexes {
         path: &str,
         low: Bound<&[u8]>,
         high: Bound<&[u8]>,
-    ) -> btree_set::Range<'a, IndexKey> {
-        static EMPTY: BTreeSet<IndexKey> = BTreeSet::new();
-        if !ordered(low, high) {
-            return EMPTY.range::<[u8], _>(..);
-        }
+    ) -> Range<'a> {
+        static EMPTY: PackedSet = PackedSet::EMPTY;
         let set = (self.sets.get(&machine))
             .and_then(|paths| paths.get(path))
+            .filter(|_| ordered(low, high))
             .unwrap_or(&EMPTY);
-        set.range::<[u8], _>((low, high))
+        set.range(low, high)
     }
 
     /// (machine, path, entries) of every index (the `svc_index_entries` gauge).
@@ -161,7 +161,7 @@ impl FieldIndexes {
     }
 }
 
-/// Whether `low..high` is a range `BTreeSet::range` takes (it panics on crossed bounds).
+/// Whether `low..high` is a range `PackedSet::range` takes (crossed bounds hold nothing).
 fn ordered(low: Bound<&[u8]>, high: Bound<&[u8]>) -> bool {
     use Bound::{Excluded, Included, Unbounded};
     match (low, high) {

@@ -17,10 +17,12 @@
 
 mod fields;
 mod key;
+mod packed;
 mod placement;
 
 pub(crate) use fields::{encoded, entries_of, entry_of, Entries, FieldIndexes};
-pub(crate) use key::{type_end, type_start, IndexKey, PAST_IDS};
+pub(crate) use key::{id_of, type_end, type_start, PAST_IDS};
+pub(crate) use packed::Range;
 pub(crate) use placement::{Group, GroupFilter, Placement};
 
 use super::catalog::Catalog;
