@@ -41,6 +41,69 @@ pub(crate) fn entry_of(path: &IndexPath, ctx: &Context, id: &str) -> Option<Inde
     Some(IndexKey::new(&bytes))
 }
 
+/// Appends `id`'s entry for `path` in `ctx` to `out`; false (nothing appended) when the path
+/// holds no scalar.
+fn append_entry(path: &IndexPath, ctx: &Context, id: &str, out: &mut Vec<u8>) -> bool {
+    let Some(value) = path.value(ctx) else {
+        return false;
+    };
+    if !encode_value(value, out) {
+        return false;
+    }
+    out.extend_from_slice(id.as_bytes());
+    true
+}
+
+/// Declared indexes built at once (a snapshot just loaded, a recovery's end): each set's
+/// entries encoded one after another in one buffer, sorted, then packed. No allocation per
+/// entry, so the build leaves no small freed blocks between the pages it keeps.
+#[derive(Default)]
+pub(crate) struct FieldBuild<'p> {
+    sets: HashMap<(NameId, &'p str), Arena>,
+}
+
+/// One set's entries: their bytes one after another and (start, end) of each.
+#[derive(Default)]
+struct Arena {
+    bytes: Vec<u8>,
+    spans: Vec<(usize, usize)>,
+}
+
+impl<'p> FieldBuild<'p> {
+    /// Adds the entries of one instance `id` of `machine` (context `ctx`, declared `paths`).
+    pub(crate) fn add(&mut self, machine: NameId, paths: &'p [IndexPath], ctx: &Context, id: &str) {
+        for path in paths {
+            let arena = self.sets.entry((machine, &path.declared)).or_default();
+            let start = arena.bytes.len();
+            if append_entry(path, ctx, id, &mut arena.bytes) {
+                arena.spans.push((start, arena.bytes.len()));
+            }
+        }
+    }
+
+    /// The indexes, each set from its entries sorted (duplicates dropped; no empty set).
+    pub(crate) fn finish(self) -> FieldIndexes {
+        let mut out = FieldIndexes::default();
+        let sets = (self.sets.into_iter()).filter(|(_, arena)| !arena.spans.is_empty());
+        for ((machine, path), mut arena) in sets {
+            let bytes = arena.bytes.as_slice();
+            arena
+                .spans
+                .sort_unstable_by(|a, b| bytes[a.0..a.1].cmp(&bytes[b.0..b.1]));
+            arena
+                .spans
+                .dedup_by(|a, b| bytes[a.0..a.1] == bytes[b.0..b.1]);
+            let keys = (arena.spans.iter()).map(|&(start, end)| &bytes[start..end]);
+            let set = PackedSet::from_sorted(keys);
+            out.sets
+                .entry(machine)
+                .or_default()
+                .insert(path.to_owned(), set);
+        }
+        out
+    }
+}
+
 /// Every entry `id` has for `paths` (a version's declared indexes) in `ctx`.
 pub(crate) fn entries_of(paths: &[IndexPath], ctx: &Context, id: &str) -> Entries {
     let mut out: Entries = Default::default();
@@ -51,26 +114,6 @@ pub(crate) fn entries_of(paths: &[IndexPath], ctx: &Context, id: &str) -> Entrie
 }
 
 impl FieldIndexes {
-    /// The indexes of `entries` (machine, path, entry), each set built from its entries
-    /// sorted, which packs the tree's nodes full (a snapshot just loaded, a recovery's end).
-    pub(crate) fn build(entries: Vec<(NameId, &str, IndexKey)>) -> Self {
-        let mut by_set: HashMap<(NameId, &str), Vec<IndexKey>> = HashMap::new();
-        for (machine, path, entry) in entries {
-            by_set.entry((machine, path)).or_default().push(entry);
-        }
-        let mut out = FieldIndexes::default();
-        for ((machine, path), mut keys) in by_set {
-            keys.sort_unstable();
-            keys.dedup();
-            let set = PackedSet::from_sorted(keys.iter().map(IndexKey::bytes));
-            out.sets
-                .entry(machine)
-                .or_default()
-                .insert(path.to_owned(), set);
-        }
-        out
-    }
-
     /// Adds `entries` (of `paths`, for one instance of `machine`).
     pub(crate) fn add(&mut self, machine: NameId, paths: &[IndexPath], entries: Entries) {
         for (path, entry) in paths.iter().zip(entries) {
