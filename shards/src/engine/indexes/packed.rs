@@ -162,9 +162,12 @@ fn without(rest: &[u8], spot: &Spot) -> Vec<u8> {
     out
 }
 
+/// A page's first key and the encoding of its other keys.
+type Page = (Vec<u8>, Vec<u8>);
+
 /// `rest` (of a page starting at `first`) split at its first entry past its middle: the
 /// entries before it, and that entry's key with the entries after it.
-fn split(first: &[u8], rest: Vec<u8>) -> (Vec<u8>, Option<(Vec<u8>, Vec<u8>)>) {
+fn split(first: &[u8], rest: Vec<u8>) -> (Vec<u8>, Option<Page>) {
     let mut walk = Walk::new(first, &rest);
     loop {
         let start = walk.at;
