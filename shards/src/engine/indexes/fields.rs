@@ -5,9 +5,9 @@
 //! a `PackedSet` (`indexes::packed`): pages of front-coded keys, where an entry costs its
 //! varints and the bytes it does not share with the entry before it. Measured at 1M
 //! instances (benches/RESULTS.md, "Issue 50: packed declared indexes"): two declared indexes
-//! (`ctx.customer`, one of 100,000 values; `ctx.region`, one of 8) cost +45-49 bytes per
+//! (`ctx.customer`, one of 100,000 values; `ctx.region`, one of 8) cost +45-50 bytes per
 //! instance after the fill and +0-24 after a recovery (~14 for the sets alone), where
-//! `BTreeSet<IndexKey>` cost +132 and +166.
+//! `BTreeSet<IndexKey>` cost +127-134 and +140-166.
 //!
 //! Bound: one entry per (instance, declared path of its version): at most
 //! `INDEXES_PER_VERSION_MAX` per instance. An emptied set is dropped.
