@@ -18,7 +18,7 @@ use smdb_protocol::codes::quote;
 
 use super::context::Context;
 use super::definition::IndexPath;
-use super::indexes::{self, IndexKey, PAST_IDS};
+use super::indexes::{self, PAST_IDS};
 use super::instance::InstanceRecord;
 use super::names::NameId;
 use super::ops::rejections;
@@ -324,7 +324,7 @@ impl Engine {
         driver: &'a Compiled,
         after: Option<&str>,
         keep: usize,
-        filter: &Filter<'_>,
+        filter: &Filter<'a>,
     ) -> Vec<&'a str> {
         let fields = &self.indexes.fields;
         let path = driver.path.declared.as_str();
@@ -341,23 +341,25 @@ impl Engine {
                 fields.range(machine, path, low, Bound::Excluded(high.as_slice()))
             })
             .collect();
-        let mut heap: BinaryHeap<Reverse<(&str, usize)>> = BinaryHeap::new();
+        // Each run's next instance by id (the table's copy: a run lends its key only until it
+        // moves on), its record in `heads`.
+        let mut heap: BinaryHeap<Reverse<(&'a str, usize)>> = BinaryHeap::new();
+        let mut heads = Vec::with_capacity(runs.len());
         for (i, run) in runs.iter_mut().enumerate() {
-            if let Some(id) = run.next().and_then(IndexKey::id) {
-                heap.push(Reverse((id, i)));
-            }
+            let head = next_record(run, filter);
+            heap.extend(head.map(|r| Reverse((r.instance.id.as_str(), i))));
+            heads.push(head);
         }
         let mut ids = Vec::new();
         while let Some(Reverse((id, i))) = heap.pop() {
-            if filter.passes(id) {
+            if heads[i].is_some_and(|record| filter.holds(record)) {
                 ids.push(id);
                 if ids.len() == keep {
                     break;
                 }
             }
-            if let Some(next) = runs[i].next().and_then(IndexKey::id) {
-                heap.push(Reverse((next, i)));
-            }
+            heads[i] = next_record(&mut runs[i], filter);
+            heap.extend(heads[i].map(|r| Reverse((r.instance.id.as_str(), i))));
         }
         ids
     }
@@ -369,21 +371,24 @@ impl Engine {
         driver: &'a Compiled,
         after: Option<&str>,
         keep: usize,
-        filter: &Filter<'_>,
+        filter: &Filter<'a>,
     ) -> Vec<&'a str> {
         let fields = &self.indexes.fields;
         let mut heap: BinaryHeap<&str> = BinaryHeap::new();
         for (low, high) in &driver.intervals {
-            let range = fields.range(
+            let mut range = fields.range(
                 machine,
                 &driver.path.declared,
                 Bound::Included(low.as_slice()),
                 Bound::Excluded(high.as_slice()),
             );
-            for id in range.filter_map(IndexKey::id) {
+            while let Some(key) = range.next_key() {
+                let Some(id) = indexes::id_of(key) else {
+                    continue;
+                };
                 let wanted = after.is_none_or(|a| id > a)
                     && (heap.len() < keep || heap.peek().is_some_and(|max| id < *max));
-                if wanted && filter.passes(id) {
+                if let Some(id) = wanted.then(|| filter.passing(id)).flatten() {
                     heap.push(id);
                     if heap.len() > keep {
                         heap.pop();
@@ -395,6 +400,20 @@ impl Engine {
     }
 }
 
+/// The instance of `run`'s next entry (None at the run's end). An entry always has its
+/// instance; one without would be passed over.
+fn next_record<'a>(
+    run: &mut indexes::Range<'_>,
+    filter: &Filter<'a>,
+) -> Option<&'a InstanceRecord> {
+    loop {
+        let id = indexes::id_of(run.next_key()?)?;
+        if let Some(record) = filter.engine.instances.get(id) {
+            return Some(record);
+        }
+    }
+}
+
 /// What a candidate must also hold: a searched version, the state, the other conditions.
 struct Filter<'a> {
     engine: &'a Engine,
@@ -403,12 +422,11 @@ struct Filter<'a> {
     others: &'a [Compiled],
 }
 
-impl Filter<'_> {
-    fn passes(&self, id: &str) -> bool {
-        let Some(record) = self.engine.instances.get(id) else {
-            return false;
-        };
-        self.holds(record)
+impl<'a> Filter<'a> {
+    /// The table's copy of `id` when its instance passes.
+    fn passing(&self, id: &str) -> Option<&'a str> {
+        let record = self.engine.instances.get(id)?;
+        self.holds(record).then_some(record.instance.id.as_str())
     }
 
     fn holds(&self, record: &InstanceRecord) -> bool {

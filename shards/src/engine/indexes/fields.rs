@@ -1,19 +1,24 @@
 //! Declared indexes: per (machine, path) an ordered set of (value, id) entries, one per
 //! instance of a version that declares the path and holds a scalar there.
 //!
-//! Each entry is one `IndexKey` (the value and the id in one order-preserving byte string,
-//! `indexes::key`), 24 bytes inline for most (value, id) pairs, so a set costs ~25 bytes per
-//! entry in a full node and ~35 in one filled by random inserts (std's B-tree fills ~69%).
+//! Each entry is one byte string (the value and the id, order-preserving, `indexes::key`) in
+//! a `PackedSet` (`indexes::packed`): pages of front-coded keys, where an entry costs its
+//! varints and the bytes it does not share with the entry before it. Measured at 1M
+//! instances (benches/RESULTS.md, "Issue 50: packed declared indexes"): two declared indexes
+//! (`ctx.customer`, one of 100,000 values; `ctx.region`, one of 8) cost +45-50 bytes per
+//! instance after the fill and +0-24 after a recovery (~14 for the sets alone), where
+//! `BTreeSet<IndexKey>` cost +127-134 and +140-166.
 //!
 //! Bound: one entry per (instance, declared path of its version): at most
 //! `INDEXES_PER_VERSION_MAX` per instance. An emptied set is dropped.
 
-use std::collections::{btree_set, BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
 use serde_json::Value;
 
 use super::key::{encode_value, IndexKey};
+use super::packed::{PackedSet, Range};
 use crate::engine::context::Context;
 use crate::engine::definition::IndexPath;
 use crate::engine::limits::INDEXES_PER_VERSION_MAX;
@@ -22,7 +27,7 @@ use crate::engine::names::NameId;
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct FieldIndexes {
     /// machine -> path as declared -> entries.
-    sets: BTreeMap<NameId, BTreeMap<String, BTreeSet<IndexKey>>>,
+    sets: BTreeMap<NameId, BTreeMap<String, PackedSet>>,
 }
 
 /// The entries one instance has in the indexes of its version: one per path, None where the
@@ -40,6 +45,69 @@ pub(crate) fn entry_of(path: &IndexPath, ctx: &Context, id: &str) -> Option<Inde
     Some(IndexKey::new(&bytes))
 }
 
+/// Appends `id`'s entry for `path` in `ctx` to `out`; false (nothing appended) when the path
+/// holds no scalar.
+fn append_entry(path: &IndexPath, ctx: &Context, id: &str, out: &mut Vec<u8>) -> bool {
+    let Some(value) = path.value(ctx) else {
+        return false;
+    };
+    if !encode_value(value, out) {
+        return false;
+    }
+    out.extend_from_slice(id.as_bytes());
+    true
+}
+
+/// Declared indexes built at once (a snapshot just loaded, a recovery's end): each set's
+/// entries encoded one after another in one buffer, sorted, then packed. No allocation per
+/// entry, so the build leaves no small freed blocks between the pages it keeps.
+#[derive(Default)]
+pub(crate) struct FieldBuild<'p> {
+    sets: HashMap<(NameId, &'p str), Arena>,
+}
+
+/// One set's entries: their bytes one after another and (start, end) of each.
+#[derive(Default)]
+struct Arena {
+    bytes: Vec<u8>,
+    spans: Vec<(usize, usize)>,
+}
+
+impl<'p> FieldBuild<'p> {
+    /// Adds the entries of one instance `id` of `machine` (context `ctx`, declared `paths`).
+    pub(crate) fn add(&mut self, machine: NameId, paths: &'p [IndexPath], ctx: &Context, id: &str) {
+        for path in paths {
+            let arena = self.sets.entry((machine, &path.declared)).or_default();
+            let start = arena.bytes.len();
+            if append_entry(path, ctx, id, &mut arena.bytes) {
+                arena.spans.push((start, arena.bytes.len()));
+            }
+        }
+    }
+
+    /// The indexes, each set from its entries sorted (duplicates dropped; no empty set).
+    pub(crate) fn finish(self) -> FieldIndexes {
+        let mut out = FieldIndexes::default();
+        let sets = (self.sets.into_iter()).filter(|(_, arena)| !arena.spans.is_empty());
+        for ((machine, path), mut arena) in sets {
+            let bytes = arena.bytes.as_slice();
+            arena
+                .spans
+                .sort_unstable_by(|a, b| bytes[a.0..a.1].cmp(&bytes[b.0..b.1]));
+            arena
+                .spans
+                .dedup_by(|a, b| bytes[a.0..a.1] == bytes[b.0..b.1]);
+            let keys = (arena.spans.iter()).map(|&(start, end)| &bytes[start..end]);
+            let set = PackedSet::from_sorted(keys);
+            out.sets
+                .entry(machine)
+                .or_default()
+                .insert(path.to_owned(), set);
+        }
+        out
+    }
+}
+
 /// Every entry `id` has for `paths` (a version's declared indexes) in `ctx`.
 pub(crate) fn entries_of(paths: &[IndexPath], ctx: &Context, id: &str) -> Entries {
     let mut out: Entries = Default::default();
@@ -50,30 +118,11 @@ pub(crate) fn entries_of(paths: &[IndexPath], ctx: &Context, id: &str) -> Entrie
 }
 
 impl FieldIndexes {
-    /// The indexes of `entries` (machine, path, entry), each set built from its entries
-    /// sorted, which packs the tree's nodes full (a snapshot just loaded, a recovery's end).
-    pub(crate) fn build(entries: Vec<(NameId, &str, IndexKey)>) -> Self {
-        let mut by_set: HashMap<(NameId, &str), Vec<IndexKey>> = HashMap::new();
-        for (machine, path, entry) in entries {
-            by_set.entry((machine, path)).or_default().push(entry);
-        }
-        let mut out = FieldIndexes::default();
-        for ((machine, path), mut keys) in by_set {
-            keys.sort_unstable();
-            let set: BTreeSet<IndexKey> = keys.into_iter().collect();
-            out.sets
-                .entry(machine)
-                .or_default()
-                .insert(path.to_owned(), set);
-        }
-        out
-    }
-
     /// Adds `entries` (of `paths`, for one instance of `machine`).
     pub(crate) fn add(&mut self, machine: NameId, paths: &[IndexPath], entries: Entries) {
         for (path, entry) in paths.iter().zip(entries) {
             if let Some(entry) = entry {
-                self.set_mut(machine, &path.declared).insert(entry);
+                self.set_mut(machine, &path.declared).insert(entry.bytes());
             }
         }
     }
@@ -100,7 +149,7 @@ impl FieldIndexes {
                 continue;
             }
             if let Some(new) = new {
-                self.set_mut(machine, &path.declared).insert(new);
+                self.set_mut(machine, &path.declared).insert(new.bytes());
             }
             if let Some(old) = old {
                 self.remove_one(machine, &path.declared, &old);
@@ -109,10 +158,10 @@ impl FieldIndexes {
     }
 
     /// The set of `machine`'s index on `path`, made empty if missing.
-    fn set_mut(&mut self, machine: NameId, path: &str) -> &mut BTreeSet<IndexKey> {
+    fn set_mut(&mut self, machine: NameId, path: &str) -> &mut PackedSet {
         let paths = self.sets.entry(machine).or_default();
         if !paths.contains_key(path) {
-            paths.insert(path.to_owned(), BTreeSet::new());
+            paths.insert(path.to_owned(), PackedSet::default());
         }
         // Present: inserted just above when it was missing.
         paths.get_mut(path).expect("inserted above")
@@ -124,7 +173,7 @@ impl FieldIndexes {
             return;
         };
         if let Some(set) = paths.get_mut(path) {
-            set.remove(entry);
+            set.remove(entry.bytes());
             if set.is_empty() {
                 paths.remove(path);
             }
@@ -142,15 +191,13 @@ impl FieldIndexes {
         path: &str,
         low: Bound<&[u8]>,
         high: Bound<&[u8]>,
-    ) -> btree_set::Range<'a, IndexKey> {
-        static EMPTY: BTreeSet<IndexKey> = BTreeSet::new();
-        if !ordered(low, high) {
-            return EMPTY.range::<[u8], _>(..);
-        }
+    ) -> Range<'a> {
+        static EMPTY: PackedSet = PackedSet::EMPTY;
         let set = (self.sets.get(&machine))
             .and_then(|paths| paths.get(path))
+            .filter(|_| ordered(low, high))
             .unwrap_or(&EMPTY);
-        set.range::<[u8], _>((low, high))
+        set.range(low, high)
     }
 
     /// (machine, path, entries) of every index (the `svc_index_entries` gauge).
@@ -161,7 +208,7 @@ impl FieldIndexes {
     }
 }
 
-/// Whether `low..high` is a range `BTreeSet::range` takes (it panics on crossed bounds).
+/// Whether `low..high` is a range `PackedSet::range` takes (crossed bounds hold nothing).
 fn ordered(low: Bound<&[u8]>, high: Bound<&[u8]>) -> bool {
     use Bound::{Excluded, Included, Unbounded};
     match (low, high) {

@@ -62,10 +62,14 @@ impl IndexKey {
 
     /// The instance id this entry names: the bytes after the encoded value.
     pub(crate) fn id(&self) -> Option<&str> {
-        let b = self.bytes();
-        let value_len = encoded_len(b)?;
-        std::str::from_utf8(b.get(value_len..)?).ok()
+        id_of(self.bytes())
     }
+}
+
+/// The instance id an entry's bytes name: the bytes after the encoded value.
+pub(crate) fn id_of(b: &[u8]) -> Option<&str> {
+    let value_len = encoded_len(b)?;
+    std::str::from_utf8(b.get(value_len..)?).ok()
 }
 
 impl PartialEq for IndexKey {

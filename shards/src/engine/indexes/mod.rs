@@ -17,10 +17,12 @@
 
 mod fields;
 mod key;
+mod packed;
 mod placement;
 
-pub(crate) use fields::{encoded, entries_of, entry_of, Entries, FieldIndexes};
-pub(crate) use key::{type_end, type_start, IndexKey, PAST_IDS};
+pub(crate) use fields::{encoded, entries_of, entry_of, Entries, FieldBuild, FieldIndexes};
+pub(crate) use key::{id_of, type_end, type_start, PAST_IDS};
+pub(crate) use packed::Range;
 pub(crate) use placement::{Group, GroupFilter, Placement};
 
 use super::catalog::Catalog;
@@ -51,18 +53,16 @@ impl Indexes {
             ..Indexes::default()
         };
         if catalog.has_indexes() {
-            let mut all = Vec::new();
+            let mut build = FieldBuild::default();
             for record in records {
                 let instance = &record.instance;
                 if let Some(paths) = declared(catalog, instance) {
                     let machine = names.id(&instance.machine);
-                    let entries = entries_of(paths, &instance.context, &instance.id);
-                    for (path, entry) in paths.iter().zip(entries) {
-                        all.extend(entry.map(|e| (machine, path.declared.as_str(), e)));
-                    }
+                    build.add(machine, paths, &instance.context, &instance.id);
                 }
             }
-            indexes.fields = FieldIndexes::build(all);
+            indexes.fields = build.finish();
+            release_free_heap();
         }
         indexes
     }
@@ -103,6 +103,18 @@ impl Indexes {
             let entries = entries_of(paths, &instance.context, &instance.id);
             self.fields.remove(group.machine, paths, &entries);
         }
+    }
+}
+
+/// Hands the allocator's free pages back to the kernel. glibc keeps a freed block below the
+/// top of its heap resident: the build's buffers, freed under the pages it keeps, would stay
+/// (+61 bytes per instance after a 1M-instance recovery with two declared indexes,
+/// benches/RESULTS.md, "Issue 50: packed declared indexes").
+fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointer and only releases memory no allocation holds.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
