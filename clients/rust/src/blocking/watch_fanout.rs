@@ -37,9 +37,23 @@ struct Dial {
 }
 
 impl Dial {
+    /// The map, read on `conn` (connected to a seed first when `None`; dropped when the read
+    /// fails, so the next one connects again).
+    fn read_map_on(&self, conn: &mut Option<Client>) -> Result<(u64, Vec<Group>)> {
+        let seed = match conn {
+            Some(c) => c,
+            None => conn.insert(Client::connect_any(&self.seeds, &self.opts)?),
+        };
+        let read = seed.call("CLUSTER_SHARDS", json!({}));
+        if read.is_err() {
+            *conn = None;
+        }
+        Ok(groups(&read?))
+    }
+
+    /// The map, read on a connection of its own (a group's thread, reopening).
     fn read_map(&self) -> Result<(u64, Vec<Group>)> {
-        let mut seed = Client::connect_any(&self.seeds, &self.opts)?;
-        Ok(groups(&seed.call("CLUSTER_SHARDS", json!({}))?))
+        self.read_map_on(&mut None)
     }
 
     /// WATCH_ALL at `g`'s primary from `from` (else live): the connection, the subscription's
@@ -73,6 +87,8 @@ struct Opened {
 /// WATCH_ALL over every group of the cluster `seed` belongs to, merged (`Merge`).
 pub struct ClusterSubscription {
     dial: Dial,
+    /// The merger's connection for its map reads (every `MAP_EVERY`), kept between them.
+    map_conn: Option<Client>,
     filter: WatchAllFilter,
     merge: Merge,
     rx: mpsc::Receiver<(String, Msg)>,
@@ -111,6 +127,7 @@ impl ClusterSubscription {
         let (tx, rx) = mpsc::sync_channel(QUEUE_MAX);
         let mut s = ClusterSubscription {
             dial,
+            map_conn: None,
             merge: Merge::new(&gs),
             filter,
             rx,
@@ -188,7 +205,8 @@ impl ClusterSubscription {
     fn handle(&mut self, group: &str, msg: Msg) {
         match msg {
             Msg::Opened { from, answered } => {
-                let fresh = self.dial.read_map().ok().map(|(_, gs)| gs);
+                let fresh = self.dial.read_map_on(&mut self.map_conn).ok();
+                let fresh = fresh.map(|(_, gs)| gs);
                 (self.merge).reopened(group, &from, &answered, fresh.as_deref());
             }
             Msg::Push(push) => match self.merge.push(group, push) {
@@ -210,7 +228,7 @@ impl ClusterSubscription {
 
     /// Watches the groups of a fresh map it does not watch yet, from all they retain.
     fn watch_new_groups(&mut self) {
-        let Ok((_, gs)) = self.dial.read_map() else {
+        let Ok((_, gs)) = self.dial.read_map_on(&mut self.map_conn) else {
             return;
         };
         for g in gs {
