@@ -22,6 +22,7 @@
 #   BIN=/path/to/dir                             smdb-server, smdb-bench, smdb-cli of a build
 #                                                (default: cargo build --release first)
 #   STORAGE='fsync = "never"'                    extra [storage] lines for every member
+#   NETWORK='fronts_on_shards = true'            extra [network] lines for every member
 #   SHAPE="-c 16 --in-flight 8"                  smdb-bench's connections and in-flight
 #   OUT=file.jsonl                               keep every run's smdb-bench --json line
 #
@@ -46,10 +47,10 @@ run() {
     local arm=$1 members=() seed pid_arg=() m
     cl_new_cluster
     case $arm in
-    group) cl_start a0 group:g1 && members=(a0) ;;
-    cluster1) cl_start a0 cluster:g1 && members=(a0) ;;
+    group) cl_start a0 group:g1 "" "${NETWORK:-}" && members=(a0) ;;
+    cluster1) cl_start a0 cluster:g1 "" "${NETWORK:-}" && members=(a0) ;;
     cluster3)
-        for g in 1 2 3; do cl_start "a$g" "cluster:g$g"; done
+        for g in 1 2 3; do cl_start "a$g" "cluster:g$g" "" "${NETWORK:-}"; done
         members=(a1 a2 a3)
         ;;
     *) echo "unknown arm $arm" >&2 && return 1 ;;
