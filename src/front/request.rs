@@ -221,7 +221,8 @@ async fn control(op: routes::Control, params: Option<&[u8]>, front: &Front) -> R
 async fn import(params: Option<&[u8]>, front: &Front) -> Reply {
     let answer = match &front.info.cluster {
         Some(cluster) => {
-            crate::cluster::moves::import::answer(params, &front.router, cluster).await
+            let replication = &front.info.replication;
+            crate::cluster::moves::import::answer(params, &front.router, cluster, replication).await
         }
         None => Err(Rejection::new(
             ErrorCode::BadRequest,
