@@ -76,6 +76,9 @@ pub struct Cluster {
     pub moves: crate::config::cluster::Cluster,
     /// `network.max_frame_bytes`: a move's chunks stay well under it.
     pub max_frame_bytes: usize,
+    /// `replication.mode` is sync: a move's target answers `end` once its sync set holds
+    /// it; in async mode once one live follower does (`moves::import`).
+    pub sync_mode: bool,
     /// How this member dials another group's primary (the replication link's TLS, token and
     /// PROXY header; docs/cluster.md): None when those settings do not load.
     pub link: Option<crate::control::replication::follower::Settings>,
@@ -107,6 +110,7 @@ impl Cluster {
             counters: Counters::default(),
             moves: config.cluster.clone(),
             max_frame_bytes: config.max_frame_bytes() as usize,
+            sync_mode: config.replication.mode == crate::config::ReplicationMode::Sync,
             link: crate::control::replication::follower::Settings::for_upstream(
                 config,
                 String::new(),

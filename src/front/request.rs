@@ -170,10 +170,10 @@ fn all_shards(op: routes::AllShards, params: Option<Vec<u8>>, front: &Rc<Front>)
             fanout::scan_instances(&f.router, p, owned(&f)).await
         }),
         A::MigrateInstances => spawn_fanout(front, params, |f, p| async move {
-            crate::mesh::bulk::migrate_instances(&f.router, p).await
+            crate::mesh::bulk::migrate_instances(&f.router, f.info.cluster.clone(), p).await
         }),
         A::DeleteInstances => spawn_fanout(front, params, |f, p| async move {
-            crate::mesh::bulk::delete_instances(&f.router, p).await
+            crate::mesh::bulk::delete_instances(&f.router, f.info.cluster.clone(), p).await
         }),
         A::MachineStats => spawn_fanout(front, params, |f, p| async move {
             fanout::machine_stats(&f.router, p).await
@@ -221,7 +221,8 @@ async fn control(op: routes::Control, params: Option<&[u8]>, front: &Front) -> R
 async fn import(params: Option<&[u8]>, front: &Front) -> Reply {
     let answer = match &front.info.cluster {
         Some(cluster) => {
-            crate::cluster::moves::import::answer(params, &front.router, cluster).await
+            let replication = &front.info.replication;
+            crate::cluster::moves::import::answer(params, &front.router, cluster, replication).await
         }
         None => Err(Rejection::new(
             ErrorCode::BadRequest,

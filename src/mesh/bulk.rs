@@ -3,29 +3,45 @@
 //! an even share of the call's `limit`; the reply sums their counts, estimates what remains,
 //! and carries each shard's new place in the next cursor (null once all are done). A dry run
 //! walks every shard whole and takes no cursor.
+//!
+//! Cluster mode (docs/lifecycle.md, "Cluster mode"): the shards walk past the instances of
+//! slots the member's group does not own by its copy (`cluster::serve::Owned`), uncounted, and
+//! stop before an instance a move freezes. A call that changed nothing because a shard stopped
+//! so answers that shard's `TRYAGAIN` (nothing executed); one that changed something reports
+//! it, with the stopped shard's place before the frozen instance.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 use shards::{ErrorCode, Rejection};
 
 use super::router::{Reply, Router};
+use crate::cluster::Cluster;
 use crate::ops::lifecycle::{delete_call, encode_places, migrate_call, BulkCall, BulkOp, Place};
 use crate::shard::bulk::{BulkDone, BulkPart};
 use crate::shard::{ReplyBody, ShardCall};
 
 /// MIGRATE_INSTANCES: `{migrated, skipped, remaining, cursor}`; a dry run
 /// `{would_migrate: {state: n}, skipped}`.
-pub async fn migrate_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
-    run(router, migrate_call(params.as_deref())?).await
+pub async fn migrate_instances(
+    router: &Router,
+    cluster: Option<Arc<Cluster>>,
+    params: Option<Vec<u8>>,
+) -> Reply {
+    run(router, cluster, migrate_call(params.as_deref())?).await
 }
 
 /// DELETE_INSTANCES: `{deleted, remaining, cursor}`; a dry run `{would_delete: {state: n}}`.
-pub async fn delete_instances(router: &Router, params: Option<Vec<u8>>) -> Reply {
-    run(router, delete_call(params.as_deref())?).await
+pub async fn delete_instances(
+    router: &Router,
+    cluster: Option<Arc<Cluster>>,
+    params: Option<Vec<u8>>,
+) -> Reply {
+    run(router, cluster, delete_call(params.as_deref())?).await
 }
 
-async fn run(router: &Router, call: BulkCall) -> Reply {
+async fn run(router: &Router, cluster: Option<Arc<Cluster>>, call: BulkCall) -> Reply {
     let shards = router.shard_count() as usize;
     let mut places = match (&call.cursor, call.dry_run) {
         (Some(_), true) => return Err(bad("a dry run covers the whole machine: no cursor")),
@@ -43,6 +59,7 @@ async fn run(router: &Router, call: BulkCall) -> Reply {
             dry_run: call.dry_run,
             after: place.after.clone(),
             budget,
+            cluster: cluster.clone(),
         };
         pending.push((
             k,
@@ -53,18 +70,23 @@ async fn run(router: &Router, call: BulkCall) -> Reply {
     }
     let mut total = BulkDone::default();
     let mut remaining = 0u64;
+    let mut frozen = None;
     for (k, slot) in pending {
-        let ReplyBody::Bulk(done) = slot.wait().await? else {
+        let ReplyBody::Bulk(mut done) = slot.wait().await? else {
             return Err(unexpected());
         };
         let place = &mut places[k];
         place.seen += done.examined;
-        place.done = done.through.is_none();
+        place.done = done.through.is_none() && done.frozen.is_none();
         place.after = done.through.clone();
         if !place.done {
             remaining += done.machine_instances.saturating_sub(place.seen);
         }
+        frozen = frozen.or(done.frozen.take());
         add(&mut total, done);
+    }
+    if let Some((slot, move_id)) = frozen.filter(|_| total.written == 0) {
+        return Err(crate::shard::moves::try_again(slot, move_id, "frozen"));
     }
     let body = reply(&call, total, remaining, encode_places(&places));
     Ok(ReplyBody::Json(

@@ -12,14 +12,17 @@
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use shards::engine::{Entry, Selector, Step};
+use shards::routing::slot_of;
 use shards::Rejection;
 
 use super::message::{ReplyBody, ShardResponse};
 use super::outbox::Outbox;
 use super::runtime::{Needs, Outcome, Shard};
 use super::sync::Gate;
+use crate::cluster::serve::Owned;
 use crate::ops::lifecycle::BulkOp;
 use crate::util::time::now_ms;
 
@@ -37,6 +40,9 @@ pub struct BulkPart {
     pub after: Option<String>,
     /// Instances to examine at most (a dry run examines every one).
     pub budget: usize,
+    /// Cluster mode: the member's capability, whose map copy says which slots the walk may
+    /// touch (read again at each slice). None: every instance (standalone, HA).
+    pub cluster: Option<std::sync::Arc<crate::cluster::Cluster>>,
 }
 
 /// What one shard did.
@@ -51,8 +57,12 @@ pub struct BulkDone {
     pub examined: u64,
     /// The last id examined when more remain (None: this shard is done).
     pub through: Option<String>,
-    /// The machine's instances on this shard now (the `remaining` estimate).
+    /// The machine's instances on this shard now (the `remaining` estimate), those of slots
+    /// the group does not own left out.
     pub machine_instances: u64,
+    /// The walk stopped before an instance of a slot a move freezes: `(slot, move id)` for
+    /// the `TRYAGAIN`; `through` is the last id before it, and the shard is not done.
+    pub frozen: Option<(u16, u64)>,
 }
 
 impl Shard {
@@ -94,6 +104,8 @@ impl Shard {
         }
         let mut done = BulkDone::default();
         let mut after = part.after.clone();
+        // Instances walked, owned or not: what the budget bounds.
+        let mut walked = 0usize;
         let slice = if part.dry_run {
             BULK_DRY_SLICE
         } else {
@@ -105,19 +117,31 @@ impl Shard {
             self.still_writable(part)?;
             let left = match part.dry_run {
                 true => slice,
-                false => slice.min(part.budget.saturating_sub(done.examined as usize)),
+                false => slice.min(part.budget.saturating_sub(walked)),
             };
             let ids = self
                 .engine
                 .borrow()
                 .bulk_slice(selection, after.as_deref(), left);
+            // Read at each slice: a move's switch lifts its freeze only once the copy shows
+            // it, so a slot unfrozen here is either still owned or already left out.
+            let owned = part.cluster.as_deref().map(Owned::now);
             for id in &ids.ids {
+                walked += 1;
+                if owned.as_ref().is_some_and(|o| !o.holds(id)) {
+                    after = Some(id.clone());
+                    continue;
+                }
+                if !self.bulk_step(part, &selector, id, &mut done)? {
+                    done.through = after;
+                    return Ok(self.bulk_counted(part, done));
+                }
                 done.examined += 1;
-                self.bulk_step(part, &selector, id, &mut done)?;
+                after = Some(id.clone());
             }
             after = ids.through;
             let more = after.is_some();
-            let spent = !part.dry_run && done.examined as usize >= part.budget;
+            let spent = !part.dry_run && walked >= part.budget;
             if !more || spent {
                 done.through = after;
                 break;
@@ -130,8 +154,26 @@ impl Shard {
             }
             futures_lite::future::yield_now().await;
         }
-        done.machine_instances = self.engine.borrow().machine_instances(&selection.machine);
-        Ok(done)
+        Ok(self.bulk_counted(part, done))
+    }
+
+    /// `done` with the machine's instances here for the `remaining` estimate: in cluster
+    /// mode, while the settling has slots left to purge, those of slots not owned left out (a
+    /// walk over the machine's instances, as the purge's own).
+    fn bulk_counted(&self, part: &BulkPart, mut done: BulkDone) -> BulkDone {
+        let machine = &part.op.selection().machine;
+        let engine = self.engine.borrow();
+        let mut n = engine.machine_instances(machine);
+        if let Some(cluster) = part.cluster.as_deref() {
+            if cluster.counters.cleanup_pending.load(Relaxed) > 0 {
+                let owned = Owned::now(cluster);
+                n = n.saturating_sub(
+                    engine.machine_instances_refused(machine, |id| owned.holds(id)),
+                );
+            }
+        }
+        done.machine_instances = n;
+        done
     }
 
     /// A walk that writes stops, between two slices, once this member may no longer append a
@@ -146,14 +188,16 @@ impl Shard {
         Err(crate::member::gate::read_only(member, part.op.op()))
     }
 
-    /// Decides what happens to instance `id`, and logs it unless this is a dry run.
+    /// Decides what happens to instance `id`, and logs it unless this is a dry run. False
+    /// (nothing done) when it would change an instance of a slot a move freezes: the walk
+    /// stops before it, as a client's write there gets `TRYAGAIN` (`done.frozen`).
     fn bulk_step(
         &self,
         part: &BulkPart,
         selector: &Selector<'_>,
         id: &str,
         done: &mut BulkDone,
-    ) -> Result<(), Rejection> {
+    ) -> Result<bool, Rejection> {
         let now = now_ms();
         let step = match &part.op {
             BulkOp::Migrate(plan) => self.engine.borrow().decide_migrate(id, plan, selector, now),
@@ -172,10 +216,15 @@ impl Shard {
                 *done.by_state.entry(state).or_default() += 1;
             }
             Step::Write(entry) => {
+                let slot = slot_of(id);
+                if let Some(move_id) = self.frozen.covers(slot) {
+                    done.frozen = Some((slot, move_id));
+                    return Ok(false);
+                }
                 self.log_and_apply(entry)?;
                 done.written += 1;
             }
         }
-        Ok(())
+        Ok(true)
     }
 }

@@ -1,6 +1,8 @@
 //! Replay reads for subscriptions (`ShardCall::ReadEvents`): matching events read back from
 //! the log, as replayed push bodies with their offsets and epochs. Runs in the registry's
-//! low-share replay task queue (`subs.rs`); never touches the engine but for epochs.
+//! low-share replay task queue (`subs.rs`); never touches the engine but for epochs and the
+//! slots' latest move-ins (`Engine::before_move_in`: an instance's events from before its
+//! latest import here are left out).
 //!
 //! HA sync mode (docs/ha.md "Subscriptions across terms": "under HA in sync mode a push leaves only once its entry is
 //! sync-acknowledged"; docs/ha.md, "Subscriptions across terms"). On a member whose pushes
@@ -128,6 +130,11 @@ async fn matching(
         };
         for e in inner {
             if let Some(ev) = Pushed::of(e).filter(|ev| ev.matches(filter)) {
+                // An instance's events from before its latest import here were its old
+                // owner's stream (docs/cluster.md, "Subscriptions"): left out.
+                if (shard.engine.borrow()).before_move_in(ev.instance_id(), *offset) {
+                    continue;
+                }
                 let epoch = shard.engine.borrow().epoch_of(*offset);
                 let group = shard.subs.cluster_group.as_deref();
                 events.push((*offset, epoch, ev.body_in(None, true, group)));

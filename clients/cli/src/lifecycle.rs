@@ -3,10 +3,13 @@
 //! walked, progress on stderr (a bar on a terminal, else one line per call), the summed totals
 //! as JSON on stdout. Ctrl-C stops between calls and prints the cursor that resumes
 //! (`--cursor C`); so does an error after the first call. `--dry-run` is one call, its reply
-//! printed as it came.
+//! printed as it came. A call refused `TRYAGAIN` (a cluster member's walk reached a slot a move
+//! froze, nothing executed; docs/cluster.md) is sent again after a pause, whatever the
+//! session's retry policy, for longer than any freeze lasts.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -202,7 +205,7 @@ fn walk<W: Walk>(mut req: W, s: &mut Session, out: &mut Output<'_>) -> Result<()
     let mut total = W::Reply::default();
     let mut calls = 0u64;
     loop {
-        let reply = match s.run(|c| req.call(c)) {
+        let reply = match s.run(|c| through_freezes(|| req.call(c))) {
             Ok(r) => r,
             Err(e) => {
                 progress.finish();
@@ -227,6 +230,27 @@ fn walk<W: Walk>(mut req: W, s: &mut Session, out: &mut Output<'_>) -> Result<()
             return Err(CliError::new(Kind::Server, INTERRUPTED, text));
         }
         req.resume_at(Some(cursor));
+    }
+}
+
+/// The first pause after a `TRYAGAIN`; it doubles up to `FROZEN_PAUSE_MAX`.
+const FROZEN_PAUSE_MIN: Duration = Duration::from_millis(10);
+const FROZEN_PAUSE_MAX: Duration = Duration::from_millis(500);
+/// How long a call is retried through `TRYAGAIN`: past the longest freeze a move may hold
+/// (`cluster.move_freeze_max_ms` is at most 10 s) plus its switch.
+const FROZEN_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// `call`, sent again while it is refused `TRYAGAIN` (nothing executed), pausing between.
+fn through_freezes<T>(mut call: impl FnMut() -> Result<T, ClientError>) -> Result<T, ClientError> {
+    let (since, mut pause) = (Instant::now(), FROZEN_PAUSE_MIN);
+    loop {
+        match call() {
+            Err(e) if e.code() == Some("TRYAGAIN") && since.elapsed() < FROZEN_WAIT_MAX => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(FROZEN_PAUSE_MAX);
+            }
+            r => return r,
+        }
     }
 }
 

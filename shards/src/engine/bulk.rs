@@ -105,4 +105,14 @@ impl Engine {
             .map(|(_, n)| *n)
             .sum()
     }
+
+    /// How many instances of `machine` this shard holds that `pick` refuses: in cluster mode,
+    /// those of slots its group no longer owns (kept until the purge), which a bulk walk
+    /// leaves out of its `remaining` estimate. A walk over the machine's instances.
+    pub fn machine_instances_refused(&self, machine: &str, pick: impl Fn(&str) -> bool) -> u64 {
+        match self.machine_groups(machine, None) {
+            Some(filter) => self.indexes.placement.count(filter, |id| !pick(id)),
+            None => 0,
+        }
+    }
 }

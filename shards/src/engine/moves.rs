@@ -39,6 +39,59 @@ struct Staged {
     records: HashMap<String, Box<InstanceRecord>>,
 }
 
+/// Per slot range, the offset of the latest `MoveIn` entry that brought instances of those
+/// slots to this engine: sorted, disjoint `(lo, hi, offset)`, at most one range per slot (a
+/// later move-in overwrites what it covers), so a few entries per move, none per instance. In
+/// snapshots (both formats), so it survives a restart as the log it describes does.
+///
+/// What it is for (docs/cluster.md, "Subscriptions"): a slot that left this group and came
+/// back has its instances' old events in this log, from before they left; a replay must not
+/// show them again, so that resuming at the new owner from offset 0 gives every event since
+/// the switch and no earlier one. Every live instance of such a slot came in at that move-in
+/// or was created after it, so "an event of the slot before the slot's latest move-in" is
+/// "an event from before the instance's latest import".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct MovedIn(Vec<(u16, u16, u64)>);
+
+impl MovedIn {
+    /// Slots `lo..=hi` moved in at `offset`.
+    fn mark(&mut self, lo: u16, hi: u16, offset: u64) {
+        let mut kept = Vec::with_capacity(self.0.len() + 2);
+        for &(a, b, at) in &self.0 {
+            if b < lo || a > hi {
+                kept.push((a, b, at));
+                continue;
+            }
+            if a < lo {
+                kept.push((a, lo - 1, at));
+            }
+            if b > hi {
+                kept.push((hi + 1, b, at));
+            }
+        }
+        kept.push((lo, hi, offset));
+        kept.sort_unstable();
+        self.0 = kept;
+    }
+
+    /// The offset of the latest move-in of `slot` (None: never moved in here).
+    fn of(&self, slot: u16) -> Option<u64> {
+        let i = self.0.partition_point(|r| r.1 < slot);
+        (self.0.get(i)).filter(|r| r.0 <= slot).map(|r| r.2)
+    }
+
+    pub(crate) fn ranges(&self) -> &[(u16, u16, u64)] {
+        &self.0
+    }
+
+    /// From a snapshot: None unless sorted, disjoint ranges of valid slots.
+    pub(crate) fn from_ranges(ranges: Vec<(u16, u16, u64)>) -> Option<MovedIn> {
+        let ordered = (ranges.iter()).all(|r| r.0 <= r.1 && r.1 < crate::routing::SLOT_COUNT)
+            && ranges.windows(2).all(|w| w[0].1 < w[1].0);
+        ordered.then_some(MovedIn(ranges))
+    }
+}
+
 /// Every move staged on the engine, by move id.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Staging {
@@ -81,6 +134,16 @@ impl Engine {
                 instances: staged.records.len(),
             })
             .collect()
+    }
+
+    /// Whether an entry at `offset` about instance `id` lies before the latest move-in of the
+    /// instance's slot here: a replay leaves it out (`MovedIn`). A branch while nothing was
+    /// ever moved in.
+    pub fn before_move_in(&self, id: &str, offset: u64) -> bool {
+        if self.moved_in.0.is_empty() {
+            return false;
+        }
+        self.moved_in.of(slot_of(id)).is_some_and(|at| offset < at)
     }
 
     /// The move staging `slot`, if any (a look at each staged move; none when none is).
@@ -168,6 +231,7 @@ impl Engine {
         let Some(staged) = self.staging.moves.remove(&move_id) else {
             return json!({"move_id": move_id, "moved_in": 0, "wal_offset": offset});
         };
+        self.moved_in.mark(staged.lo, staged.hi, offset);
         let mut records: Vec<_> = staged.records.into_iter().collect();
         // Table order follows insertion order: the same in a replay as live.
         records.sort_unstable_by(|a, b| a.0.cmp(&b.0));

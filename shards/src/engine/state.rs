@@ -63,6 +63,9 @@ pub struct Engine {
     pub(super) timers_armed: u64,
     /// Replication epochs: `(epoch, offset of its epoch entry)`, ascending (`engine::epochs`).
     pub(super) epochs: Vec<(u64, u64)>,
+    /// Per slot range, the offset of the latest `MoveIn` that brought instances of it here
+    /// (`engine::moves::MovedIn`): a replay leaves out their events from before it.
+    pub(super) moved_in: super::moves::MovedIn,
     /// The first applied entry that did not fit the state (`engine::divergence`).
     pub(super) divergence: Option<super::divergence::Divergence>,
     /// The snapshot walk running, if any (`engine::snapshot::walk`).

@@ -8,7 +8,10 @@
 //!   one (machine, version) refuses with `definition_conflict`);
 //! - `images {images: [[id, image|null], ..]}`: staged on the owning shards as import
 //!   entries, invisible until the switch;
-//! - `end {}`: everything before it is durable (every earlier step answered so);
+//! - `end {}`: everything before it is durable (every earlier step answered so); in async
+//!   mode it is answered once one live follower of this group has acknowledged every shard's
+//!   head too (`followers_hold`), so a failover of this group after the switch loses nothing
+//!   of the slots (sync mode: every step already waited for the sync set);
 //! - `switched {map_epoch}` / `aborted {}`: the outcome, applied on every shard (the clean-up
 //!   task does the same from the copy, whichever comes first); `switched` is answered once
 //!   this member's copy shows `map_epoch` (or after `COPY_WAIT`);
@@ -28,6 +31,7 @@ use serde_json::{json, Value};
 use shards::{ErrorCode, Rejection};
 
 use super::super::Cluster;
+use crate::member::ReplState;
 use crate::mesh::router::Router;
 use crate::ops::params::parse;
 use crate::shard::moves::{MoveCall, MoveReply};
@@ -63,6 +67,7 @@ pub async fn answer(
     params: Option<&[u8]>,
     router: &Router,
     cluster: &Cluster,
+    replication: &ReplState,
 ) -> Result<Value, Rejection> {
     let step: Step = parse(params)?;
     if step.step == "define" {
@@ -104,6 +109,7 @@ pub async fn answer(
             }
         }
         "images" => stage(router, cluster, move_id, (lo, hi), step.images).await?,
+        "end" if !cluster.sync_mode => followers_hold(router, cluster, replication).await?,
         "end" => {}
         other => {
             return Err(Rejection::new(
@@ -113,6 +119,50 @@ pub async fn answer(
         }
     }
     Ok(json!({}))
+}
+
+/// How often `followers_hold` looks at the followers' acknowledgements.
+const ACK_POLL: Duration = Duration::from_millis(2);
+/// The longest `followers_hold` waits: past any source's `move_freeze_max_ms` (at most 10 s),
+/// whose attempt is abandoned by then, so the answer no longer matters.
+const ACK_WAIT: Duration = Duration::from_millis(10_500);
+
+/// Async mode, the `end` marker: Ok once one follower connected to this primary has
+/// acknowledged every shard's head as it is now (all the move's imports lie before it). A
+/// group whose copy lists no live member but this one has no follower to wait for: durable
+/// here is then enough, as nobody could take over from this member.
+async fn followers_hold(
+    router: &Router,
+    cluster: &Cluster,
+    replication: &ReplState,
+) -> Result<(), Rejection> {
+    let heads: Vec<u64> = (crate::mesh::fanout::shard_infos(router).await?.iter())
+        .map(|info| info["wal_offset"].as_u64().unwrap_or(u64::MAX))
+        .collect();
+    let until = Instant::now() + ACK_WAIT;
+    loop {
+        let copy = cluster.view.get();
+        let alone = (copy.groups.get(&cluster.group))
+            .is_none_or(|g| g.nodes.iter().all(|n| n.node_id == cluster.node_id));
+        let held = (replication.stats.replicas.lock()).is_ok_and(|r| {
+            (r.values()).any(|v| {
+                heads
+                    .iter()
+                    .enumerate()
+                    .all(|(k, h)| v.acked.get(k) >= Some(h))
+            })
+        });
+        if alone || held {
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            return Err(Rejection::new(
+                ErrorCode::SyncTimeout,
+                "no follower of this group acknowledged the move's end in time",
+            ));
+        }
+        glommio::timer::sleep(ACK_POLL).await;
+    }
 }
 
 /// Waits (at most `COPY_WAIT`) until this member's copy shows `map_epoch`, the copy read at

@@ -229,6 +229,7 @@ mod tests {
             counters: Default::default(),
             moves: Default::default(),
             max_frame_bytes: 1 << 20,
+            sync_mode: false,
             link: None,
             requests: Default::default(),
             wake: Arc::default(),

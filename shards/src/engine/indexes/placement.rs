@@ -123,6 +123,14 @@ impl Placement {
         self.groups.values().map(BTreeSet::len).sum()
     }
 
+    /// How many ids of the groups `filter` selects `pick` accepts (a walk over them all).
+    pub(crate) fn count(&self, filter: GroupFilter, pick: impl Fn(&str) -> bool) -> u64 {
+        (self.selected(filter))
+            .flat_map(BTreeSet::iter)
+            .filter(|id| pick(id.as_str()))
+            .count() as u64
+    }
+
     /// The ids in the groups `filter` selects that sort after `after` (byte order): the first
     /// `limit`, ascending, and whether more exist. One seek per selected group, then a merge
     /// of `limit + 1` steps.

@@ -6,7 +6,8 @@
 //! Form: `{"v":1, "machines":[<PutMachine entry>..], "instances":[<record>..], "stats":{..},
 //! "epochs":[[epoch,offset]..]}`, machines by name and version, instances by id, so equal
 //! engines give equal bytes. `epochs` is left out while empty, and reads as empty when absent
-//! (snapshots written before replication).
+//! (snapshots written before replication); so is `moved_in` (`[[lo, hi, offset]..]`, the
+//! slots' latest move-ins, `engine::moves::MovedIn`).
 //! Definitions are recompiled on restore, the same path `apply` takes.
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,8 @@ struct SnapshotOut<'a> {
     stats: StatsForm,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     epochs: &'a [(u64, u64)],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    moved_in: &'a [(u16, u16, u64)],
 }
 
 /// Bytes. An instance's snapshot form without its context members and history: the id,
@@ -43,6 +46,8 @@ struct SnapshotIn {
     stats: StatsForm,
     #[serde(default)]
     epochs: Vec<(u64, u64)>,
+    #[serde(default)]
+    moved_in: Vec<(u16, u16, u64)>,
 }
 
 impl Engine {
@@ -59,6 +64,7 @@ impl Engine {
             instances,
             stats: StatsForm::from(&self.stats),
             epochs: &self.epochs,
+            moved_in: self.moved_in.ranges(),
         };
         // Sized up front: a snapshot can be hundreds of megabytes, and growing it by doubling
         // page-faults and copies it while the shard is paused.
@@ -126,6 +132,8 @@ impl Engine {
         engine.names = names;
         engine.stats = snapshot.stats.into();
         engine.set_epochs(snapshot.epochs)?;
+        engine.moved_in = crate::engine::moves::MovedIn::from_ranges(snapshot.moved_in)
+            .ok_or("snapshot moved-in slots are not sorted ranges")?;
         engine.build_indexes();
         Ok(engine)
     }

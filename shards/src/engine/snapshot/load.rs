@@ -138,7 +138,11 @@ impl Items {
                 self.machines += 1;
             }
             TAG_STATS => e.stats = read_stats(&mut c, &e.names)?,
-            TAG_EPOCHS => e.set_epochs(read_epochs(&mut c)?)?,
+            TAG_EPOCHS => {
+                let (epochs, moved_in) = read_epochs(&mut c)?;
+                e.set_epochs(epochs)?;
+                e.moved_in = moved_in;
+            }
             TAG_INSTANCE => {
                 let r = record(&mut c, e.names.names())?;
                 if let Err(r) = e.instances.insert(Box::new(r)) {

@@ -8,7 +8,7 @@
 //! | `names` | count, then each name (a string), in id order |
 //! | `machine` | one stored machine version as a binary log entry of kind 1 (docs/wal.md) |
 //! | `stats` | four lists, each a count then its rows: events applied `(machine, n)`, transitions `(machine, from, to, n)`, instances by state `(machine, state, n)`, timer fires `(machine, n)`; then, only when either is not empty, migrations `(machine, n)` and retention deletions `(machine, n)`; names as strings |
-//! | `epochs` | count, then `(epoch, offset)` pairs, ascending |
+//! | `epochs` | count, then `(epoch, offset)` pairs, ascending; then, only when some slot was moved in, count and `(lo, hi, offset)` triples, ascending |
 //! | `end` | the number of instance items written |
 
 use smdb_format::snapshot_items::{
@@ -16,6 +16,7 @@ use smdb_format::snapshot_items::{
     TAG_STATS,
 };
 
+use crate::engine::moves::MovedIn;
 use crate::engine::names::{Interner, Name};
 use crate::engine::{Engine, EngineStats, Entry};
 
@@ -70,6 +71,17 @@ pub(crate) fn put_preamble(out: &mut Vec<u8>, engine: &Engine, scratch: &mut Vec
     for &(epoch, offset) in &engine.epochs {
         put_uint(scratch, epoch);
         put_uint(scratch, offset);
+    }
+    // The slots' latest move-ins (`engine::moves::MovedIn`) follow the epochs only when there
+    // are any, so a snapshot of an engine that never moved a slot in is what it was before.
+    let moved_in = engine.moved_in.ranges();
+    if !moved_in.is_empty() {
+        put_uint(scratch, moved_in.len() as u64);
+        for &(lo, hi, offset) in moved_in {
+            put_uint(scratch, u64::from(lo));
+            put_uint(scratch, u64::from(hi));
+            put_uint(scratch, offset);
+        }
     }
     put_item(out, TAG_EPOCHS, scratch);
 }
@@ -182,14 +194,28 @@ pub(crate) fn read_stats(c: &mut Cursor<'_>, names: &Interner) -> Result<EngineS
     Ok(stats)
 }
 
-pub(crate) fn read_epochs(c: &mut Cursor<'_>) -> Result<Vec<(u64, u64)>, String> {
+/// The `epochs` item: the epoch history, then, when any, the slots' latest move-ins.
+pub(crate) fn read_epochs(c: &mut Cursor<'_>) -> Result<(Vec<(u64, u64)>, MovedIn), String> {
     let n = c.len()?;
     let mut epochs = Vec::with_capacity(n.min(c.remaining()));
     for _ in 0..n {
         epochs.push((c.uint()?, c.uint()?));
     }
+    let mut moved_in = Vec::new();
+    if c.remaining() > 0 {
+        let n = c.len()?;
+        moved_in.reserve(n.min(c.remaining()));
+        let slot = |c: &mut Cursor<'_>| {
+            u16::try_from(c.uint()?).map_err(|_| "snapshot moved-in slot out of range".to_string())
+        };
+        for _ in 0..n {
+            moved_in.push((slot(c)?, slot(c)?, c.uint()?));
+        }
+    }
     c.end()?;
-    Ok(epochs)
+    let moved_in =
+        MovedIn::from_ranges(moved_in).ok_or("snapshot moved-in slots are not sorted ranges")?;
+    Ok((epochs, moved_in))
 }
 
 pub(crate) fn read_end(c: &mut Cursor<'_>) -> Result<u64, String> {

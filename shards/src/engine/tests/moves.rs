@@ -362,3 +362,84 @@ fn a_bad_image_is_a_divergence_and_stages_nothing() {
     assert!(dst.engine.divergence().is_some());
     assert_eq!(dst.engine.staged_ids(1), Vec::<String>::new());
 }
+
+fn move_in_of(move_id: u64, lo: u16, hi: u16) -> Entry {
+    Entry::MoveIn {
+        move_id,
+        lo,
+        hi,
+        map_epoch: 3,
+        at_ms: 6,
+    }
+}
+
+fn import_of(move_id: u64, (lo, hi): (u16, u16), id: &str, image: Option<String>) -> Entry {
+    Entry::Import {
+        move_id,
+        lo,
+        hi,
+        id: id.into(),
+        image,
+        at_ms: 5,
+    }
+}
+
+/// A slot that left and came back: its entries from before the latest move-in are "before"
+/// (a replay leaves them out), those after it and those of other slots are not; the marks
+/// survive both snapshot formats and a replay of the log.
+#[test]
+fn entries_before_a_slots_latest_move_in_are_before_it() {
+    let mut dst = with_indexed_order();
+    // slot("o-1") differs from slot("x-1"), so x-1 is untouched by the move.
+    let (s1, sx) = (slot_of("o-1"), slot_of("x-1"));
+    assert_ne!(s1, sx);
+    let old = dst.next_offset;
+    dst.ok(create("o-1", 3));
+    dst.ok(create("x-1", 4));
+    assert!(
+        !dst.engine.before_move_in("o-1", old),
+        "nothing moved in yet"
+    );
+    // o-1 leaves (deleted as moved) and comes back by an import.
+    let image = dst.engine.export_image("o-1");
+    dst.ok(delete("o-1"));
+    write(&mut dst, import_of(9, (s1, s1), "o-1", image));
+    let (m1, _) = write(&mut dst, move_in_of(9, s1, s1));
+    assert!(dst.engine.before_move_in("o-1", old));
+    assert!(dst.engine.before_move_in("o-1", m1 - 1));
+    assert!(!dst.engine.before_move_in("o-1", m1 + 1));
+    assert!(!dst.engine.before_move_in("x-1", old), "another slot");
+    // A later move-in of the slot moves the mark; a move-in of a range around it keeps the
+    // rest of the range's marks.
+    let image = dst.engine.export_image("o-1");
+    write(&mut dst, import_of(10, (0, 16383), "o-1", image));
+    let (m2, _) = write(&mut dst, move_in_of(10, 0, 16383));
+    assert!(dst.engine.before_move_in("o-1", m2 - 1));
+    assert!(
+        dst.engine.before_move_in("x-1", old),
+        "x-1's slot was in the range"
+    );
+    // An unknown move (nothing staged here) marks nothing.
+    let (m3, _) = write(&mut dst, move_in_of(11, 0, 16383));
+    assert!(!dst.engine.before_move_in("o-1", m3 - 1));
+
+    let json = Engine::restore(&dst.engine.snapshot()).unwrap();
+    let items = Engine::load_snapshot(
+        crate::engine::SNAPSHOT_FORMAT,
+        &dst.engine.snapshot_items(dst.next_offset),
+    )
+    .unwrap();
+    let mut replayed = Engine::new();
+    let mut replay = Replay::new();
+    for (offset, entry) in &dst.log {
+        replay
+            .push(&mut replayed, *offset, &entry.to_bytes())
+            .unwrap();
+    }
+    replay.flush(&mut replayed).unwrap();
+    for engine in [json, items, replayed] {
+        assert_eq!(engine.snapshot(), dst.engine.snapshot());
+        assert!(engine.before_move_in("o-1", m2 - 1));
+        assert!(!engine.before_move_in("o-1", m2 + 1));
+    }
+}
