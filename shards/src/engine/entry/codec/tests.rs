@@ -170,7 +170,7 @@ fn every_truncation_and_trailing_byte_is_an_error() {
 
 #[test]
 fn bad_fields_name_their_position() {
-    assert_eq!(Entry::decode(&[11]).unwrap_err().at, 0);
+    assert_eq!(Entry::decode(&[12]).unwrap_err().at, 0);
     // A slot out of 16 bits.
     assert!((Entry::decode(&[9, 1, 1, 0x80, 0x80, 0x04, 0, 0])
         .unwrap_err()
