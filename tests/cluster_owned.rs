@@ -148,7 +148,10 @@ fn moved_once_after_events(heard: &[Value], shards: usize, ticked: &str) -> Resu
         .filter(|(_, p)| p["type"] == "slots_moved")
         .collect();
     if notices.len() != shards {
-        return Err(format!("{} slots_moved for {shards} shards: {heard:?}", notices.len()));
+        return Err(format!(
+            "{} slots_moved for {shards} shards: {heard:?}",
+            notices.len()
+        ));
     }
     for (_, p) in &notices {
         if p["slots"] != json!(MOVED) || p["to"] != "g2" {
@@ -160,7 +163,9 @@ fn moved_once_after_events(heard: &[Value], shards: usize, ticked: &str) -> Resu
     let shard = &heard[event]["shard"];
     match notices.iter().find(|(_, p)| &p["shard"] == shard) {
         Some((at, _)) if *at > event => Ok(()),
-        _ => Err(format!("slots_moved of shard {shard} before the event: {heard:?}")),
+        _ => Err(format!(
+            "slots_moved of shard {shard} before the event: {heard:?}"
+        )),
     }
 }
 
