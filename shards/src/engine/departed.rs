@@ -17,8 +17,17 @@
 
 use serde_json::{json, Value};
 
+use super::index::prefetch;
+use super::instance::InstanceRecord;
 use super::Engine;
 use crate::routing::slot_of;
+
+/// How many records ahead the walk of `Entry::SlotsMovedOut` starts loading one: its first
+/// two cache lines (the id is at byte 0, machine and state follow). At 1M instances with a
+/// third departing (test `departed_walk_at_a_million_instances`, release, a busy 2-core
+/// host) the walk took 356 ms without it, 212 ms with 16 ahead and one line, 149 ms with 32
+/// and two lines, 262 ms with 64 (noisier then).
+const WALK_PREFETCH_AHEAD: usize = 32;
 
 /// Departed slot ranges and the instances they still hold.
 #[derive(Debug, Clone, Default)]
@@ -110,7 +119,15 @@ impl Engine {
     pub(crate) fn apply_slots_moved_out(&mut self, lo: u16, hi: u16, offset: u64) -> Value {
         let departed = &mut self.departed;
         let mut taken = 0u64;
+        // Records lie wherever they were allocated: loading them a few ahead overlaps the
+        // cache misses that would otherwise come one after another.
+        let mut ahead = self.instances.records().skip(WALK_PREFETCH_AHEAD);
         for record in self.instances.records() {
+            if let Some(next) = ahead.next() {
+                let base = (next as *const InstanceRecord).cast::<u8>();
+                prefetch(base);
+                prefetch(base.wrapping_add(64));
+            }
             let id = record.instance.id.as_str();
             let slot = slot_of(id);
             if slot < lo || slot > hi || departed.covers(slot) {

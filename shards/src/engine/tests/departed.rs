@@ -175,6 +175,7 @@ fn replay_of_slots_moved_out_rebuilds_the_counts() {
 fn departed_walk_at_a_million_instances() {
     let mut engine = Shard::with_order().engine;
     let n = 1_000_000u64;
+
     for i in 0..n {
         let create = Entry::Create {
             id: format!("order-{i:08}"),
