@@ -5,8 +5,8 @@
 //! whole test: CLUSTER_INFO's `cleanup_pending` on the source shows that the data is still
 //! there, while LIST_INSTANCES, FIND_INSTANCES and SCAN_INSTANCES on the source's primary and
 //! follower show none of it (paged with a small limit, every owned instance once),
-//! MACHINE_STATS and INFO's instance counts there leave it out (the slots-moved-out entry,
-//! applied by both), and the Rust client's fan-out LIST gives every instance exactly once.
+//! MACHINE_STATS, INFO's instance counts and `svc_instances_*` there leave it out (the
+//! slots-moved-out entry, applied by both), and the Rust client's fan-out LIST gives every instance exactly once.
 //! Subscriptions on the source hear `slots_moved` from every shard once, after their last
 //! event of the slots: a follower's live WATCH_ALL, and a WATCH_ALL replayed across the
 //! switch on the primary and on the follower.
@@ -20,6 +20,7 @@ use common::cluster_writes::{cluster_client, put_machine};
 use common::etcd::Etcd;
 use common::ha::serial;
 use common::lifecycle::wait_until;
+use common::scrape::scrape;
 use common::*;
 use serde_json::{json, Value};
 use smdb_client::ops::ListFilter;
@@ -37,6 +38,7 @@ const PAGE: u64 = 7;
 fn member(etcd: &Etcd, cluster: &str, node: &str, group: &str) -> String {
     common::ha::member_config(etcd, cluster, node, "async")
         + &format!("[cluster]\nenabled = true\ngroup = \"{group}\"\nmove_purge_delay_ms = 600000\n")
+        + "[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"\n"
 }
 
 /// `item`, with an index on `ctx.kind` (for FIND_INSTANCES).
@@ -99,14 +101,27 @@ fn shard_count(s: &Server) -> usize {
     info["shard_details"].as_array().map_or(0, Vec::len)
 }
 
-/// MACHINE_STATS of `item` and INFO's `instances` on `m` both count `want`.
+/// MACHINE_STATS of `item`, INFO's `instances` and the `svc_instances_*` gauges on `m` all
+/// count `want`.
 fn counts_only(m: &Server, want: u64) -> Result<(), String> {
     let mut c = m.client();
     let stats = (c.call("MACHINE_STATS", json!({"machine": "item"}))).map_err(|e| e.to_string())?;
     let info = c.call("INFO", json!({})).map_err(|e| e.to_string())?;
-    match (stats["states"]["open"].as_u64(), info["instances"].as_u64()) {
-        (Some(a), Some(b)) if a == want && b == want => Ok(()),
-        got => Err(format!("{}: (stats, info) {got:?}, want {want}", m.addr)),
+    let e = scrape(m);
+    let by_state = &[("machine", "item"), ("state", "open")];
+    let got = (
+        stats["states"]["open"].as_u64(),
+        info["instances"].as_u64(),
+        e.value("svc_instances_total", &[]),
+        e.value("svc_instances_by_state", by_state),
+    );
+    let w = Some(want as f64);
+    match got {
+        (Some(a), Some(b), t, s) if a == want && b == want && t == w && s == w => Ok(()),
+        got => Err(format!(
+            "{}: (stats, info, total, by_state) {got:?}, want {want}",
+            m.addr
+        )),
     }
 }
 
