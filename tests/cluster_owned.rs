@@ -1,11 +1,15 @@
-//! A cluster member lists only what its group owns (docs/cluster.md, "Moving slots",
-//! "Listings after a move"), against real processes: one etcd, two groups of two members.
-//! `cluster.move_purge_delay_ms` keeps the source's copies of moved slots on its shards for
-//! ten minutes, so the window between the switch and the purge stays open for the whole
-//! test: MACHINE_STATS and CLUSTER_INFO's `cleanup_pending` on the source show that the data
-//! is still there, while LIST_INSTANCES, FIND_INSTANCES and SCAN_INSTANCES on the source's
-//! primary and follower show none of it (paged with a small limit, every owned instance
-//! once), and the Rust client's fan-out LIST gives every instance exactly once.
+//! A cluster member lists and counts only what its group owns (docs/cluster.md, "Moving
+//! slots", "Listings after a move"), against real processes: one etcd, two groups of two
+//! members. `cluster.move_purge_delay_ms` keeps the source's copies of moved slots on its
+//! shards for ten minutes, so the window between the switch and the purge stays open for the
+//! whole test: CLUSTER_INFO's `cleanup_pending` on the source shows that the data is still
+//! there, while LIST_INSTANCES, FIND_INSTANCES and SCAN_INSTANCES on the source's primary and
+//! follower show none of it (paged with a small limit, every owned instance once),
+//! MACHINE_STATS, INFO's instance counts and `svc_instances_*` there leave it out (the
+//! slots-moved-out entry, applied by both), and the Rust client's fan-out LIST gives every instance exactly once.
+//! Subscriptions on the source hear `slots_moved` from every shard once, after their last
+//! event of the slots: a follower's live WATCH_ALL, and a WATCH_ALL replayed across the
+//! switch on the primary and on the follower.
 
 mod common;
 
@@ -16,6 +20,7 @@ use common::cluster_writes::{cluster_client, put_machine};
 use common::etcd::Etcd;
 use common::ha::serial;
 use common::lifecycle::wait_until;
+use common::scrape::scrape;
 use common::*;
 use serde_json::{json, Value};
 use smdb_client::ops::ListFilter;
@@ -33,6 +38,7 @@ const PAGE: u64 = 7;
 fn member(etcd: &Etcd, cluster: &str, node: &str, group: &str) -> String {
     common::ha::member_config(etcd, cluster, node, "async")
         + &format!("[cluster]\nenabled = true\ngroup = \"{group}\"\nmove_purge_delay_ms = 600000\n")
+        + "[metrics]\nenabled = true\nbind_addr = \"127.0.0.1:0\"\n"
 }
 
 /// `item`, with an index on `ctx.kind` (for FIND_INSTANCES).
@@ -89,6 +95,95 @@ fn lists_exactly(server: &Server, op: &str, params: &Value, want: &[String]) -> 
     ))
 }
 
+/// Shards of a member (INFO's `shard_details`).
+fn shard_count(s: &Server) -> usize {
+    let info = s.client().call("INFO", json!({})).expect("INFO");
+    info["shard_details"].as_array().map_or(0, Vec::len)
+}
+
+/// MACHINE_STATS of `item`, INFO's `instances` and the `svc_instances_*` gauges on `m` all
+/// count `want`.
+fn counts_only(m: &Server, want: u64) -> Result<(), String> {
+    let mut c = m.client();
+    let stats = (c.call("MACHINE_STATS", json!({"machine": "item"}))).map_err(|e| e.to_string())?;
+    let info = c.call("INFO", json!({})).map_err(|e| e.to_string())?;
+    let e = scrape(m);
+    let by_state = &[("machine", "item"), ("state", "open")];
+    let got = (
+        stats["states"]["open"].as_u64(),
+        info["instances"].as_u64(),
+        e.value("svc_instances_total", &[]),
+        e.value("svc_instances_by_state", by_state),
+    );
+    let w = Some(want as f64);
+    match got {
+        (Some(a), Some(b), t, s) if a == want && b == want && t == w && s == w => Ok(()),
+        got => Err(format!(
+            "{}: (stats, info, total, by_state) {got:?}, want {want}",
+            m.addr
+        )),
+    }
+}
+
+/// The pushes `c` gets until it has heard `slots_moved` from `shards` shards, and for a
+/// second more (a second `slots_moved` from one shard would come then). Fails after 10 s
+/// without them; `which` names the subscription in the message.
+fn pushes_until_moved(c: &mut Client, shards: usize, which: usize) -> Vec<Value> {
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let moved_from = |got: &[Value]| {
+        let s: BTreeSet<u64> = (got.iter())
+            .filter(|p| p["type"] == "slots_moved")
+            .filter_map(|p| p["shard"].as_u64())
+            .collect();
+        s.len()
+    };
+    while moved_from(&got) < shards {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "subscription {which}: no slots_moved from every shard: {got:?}"
+        );
+        if let Some(p) = c.next_push(Some(Duration::from_millis(200))).unwrap() {
+            got.push(p);
+        }
+    }
+    let more = std::time::Instant::now() + Duration::from_secs(1);
+    while std::time::Instant::now() < more {
+        if let Some(p) = c.next_push(Some(Duration::from_millis(200))).unwrap() {
+            got.push(p);
+        }
+    }
+    got
+}
+
+/// `heard` holds one `slots_moved` per shard, each naming the move, and the event of
+/// `ticked` comes before its shard's.
+fn moved_once_after_events(heard: &[Value], shards: usize, ticked: &str) -> Result<(), String> {
+    let notices: Vec<(usize, &Value)> = (heard.iter().enumerate())
+        .filter(|(_, p)| p["type"] == "slots_moved")
+        .collect();
+    if notices.len() != shards {
+        return Err(format!(
+            "{} slots_moved for {shards} shards: {heard:?}",
+            notices.len()
+        ));
+    }
+    for (_, p) in &notices {
+        if p["slots"] != json!(MOVED) || p["to"] != "g2" {
+            return Err(format!("not this move: {p}"));
+        }
+    }
+    let event = (heard.iter().position(|p| p["instance_id"] == ticked))
+        .ok_or_else(|| format!("no event of {ticked}: {heard:?}"))?;
+    let shard = &heard[event]["shard"];
+    match notices.iter().find(|(_, p)| &p["shard"] == shard) {
+        Some((at, _)) if *at > event => Ok(()),
+        _ => Err(format!(
+            "slots_moved of shard {shard} before the event: {heard:?}"
+        )),
+    }
+}
+
 #[test]
 fn the_source_lists_no_moved_instance_before_its_purge_and_the_fan_out_lists_each_once() {
     let _serial = serial();
@@ -130,6 +225,20 @@ fn the_source_lists_no_moved_instance_before_its_purge_and_the_fan_out_lists_eac
         kept.len()
     );
 
+    // A live WATCH_ALL on g1's follower sees an event of a moved instance before the move.
+    let follower = 1 - primary[0];
+    let mut live = members[follower].watcher(json!({"machines": ["item"]}));
+    let ticked = moved[0].clone();
+    (members[primary[0]].client())
+        .call(
+            "APPLY_EVENT",
+            json!({"instance_id": ticked, "event": "tick"}),
+        )
+        .expect("tick");
+    let first = (live.next_push(Some(Duration::from_secs(10))).unwrap()).expect("the event");
+    assert_eq!(first["instance_id"], json!(ticked), "{first}");
+    let shards = shard_count(&members[primary[0]]);
+
     let done = (members[primary[0]].client())
         .call("CLUSTER_MOVE_SLOTS", json!({"slots": MOVED, "to": "g2"}))
         .expect("the move switches");
@@ -155,11 +264,24 @@ fn the_source_lists_no_moved_instance_before_its_purge_and_the_fan_out_lists_eac
             false => Err(format!("the settling has not seen the switch: {info}")),
         }
     });
-    let stats = source
-        .call("MACHINE_STATS", json!({"machine": "item"}))
-        .unwrap();
-    let held = (moved.len() + kept.len()) as u64;
-    assert_eq!(stats["states"]["open"], held, "not purged yet: {stats}");
+    // Not purged, yet counted nowhere on g1: MACHINE_STATS and INFO on its primary and
+    // follower leave the moved instances out from the slots-moved-out entry on.
+    for m in g1 {
+        wait_until(Duration::from_secs(5), || counts_only(m, kept.len() as u64));
+    }
+
+    // The follower's live WATCH_ALL hears slots_moved from every shard, after the event.
+    let mut heard = vec![first];
+    heard.extend(pushes_until_moved(&mut live, shards, 0));
+    moved_once_after_events(&heard, shards, &ticked).unwrap();
+    // A WATCH_ALL resumed from before the switch, on the primary and on the follower: the
+    // replay delivers slots_moved where the switch is, once per shard.
+    for m in g1 {
+        let mut resumed = m.watcher(json!({"machines": ["item"], "from_cursor": "0"}));
+        let heard = pushes_until_moved(&mut resumed, shards, 1);
+        moved_once_after_events(&heard, shards, &ticked)
+            .unwrap_or_else(|e| panic!("replay on {}: {e}", m.addr));
+    }
 
     // g1's primary and follower list, find and scan only what g1 owns, each once.
     let find = json!({"machine": "item", "where": {"ctx.kind": "k"}});

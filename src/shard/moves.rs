@@ -6,7 +6,8 @@
 //!
 //! Source: `Begin` (the ids of the slots' live instances and the cut), `Images` (instances
 //! as they are, once the head is durable), `Freeze`. Target: `Import` (staged, logged),
-//! `MoveIn` / `Drop` (the switch or the abort, logged, replicated like any entry). Either
+//! `MoveIn` / `Drop` (the switch or the abort, logged, replicated like any entry); the
+//! source's `Moved` after the switch logs `slots_moved_out` (likewise replicated). Either
 //! group: `Staged` (what the shard stages) and `Purge` (deleting instances of slots its group
 //! does not own, logged as deletes of reason `moved`, never pushed).
 
@@ -57,7 +58,9 @@ pub enum MoveCall {
     Drop { move_id: u64 },
     /// The moves this shard stages.
     Staged,
-    /// Source, after the switch: subscriptions covering the slots hear `slots_moved`.
+    /// Source, after the switch: logs `Entry::SlotsMovedOut` (replicated; the engine leaves
+    /// the slots' instances out of its counts from then on), and subscriptions covering the
+    /// slots hear `slots_moved` as the entry is published, here and on every follower.
     Moved(super::subs::SlotsMoved),
     /// Deletes up to `max` live instances whose slot lies outside `owned` (sorted ranges).
     Purge {
@@ -75,6 +78,7 @@ impl MoveCall {
                 | MoveCall::MoveIn { .. }
                 | MoveCall::Drop { .. }
                 | MoveCall::Purge { .. }
+                | MoveCall::Moved(_)
         )
     }
 }
@@ -190,12 +194,13 @@ impl Shard {
                 )
             }
             MoveCall::Purge { owned, max } => self.purge(&owned, max),
-            MoveCall::Moved(moved) => {
-                let head = self.log.head();
-                let epoch = self.engine.borrow().epoch_of(head);
-                self.subs.slots_moved(self.index, head, epoch, &moved);
-                durable(MoveReply::Done, head)
-            }
+            MoveCall::Moved(moved) => self.logged(Entry::SlotsMovedOut {
+                lo: moved.lo,
+                hi: moved.hi,
+                to: moved.to,
+                map_epoch: moved.map_epoch,
+                at_ms: now_ms(),
+            }),
         }
     }
 

@@ -24,6 +24,11 @@
 //! `acked` and letting the hold cover the rest cannot work: the entries between `acked` and H
 //! were published before the subscription existed, so no held push of them names it.)
 //!
+//! A `slots_moved_out` entry (the source's side of a switch, docs/cluster.md "Subscriptions")
+//! replays as the `slots_moved` push its live publication gave, at its own offset, to the
+//! subscriptions that covered its slots: the split at H holds for it as for events, so a
+//! subscription hears it once, live (entry past H) or replayed (through H).
+//!
 //! Bounds: each call waits at most `REPLAY_ACK_WAIT`, and the front asks again only while the
 //! subscription lives. If acknowledgements never come (replicas gone) the subscriber gets
 //! nothing past `acked`, as with held pushes; meanwhile its live pushes wait in the front's
@@ -44,7 +49,7 @@ use shards::{ErrorCode, Rejection};
 use super::message::ReplyBody;
 use super::pushed::Pushed;
 use super::runtime::Shard;
-use super::subs::{Filter, REPLAY_CHUNK_RECORDS_MAX};
+use super::subs::{Filter, SlotsMoved, REPLAY_CHUNK_RECORDS_MAX};
 
 /// Payload bytes one `ReadEvents` call reads at most (the first record always comes back).
 const REPLAY_CHUNK_BYTES_MAX: usize = 4 * 1024 * 1024;
@@ -123,6 +128,12 @@ async fn matching(
             let msg = format!("log entry at offset {offset} does not decode: {e}");
             Rejection::new(ErrorCode::InternalError, msg)
         })?;
+        if let Some(moved) = SlotsMoved::of(&entry).filter(|m| m.covers(filter)) {
+            // The switch, where the live pushes have it: a resumed subscription hears it too.
+            let epoch = shard.engine.borrow().epoch_of(*offset);
+            events.push((*offset, epoch, moved.body()));
+            continue;
+        }
         // An atomic batch's events all carry its one offset, in order.
         let inner = match &entry {
             Entry::Batch { entries } => entries.as_slice(),

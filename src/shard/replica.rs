@@ -248,7 +248,7 @@ impl Shard {
 }
 
 /// The `at_ms` of a record: its own, or its batch's last entry's; none for an epoch entry, a
-/// slot move's import or its drop.
+/// slot move's import, its drop or the source's slots-moved-out.
 fn record_at_ms(record: &Record<'_>) -> Option<u64> {
     fn of(entry: &Entry) -> Option<u64> {
         match entry {
@@ -260,7 +260,10 @@ fn record_at_ms(record: &Record<'_>) -> Option<u64> {
             Entry::Batch { entries } => entries.iter().rev().find_map(of),
             // As `shards::engine::entry_time_of`: of a slot move, only the switch has a time.
             Entry::MoveIn { at_ms, .. } => Some(*at_ms),
-            Entry::Epoch { .. } | Entry::Import { .. } | Entry::DropStaged { .. } => None,
+            Entry::Epoch { .. }
+            | Entry::Import { .. }
+            | Entry::DropStaged { .. }
+            | Entry::SlotsMovedOut { .. } => None,
         }
     }
     match record {

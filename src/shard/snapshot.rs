@@ -170,12 +170,15 @@ impl Shard {
         if s.retry_at.get().is_some_and(|t| Instant::now() < t) {
             return;
         }
-        // Staged slot-move imports are not snapshotted: none starts while any is staged, so a
-        // recovery replays them from the log (docs/cluster.md "Moving slots"). It is due again
-        // once the move has switched or been dropped.
-        if self.engine.borrow().has_staged() {
+        // Staged slot-move imports are not snapshotted, nor the mark of slots moved out whose
+        // instances wait for the purge: none starts while either is there, so a recovery
+        // replays them from the log (docs/cluster.md "Moving slots"). It is due again once
+        // the move has switched or been dropped, and once the purge is done.
+        let engine = self.engine.borrow();
+        if engine.has_staged() || engine.has_departed() {
             return;
         }
+        drop(engine);
         s.running.set(true);
         s.cancel.set(false);
         s.last_offset.set(head);

@@ -85,6 +85,49 @@ pub struct SlotsMoved {
     pub map_epoch: u64,
 }
 
+impl SlotsMoved {
+    /// The slots an `Entry::SlotsMovedOut` gave away; None for other entries.
+    pub fn of(entry: &Entry) -> Option<SlotsMoved> {
+        match entry {
+            Entry::SlotsMovedOut {
+                lo,
+                hi,
+                to,
+                map_epoch,
+                ..
+            } => Some(SlotsMoved {
+                lo: *lo,
+                hi: *hi,
+                to: to.clone(),
+                map_epoch: *map_epoch,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether a subscription with `filter` covered the slots: a `WATCH_ALL` always, a
+    /// `WATCH_INSTANCE` when its instance lies in them.
+    pub fn covers(&self, filter: &Filter) -> bool {
+        filter.instance_id.as_deref().is_none_or(|id| {
+            let s = shards::routing::slot_of(id);
+            self.lo <= s && s <= self.hi
+        })
+    }
+
+    /// The push body (see `PushMsg`): the front adds `subscription_id`, `shard`, `wal_offset`
+    /// and `cursor`. Live and replayed pushes are alike.
+    pub fn body(&self) -> Vec<u8> {
+        format!(
+            r#""type":"slots_moved","slots":[{},{}],"to":{},"map_epoch":{}"#,
+            self.lo,
+            self.hi,
+            json!(self.to),
+            self.map_epoch
+        )
+        .into_bytes()
+    }
+}
+
 /// A shard ends subscriptions of one client executor (`Table::ended` on the front).
 #[derive(Debug)]
 pub struct SubsEnded {
@@ -207,7 +250,8 @@ impl Registry {
     /// Whether an entry about to be applied must be published (decided before `apply`
     /// consumes it, so the entry is cloned only when someone listens).
     pub fn is_watched(&self, entry: &Entry) -> bool {
-        self.count.get() > 0 && Pushed::pushes(entry)
+        self.count.get() > 0
+            && (Pushed::pushes(entry) || matches!(entry, Entry::SlotsMovedOut { .. }))
     }
 
     /// Queues a push of the applied `entry` at `offset`, which this member decided, for every
@@ -231,14 +275,17 @@ impl Registry {
     }
 
     fn publish_as(&self, shard: u32, entry: &Entry, offset: u64, engine: &Engine, hold: Hold) {
-        let Some(ev) = Pushed::of(entry) else {
-            return;
-        };
         let at = Push {
             shard,
             offset,
             epoch: engine.epoch_of(offset),
             hold,
+        };
+        if let Some(moved) = SlotsMoved::of(entry) {
+            return self.slots_moved(&at, &moved);
+        }
+        let Some(ev) = Pushed::of(entry) else {
+            return;
         };
         let mut plain: Option<Vec<u8>> = None;
         let mut with_context: Option<Vec<u8>> = None;
@@ -300,43 +347,27 @@ impl Registry {
         }
     }
 
-    /// Slots `lo..=hi` moved to group `to` at `map_epoch` (a switch this shard's group made
-    /// as the source, docs/cluster.md "Subscriptions"): every subscription that covered them
-    /// hears `slots_moved` after the events its outbox holds, released once `head` is
-    /// durable; a `WATCH_INSTANCE` of an instance in them gets nothing more from here.
-    pub(super) fn slots_moved(&self, shard: u32, head: u64, epoch: u64, moved: &SlotsMoved) {
-        let in_range = |id: &str| {
-            let s = shards::routing::slot_of(id);
-            moved.lo <= s && s <= moved.hi
-        };
-        let body = format!(
-            r#""type":"slots_moved","slots":[{},{}],"to":{},"map_epoch":{}"#,
-            moved.lo,
-            moved.hi,
-            json!(moved.to),
-            moved.map_epoch
-        )
-        .into_bytes();
-        let at = Push {
-            shard,
-            offset: head,
-            epoch,
-            hold: Hold::No,
-        };
+    /// The `slots_moved_out` entry at `at` (a switch this shard's group made as the source,
+    /// docs/cluster.md "Subscriptions"), on the primary that logged it or a follower: every
+    /// subscription that covered the slots hears `slots_moved` after the events its outbox
+    /// holds, released as a push of that entry is; a `WATCH_INSTANCE` of an instance in them
+    /// gets nothing more from here.
+    fn slots_moved(&self, at: &Push, moved: &SlotsMoved) {
+        let body = moved.body();
         let mut removed = 0;
         for client in self.clients.borrow_mut().iter_mut().flatten() {
             let covered: Vec<u64> = (client.subs.iter())
-                .filter(|(_, f)| f.instance_id.as_deref().is_none_or(in_range))
+                .filter(|(_, f)| moved.covers(f))
                 .map(|(s, _)| *s)
                 .collect();
             if covered.is_empty() {
                 continue;
             }
-            self.send(client, &at, covered, body.clone());
+            self.send(client, at, covered, body.clone());
             let before = client.subs.len();
             client
                 .subs
-                .retain(|(_, f)| !f.instance_id.as_deref().is_some_and(in_range));
+                .retain(|(_, f)| f.instance_id.is_none() || !moved.covers(f));
             removed += before - client.subs.len();
         }
         self.count.set(self.count.get() - removed);

@@ -306,8 +306,9 @@ impl Order {
     /// After `group`'s subscription was opened again (a `slots_moved` may have been lost with
     /// its connection): the slots the streams give it but `groups` (a fresh map) give another
     /// are to pass to that one once the reopened stream's replay is over, shard by shard
-    /// (`live`), or when the wait for that ends (`expire`). A replay carries no `slots_moved`,
-    /// and it may still bring older events of those slots.
+    /// (`live`), or when the wait for that ends (`expire`). A replay that crosses the switch
+    /// carries the source's `slots_moved` (which hands the slots over first); one that has
+    /// not reached it may still bring older events of those slots.
     pub fn reopened(&mut self, group: &str, groups: &[Group]) {
         let from = self.index(group);
         let mut moves = Vec::new();

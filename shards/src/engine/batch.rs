@@ -173,7 +173,8 @@ impl<'e> Overlay<'e> {
             | Entry::Migrate { .. }
             | Entry::Import { .. }
             | Entry::MoveIn { .. }
-            | Entry::DropStaged { .. } => {}
+            | Entry::DropStaged { .. }
+            | Entry::SlotsMovedOut { .. } => {}
         }
     }
 }

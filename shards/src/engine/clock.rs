@@ -55,6 +55,10 @@ pub fn entry_time_of(entry: &Entry) -> Option<u64> {
         // A slot move's import is not an event, nor is dropping the staged imports; the
         // switch that makes them live is a change at its time (docs/cluster.md "Moving slots").
         Entry::MoveIn { at_ms, .. } => Some(*at_ms),
-        Entry::Epoch { .. } | Entry::Import { .. } | Entry::DropStaged { .. } => None,
+        // The source's slots-moved-out changes no instance.
+        Entry::Epoch { .. }
+        | Entry::Import { .. }
+        | Entry::DropStaged { .. }
+        | Entry::SlotsMovedOut { .. } => None,
     }
 }

@@ -24,6 +24,7 @@ mod catalog;
 mod clock;
 mod context;
 pub mod definition;
+mod departed;
 mod divergence;
 mod epochs;
 mod find;

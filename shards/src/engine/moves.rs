@@ -184,7 +184,12 @@ impl Engine {
                 };
                 self.stage(move_id, id, &image, offset)
             }
-            Entry::MoveIn { move_id, .. } => Some(self.move_in(move_id, offset)),
+            Entry::MoveIn {
+                move_id, lo, hi, ..
+            } => {
+                self.forget_departed(lo, hi);
+                Some(self.move_in(move_id, offset))
+            }
             Entry::DropStaged { move_id, .. } => {
                 let dropped = (self.staging.moves.remove(&move_id)).map_or(0, |s| s.records.len());
                 Some(json!({"move_id": move_id, "dropped": dropped, "wal_offset": offset}))
@@ -264,7 +269,11 @@ impl Engine {
         match self.instances.insert(record) {
             Ok(live) => {
                 (self.indexes).created(&self.catalog, group, live);
-                (self.stats).count_create(&live.instance.machine, &live.instance.state);
+                if self.departed.holds(live.instance.id.as_str()) {
+                    self.departed.arrived(); // not expected: `MoveIn` cleared its slots
+                } else {
+                    (self.stats).count_create(&live.instance.machine, &live.instance.state);
+                }
                 true
             }
             // Unreachable: the id was removed just above.

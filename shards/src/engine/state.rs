@@ -76,6 +76,9 @@ pub struct Engine {
     pub(super) last_at_ms: u64,
     /// Slot moves' imports not moved in yet (`engine::moves`); not in snapshots.
     pub(super) staging: super::moves::Staging,
+    /// Slots moved out whose instances wait for the purge (`engine::departed`); not in
+    /// snapshots.
+    pub(super) departed: super::departed::Departed,
 }
 
 impl Engine {
@@ -123,6 +126,7 @@ impl Engine {
             Entry::Import { .. } | Entry::MoveIn { .. } | Entry::DropStaged { .. } => {
                 self.apply_move(entry, offset)
             }
+            Entry::SlotsMovedOut { lo, hi, .. } => Some(self.apply_slots_moved_out(lo, hi, offset)),
         };
         result.filter(|_| want_result)
     }
@@ -222,8 +226,9 @@ impl Engine {
         self.catalog.count()
     }
 
+    /// Live instances, those of slots moved out (waiting for the purge) left out.
     pub fn instance_count(&self) -> usize {
-        self.instances.len()
+        self.instances.len().saturating_sub(self.departed_held())
     }
 
     pub fn stats(&self) -> &EngineStats {

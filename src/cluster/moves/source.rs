@@ -424,7 +424,9 @@ impl Run<'_> {
         if let Some(link) = self.link.as_mut() {
             let _ = link.import(told, Duration::from_secs(5)).await;
         }
-        // Every subscription that covered the slots hears it, after their last event here.
+        // Each shard logs the slots moved out: its counts leave them out from then on, and
+        // every subscription that covered them hears it after its last event of them, here
+        // and on the followers (as the entry is published, or replayed).
         for shard in 0..self.mover.router.shard_count() {
             let moved = crate::shard::subs::SlotsMoved {
                 lo: self.m.lo,
@@ -432,9 +434,16 @@ impl Run<'_> {
                 to: self.m.to.clone(),
                 map_epoch,
             };
-            let _ = (self.mover.router)
+            if let Err(e) = (self.mover.router)
                 .call(shard, moves(MoveCall::Moved(moved)))
-                .await;
+                .await
+            {
+                log::warn!(
+                    "cluster: move {}: logging slots moved out on shard {shard}: {}",
+                    self.m.id,
+                    e.message
+                );
+            }
         }
         let shown = Instant::now() + SWITCH_SHOWN_WAIT;
         while self.mover.cluster.view.get().map_epoch() < map_epoch && Instant::now() < shown {

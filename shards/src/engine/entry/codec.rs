@@ -15,6 +15,7 @@
 //! | 8 import  | at_ms, move_id, lo, hi, id, ?image |
 //! | 9 move_in | at_ms, move_id, lo, hi, map_epoch |
 //! | 10 drop_staged | at_ms, move_id |
+//! | 11 slots_moved_out | at_ms, map_epoch, lo, hi, to |
 //!
 //! Integers are unsigned LEB128; strings are a LEB128 byte length and UTF-8; JSON values
 //! (definition, context, payload) are a length and compact JSON text; `?x` is a presence byte
@@ -41,6 +42,7 @@ const KIND_MIGRATE: u8 = 7;
 const KIND_IMPORT: u8 = 8;
 const KIND_MOVE_IN: u8 = 9;
 const KIND_DROP_STAGED: u8 = 10;
+const KIND_SLOTS_MOVED_OUT: u8 = 11;
 /// A delete's reason byte.
 const REASON_DELETE: u8 = 1;
 const REASON_RETENTION: u8 = 2;
@@ -51,6 +53,8 @@ const APPLY_FLAG_TIMER: u64 = 1;
 const JSON_OPEN: u8 = b'{';
 /// How a format-1 APPLY entry starts (serde writes the tag first).
 const JSON_APPLY_PREFIX: &[u8] = br#"{"k":"apply""#;
+/// How a JSON slots-moved-out entry starts.
+const JSON_SLOTS_MOVED_OUT_PREFIX: &[u8] = br#"{"k":"slots_moved_out""#;
 /// How a JSON batch entry starts.
 const JSON_BATCH_PREFIX: &[u8] = br#"{"k":"batch""#;
 
@@ -252,13 +256,14 @@ impl Entry {
                 out.push(KIND_EPOCH);
                 put_uint(out, *epoch);
             }
-            Entry::Import { .. } | Entry::MoveIn { .. } | Entry::DropStaged { .. } => {
-                self.encode_move(out)
-            }
+            Entry::Import { .. }
+            | Entry::MoveIn { .. }
+            | Entry::DropStaged { .. }
+            | Entry::SlotsMovedOut { .. } => self.encode_move(out),
         }
     }
 
-    /// The binary form of a slot move's entry (kinds 8-10).
+    /// The binary form of a slot move's entry (kinds 8-11).
     fn encode_move(&self, out: &mut Vec<u8>) {
         match self {
             Entry::Import {
@@ -296,6 +301,20 @@ impl Entry {
                 put_uint(out, *at_ms);
                 put_uint(out, *move_id);
             }
+            Entry::SlotsMovedOut {
+                lo,
+                hi,
+                to,
+                map_epoch,
+                at_ms,
+            } => {
+                out.push(KIND_SLOTS_MOVED_OUT);
+                put_uint(out, *at_ms);
+                put_uint(out, *map_epoch);
+                put_uint(out, u64::from(*lo));
+                put_uint(out, u64::from(*hi));
+                put_str(out, to);
+            }
             _ => {} // `encode` routes only the move kinds here.
         }
     }
@@ -332,13 +351,14 @@ impl Entry {
         bytes.first() == Some(&KIND_BATCH) || bytes.starts_with(JSON_BATCH_PREFIX)
     }
 
-    /// True when the record may push to subscriptions (an APPLY, a migration or a delete, in
-    /// either format), without decoding it.
+    /// True when the record may push to subscriptions (an APPLY, a migration, a delete or a
+    /// slots-moved-out entry, in either format), without decoding it.
     pub fn record_may_push(bytes: &[u8]) -> bool {
         matches!(
             bytes.first(),
-            Some(&(KIND_APPLY | KIND_MIGRATE | KIND_DELETE))
+            Some(&(KIND_APPLY | KIND_MIGRATE | KIND_DELETE | KIND_SLOTS_MOVED_OUT))
         ) || bytes.starts_with(JSON_APPLY_PREFIX)
+            || bytes.starts_with(JSON_SLOTS_MOVED_OUT_PREFIX)
     }
 
     /// True when the record holds an APPLY entry (either format), without decoding it.
@@ -437,6 +457,13 @@ impl<'a> Reader<'a> {
                 epoch: self.uint()?,
             },
             KIND_IMPORT | KIND_MOVE_IN | KIND_DROP_STAGED => self.move_entry(kind)?,
+            KIND_SLOTS_MOVED_OUT => Entry::SlotsMovedOut {
+                at_ms: self.uint()?,
+                map_epoch: self.uint()?,
+                lo: self.u16()?,
+                hi: self.u16()?,
+                to: self.string()?,
+            },
             other => {
                 self.pos -= 1;
                 return Err(self.error(format!("unknown entry kind {other}")));

@@ -124,6 +124,19 @@ pub enum Entry {
     /// The move aborted: the staged instances of `move_id` are dropped.
     #[serde(rename = "drop_staged")]
     DropStaged { move_id: u64, at_ms: u64 },
+    /// The source's side of a switch (docs/cluster.md "Moving slots", step 6): slots
+    /// `lo..=hi` now belong to group `to` at `map_epoch`. From here the engine leaves the
+    /// instances of those slots out of its counts until the purge deletes them
+    /// (`engine::departed`), and subscriptions that covered them hear `slots_moved` (live and
+    /// replayed). Not an event.
+    #[serde(rename = "slots_moved_out")]
+    SlotsMovedOut {
+        lo: u16,
+        hi: u16,
+        to: String,
+        map_epoch: u64,
+        at_ms: u64,
+    },
 }
 
 /// An APPLY entry with borrowed fields: what `apply` reads, whether the entry was just decided
@@ -190,12 +203,16 @@ impl EventRef<'_> {
 }
 
 impl Entry {
-    /// True for the entries of a slot move (`Import`, `MoveIn`, `DropStaged`): not events, so
-    /// every log reader that describes events skips them (docs/cluster.md "Moving slots").
+    /// True for the entries of a slot move (`Import`, `MoveIn`, `DropStaged`,
+    /// `SlotsMovedOut`): not events, so every log reader that describes events skips them
+    /// (docs/cluster.md "Moving slots").
     pub fn is_move(&self) -> bool {
         matches!(
             self,
-            Entry::Import { .. } | Entry::MoveIn { .. } | Entry::DropStaged { .. }
+            Entry::Import { .. }
+                | Entry::MoveIn { .. }
+                | Entry::DropStaged { .. }
+                | Entry::SlotsMovedOut { .. }
         )
     }
 
@@ -237,7 +254,8 @@ impl Entry {
             | Entry::Epoch { .. }
             | Entry::Import { .. }
             | Entry::MoveIn { .. }
-            | Entry::DropStaged { .. } => None,
+            | Entry::DropStaged { .. }
+            | Entry::SlotsMovedOut { .. } => None,
             Entry::Create { id, .. } | Entry::Delete { id, .. } | Entry::Migrate { id, .. } => {
                 Some(id)
             }

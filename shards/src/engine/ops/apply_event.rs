@@ -295,8 +295,10 @@ impl Engine {
         let (from, cancelled) = record.advance(item, to, to_id);
         watch.after(&mut self.indexes, names, record, to_id);
         let instance = &record.instance;
-        self.stats
-            .count_event(&instance.machine, &from, &instance.state);
+        if !self.departed.holds(ev.instance_id) {
+            self.stats
+                .count_event(&instance.machine, &from, &instance.state);
+        }
         if ev.timer {
             self.stats.count_timer_fired(&instance.machine);
         }

@@ -130,8 +130,12 @@ impl Engine {
                 format!("instance `{id}` created for unknown machine `{machine}` v{version}");
             divergence::record(&mut self.divergence, offset, reason);
         }
-        self.stats
-            .count_create(&record.instance.machine, &record.instance.state);
+        if self.departed.holds(&id) {
+            self.departed.arrived(); // a slot moved out: counted nowhere
+        } else {
+            self.stats
+                .count_create(&record.instance.machine, &record.instance.state);
+        }
         let result =
             (want_result || idempotency_key.is_some()).then(|| record.instance.create_result());
         if let (Some(key), Some(result)) = (idempotency_key, &result) {

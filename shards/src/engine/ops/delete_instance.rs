@@ -59,8 +59,12 @@ impl Engine {
         let group = Group::of(&record, &mut self.names);
         (self.indexes).deleted(&self.catalog, group, &record);
         let instance = &record.instance;
-        self.stats
-            .count_delete(&instance.machine, &instance.state, expired);
+        if self.departed.holds(id) {
+            self.departed.left(); // out of the counts since its slot moved out
+        } else {
+            self.stats
+                .count_delete(&instance.machine, &instance.state, expired);
+        }
         Some(record)
     }
 }

@@ -154,8 +154,10 @@ impl Engine {
         let group = Group::of(record, &mut self.names);
         (self.indexes).created(&self.catalog, group, record);
         let instance = &record.instance;
-        self.stats
-            .count_migrated(&instance.machine, &from, &instance.state);
+        if !self.departed.holds(&id) {
+            self.stats
+                .count_migrated(&instance.machine, &from, &instance.state);
+        }
         Some(json!({
             "id": id, "migrated": true, "from_version": from_version,
             "to_version": to_version, "from_state": from_state, "to_state": to_state,

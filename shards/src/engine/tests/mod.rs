@@ -3,6 +3,7 @@
 
 mod batch;
 mod clock;
+mod departed;
 mod divergence;
 mod epochs;
 mod events;

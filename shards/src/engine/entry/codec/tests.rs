@@ -170,7 +170,7 @@ fn every_truncation_and_trailing_byte_is_an_error() {
 
 #[test]
 fn bad_fields_name_their_position() {
-    assert_eq!(Entry::decode(&[11]).unwrap_err().at, 0);
+    assert_eq!(Entry::decode(&[12]).unwrap_err().at, 0);
     // A slot out of 16 bits.
     assert!((Entry::decode(&[9, 1, 1, 0x80, 0x80, 0x04, 0, 0])
         .unwrap_err()
@@ -447,4 +447,27 @@ fn move_kinds_and_the_moved_reason_have_their_bytes() {
         assert_eq!(super::record_instance_id(&e.to_bytes()), None);
         assert!(!Entry::record_may_push(&e.to_bytes()));
     }
+}
+
+#[test]
+fn slots_moved_out_has_its_bytes_and_reads_back_in_either_format() {
+    let out = Entry::SlotsMovedOut {
+        lo: 1,
+        hi: 300,
+        to: "g2".into(),
+        map_epoch: 7,
+        at_ms: 3,
+    };
+    let bytes = out.to_bytes();
+    assert_eq!(bytes, [11, 3, 7, 1, 0xAC, 0x02, 2, b'g', b'2']);
+    assert_eq!(Entry::decode(&bytes), Ok(out.clone()));
+    let json = serde_json::to_vec(&out).unwrap();
+    assert!(json.starts_with(br#"{"k":"slots_moved_out""#));
+    assert_eq!(Entry::decode(&json), Ok(out.clone()));
+    // Not an instance record (a barrier in replay), but a subscription reader looks at it.
+    assert_eq!(super::record_instance_id(&bytes), None);
+    assert!(Entry::record_may_push(&bytes) && Entry::record_may_push(&json));
+    assert!(out.is_move() && out.instance_id().is_none());
+    // Cut short: an error, not a different entry.
+    assert!(Entry::decode(&bytes[..bytes.len() - 1]).is_err());
 }
