@@ -264,18 +264,7 @@ impl Shard {
     /// Deletes up to `max` live instances of slots outside `owned` (the clean-up after a
     /// move, and of a crash in the middle of one).
     fn purge(&self, owned: &[(u16, u16)], max: usize) -> Outcome {
-        let foreign = not_owned(owned);
-        let mut ids = Vec::new();
-        {
-            let engine = self.engine.borrow();
-            for (lo, hi) in foreign {
-                if ids.len() >= max {
-                    break;
-                }
-                ids.extend(engine.ids_in_slots(lo, hi));
-            }
-        }
-        ids.truncate(max);
+        let ids = self.engine.borrow().ids_outside(owned, max);
         let mut last = self.log.head();
         let n = ids.len();
         for id in ids {
@@ -314,35 +303,5 @@ impl Shard {
         }
         let m = self.frozen.covers(slot)?;
         op.facts().writes().then(|| try_again(slot, m, "frozen"))
-    }
-}
-
-/// The complement of sorted, disjoint `owned` ranges within 0..=16383.
-fn not_owned(owned: &[(u16, u16)]) -> Vec<(u16, u16)> {
-    let mut out = Vec::new();
-    let mut next: u32 = 0;
-    for &(lo, hi) in owned {
-        if u32::from(lo) > next {
-            out.push((next as u16, lo - 1));
-        }
-        next = u32::from(hi) + 1;
-    }
-    if next <= u32::from(shards::routing::SLOT_COUNT - 1) {
-        out.push((next as u16, shards::routing::SLOT_COUNT - 1));
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_slots_not_owned_are_the_complement() {
-        assert_eq!(super::not_owned(&[]), vec![(0, 16383)]);
-        assert_eq!(super::not_owned(&[(0, 16383)]), vec![]);
-        assert_eq!(
-            super::not_owned(&[(0, 9), (20, 16000)]),
-            vec![(10, 19), (16001, 16383)]
-        );
-        assert_eq!(super::not_owned(&[(5, 16383)]), vec![(0, 4)]);
     }
 }

@@ -119,6 +119,24 @@ impl Engine {
         ids
     }
 
+    /// Up to `max` ids of live instances whose slot lies outside the sorted, disjoint `owned`
+    /// ranges, in table order: one walk that stops at the `max`-th (the purge's slices after a
+    /// move, `shard::moves`). The instances of a slot are spread evenly over the table, so a
+    /// slice walks about `max` times the table's share of them, not the whole table; only the
+    /// last slice of a purge (fewer than `max` left) walks to the end.
+    pub fn ids_outside(&self, owned: &[(u16, u16)], max: usize) -> Vec<String> {
+        let foreign = |slot: u16| {
+            let i = owned.partition_point(|&(_, hi)| hi < slot);
+            owned.get(i).is_none_or(|&(lo, _)| slot < lo)
+        };
+        (self.instances.records())
+            .map(|r| r.instance.id.as_str())
+            .filter(|id| foreign(slot_of(id)))
+            .take(max)
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// True while any move has staged entries (imports not yet moved in or dropped).
     pub fn has_staged(&self) -> bool {
         !self.staging.moves.is_empty()

@@ -200,6 +200,10 @@ fn departed_walk_at_a_million_instances() {
     let started = std::time::Instant::now();
     let ids = engine.ids_in_slots(0, 5460).len();
     println!("ids_in_slots: {ids} in {:?}", started.elapsed());
+    // A purge slice (`shard::moves` purge): the first 512 ids outside the kept slots.
+    let started = std::time::Instant::now();
+    let slice = engine.ids_outside(&[(5461, 16383)], 512).len();
+    println!("ids_outside, a slice: {slice} in {:?}", started.elapsed());
     let mut times = Vec::new();
     let mut engine2 = engine.clone();
     for e in [&mut engine, &mut engine2] {

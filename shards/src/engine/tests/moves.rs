@@ -443,3 +443,29 @@ fn entries_before_a_slots_latest_move_in_are_before_it() {
         assert!(!engine.before_move_in("o-1", m2 + 1));
     }
 }
+
+#[test]
+fn ids_outside_the_owned_slots_stop_at_max() {
+    let mut shard = with_indexed_order();
+    let ids: Vec<String> = (0..200).map(|i| format!("o-{i}")).collect();
+    for id in &ids {
+        shard.ok(create(id, 1));
+    }
+    // Owned: slots 0-8191 and 12000-12999; the rest is foreign.
+    let owned = [(0, 8191), (12000, 12999)];
+    let foreign = |id: &String| {
+        let s = slot_of(id);
+        !((0..=8191).contains(&s) || (12000..=12999).contains(&s))
+    };
+    let mut want: Vec<String> = ids.iter().filter(|id| foreign(id)).cloned().collect();
+    want.sort();
+    assert!(want.len() > 20 && want.len() < 200, "{}", want.len());
+    let mut all = shard.engine.ids_outside(&owned, 1000);
+    all.sort();
+    assert_eq!(all, want);
+    let some = shard.engine.ids_outside(&owned, 7);
+    assert_eq!(some.len(), 7);
+    assert!(some.iter().all(|id| want.contains(id)));
+    assert!(shard.engine.ids_outside(&[(0, 16383)], 1000).is_empty());
+    assert_eq!(shard.engine.ids_outside(&[], 1000).len(), 200);
+}
