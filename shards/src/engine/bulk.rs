@@ -106,12 +106,15 @@ impl Engine {
             .sum()
     }
 
-    /// How many instances of `machine` this shard holds that `pick` refuses: in cluster mode,
+    /// How many instances of `machine` this shard counts that `pick` refuses: in cluster mode,
     /// those of slots its group no longer owns (kept until the purge), which a bulk walk
-    /// leaves out of its `remaining` estimate. A walk over the machine's instances.
+    /// leaves out of its `remaining` estimate. Departed ones (`Entry::SlotsMovedOut`) are in
+    /// no count already, so only the others are (a crash's leftovers, before the purge). A
+    /// walk over the machine's instances.
     pub fn machine_instances_refused(&self, machine: &str, pick: impl Fn(&str) -> bool) -> u64 {
+        let refused = |id: &str| !pick(id) && !self.departed.holds(id);
         match self.machine_groups(machine, None) {
-            Some(filter) => self.indexes.placement.count(filter, |id| !pick(id)),
+            Some(filter) => self.indexes.placement.count(filter, refused),
             None => 0,
         }
     }
