@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::engine::{DeleteReason, Entry, Replay};
+use crate::engine::{DeleteReason, Entry};
 use crate::routing::slot_of;
 
 /// Logs `entry` at the shard's next offset and applies it; the result.
@@ -155,14 +155,7 @@ fn replay_of_slots_moved_out_rebuilds_the_counts() {
     write(&mut shard, moved_out(a));
     write(&mut shard, purged("{a}1"));
     shard.ok(event("{b}1", "cancel", None));
-    let mut engine = Engine::new();
-    let mut replay = Replay::new();
-    for (offset, entry) in &shard.log {
-        replay
-            .push(&mut engine, *offset, &entry.to_bytes())
-            .unwrap();
-    }
-    replay.flush(&mut engine).unwrap();
+    let engine = replay_log(&shard.log);
     assert_eq!(engine.stats(), shard.engine.stats());
     assert_eq!(engine.instance_count(), shard.engine.instance_count());
     assert_eq!(engine.departed(), (vec![(a, a)], 2));

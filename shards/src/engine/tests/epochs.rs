@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::engine::{Entry, Replay};
+use crate::engine::Entry;
 
 fn epoch(epoch: u64) -> Entry {
     Entry::Epoch { epoch }
@@ -103,14 +103,7 @@ fn replay_applies_epoch_entries_in_log_order_between_events() {
         let _ = shard.exec(create(&id, 10));
         let _ = shard.exec(event(&id, "pay", Some(json!({"amount": 10}))));
     }
-    let mut engine = Engine::new();
-    let mut replay = Replay::new();
-    for (offset, entry) in &shard.log {
-        replay
-            .push(&mut engine, *offset, &entry.to_bytes())
-            .unwrap();
-    }
-    replay.flush(&mut engine).unwrap();
+    let engine = replay_log(&shard.log);
     assert_eq!(engine.epochs().len(), 5);
     assert_eq!(engine.epochs(), shard.engine.epochs());
     assert_eq!(engine.snapshot(), shard.engine.snapshot());

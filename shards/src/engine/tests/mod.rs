@@ -110,6 +110,19 @@ pub(super) fn put(machine: &str, version: u32, definition: Value) -> Command {
     }
 }
 
+/// A fresh engine with `log` replayed into it as recovery does (binary records).
+pub(super) fn replay_log(log: &[(u64, super::Entry)]) -> Engine {
+    let mut engine = Engine::new();
+    let mut replay = super::Replay::new();
+    for (offset, entry) in log {
+        replay
+            .push(&mut engine, *offset, &entry.to_bytes())
+            .unwrap();
+    }
+    replay.flush(&mut engine).unwrap();
+    engine
+}
+
 pub(super) fn create(id: &str, total: i64) -> Command {
     create_keyed(id, total, None)
 }

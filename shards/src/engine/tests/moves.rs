@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::engine::{Condition, DeleteReason, Entry, FindQuery, Replay, StagedMove};
+use crate::engine::{Condition, DeleteReason, Entry, FindQuery, StagedMove};
 use crate::routing::slot_of;
 
 /// The order machine with `ctx.total` indexed (so FIND sees what the indexes hold).
@@ -297,17 +297,7 @@ fn replay_of_imports_and_the_switch_rebuilds_the_live_engine() {
     write(&mut dst, import(6, "o-2", src.engine.export_image("o-2")));
     write(&mut dst, move_in(5));
     dst.ok(event("o-1", "ship", None));
-    let replay = |upto: usize| {
-        let mut engine = Engine::new();
-        let mut replay = Replay::new();
-        for (offset, entry) in &dst.log[..upto] {
-            replay
-                .push(&mut engine, *offset, &entry.to_bytes())
-                .unwrap();
-        }
-        replay.flush(&mut engine).unwrap();
-        engine
-    };
+    let replay = |upto: usize| replay_log(&dst.log[..upto]);
     let engine = replay(dst.log.len());
     assert_eq!(engine.snapshot(), dst.engine.snapshot());
     assert_eq!(engine.stats(), dst.engine.stats());
@@ -429,14 +419,7 @@ fn entries_before_a_slots_latest_move_in_are_before_it() {
         &dst.engine.snapshot_items(dst.next_offset),
     )
     .unwrap();
-    let mut replayed = Engine::new();
-    let mut replay = Replay::new();
-    for (offset, entry) in &dst.log {
-        replay
-            .push(&mut replayed, *offset, &entry.to_bytes())
-            .unwrap();
-    }
-    replay.flush(&mut replayed).unwrap();
+    let replayed = replay_log(&dst.log);
     for engine in [json, items, replayed] {
         assert_eq!(engine.snapshot(), dst.engine.snapshot());
         assert!(engine.before_move_in("o-1", m2 - 1));
