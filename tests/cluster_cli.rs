@@ -4,7 +4,9 @@
 //! group with nothing; `rebalance --dry-run` prints the two moves that give g3 its share;
 //! `move-slots` to an unknown group exits 1 with `error: CODE`; `rebalance` runs the plan
 //! (the cluster is balanced after, `check` passes) and `move-slots` moves a range; after a
-//! SIGKILL of g3's only member, `check` exits 1 naming group g3.
+//! SIGKILL of g3's only member, `check` exits 1 naming group g3. And over two groups, `find`,
+//! `scan`, `migrate` and `delete-instances` (and their dry runs) reach both groups' instances
+//! through the client's fan-out (docs/cluster.md, "Clients").
 
 mod common;
 
@@ -14,7 +16,7 @@ use common::etcd::Etcd;
 use common::ha::serial;
 use common::run::{cli_at, output, Ran};
 use common::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const GROUPS: [&str; 3] = ["g1", "g2", "g3"];
 
@@ -111,4 +113,60 @@ fn cluster_subcommands_create_show_check_and_plan() {
             .is_some_and(|l| l.starts_with("error: CLUSTER_CHECK_FAILED")),
         "{err}"
     );
+}
+
+#[test]
+fn find_scan_migrate_and_delete_reach_every_group() {
+    let _serial = serial();
+    let etcd = Etcd::start(1);
+    let (_dirs, members, _) = cluster::start_groups(&etcd, "cli-bulk", &GROUPS[..2], 1);
+    cluster::create(&members, Duration::from_secs(2));
+    let item = |v: u64| {
+        json!({"machine": "item", "version": v, "definition": {
+            "states": ["open"], "initial": "open",
+            "transitions": [{"from": "open", "event": "tick", "to": "open"}],
+            "indexes": ["ctx.kind"]}})
+    };
+    common::cluster_writes::put_machine(&members[0], &item(1));
+    let seeds: Vec<String> = members.iter().map(|m| m.addr.to_string()).collect();
+    let mut c = common::cluster_writes::cluster_client(&seeds);
+    let ids: Vec<String> = (0..60).map(|i| format!("c-{i}")).collect();
+    for id in &ids {
+        (c.create_instance("item", 1, id, &json!({"kind": "k"}))).expect("create");
+    }
+    // One seed only: the fan-out, not the seed list, reaches the other group.
+    let json_of = |args: &[&str]| -> Value {
+        let (code, out, err) = cli(&members[..1], args);
+        assert_eq!(code, 0, "smdb-cli {args:?}: {err}\n{out}");
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+    };
+    for op in ["find", "scan"] {
+        let args = ["--json", op, "item", "-w", "ctx.kind=k", "-l", "7", "--all"];
+        let page = json_of(&args);
+        let mut got: Vec<&str> = (page["instances"].as_array().expect("instances").iter())
+            .map(|i| i["id"].as_str().unwrap_or(""))
+            .collect();
+        let n = got.len();
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(
+            (got.len(), n),
+            (ids.len(), ids.len()),
+            "{op}: every instance once"
+        );
+        assert!(page["instances"][0].get("context").is_none(), "{page}");
+    }
+    common::cluster_writes::put_machine(&members[0], &item(2));
+    let dry = json_of(&["--json", "migrate", "item", "1", "2", "--dry-run"]);
+    assert_eq!(dry["would_migrate"]["open"], 60, "{dry}");
+    let moved = json_of(&["--json", "migrate", "item", "1", "2", "-l", "10"]);
+    assert_eq!(
+        (&moved["migrated"], &moved["remaining"]),
+        (&json!(60), &json!(0)),
+        "{moved}"
+    );
+    let dry = json_of(&["--json", "delete-instances", "item", "--dry-run"]);
+    assert_eq!(dry["would_delete"]["open"], 60, "{dry}");
+    let gone = json_of(&["--json", "delete-instances", "item", "-l", "10"]);
+    assert_eq!(gone["deleted"], 60, "{gone}");
 }

@@ -6,10 +6,13 @@
 //! there, while LIST_INSTANCES, FIND_INSTANCES and SCAN_INSTANCES on the source's primary and
 //! follower show none of it (paged with a small limit, every owned instance once),
 //! MACHINE_STATS, INFO's instance counts and `svc_instances_*` there leave it out (the
-//! slots-moved-out entry, applied by both), and the Rust client's fan-out LIST gives every instance exactly once.
-//! Subscriptions on the source hear `slots_moved` from every shard once, after their last
-//! event of the slots: a follower's live WATCH_ALL, and a WATCH_ALL replayed across the
-//! switch on the primary and on the follower.
+//! slots-moved-out entry, applied by both), and the Rust client's fan-out LIST gives every
+//! instance exactly once; so do its fan-out FIND and SCAN (blocking and tokio, paged with a
+//! small limit), and MIGRATE_INSTANCES and DELETE_INSTANCES through the client reach both
+//! groups' instances, each once, with the counts summed over the groups (docs/cluster.md,
+//! "Clients"). Subscriptions on the source hear `slots_moved` from every shard once, after
+//! their last event of the slots: a follower's live WATCH_ALL, and a WATCH_ALL replayed across
+//! the switch on the primary and on the follower.
 
 mod common;
 
@@ -24,6 +27,9 @@ use common::scrape::scrape;
 use common::*;
 use serde_json::{json, Value};
 use smdb_client::ops::ListFilter;
+use smdb_client::{
+    asyncio, ConnectOptions, DeleteRequest, FindQuery, MigrateReply, MigrateRequest,
+};
 use smdb_protocol::slot::slot_of;
 
 const GROUPS: [&str; 2] = ["g1", "g2"];
@@ -319,4 +325,148 @@ fn the_source_lists_no_moved_instance_before_its_purge_and_the_fan_out_lists_eac
         still["cleanup_pending"].as_u64() > Some(0),
         "purged meanwhile: {still}"
     );
+
+    // FIND and SCAN through the client fan out as LIST does: every instance once, from both
+    // groups (the seed's group alone holds about half), at most PAGE per group a page.
+    let q = FindQuery {
+        limit: Some(PAGE),
+        ..FindQuery::new("item", "ctx.kind", json!("k"))
+    };
+    let found = found_ids(client.find_pages(q.clone()).map(|p| p.map(check_page)));
+    assert_eq!(found, all, "FIND through one client: every instance once");
+    let mut scanned = Vec::new();
+    let mut sq = q.clone();
+    loop {
+        let page = client.scan_instances(&sq).expect("SCAN_INSTANCES fan-out");
+        scanned.push(Ok(check_page(page.clone())));
+        match page.next_cursor {
+            Some(c) => sq.cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(
+        found_ids(scanned.into_iter()),
+        all,
+        "SCAN: every instance once"
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let opts = ConnectOptions {
+        retry: smdb_client::RetryPolicy::failover(),
+        ..ConnectOptions::default()
+    };
+    let seed = members[primary[1]].addr.to_string();
+    let tokio_client = rt
+        .block_on(asyncio::Client::connect(&seed, opts))
+        .expect("tokio client");
+    let mut pages = Vec::new();
+    let mut tq = q.clone();
+    loop {
+        let page = rt.block_on(tokio_client.find_instances(&tq));
+        let page = page.expect("FIND_INSTANCES fan-out (tokio)");
+        tq.cursor.clone_from(&page.next_cursor);
+        pages.push(Ok(check_page(page)));
+        if tq.cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(
+        found_ids(pages.into_iter()),
+        all,
+        "FIND (tokio): every instance once"
+    );
+
+    // MIGRATE_INSTANCES through the blocking client: every group called until done, 50 at a
+    // time each; the summed counts are the whole machine's, the moved instances once (at g2).
+    let mut v2 = item_machine();
+    v2["version"] = json!(2);
+    put_machine(&members[primary[0]], &v2);
+    let req = MigrateRequest {
+        limit: Some(50),
+        ..MigrateRequest::new("item", 1, 2)
+    };
+    let mut total = MigrateReply::default();
+    let mut calls = 0;
+    for reply in client.migrate_pages(req) {
+        total.add(reply.expect("MIGRATE_INSTANCES fan-out"));
+        calls += 1;
+    }
+    assert_eq!(
+        (total.migrated, total.remaining, total.cursor.as_deref()),
+        (INSTANCES as u64, 0, None),
+        "{total:?}"
+    );
+    assert!(total.skipped.values().all(|n| *n == 0), "{total:?}");
+    assert!(calls >= 3, "paged: {calls} calls");
+    let at_v2 = (client.list_instances(&ListFilter {
+        machine: Some("item".into()),
+        limit: Some(1000),
+        ..ListFilter::default()
+    }))
+    .expect("list")
+    .instances;
+    assert_eq!(at_v2.len(), INSTANCES);
+    assert!(at_v2.iter().all(|i| i.version == 2), "every instance moved");
+
+    // DELETE_INSTANCES through the tokio client: a dry run sums both groups, then the walk
+    // deletes every instance once.
+    let dry = DeleteRequest {
+        dry_run: true,
+        ..DeleteRequest::new("item")
+    };
+    let dry = rt
+        .block_on(tokio_client.delete_instances(&dry))
+        .expect("dry run");
+    assert_eq!(
+        dry.would_delete.get("open"),
+        Some(&(INSTANCES as u64)),
+        "{dry:?}"
+    );
+    let req = DeleteRequest {
+        limit: Some(40),
+        ..DeleteRequest::new("item")
+    };
+    let mut calls = 0;
+    let deleted = rt
+        .block_on(tokio_client.delete_to_end(req, |_| calls += 1))
+        .expect("DELETE_INSTANCES fan-out");
+    assert_eq!(
+        (deleted.deleted, deleted.remaining),
+        (INSTANCES as u64, 0),
+        "{deleted:?}"
+    );
+    assert!(calls >= 3, "paged: {calls} calls");
+    let left = (client.list_instances(&ListFilter {
+        machine: Some("item".into()),
+        ..ListFilter::default()
+    }))
+    .expect("list");
+    assert!(left.instances.is_empty(), "{left:?}");
+}
+
+/// A fan-out page holds at most PAGE items per group (two groups).
+fn check_page(page: smdb_client::FoundPage) -> smdb_client::FoundPage {
+    assert!(
+        page.instances.len() <= 2 * PAGE as usize,
+        "{}",
+        page.instances.len()
+    );
+    page
+}
+
+/// The ids of every page, in id order; fails on an id found twice.
+fn found_ids(
+    pages: impl Iterator<Item = Result<smdb_client::FoundPage, smdb_client::Error>>,
+) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    for page in pages {
+        ids.extend(page.expect("a page").instances.into_iter().map(|i| i.id));
+    }
+    let n = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "an instance found twice");
+    ids
 }

@@ -99,7 +99,7 @@ pub fn migrate(args: &MigrateArgs, s: &mut Session, out: &mut Output<'_>) -> Res
         cursor: b.cursor.clone(),
     };
     match req.dry_run {
-        true => dry_run(lifecycle::migrate_instances(&req), s, out),
+        true => dry_run(lifecycle::migrate_instances(&req), |c| req.call(c), s, out),
         false => walk(req, s, out),
     }
 }
@@ -117,7 +117,7 @@ pub fn delete(args: &DeleteArgs, s: &mut Session, out: &mut Output<'_>) -> Resul
         cursor: b.cursor.clone(),
     };
     match req.dry_run {
-        true => dry_run(lifecycle::delete_instances(&req), s, out),
+        true => dry_run(lifecycle::delete_instances(&req), |c| req.call(c), s, out),
         false => walk(req, s, out),
     }
 }
@@ -141,12 +141,18 @@ fn conditions(args: &[String]) -> Result<Map<String, Value>, CliError> {
     Ok(map)
 }
 
-fn dry_run<T>(
+/// A dry run's one call, its reply printed as it came; in cluster mode one call to every
+/// group through the client (`typed`), the counts summed (docs/cluster.md, "Clients").
+fn dry_run<T, R: Serialize>(
     req: smdb_client::ops::Request<T>,
+    typed: impl FnMut(&mut Client) -> Result<R, ClientError>,
     s: &mut Session,
     out: &mut Output<'_>,
 ) -> Result<(), CliError> {
-    let r = s.run(|c| c.call(req.op, req.params.clone()))?;
+    let r = match s.run(|c| Ok::<_, ClientError>(c.is_cluster()))? {
+        true => s.value(typed)?,
+        false => s.run(|c| c.call(req.op, req.params.clone()))?,
+    };
     out.raw(&r)
 }
 

@@ -2,6 +2,7 @@
 //! `--where PATH OP VALUE` arguments into a `where` object, pages followed with `--all`.
 
 use serde_json::{json, Map, Value};
+use smdb_client::{ClientError, FindQuery};
 use smdb_protocol::op::where_value;
 
 use super::args::QueryArgs;
@@ -30,18 +31,52 @@ pub fn run(
     if args.context {
         params["include_context"] = json!(true);
     }
-    let mut page = s.run(|c| c.call(op, params.clone()))?;
+    let mut page = one_page(op, &params, s)?;
     if args.all {
         let mut instances = take_array(&mut page["instances"]);
         while let Some(next) = page["next_cursor"].as_str() {
             params["cursor"] = json!(next);
-            page = s.run(|c| c.call(op, params.clone()))?;
+            page = one_page(op, &params, s)?;
             instances.extend(take_array(&mut page["instances"]));
         }
         page["instances"] = Value::Array(instances);
     }
     // The instances render as LIST's do; the cursor line says how to go on.
     out.result("LIST_INSTANCES", &page)
+}
+
+/// One page of `op`. In cluster mode through the client's fan-out (every group's page merged
+/// by id, one combined cursor; docs/cluster.md, "Clients"), shaped as a member's page: items
+/// without `context` unless asked for, `versions` for FIND, `examined` for SCAN.
+fn one_page(op: &str, params: &Value, s: &mut Session) -> Result<Value, CliError> {
+    if !s.run(|c| Ok::<_, ClientError>(c.is_cluster()))? {
+        return s.run(|c| c.call(op, params.clone()));
+    }
+    let text = |k: &str| params[k].as_str().map(str::to_string);
+    let q = FindQuery {
+        machine: text("machine").unwrap_or_default(),
+        conditions: params["where"].as_object().cloned().unwrap_or_default(),
+        state: text("state"),
+        limit: params["limit"].as_u64(),
+        cursor: text("cursor"),
+        include_context: params["include_context"] == true,
+    };
+    let find = op == "FIND_INSTANCES";
+    let mut page = s.value(|c| match find {
+        true => c.find_instances(&q),
+        false => c.scan_instances(&q),
+    })?;
+    if let Some(m) = page.as_object_mut() {
+        m.remove(if find { "examined" } else { "versions" });
+    }
+    if !q.include_context {
+        for item in page["instances"].as_array_mut().into_iter().flatten() {
+            if let Some(m) = item.as_object_mut() {
+                m.remove("context");
+            }
+        }
+    }
+    Ok(page)
 }
 
 fn take_array(v: &mut Value) -> Vec<Value> {

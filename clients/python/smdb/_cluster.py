@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import ConnectionLost, ServerError, SmdbError, may_resend
 
@@ -80,10 +80,14 @@ class SlotMap:
         ranges: List[Tuple[int, int, Optional[str]]] = []
         #: Every member's address: where the map is read when the seed is gone.
         self.nodes: List[str] = []
+        #: Each group: its name, its primary's address, its members' addresses.
+        self.groups: List[Tuple[str, Optional[str], List[str]]] = []
         for g in shards.get("shards") or []:
-            self.nodes += [n["addr"] for n in g.get("nodes") or [] if isinstance(n.get("addr"), str)]
+            members = [n["addr"] for n in g.get("nodes") or [] if isinstance(n.get("addr"), str)]
+            self.nodes += members
             primary = g.get("primary")
             addr = next((n.get("addr") for n in g.get("nodes") or [] if n.get("node_id") == primary), None)
+            self.groups.append((str(g.get("group") or ""), addr if isinstance(addr, str) else None, members))
             for r in g.get("slots") or []:
                 ranges.append((int(r[0]), int(r[1]), addr if isinstance(addr, str) else None))
         ranges.sort()
@@ -100,6 +104,19 @@ class SlotMap:
     def primaries(self) -> List[str]:
         """Every primary address of the map, each once, in order."""
         return sorted({r[2] for r in self._ranges if r[2] is not None})
+
+    def group_addrs(self) -> List[str]:
+        """One address per group, for a call to every group, each once, in order: its
+        primary's, or (no primary now) a member's, so the call waits for the group's next
+        primary instead of leaving the group out."""
+        return sorted({p or m[0] for _, p, m in self.groups if p or m})
+
+    def group_of(self, addr: str) -> Optional[str]:
+        """The group ``addr`` is a member of (its primary or another member)."""
+        return next((g for g, p, m in self.groups if p == addr or addr in m), None)
+
+    def primary_of_group(self, group: str) -> Optional[str]:
+        return next((p for g, p, _ in self.groups if g == group), None)
 
 
 class Routing:
@@ -151,18 +168,39 @@ class Routing:
 
     async def run(self, seed: "Client", key: str, op: str, params: Any, safe: bool) -> Any:
         slot = slot_of(key)
+        return (await self._run(seed, lambda: self.map.primary_of(slot), op, params, safe, None))[1]
+
+    async def run_group(self, seed: "Client", addr: str, op: str, params: Any, safe: bool) -> Tuple[str, Any]:
+        """``op`` to the primary of the group ``addr`` is a member of (by the map now; ``addr``
+        itself when the map names no such member), with the retries and redirects of ``run``:
+        a primary gone sends it, after a backoff and a new read of the map, to the group's next
+        primary. The answer, with the address that gave it."""
+        group = self.map.group_of(addr)
+
+        def primary() -> Optional[str]:
+            return addr if group is None else self.map.primary_of_group(group)
+
+        return await self._run(seed, primary, op, params, safe, f"the group of {addr} has no primary")
+
+    async def _run(self, seed: "Client", primary: Callable[[], Optional[str]], op: str, params: Any,
+                   safe: bool, no_primary: Optional[str]) -> Tuple[str, Any]:
+        """``op`` to ``primary()``, retried under the policy; with no primary known once the
+        tries are spent, to the seed (``no_primary`` None: it says why) or failed with
+        ``no_primary``."""
         route = Route(seed.options.retry)
-        addr = self.map.primary_of(slot)
+        addr = primary()
         while True:
             sent = False
             try:
                 if addr is None:
                     if not route.may_wait():
-                        return await seed._direct(op, params, safe=safe)
-                    raise ConnectionLost("no primary known for the slot")
+                        if no_primary is not None:
+                            raise SmdbError(no_primary)
+                        return "", await seed._direct(op, params, safe=safe)
+                    raise ConnectionLost("no primary known")
                 member = await self.member(seed, addr)
                 sent = True
-                return await member._direct(op, params, safe=safe)
+                return addr, await member._direct(op, params, safe=safe)
             except (SmdbError, OSError, TimeoutError) as e:
                 action, to, wait = route.after(e, safe, sent)
                 if action == "fail":
@@ -182,7 +220,7 @@ class Routing:
                     await self.forget(addr)
                     if self.refresh_due():
                         await self.reload(seed)
-                    addr = self.map.primary_of(slot)
+                    addr = primary()
 
     async def close(self) -> None:
         for c in self.members.values():

@@ -1,8 +1,10 @@
 """Cluster mode's fan-out (docs/cluster.md, "Clients"), as the Rust client's ``fanout``
 module: a best-effort BATCH split by group primary and its results put back in the ops'
-order, and LIST_INSTANCES over every group, merged by id, with one cursor that holds every
-group's (``cluster:`` then the hex of the compact JSON ``{primary address: group cursor}``,
-keys in order: the Rust client's format, so either client continues the other's listing)."""
+order, and the ops that walk the instances (LIST_INSTANCES, FIND_INSTANCES, SCAN_INSTANCES,
+MIGRATE_INSTANCES, DELETE_INSTANCES) over every group, their answers merged (``merge``), with
+one cursor that holds every group's (``cluster:`` then the hex of the compact JSON
+``{primary address: group cursor}``, keys in order: the Rust client's format, so either
+client continues the other's listing)."""
 
 from __future__ import annotations
 
@@ -79,25 +81,57 @@ def decode_cursor(cursor: str) -> Dict[str, str]:
 
 
 def cursors(map: SlotMap, cursor: Optional[str]) -> Dict[str, Optional[str]]:
-    """The group cursors of a LIST_INSTANCES call: every primary with none for a first page,
-    else the combined cursor's."""
+    """The group cursors of a call to every group: every group's primary (or a member of a
+    group without one) with none for a first call, else the combined cursor's."""
     if cursor is None:
-        return {a: None for a in map.primaries()}
+        return {a: None for a in map.group_addrs()}
     return dict(decode_cursor(cursor))
 
 
-def merge_pages(pages: List[Tuple[str, JSON]]) -> JSON:
-    """One page of the groups' pages: instances by id (each once), and a combined cursor of
-    the groups with more to list (``None`` when none has)."""
+#: Counts a merge adds up over the groups (``remaining`` too: each group's estimate).
+_SUMMED = ("migrated", "deleted", "examined", "remaining")
+#: Per-key counts a merge adds up key by key.
+_PER_KEY = ("skipped", "would_migrate", "would_delete")
+
+
+def merge(parts: List[Tuple[str, JSON]], cursor_key: str = "next_cursor") -> JSON:
+    """One answer of each group's (by address), as the Rust client's ``fanout::merge``:
+    ``instances`` by id (each once), ``versions`` of every group (each once, in order), the
+    counts summed, any other field from the first group that has it, and ``cursor_key`` one
+    combined cursor of the groups with more to do (``None`` when every group is done)."""
+    out: JSON = {}
     by_id: Dict[str, JSON] = {}
     nxt: Dict[str, str] = {}
-    for addr, page in pages:
-        for inst in page.get("instances") or []:
-            by_id.setdefault(inst["id"], inst)
-        if page.get("next_cursor") is not None:
-            nxt[addr] = page["next_cursor"]
-    instances = [by_id[k] for k in sorted(by_id, key=lambda s: s.encode("utf-8"))]
-    return {"instances": instances, "next_cursor": encode_cursor(nxt) if nxt else None}
+    for addr, part in parts:
+        for k, v in part.items():
+            if k == cursor_key:
+                if v is not None:
+                    nxt[addr] = v
+            elif k == "instances":
+                for inst in v or []:
+                    by_id.setdefault(inst["id"], inst)
+                out.setdefault(k, [])
+            elif k == "versions":
+                out[k] = sorted(set(out.get(k, [])) | set(v or []))
+            elif k in _SUMMED:
+                out[k] = out.get(k, 0) + (v or 0)
+            elif k in _PER_KEY:
+                into: Dict[str, int] = out.setdefault(k, {})
+                for name, n in (v or {}).items():
+                    into[name] = into.get(name, 0) + n
+            else:
+                out.setdefault(k, v)
+    if "instances" in out:
+        out["instances"] = [by_id[k] for k in sorted(by_id, key=lambda s: s.encode("utf-8"))]
+    out[cursor_key] = encode_cursor(nxt) if nxt else None
+    return out
+
+
+def merge_pages(pages: List[Tuple[str, JSON]]) -> JSON:
+    """One page of the groups' LIST_INSTANCES pages (``merge``)."""
+    page = merge(pages)
+    page.setdefault("instances", [])
+    return page
 
 
 async def batch(seed: "Client", ops: List[JSON], safe: bool) -> JSON:
@@ -121,19 +155,28 @@ async def batch(seed: "Client", ops: List[JSON], safe: bool) -> JSON:
     return reassemble(len(ops), done)
 
 
-async def list_instances(seed: "Client", params: JSON) -> JSON:
-    """LIST_INSTANCES of a cluster client: a page from every group primary (or those the
-    cursor names), merged by id, with one combined cursor."""
+async def fan_out(seed: "Client", op: str, params: JSON, cursor_key: str = "next_cursor") -> JSON:
+    """``op`` of a cluster client to every group (LIST, FIND and SCAN_INSTANCES, MIGRATE and
+    DELETE_INSTANCES): to every group's primary with its own cursor (a first call: every
+    group, no cursor; else the groups the combined ``cursor`` names), each with the routing's
+    retries, the answers merged (``merge``) with one combined cursor under ``cursor_key``."""
     routing = seed._cluster
     assert routing is not None  # only called for cluster clients
     cs = cursors(routing.map, params.get("cursor"))
     if not cs and params.get("cursor") is None:
-        return await seed._direct("LIST_INSTANCES", params, safe=True)
-    pages = []
+        return await seed._direct(op, params, safe=True)
+    parts = []
     for addr, c in sorted(cs.items()):
         p = {k: v for k, v in params.items() if k != "cursor"}
         if c is not None:
             p["cursor"] = c
-        member = await routing.member(seed, addr)
-        pages.append((addr, await member._direct("LIST_INSTANCES", p, safe=True)))
-    return merge_pages(pages)
+        parts.append(await routing.run_group(seed, addr, op, p, True))
+    return merge(parts, cursor_key)
+
+
+async def list_instances(seed: "Client", params: JSON) -> JSON:
+    """LIST_INSTANCES of a cluster client: a page from every group primary (or those the
+    cursor names), merged by id, with one combined cursor."""
+    page = await fan_out(seed, "LIST_INSTANCES", params)
+    page.setdefault("instances", [])
+    return page

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, AsyncIterator, Callable, Dict, Optional
 
+from . import _fanout
 from ._conn import JSON
 
 #: The counts of a reply that add up over calls (the rest is taken from the last reply).
@@ -59,7 +60,7 @@ class LifecycleCalls:
         p = _params(machine=machine, from_version=from_version, to_version=to_version,
                     states=states, state=state, where=where, dry_run=dry_run, limit=limit,
                     cursor=cursor)
-        return await self.request("MIGRATE_INSTANCES", p, safe=True)
+        return await self._bulk("MIGRATE_INSTANCES", p)
 
     async def delete_instances(
         self,
@@ -76,7 +77,15 @@ class LifecycleCalls:
         ``dry_run`` ``{would_delete, examined}``. ``updated_before`` is an RFC 3339 time."""
         p = _params(machine=machine, state=state, where=where, updated_before=updated_before,
                     dry_run=dry_run, limit=limit, cursor=cursor)
-        return await self.request("DELETE_INSTANCES", p, safe=True)
+        return await self._bulk("DELETE_INSTANCES", p)
+
+    async def _bulk(self, op: str, p: JSON) -> JSON:
+        """One call of ``op``; of a cluster client, one to every group not yet done (each with
+        its own cursor), the counts summed (``remaining`` too), with one combined ``cursor``
+        (``None`` once every group is done; docs/cluster.md, "Clients")."""
+        if getattr(self, "_cluster", None) is not None:
+            return await _fanout.fan_out(self, op, p, "cursor")  # type: ignore[arg-type]
+        return await self.request(op, p, safe=True)
 
     async def migrate_pages(self, machine: str, from_version: int, to_version: int,
                             **kw: Any) -> AsyncIterator[JSON]:

@@ -423,6 +423,10 @@ class Client(LifecycleCalls):
         to a value, ``{"in": [..]}`` or ``{"gte": x, "lt": y}``."""
         p = _params(machine=machine, where=where, state=state, limit=limit, cursor=cursor,
                     include_context=include_context)
+        if self._cluster is not None:
+            # Every group's page, merged by id (up to ``limit`` per group; ``versions`` of
+            # every group), with one combined cursor (``_fanout``).
+            return await _fanout.fan_out(self, "FIND_INSTANCES", p)
         return await self.request("FIND_INSTANCES", p, safe=True)
 
     async def find_pages(self, machine: str, where: JSON, **kw: Any) -> AsyncIterator[JSON]:
@@ -447,6 +451,9 @@ class Client(LifecycleCalls):
         """One page of SCAN_INSTANCES: any context path; a page may be short and go on."""
         p = _params(machine=machine, where=where or {}, state=state, limit=limit, cursor=cursor,
                     include_context=include_context)
+        if self._cluster is not None:
+            # As FIND's, ``examined`` summed.
+            return await _fanout.fan_out(self, "SCAN_INSTANCES", p)
         return await self.request("SCAN_INSTANCES", p, safe=True)
 
     async def delete_instance(self, id: str) -> JSON:

@@ -11,7 +11,7 @@ import pathlib
 import shutil
 import subprocess
 import time
-from typing import Iterator, List, Sequence, Tuple
+from typing import Any, Iterator, List, Sequence, Tuple
 
 import pytest
 
@@ -334,6 +334,56 @@ def test_a_killed_group_primary_stalls_only_its_own_group(tmp_path: pathlib.Path
         assert not failures["g2"], failures["g2"]
         assert any(killed_at < t < took_over for t in acks["g2"]), "g2 kept writing"
         assert any(t > took_over for t in acks["g1"]), f"g1 resumed: {failures['g1']}"
+    finally:
+        for m in members:
+            m.kill()
+
+
+#: ``item``: COUNTER with an index on ``ctx.kind`` (for FIND_INSTANCES).
+ITEM = dict(COUNTER, indexes=["ctx.kind"])
+
+
+def test_find_scan_migrate_and_delete_fan_out_over_both_groups(tmp_path: pathlib.Path, etcd: str) -> None:
+    members = two_groups(tmp_path, etcd)
+    try:
+        direct = smdb.Client("127.0.0.1", members[-1].port)
+        direct.put_machine("item", 1, ITEM)
+        seed = smdb.Client("127.0.0.1", members[0].port, options=ConnectOptions(retry=RetryPolicy.failover()))
+        ids = sorted(f"f-{i}" for i in range(80))
+        for id in ids:
+            seed.create_instance("item", 1, id, {"kind": "k"})
+        assert {smdb.slot_of(i) <= 8191 for i in ids} == {True, False}, "both groups hold some"
+        # FIND and SCAN through one seed: every match once, from both groups, paged with a
+        # small limit (at most 7 per group a page), one combined cursor.
+        for op in ("find", "scan"):
+            seen: List[str] = []
+            cursor = None
+            while True:
+                call = seed.find_instances if op == "find" else seed.scan_instances
+                page = call("item", {"ctx.kind": "k"}, limit=7, cursor=cursor)
+                assert len(page["instances"]) <= 14, page
+                seen += [i["id"] for i in page["instances"]]
+                cursor = page["next_cursor"]
+                if cursor is None:
+                    break
+                assert cursor.startswith("cluster:"), cursor
+            assert sorted(seen) == ids and len(seen) == len(ids), (op, len(seen))
+        assert seed.find_instances("item", {"ctx.kind": "k"}, limit=1)["versions"] == [1]
+        # MIGRATE through the client: every group called until done, the counts summed.
+        direct.put_machine("item", 2, ITEM)
+        calls: List[Any] = []
+        total = seed.migrate_to_end("item", 1, 2, limit=10, on_call=calls.append)
+        assert total["migrated"] == len(ids) and total["remaining"] == 0, total
+        assert total["cursor"] is None and len(calls) >= 4, (total, len(calls))
+        assert all(i["version"] == 2 for i in seed.list_instances(machine="item", limit=1000)["instances"])
+        # DELETE: a dry run sums both groups, the walk deletes every instance once.
+        dry = seed.delete_instances("item", dry_run=True)
+        assert dry["would_delete"] == {"open": len(ids)}, dry
+        gone = seed.delete_to_end("item", limit=10)
+        assert gone["deleted"] == len(ids) and gone["remaining"] == 0, gone
+        assert seed.list_instances(machine="item")["instances"] == []
+        seed.close()
+        direct.close()
     finally:
         for m in members:
             m.kill()

@@ -54,13 +54,15 @@ pub struct SlotMap {
     ranges: Vec<(u16, u16, Option<String>)>,
     /// Every member's address, of every group: where the map is read when the seed is gone.
     nodes: Vec<String>,
+    /// Each group (by name, in order): its primary's address, and its members' addresses.
+    groups: Vec<(String, Option<String>, Vec<String>)>,
 }
 
 impl SlotMap {
     /// The map of a `CLUSTER_SHARDS` result (`shards: [{group, slots, primary, nodes}]`; the
     /// primary is a node id, its address the node's `addr`).
     pub fn from_shards(shards: &Value) -> SlotMap {
-        let (mut ranges, mut nodes) = (Vec::new(), Vec::new());
+        let (mut ranges, mut nodes, mut groups) = (Vec::new(), Vec::new(), Vec::new());
         for g in shards["shards"]
             .as_array()
             .map(Vec::as_slice)
@@ -72,6 +74,11 @@ impl SlotMap {
                     .filter_map(|n| n["addr"].as_str().map(str::to_string)),
             );
             let primary = primary_addr(g);
+            let members = (each.iter())
+                .filter_map(|n| n["addr"].as_str().map(str::to_string))
+                .collect();
+            let name = g["group"].as_str().unwrap_or_default().to_string();
+            groups.push((name, primary.clone(), members));
             for r in g["slots"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
                 let bound = |i: usize| r[i].as_u64().and_then(|s| u16::try_from(s).ok());
                 if let (Some(lo), Some(hi)) = (bound(0), bound(1)) {
@@ -80,10 +87,12 @@ impl SlotMap {
             }
         }
         ranges.sort_by_key(|r| r.0);
+        groups.sort();
         SlotMap {
             map_epoch: shards["map_epoch"].as_u64().unwrap_or(0),
             ranges,
             nodes,
+            groups,
         }
     }
 
@@ -110,6 +119,32 @@ impl SlotMap {
     /// Every member's address the map named (live members of every group).
     pub fn nodes(&self) -> &[String] {
         &self.nodes
+    }
+
+    /// One address per group, for a call to every group: its primary's, or (no primary now)
+    /// a member's, so the call waits for the group's next primary instead of leaving the group
+    /// out.
+    pub fn group_addrs(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = (self.groups.iter())
+            .filter_map(|(_, p, m)| p.as_deref().or(m.first().map(String::as_str)))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The group that `addr` is a member of (its primary or another member).
+    pub fn group_of(&self, addr: &str) -> Option<&str> {
+        (self.groups.iter())
+            .find(|(_, p, m)| p.as_deref() == Some(addr) || m.iter().any(|a| a == addr))
+            .map(|(g, _, _)| g.as_str())
+    }
+
+    /// The address of `group`'s primary, when the map names one.
+    pub fn primary_of_group(&self, group: &str) -> Option<&str> {
+        (self.groups.iter())
+            .find(|(g, _, _)| g == group)
+            .and_then(|(_, p, _)| p.as_deref())
     }
 }
 
@@ -310,6 +345,12 @@ mod tests {
         assert_eq!(m.primary_of(16383), Some("h1:1"));
         assert_eq!(m.primaries(), vec!["h1:1"]);
         assert_eq!(SlotMap::from_shards(&json!({})).primary_of(5), None);
+        // A call to every group: g2, with no primary and no member named, has no address.
+        assert_eq!(m.group_addrs(), vec!["h1:1"]);
+        assert_eq!(m.group_of("h2:1"), Some("g1"));
+        assert_eq!(m.group_of("h9:1"), None);
+        assert_eq!(m.primary_of_group("g1"), Some("h1:1"));
+        assert_eq!(m.primary_of_group("g2"), None);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Cluster mode's fan-out, shared by the blocking and tokio clients (docs/cluster.md,
 //! "Clients"): a best-effort BATCH split by group primary and its results put back in order,
-//! and LIST_INSTANCES over every group, merged by id, with one cursor that holds every
-//! group's. No socket here.
+//! and the ops that walk the instances (LIST_INSTANCES, FIND_INSTANCES, SCAN_INSTANCES,
+//! MIGRATE_INSTANCES, DELETE_INSTANCES) over every group, their answers merged (`Merge`), with
+//! one cursor that holds every group's. No socket here.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +10,9 @@ use serde_json::{json, Value};
 
 use crate::cluster::{route_key, slot_of, SlotMap};
 use crate::error::{Error, Result};
+use crate::lifecycle::{DeleteReply, MigrateReply};
 use crate::ops::{BatchEntry, BatchOp, BatchResults, Instance, InstancePage};
+use crate::queries::FoundPage;
 
 /// A combined cursor starts so (then hex of `{address: group cursor}`), which no server
 /// cursor is taken for.
@@ -95,12 +98,13 @@ fn missing() -> BatchEntry {
     error_entry(&Error::Protocol("no answer for this op".into()))
 }
 
-/// The group cursors of a LIST_INSTANCES call: `None` for a first page (every primary, no
-/// cursor), else the combined cursor's `{address: cursor}`.
+/// The group cursors of a call to every group: `None` for a first call (every group's
+/// primary, or a member of a group without one, no cursor), else the combined cursor's
+/// `{address: cursor}`.
 pub fn cursors(map: &SlotMap, cursor: Option<&str>) -> Result<BTreeMap<String, Option<String>>> {
     let Some(c) = cursor else {
         return Ok(map
-            .primaries()
+            .group_addrs()
             .into_iter()
             .map(|a| (a.to_string(), None))
             .collect());
@@ -136,24 +140,106 @@ pub fn encode_cursor(cursors: &BTreeMap<String, String>) -> String {
     format!("{CURSOR_PREFIX}{hex}")
 }
 
-/// One merged page of each group's page (by address): instances by id, and a combined
-/// cursor holding the groups with more to list (`None` when none has).
-pub fn merge_pages(pages: Vec<(String, InstancePage)>) -> InstancePage {
-    let mut instances: Vec<Instance> = Vec::new();
+/// An answer of a call that every group makes: merged from each group's by `merge`.
+pub trait Merge: Default {
+    /// The cursor to call again with (`next_cursor` or `cursor`).
+    fn cursor_mut(&mut self) -> &mut Option<String>;
+    /// Adds another group's answer (its cursor already taken).
+    fn fold(&mut self, other: Self);
+    /// After the last `fold`.
+    fn finish(&mut self) {}
+}
+
+/// One answer of each group's (by address): folded together (`Merge`), with a combined
+/// cursor holding the groups with more to do (`None` when every group is done).
+pub fn merge<R: Merge>(parts: Vec<(String, R)>) -> R {
+    let mut out = R::default();
     let mut next: BTreeMap<String, String> = BTreeMap::new();
-    for (addr, page) in pages {
-        instances.extend(page.instances);
-        if let Some(c) = page.next_cursor {
+    for (addr, mut r) in parts {
+        if let Some(c) = r.cursor_mut().take() {
             next.insert(addr, c);
         }
+        out.fold(r);
     }
+    out.finish();
+    *out.cursor_mut() = (!next.is_empty()).then(|| encode_cursor(&next));
+    out
+}
+
+/// Instances by id, each once.
+fn by_id(instances: &mut Vec<Instance>) {
     instances.sort_by(|a, b| a.id.cmp(&b.id));
     instances.dedup_by(|a, b| a.id == b.id);
-    let next_cursor = (!next.is_empty()).then(|| encode_cursor(&next));
-    InstancePage {
-        instances,
-        next_cursor,
+}
+
+/// LIST_INSTANCES: the instances by id (up to `limit` per group).
+impl Merge for InstancePage {
+    fn cursor_mut(&mut self) -> &mut Option<String> {
+        &mut self.next_cursor
     }
+    fn fold(&mut self, other: Self) {
+        self.instances.extend(other.instances);
+    }
+    fn finish(&mut self) {
+        by_id(&mut self.instances);
+    }
+}
+
+/// FIND_INSTANCES / SCAN_INSTANCES: the instances by id (up to `limit` per group), the
+/// versions searched of every group (each once, in order), `examined` summed.
+impl Merge for FoundPage {
+    fn cursor_mut(&mut self) -> &mut Option<String> {
+        &mut self.next_cursor
+    }
+    fn fold(&mut self, other: Self) {
+        self.instances.extend(other.instances);
+        self.versions.extend(other.versions);
+        self.examined += other.examined;
+    }
+    fn finish(&mut self) {
+        by_id(&mut self.instances);
+        self.versions.sort_unstable();
+        self.versions.dedup();
+    }
+}
+
+/// The fields of one group's reply that a sum does not add up: kept from the first that
+/// has each.
+fn union_extra(into: &mut crate::ops::Extra, from: crate::ops::Extra) {
+    for (k, v) in from {
+        into.entry(k).or_insert(v);
+    }
+}
+
+/// MIGRATE_INSTANCES: every count summed (`remaining` too: each group's estimate).
+impl Merge for MigrateReply {
+    fn cursor_mut(&mut self) -> &mut Option<String> {
+        &mut self.cursor
+    }
+    fn fold(&mut self, mut other: Self) {
+        let remaining = self.remaining + other.remaining;
+        union_extra(&mut self.extra, std::mem::take(&mut other.extra));
+        self.add(other);
+        self.remaining = remaining;
+    }
+}
+
+/// DELETE_INSTANCES: every count summed (`remaining` too).
+impl Merge for DeleteReply {
+    fn cursor_mut(&mut self) -> &mut Option<String> {
+        &mut self.cursor
+    }
+    fn fold(&mut self, mut other: Self) {
+        let remaining = self.remaining + other.remaining;
+        union_extra(&mut self.extra, std::mem::take(&mut other.extra));
+        self.add(other);
+        self.remaining = remaining;
+    }
+}
+
+/// One merged page of each group's LIST_INSTANCES page (by address): `merge`.
+pub fn merge_pages(pages: Vec<(String, InstancePage)>) -> InstancePage {
+    merge(pages)
 }
 
 #[cfg(test)]
@@ -238,5 +324,74 @@ mod tests {
         assert!(cursors(&m, Some("plain")).is_err());
         let last = merge_pages(vec![("h:1".into(), page(&[], None))]);
         assert_eq!(last.next_cursor, None);
+    }
+
+    #[test]
+    fn found_pages_and_bulk_replies_merge_across_groups() {
+        let inst = |id: &str| -> Instance {
+            serde_json::from_value(json!({"id": id, "machine": "m", "version": 1,
+                "state": "s", "wal_offset": 1}))
+            .unwrap()
+        };
+        let found = |ids: &[&str], next: Option<&str>, versions: Vec<u64>| FoundPage {
+            instances: ids.iter().map(|i| inst(i)).collect(),
+            next_cursor: next.map(str::to_string),
+            versions,
+            examined: 3,
+        };
+        let f = merge(vec![
+            ("h:1".into(), found(&["b", "x"], None, vec![2])),
+            ("h:2".into(), found(&["a"], Some("c2"), vec![1, 2])),
+        ]);
+        let ids: Vec<&str> = f.instances.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(
+            (ids, f.versions, f.examined),
+            (vec!["a", "b", "x"], vec![1, 2], 6)
+        );
+        let next = decode_cursor(f.next_cursor.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            next.into_iter().collect::<Vec<_>>(),
+            vec![("h:2".into(), "c2".into())]
+        );
+
+        let reply = |v: Value| -> MigrateReply { serde_json::from_value(v).unwrap() };
+        let m = merge(vec![
+            (
+                "h:1".into(),
+                reply(json!({"migrated": 3, "skipped": {"no_state": 1},
+                "examined": 4, "remaining": 6, "cursor": "k1", "note": "x"})),
+            ),
+            (
+                "h:2".into(),
+                reply(
+                    json!({"migrated": 2, "skipped": {"no_state": 2, "other": 1},
+                "examined": 5, "remaining": 1, "cursor": null}),
+                ),
+            ),
+        ]);
+        assert_eq!((m.migrated, m.examined, m.remaining), (5, 9, 7));
+        assert_eq!((m.skipped["no_state"], m.skipped["other"]), (3, 1));
+        assert_eq!(m.extra["note"], "x");
+        let next = decode_cursor(m.cursor.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            next.into_iter().collect::<Vec<_>>(),
+            vec![("h:1".into(), "k1".into())]
+        );
+        let del = |v: Value| -> DeleteReply { serde_json::from_value(v).unwrap() };
+        let d = merge(vec![
+            (
+                "h:1".into(),
+                del(json!({"deleted": 4, "examined": 4, "remaining": 0})),
+            ),
+            (
+                "h:2".into(),
+                del(json!({"deleted": 1, "examined": 2, "remaining": 0,
+                "would_delete": {}})),
+            ),
+        ]);
+        assert_eq!(
+            (d.deleted, d.examined, d.remaining, d.cursor),
+            (5, 6, 0, None)
+        );
     }
 }

@@ -335,7 +335,7 @@ impl<'de> serde::de::Visitor<'de> for AppliedVisitor {
 }
 
 /// LIST_INSTANCES's result: one page.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InstancePage {
     pub instances: Vec<Instance>,
     /// Pass back as `cursor` for the next page; `None` on the last.

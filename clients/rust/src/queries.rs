@@ -45,7 +45,7 @@ impl FindQuery {
 
 /// One page of FIND_INSTANCES or SCAN_INSTANCES. Items carry `context` only with
 /// `include_context` (`Instance::context` is null otherwise).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FoundPage {
     pub instances: Vec<Instance>,
     /// Pass back as `cursor` for the next page; `None` on the last.

@@ -6,8 +6,9 @@
 //! every retry under the seed's policy (`crate::cluster::step`), as the blocking client does:
 //! `MOVED` at once (at most `MAX_REDIRECTS`), `TRYAGAIN` after a backoff, and a group whose
 //! primary is gone (`CLUSTERDOWN`, `NO_PRIMARY`, a lost or refused connection) after a
-//! backoff and a new read of the map, from the seed or any member the map named. A best-effort BATCH is split by group primary and LIST_INSTANCES asks every group
-//! (`crate::fanout`), as in the blocking client. Other ops go to the seed.
+//! backoff and a new read of the map, from the seed or any member the map named. A best-effort BATCH is split by group primary, and LIST, FIND and SCAN_INSTANCES, MIGRATE
+//! and DELETE_INSTANCES ask every group (`crate::fanout`, `Client::fan_out`), as in the
+//! blocking client. Other ops go to the seed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +21,7 @@ use super::{lock, Client, ConnectOptions};
 use crate::cluster::{self, slot_of, Action, Refresh, Route, SlotMap};
 use crate::error::{Error, Result};
 use crate::fanout;
-use crate::ops::{self, BatchMode, BatchOp, BatchResults, InstancePage, ListFilter, Request};
+use crate::ops::{self, BatchMode, BatchOp, BatchResults, Request};
 use crate::retry::Stage;
 
 /// What a cluster client keeps beside its seed connection, shared by its clones.
@@ -190,14 +191,6 @@ impl Client {
         (self.inner.cluster.get()).map_or_else(SlotMap::default, |r| lock(&r.map).clone())
     }
 
-    /// The client of the primary at `addr`, or this one when not a cluster client.
-    async fn member(&self, addr: Option<&str>) -> Result<Client> {
-        match (addr, self.inner.cluster.get()) {
-            (Some(a), Some(routing)) => routing.conn(a).await,
-            _ => Ok(self.clone()),
-        }
-    }
-
     /// A best-effort BATCH of a cluster client: one BATCH per group primary, one after
     /// another, the results in the ops' order (a part that failed whole gives each of its ops
     /// that error).
@@ -219,22 +212,83 @@ impl Client {
         fanout::reassemble(all.len(), done)
     }
 
-    /// LIST_INSTANCES of a cluster client: a page from every group primary (or those the
-    /// cursor names), merged by id, with one combined cursor.
-    pub(super) async fn list_routed(&self, filter: &ListFilter) -> Result<InstancePage> {
-        let cursors = fanout::cursors(&self.map_now(), filter.cursor.as_deref())?;
-        if cursors.is_empty() && filter.cursor.is_none() {
-            return self.run_direct(ops::list_instances(filter)).await;
+    /// A call to every group of a cluster client (LIST, FIND and SCAN_INSTANCES, MIGRATE and
+    /// DELETE_INSTANCES), as the blocking client's `fan_out`: `req(cursor)` to every group's
+    /// primary with its own cursor, one after another, each with the retries of
+    /// `run_routed`, the answers merged (`fanout::merge`) with one combined cursor.
+    pub(super) async fn fan_out<T>(
+        &self,
+        cursor: Option<&str>,
+        req: impl Fn(Option<String>) -> Request<T>,
+    ) -> Result<T>
+    where
+        T: DeserializeOwned + fanout::Merge,
+    {
+        let cursors = fanout::cursors(&self.map_now(), cursor)?;
+        if cursors.is_empty() && cursor.is_none() {
+            return self.run_direct(req(None)).await;
         }
-        let mut pages = Vec::new();
-        for (addr, cursor) in cursors {
-            let f = ListFilter {
-                cursor,
-                ..filter.clone()
+        let mut parts = Vec::new();
+        for (addr, c) in cursors {
+            parts.push(self.run_at_group(req(c), &addr).await?);
+        }
+        Ok(fanout::merge(parts))
+    }
+
+    /// `req` to the primary of the group that `addr` is a member of (as the blocking client's
+    /// `run_at_group`); the answer, with the address that gave it.
+    async fn run_at_group<T: DeserializeOwned>(
+        &self,
+        req: Request<T>,
+        addr: &str,
+    ) -> Result<(String, T)> {
+        let Some(routing) = self.inner.cluster.get() else {
+            return Ok((addr.to_string(), self.run_direct(req).await?));
+        };
+        let mut route = Route::new(self.inner.opts.retry);
+        let group = lock(&routing.map).group_of(addr).map(str::to_string);
+        let primary = |group: Option<&str>| match group {
+            Some(g) => lock(&routing.map).primary_of_group(g).map(str::to_string),
+            None => Some(addr.to_string()),
+        };
+        let mut at = primary(group.as_deref());
+        loop {
+            let again = Request::new(req.op, req.params.clone(), req.retry);
+            let (r, stage) = match &at {
+                Some(a) => match routing.conn(a).await {
+                    Ok(c) => (c.run_direct(again).await, Stage::Sent),
+                    Err(e) => (Err(e), Stage::BeforeSend),
+                },
+                None => (Err(Error::eof("no primary")), Stage::BeforeSend),
             };
-            let c = self.member(Some(&addr)).await?;
-            pages.push((addr, c.run_direct(ops::list_instances(&f)).await?));
+            let e = match r {
+                Ok(v) => return Ok((at.unwrap_or_else(|| addr.to_string()), v)),
+                Err(e) => e,
+            };
+            match route.after(&e, req.retry, stage) {
+                Action::Fail if at.is_none() => {
+                    return Err(Error::Config(format!("the group of {addr} has no primary")))
+                }
+                Action::Fail => return Err(e),
+                Action::Moved(to) => {
+                    routing.moved.fetch_add(1, Ordering::Relaxed);
+                    self.refresh_if_due(routing).await;
+                    at = Some(to);
+                }
+                Action::Follow(to) => at = Some(to),
+                Action::Wait(d, to) => {
+                    tokio::time::sleep(d).await;
+                    at = to.or(at);
+                }
+                Action::Refresh(d) => {
+                    tokio::time::sleep(d).await;
+                    if let Some(a) = &at {
+                        routing.forget(a, &e).await;
+                    }
+                    self.refresh_if_due(routing).await;
+                    at = primary(group.as_deref());
+                }
+            }
         }
-        Ok(fanout::merge_pages(pages))
     }
 }

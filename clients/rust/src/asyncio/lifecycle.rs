@@ -7,7 +7,19 @@ use crate::lifecycle::{self, DeleteReply, DeleteRequest, MigrateReply, MigrateRe
 
 impl Client {
     /// MIGRATE_INSTANCES: one call (at most `r.limit` instances examined).
+    /// In cluster mode: one call to every group not yet done (each with its own cursor), the
+    /// counts summed (`remaining` too), with one combined cursor (`None` once every group is
+    /// done).
     pub async fn migrate_instances(&self, r: &MigrateRequest) -> Result<MigrateReply> {
+        if self.is_cluster() {
+            let f = |cursor| {
+                lifecycle::migrate_instances(&MigrateRequest {
+                    cursor,
+                    ..r.clone()
+                })
+            };
+            return self.fan_out(r.cursor.as_deref(), f).await;
+        }
         self.run(lifecycle::migrate_instances(r)).await
     }
 
@@ -32,7 +44,17 @@ impl Client {
     }
 
     /// DELETE_INSTANCES: one call (at most `r.limit` instances examined).
+    /// In cluster mode: as `migrate_instances`, every group not yet done, the counts summed.
     pub async fn delete_instances(&self, r: &DeleteRequest) -> Result<DeleteReply> {
+        if self.is_cluster() {
+            let f = |cursor| {
+                lifecycle::delete_instances(&DeleteRequest {
+                    cursor,
+                    ..r.clone()
+                })
+            };
+            return self.fan_out(r.cursor.as_deref(), f).await;
+        }
         self.run(lifecycle::delete_instances(r)).await
     }
 

@@ -354,25 +354,54 @@ impl Client {
     /// In cluster mode: every group's page, merged by id, with one combined cursor.
     pub async fn list_instances(&self, filter: &ListFilter) -> Result<InstancePage> {
         if self.is_cluster() {
-            return self.list_routed(filter).await;
+            let f = |cursor| {
+                ops::list_instances(&ListFilter {
+                    cursor,
+                    ..filter.clone()
+                })
+            };
+            return self.fan_out(filter.cursor.as_deref(), f).await;
         }
         self.run(ops::list_instances(filter)).await
     }
 
     /// FIND_INSTANCES: one page.
+    /// In cluster mode: every group's page, merged by id (up to `limit` per group; `versions`
+    /// of every group), with one combined cursor.
     pub async fn find_instances(
         &self,
         q: &crate::queries::FindQuery,
     ) -> Result<crate::queries::FoundPage> {
-        self.run(crate::queries::find_instances(q)).await
+        use crate::queries::{find_instances, FindQuery};
+        if self.is_cluster() {
+            let f = |cursor| {
+                find_instances(&FindQuery {
+                    cursor,
+                    ..q.clone()
+                })
+            };
+            return self.fan_out(q.cursor.as_deref(), f).await;
+        }
+        self.run(find_instances(q)).await
     }
 
     /// SCAN_INSTANCES: one page.
+    /// In cluster mode: as `find_instances` (`examined` summed).
     pub async fn scan_instances(
         &self,
         q: &crate::queries::FindQuery,
     ) -> Result<crate::queries::FoundPage> {
-        self.run(crate::queries::scan_instances(q)).await
+        use crate::queries::{scan_instances, FindQuery};
+        if self.is_cluster() {
+            let f = |cursor| {
+                scan_instances(&FindQuery {
+                    cursor,
+                    ..q.clone()
+                })
+            };
+            return self.fan_out(q.cursor.as_deref(), f).await;
+        }
+        self.run(scan_instances(q)).await
     }
 
     pub async fn delete_instance(&self, id: &str) -> Result<Deleted> {

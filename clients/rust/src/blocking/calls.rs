@@ -82,18 +82,45 @@ impl Client {
     /// In cluster mode: every group's page, merged by id, with one combined cursor.
     pub fn list_instances(&mut self, filter: &ListFilter) -> Result<InstancePage> {
         if self.is_cluster() {
-            return self.list_routed(filter);
+            let f = |cursor| {
+                ops::list_instances(&ListFilter {
+                    cursor,
+                    ..filter.clone()
+                })
+            };
+            return self.fan_out(filter.cursor.as_deref(), f);
         }
         self.run(ops::list_instances(filter))
     }
 
     /// FIND_INSTANCES: one page.
+    /// In cluster mode: every group's page, merged by id (up to `limit` per group; `versions`
+    /// of every group), with one combined cursor.
     pub fn find_instances(&mut self, q: &FindQuery) -> Result<FoundPage> {
+        if self.is_cluster() {
+            let f = |cursor| {
+                crate::queries::find_instances(&FindQuery {
+                    cursor,
+                    ..q.clone()
+                })
+            };
+            return self.fan_out(q.cursor.as_deref(), f);
+        }
         self.run(crate::queries::find_instances(q))
     }
 
     /// SCAN_INSTANCES: one page (it may hold fewer than `limit` items and still go on).
+    /// In cluster mode: as `find_instances` (`examined` summed).
     pub fn scan_instances(&mut self, q: &FindQuery) -> Result<FoundPage> {
+        if self.is_cluster() {
+            let f = |cursor| {
+                crate::queries::scan_instances(&FindQuery {
+                    cursor,
+                    ..q.clone()
+                })
+            };
+            return self.fan_out(q.cursor.as_deref(), f);
+        }
         self.run(crate::queries::scan_instances(q))
     }
 
@@ -119,7 +146,19 @@ impl Client {
     }
 
     /// MIGRATE_INSTANCES: one call (at most `r.limit` instances examined).
+    /// In cluster mode: one call to every group not yet done (each with its own cursor), the
+    /// counts summed (`remaining` too), with one combined cursor (`None` once every group is
+    /// done).
     pub fn migrate_instances(&mut self, r: &MigrateRequest) -> Result<MigrateReply> {
+        if self.is_cluster() {
+            let f = |cursor| {
+                lifecycle::migrate_instances(&MigrateRequest {
+                    cursor,
+                    ..r.clone()
+                })
+            };
+            return self.fan_out(r.cursor.as_deref(), f);
+        }
         self.run(lifecycle::migrate_instances(r))
     }
 
@@ -142,7 +181,17 @@ impl Client {
     }
 
     /// DELETE_INSTANCES: one call (at most `r.limit` instances examined).
+    /// In cluster mode: as `migrate_instances`, every group not yet done, the counts summed.
     pub fn delete_instances(&mut self, r: &DeleteRequest) -> Result<DeleteReply> {
+        if self.is_cluster() {
+            let f = |cursor| {
+                lifecycle::delete_instances(&DeleteRequest {
+                    cursor,
+                    ..r.clone()
+                })
+            };
+            return self.fan_out(r.cursor.as_deref(), f);
+        }
         self.run(lifecycle::delete_instances(r))
     }
 

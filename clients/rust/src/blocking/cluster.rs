@@ -9,8 +9,9 @@
 //! else from any member the map named) and resend to the primary it names, so a failover in
 //! one group costs that group's requests the election and nothing else. A best-effort BATCH is split by
 //! group primary and its results put back in order; LIST_INSTANCES asks every group and
-//! merges by id, with one cursor holding each group's (`crate::fanout`). Other ops go to the
-//! seed.
+//! merges by id, with one cursor holding each group's (`crate::fanout`); FIND_INSTANCES and
+//! SCAN_INSTANCES likewise, and MIGRATE_INSTANCES and DELETE_INSTANCES call every group not
+//! yet done and sum the counts (`Client::fan_out`). Other ops go to the seed.
 
 use std::collections::HashMap;
 
@@ -20,7 +21,7 @@ use super::{Client, ConnectOptions};
 use crate::cluster::{self, slot_of, Action, Refresh, Route, SlotMap};
 use crate::error::{Error, Result};
 use crate::fanout;
-use crate::ops::{self, BatchMode, BatchOp, BatchResults, InstancePage, ListFilter, Request};
+use crate::ops::{self, BatchMode, BatchOp, BatchResults, Request};
 use crate::retry::Stage;
 
 /// What a cluster client keeps beside its seed connection.
@@ -211,31 +212,95 @@ impl Client {
         fanout::reassemble(all.len(), done)
     }
 
-    /// LIST_INSTANCES of a cluster client: a page from every group primary (or those the
-    /// cursor names), merged by id, with one combined cursor.
-    pub(super) fn list_routed(&mut self, filter: &ListFilter) -> Result<InstancePage> {
+    /// A call to every group of a cluster client (LIST, FIND and SCAN_INSTANCES, MIGRATE and
+    /// DELETE_INSTANCES): `req(cursor)` to every group's primary with its own cursor (a first
+    /// call: every group, no cursor; else the groups the combined `cursor` names), each with
+    /// the retries of `run_routed`, the answers merged (`fanout::merge`) with one combined
+    /// cursor.
+    pub(super) fn fan_out<T>(
+        &mut self,
+        cursor: Option<&str>,
+        req: impl Fn(Option<String>) -> Request<T>,
+    ) -> Result<T>
+    where
+        T: serde::de::DeserializeOwned + fanout::Merge,
+    {
         let map = self
             .cluster
             .as_ref()
             .map(|r| r.map.clone())
             .unwrap_or_default();
-        let cursors = fanout::cursors(&map, filter.cursor.as_deref())?;
-        if cursors.is_empty() && filter.cursor.is_none() {
-            return self.run_direct(ops::list_instances(filter));
+        let cursors = fanout::cursors(&map, cursor)?;
+        if cursors.is_empty() && cursor.is_none() {
+            return self.run_direct(req(None));
         }
-        let mut pages = Vec::new();
-        for (addr, cursor) in cursors {
-            let f = ListFilter {
-                cursor,
-                ..filter.clone()
-            };
-            let page = match self.cluster.as_mut() {
-                Some(routing) => routing.conn(&addr)?.run(ops::list_instances(&f))?,
-                None => self.run_direct(ops::list_instances(&f))?,
-            };
-            pages.push((addr, page));
+        let mut parts = Vec::new();
+        for (addr, c) in cursors {
+            parts.push(self.run_at_group(req(c), &addr)?);
         }
-        Ok(fanout::merge_pages(pages))
+        Ok(fanout::merge(parts))
+    }
+
+    /// `req` to the primary of the group that `addr` is a member of (by the map now; `addr`
+    /// itself when the map names no such member), with the retries and redirects of
+    /// `run_routed`: a primary gone sends it, after a backoff and a new read of the map, to
+    /// the group's next primary. The answer, with the address that gave it.
+    fn run_at_group<T: serde::de::DeserializeOwned>(
+        &mut self,
+        req: Request<T>,
+        addr: &str,
+    ) -> Result<(String, T)> {
+        let mut route = Route::new(self.retry_policy());
+        let group = (self.cluster.as_ref())
+            .and_then(|r| r.map.group_of(addr))
+            .map(str::to_string);
+        let mut at = self.group_primary(group.as_deref(), addr);
+        loop {
+            let again = Request::new(req.op, req.params.clone(), req.retry);
+            let (r, stage) = match (&at, self.cluster.as_mut()) {
+                (Some(a), Some(routing)) => match routing.conn(a) {
+                    Ok(c) => (c.run(again), Stage::Sent),
+                    Err(e) => (Err(e), Stage::BeforeSend),
+                },
+                _ => (Err(Error::eof("no primary")), Stage::BeforeSend),
+            };
+            let e = match r {
+                Ok(v) => return Ok((at.unwrap_or_else(|| addr.to_string()), v)),
+                Err(e) => e,
+            };
+            match route.after(&e, req.retry, stage) {
+                Action::Fail if at.is_none() => {
+                    return Err(Error::Config(format!("the group of {addr} has no primary")))
+                }
+                Action::Fail => return Err(e),
+                Action::Moved(to) => {
+                    self.note_moved();
+                    at = Some(to);
+                }
+                Action::Follow(to) => at = Some(to),
+                Action::Wait(d, to) => {
+                    std::thread::sleep(d);
+                    at = to.or(at);
+                }
+                Action::Refresh(d) => {
+                    std::thread::sleep(d);
+                    if let (Some(a), Some(r)) = (&at, self.cluster.as_mut()) {
+                        r.forget(a, &e);
+                    }
+                    self.refresh_if_due();
+                    at = self.group_primary(group.as_deref(), addr);
+                }
+            }
+        }
+    }
+
+    /// The primary of `group` by the map now (`None`: it has none now), or `addr` when the
+    /// map named no group at `addr`.
+    fn group_primary(&self, group: Option<&str>, addr: &str) -> Option<String> {
+        match (group, self.cluster.as_ref()) {
+            (Some(g), Some(r)) => r.map.primary_of_group(g).map(str::to_string),
+            _ => Some(addr.to_string()),
+        }
     }
 
     fn primary_of(&self, slot: u16) -> Option<String> {
