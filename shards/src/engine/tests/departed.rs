@@ -37,15 +37,6 @@ fn purged(id: &str) -> Entry {
     }
 }
 
-/// Instances of `order` in `state` (MACHINE_STATS' count).
-fn count(engine: &Engine, state: &str) -> u64 {
-    let counts = engine.state_counts("order").unwrap();
-    counts
-        .into_iter()
-        .find(|(s, _)| s == state)
-        .map_or(0, |(_, n)| n)
-}
-
 /// `{a}1`, `{a}2` (paid) and `{a}3` in slot A; `{b}1` and `{b}2` (paid) in slot B.
 fn two_slots() -> Shard {
     let mut shard = Shard::with_order();

@@ -110,6 +110,15 @@ pub(super) fn put(machine: &str, version: u32, definition: Value) -> Command {
     }
 }
 
+/// Instances of `order` in `state` (MACHINE_STATS' count).
+pub(super) fn count(engine: &Engine, state: &str) -> u64 {
+    let counts = engine.state_counts("order").unwrap();
+    counts
+        .into_iter()
+        .find(|(s, _)| s == state)
+        .map_or(0, |(_, n)| n)
+}
+
 /// A fresh engine with `log` replayed into it as recovery does (binary records).
 pub(super) fn replay_log(log: &[(u64, super::Entry)]) -> Engine {
     let mut engine = Engine::new();

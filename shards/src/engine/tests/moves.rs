@@ -78,15 +78,6 @@ fn total_is(total: i64) -> FindQuery {
     }
 }
 
-/// Instances of `order` in `state` (MACHINE_STATS' count).
-fn count(engine: &Engine, state: &str) -> u64 {
-    let counts = engine.state_counts("order").unwrap();
-    counts
-        .into_iter()
-        .find(|(s, _)| s == state)
-        .map_or(0, |(_, n)| n)
-}
-
 fn listed(engine: &Engine) -> usize {
     engine
         .list_instances(None, None, None, None, 100)
